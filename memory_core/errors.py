@@ -1,0 +1,62 @@
+"""Errors raised by memory_core. Every one maps to a stable ``code`` used in HTTP error bodies."""
+
+from __future__ import annotations
+
+
+class MemoryError_(Exception):
+    """Base class of memory_core errors; ``code`` is the machine-readable error code."""
+
+    code = "memory_error"
+    http_status = 500
+
+
+class InvalidInput(MemoryError_, ValueError):
+    """Input that violates the contract (empty user id, bad limit, oversized content...)."""
+
+    code = "invalid_request"
+    http_status = 400
+
+
+class MemoryNotFound(MemoryError_, KeyError):
+    """No memory with that id (or it belongs to another user: indistinguishable on purpose)."""
+
+    code = "memory_not_found"
+    http_status = 404
+
+    def __str__(self) -> str:  # KeyError quotes its argument; keep the plain message
+        return str(self.args[0]) if self.args else "memory not found"
+
+
+class DuplicateMemory(MemoryError_):
+    """A memory with this id already exists; the stored original is kept unchanged."""
+
+    code = "duplicate_memory"
+    http_status = 409
+
+
+class StoreClosed(MemoryError_, RuntimeError):
+    """The store was closed; no data operation is accepted any more."""
+
+    code = "store_closed"
+    http_status = 503
+
+
+class StoreUnavailable(MemoryError_, RuntimeError):
+    """The backend could not be reached (after retries)."""
+
+    code = "store_unavailable"
+    http_status = 503
+
+
+class EmbeddingIdentityMismatch(MemoryError_, ValueError):
+    """A vector produced by another embedding model identity was offered to a store."""
+
+    code = "embedding_identity_mismatch"
+    http_status = 409
+
+
+class ConfigError(MemoryError_, ValueError):
+    """Invalid configuration; the message names the offending key."""
+
+    code = "invalid_config"
+    http_status = 500

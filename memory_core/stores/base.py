@@ -1,0 +1,400 @@
+"""The async store contract shared by every backend.
+
+``MemoryStore`` implements every rule that does not depend on the backend, once:
+validation and sanitizing, embedding when a vector is absent, refusing vectors of another
+model identity, per-user write serialization, the closed state (and draining in-flight
+operations on ``close``), access tracking after retrieval. Backends implement the
+underscore methods, which receive validated input and never see a closed store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from abc import ABC, abstractmethod
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from ..errors import (
+    DuplicateMemory,
+    EmbeddingIdentityMismatch,
+    InvalidInput,
+    MemoryNotFound,
+    StoreClosed,
+)
+from ..sanitize import clean_content, require_user_id
+from ..types import ListResult, Memory, MemoryType, RetrieveOptions, ScoredMemory, utcnow
+
+EmbedFn = Callable[[list[str]], Awaitable[list[list[float]]]]
+"""Async text→vector function: ``list[str]`` of n texts → n L2-normalised vectors."""
+
+UPDATABLE_FIELDS = frozenset(
+    {"content", "type", "project_id", "metadata", "importance", "source", "conversation_id"}
+)
+MAX_LIST_LIMIT = 1000
+MAX_RETRIEVE_LIMIT = 1000
+
+
+class MemoryStore(ABC):
+    """Async memory store. See the module docstring for which rules live here.
+
+    Args:
+        embed: async text→vector function used when a memory or query has no vector;
+            ``None`` means vectors must always be supplied.
+        dimension: vector dimension; vectors of another length raise ``InvalidInput``.
+        identity: embedding model identity digest of the vectors this store holds; a
+            vector tagged with another identity raises ``EmbeddingIdentityMismatch``.
+    """
+
+    name = "abstract"
+
+    def __init__(self, *, embed: EmbedFn | None, dimension: int, identity: str | None = None):
+        if dimension <= 0:
+            raise InvalidInput("dimension must be positive")
+        self._embed = embed
+        self.dimension = dimension
+        self.identity = identity
+        self._closed = False
+        self._inflight = 0
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._user_locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @contextlib.asynccontextmanager
+    async def _op(self):
+        """Guard of every data operation: refuses after close, counts in-flight work."""
+        if self._closed:
+            raise StoreClosed(f"{self.name} store is closed")
+        self._inflight += 1
+        self._drained.clear()
+        try:
+            yield
+        finally:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._drained.set()
+
+    def _still_open(self) -> None:
+        if self._closed:
+            raise StoreClosed(f"{self.name} store is closed")
+
+    async def close(self) -> None:
+        """Refuse new operations, wait for in-flight ones to finish, release the backend.
+        Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._drained.wait()
+        await self._close()
+
+    async def check_connection(self) -> bool:
+        """True when the backend answers. Raises ``StoreClosed`` after close."""
+        async with self._op():
+            return await self._check_connection()
+
+    # ------------------------------------------------------------------ helpers
+    async def _vectors(self, texts: list[str]) -> list[list[float]]:
+        if self._embed is None:
+            raise InvalidInput("no embedding supplied and this store has no embedder")
+        vectors = await self._embed(texts)
+        self._still_open()  # no data work after close, even if embedding was slow
+        return [self._check_vector(v) for v in vectors]
+
+    def _check_vector(self, vector: Sequence[float], identity: str | None = None) -> list[float]:
+        if identity is not None and self.identity is not None and identity != self.identity:
+            raise EmbeddingIdentityMismatch(
+                f"vector of model identity {identity!r} offered to a store of identity {self.identity!r}"
+            )
+        vec = [float(x) for x in vector]
+        if len(vec) != self.dimension:
+            raise InvalidInput(f"vector has {len(vec)} dimensions; the store expects {self.dimension}")
+        norm = math.sqrt(sum(x * x for x in vec))
+        if not math.isfinite(norm) or norm == 0.0:
+            raise InvalidInput("vector must be finite and non-zero")
+        if abs(norm - 1.0) > 1e-3:
+            vec = [x / norm for x in vec]
+        return vec
+
+    def _lock(self, user_id: str) -> asyncio.Lock:
+        return self._user_locks[user_id]
+
+    # ------------------------------------------------------------------ contract
+    async def store(self, memory: Memory) -> Memory:
+        """Insert ``memory``; returns the stored record (with content cleaned, timestamps and
+        embedding set).
+
+        Raises ``InvalidInput`` (missing id/content/user_id, oversized content, wrong vector
+        size), ``DuplicateMemory`` (id exists; the original is kept), ``EmbeddingIdentityMismatch``,
+        ``StoreClosed``.
+        """
+        async with self._op():
+            require_user_id(memory.user_id)
+            if not memory.id:
+                raise InvalidInput("id is required")
+            content = clean_content(memory.content)
+            now = utcnow()
+            memory = memory.model_copy(
+                update={
+                    "content": content,
+                    "created_at": memory.created_at or now,
+                    "updated_at": memory.updated_at or memory.created_at or now,
+                }
+            )
+            if memory.embedding is None:
+                (vector,) = await self._vectors([content])
+            else:
+                vector = self._check_vector(memory.embedding, memory.embedding_identity)
+            memory = memory.model_copy(update={"embedding": vector, "embedding_identity": self.identity})
+            async with self._lock(memory.user_id):
+                self._still_open()
+                if await self._exists(memory.id):
+                    raise DuplicateMemory(f"memory {memory.id!r} already exists")
+                await self._insert(memory)
+            return memory
+
+    async def retrieve(self, options: RetrieveOptions) -> list[ScoredMemory]:
+        """Top ``limit`` memories of ``options.user_id`` with cosine similarity ≥ ``threshold``
+        (the threshold is always a cosine floor, also for hybrid retrieval, which only changes
+        the ranking ``score``), sorted by score descending (ties by id), filtered by ``project_id``/``types`` when given. Updates
+        ``access_count``/``last_accessed`` of the returned memories (never re-creating one
+        deleted meanwhile). Raises ``InvalidInput`` (empty user id, limit ≤ 0), ``StoreClosed``.
+        """
+        async with self._op():
+            require_user_id(options.user_id)
+            if not (0 < options.limit <= MAX_RETRIEVE_LIMIT):
+                raise InvalidInput(f"limit must be in 1..{MAX_RETRIEVE_LIMIT}")
+            if not math.isfinite(options.threshold):
+                raise InvalidInput("threshold must be a finite number")
+            if options.embedding is None:
+                if not options.query.strip():
+                    raise InvalidInput("query text or embedding is required")
+                (vector,) = await self._vectors([options.query])
+            else:
+                vector = self._check_vector(options.embedding, options.embedding_identity)
+            results = await self._search(options, vector)
+            results = [r for r in results if r.similarity >= options.threshold]
+            results.sort(key=lambda r: (-r.score, r.memory.id))
+            results = results[: options.limit]
+            if results:
+                now = utcnow()
+                async with self._lock(options.user_id):
+                    self._still_open()
+                    await self._touch([r.memory.id for r in results], now)
+                results = [
+                    r.model_copy(
+                        update={
+                            "memory": r.memory.model_copy(
+                                update={"access_count": r.memory.access_count + 1, "last_accessed": now}
+                            )
+                        }
+                    )
+                    for r in results
+                ]
+            return results
+
+    async def get(self, memory_id: str, user_id: str) -> Memory:
+        """The memory ``memory_id`` of ``user_id``. Raises ``MemoryNotFound`` when absent or
+        owned by another user (indistinguishable on purpose), ``StoreClosed``."""
+        async with self._op():
+            require_user_id(user_id)
+            found = await self._get_many([memory_id])
+            if not found or found[0].user_id != user_id:
+                raise MemoryNotFound(f"memory {memory_id!r} not found")
+            return found[0]
+
+    async def get_many(self, memory_ids: Iterable[str], user_id: str) -> list[Memory]:
+        """The memories among ``memory_ids`` that exist and belong to ``user_id`` (any order)."""
+        async with self._op():
+            require_user_id(user_id)
+            ids = list(dict.fromkeys(memory_ids))
+            if not ids:
+                return []
+            return [m for m in await self._get_many(ids) if m.user_id == user_id]
+
+    async def update(self, memory_id: str, user_id: str, changes: dict[str, Any]) -> Memory:
+        """Apply ``changes`` (keys from ``UPDATABLE_FIELDS``) to a memory of ``user_id``;
+        re-embeds when ``content`` changes; keeps ``created_at``; sets ``updated_at``.
+        Raises ``InvalidInput`` (unknown field), ``MemoryNotFound``, ``StoreClosed``."""
+        async with self._op():
+            require_user_id(user_id)
+            unknown = set(changes) - UPDATABLE_FIELDS
+            if unknown:
+                raise InvalidInput(f"fields not updatable: {sorted(unknown)}")
+            changes = dict(changes)
+            vector = None
+            if "content" in changes:
+                changes["content"] = clean_content(changes["content"])
+                (vector,) = await self._vectors([changes["content"]])
+            if "type" in changes:
+                changes["type"] = MemoryType(changes["type"])
+            async with self._lock(user_id):
+                self._still_open()
+                found = await self._get_many([memory_id])
+                if not found or found[0].user_id != user_id:
+                    raise MemoryNotFound(f"memory {memory_id!r} not found")
+                current = found[0]
+                updated = Memory.model_validate(
+                    {**current.model_dump(), **changes, "created_at": current.created_at, "updated_at": utcnow()}
+                )
+                updated.embedding = vector if vector is not None else current.embedding
+                updated.embedding_identity = self.identity
+                await self._replace(updated)
+                return updated
+
+    async def list(
+        self,
+        user_id: str,
+        types: Sequence[MemoryType] | None = None,
+        project_id: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> ListResult:
+        """One page of ``user_id``'s memories, newest first (``created_at`` desc, then ``id``
+        desc as tie-break), with the exact ``total``. Raises ``InvalidInput`` (bad paging)."""
+        async with self._op():
+            require_user_id(user_id)
+            if not (0 < limit <= MAX_LIST_LIMIT):
+                raise InvalidInput(f"limit must be in 1..{MAX_LIST_LIMIT}")
+            if offset < 0:
+                raise InvalidInput("offset must be ≥ 0")
+            return await self._list(user_id, tuple(types) if types else None, project_id, limit, offset)
+
+    async def forget(self, memory_id: str, user_id: str) -> None:
+        """Delete one memory of ``user_id``. Raises ``MemoryNotFound`` (absent or another
+        user's), ``StoreClosed``."""
+        async with self._op():
+            require_user_id(user_id)
+            async with self._lock(user_id):
+                self._still_open()
+                found = await self._get_many([memory_id])
+                if not found or found[0].user_id != user_id:
+                    raise MemoryNotFound(f"memory {memory_id!r} not found")
+                await self._delete([memory_id])
+
+    async def forget_by_scope(
+        self, user_id: str, project_id: str | None = None, types: Sequence[MemoryType] | None = None
+    ) -> int:
+        """Delete every memory of ``user_id`` matching the optional ``project_id`` and
+        ``types``; returns how many were deleted (0 is fine). Other users are untouched."""
+        async with self._op():
+            require_user_id(user_id)
+            async with self._lock(user_id):
+                self._still_open()
+                ids = await self._scope_ids(user_id, tuple(types) if types else None, project_id)
+                if ids:
+                    await self._delete(ids)
+                return len(ids)
+
+    # ------------------------------------------------------------------ backend hooks
+    @abstractmethod
+    async def _exists(self, memory_id: str) -> bool: ...
+
+    @abstractmethod
+    async def _insert(self, memory: Memory) -> None:
+        """Write a new record (embedding set, id known not to exist)."""
+
+    @abstractmethod
+    async def _replace(self, memory: Memory) -> None:
+        """Overwrite an existing record (embedding set)."""
+
+    @abstractmethod
+    async def _get_many(self, memory_ids: list[str]) -> list[Memory]:
+        """Records for the ids that exist (any user), with embeddings."""
+
+    @abstractmethod
+    async def _search(self, options: RetrieveOptions, vector: list[float]) -> list[ScoredMemory]:
+        """Candidates of ``options.user_id`` (filters applied) with ``similarity`` = cosine;
+        may return more than ``limit``; the base class thresholds, sorts and cuts."""
+
+    @abstractmethod
+    async def _touch(self, memory_ids: list[str], when: datetime) -> None:
+        """Increment access_count and set last_accessed of the ids that still exist; must
+        never create a record."""
+
+    @abstractmethod
+    async def _list(
+        self, user_id: str, types: tuple[MemoryType, ...] | None, project_id: str | None, limit: int, offset: int
+    ) -> ListResult: ...
+
+    @abstractmethod
+    async def _scope_ids(
+        self, user_id: str, types: tuple[MemoryType, ...] | None, project_id: str | None
+    ) -> list[str]: ...
+
+    @abstractmethod
+    async def _delete(self, memory_ids: list[str]) -> None: ...
+
+    async def _check_connection(self) -> bool:
+        return True
+
+    async def _close(self) -> None:
+        return None
+
+
+def list_order_key(memory: Memory) -> tuple:
+    """Sort key for newest-first listing with a deterministic tie-break (used by backends that
+    sort client-side)."""
+    return (memory.created_at.timestamp() if memory.created_at else 0.0, memory.id)
+
+
+class StoreDecorator:
+    """Base of decorators that wrap any store and keep its contract (hot cache, hybrid
+    lexical index). Delegates every public method to ``inner``; subclasses override what
+    they change. Exposes ``dimension``/``identity``/``closed`` of the wrapped store."""
+
+    def __init__(self, inner: "MemoryStore | StoreDecorator"):
+        self.inner = inner
+
+    @property
+    def dimension(self) -> int:
+        return self.inner.dimension
+
+    @property
+    def identity(self) -> str | None:
+        return self.inner.identity
+
+    @property
+    def closed(self) -> bool:
+        return self.inner.closed
+
+    @property
+    def name(self) -> str:
+        return f"{type(self).__name__}({self.inner.name})"
+
+    async def store(self, memory: Memory) -> Memory:
+        return await self.inner.store(memory)
+
+    async def retrieve(self, options: RetrieveOptions) -> list[ScoredMemory]:
+        return await self.inner.retrieve(options)
+
+    async def get(self, memory_id: str, user_id: str) -> Memory:
+        return await self.inner.get(memory_id, user_id)
+
+    async def get_many(self, memory_ids, user_id: str) -> list[Memory]:
+        return await self.inner.get_many(memory_ids, user_id)
+
+    async def update(self, memory_id: str, user_id: str, changes: dict[str, Any]) -> Memory:
+        return await self.inner.update(memory_id, user_id, changes)
+
+    async def list(self, user_id, types=None, project_id=None, limit=50, offset=0) -> ListResult:
+        return await self.inner.list(user_id, types=types, project_id=project_id, limit=limit, offset=offset)
+
+    async def forget(self, memory_id: str, user_id: str) -> None:
+        await self.inner.forget(memory_id, user_id)
+
+    async def forget_by_scope(self, user_id, project_id=None, types=None) -> int:
+        return await self.inner.forget_by_scope(user_id, project_id=project_id, types=types)
+
+    async def check_connection(self) -> bool:
+        return await self.inner.check_connection()
+
+    async def close(self) -> None:
+        await self.inner.close()

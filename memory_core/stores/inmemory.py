@@ -1,0 +1,76 @@
+"""In-process store (dict + numpy). The reference implementation of the contract for tests and
+single-process use; data does not survive the process."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import numpy as np
+
+from ..types import ListResult, Memory, MemoryType, RetrieveOptions, ScoredMemory
+from .base import MemoryStore, list_order_key
+
+
+def matches(memory: Memory, user_id: str, types, project_id: str | None) -> bool:
+    """True when ``memory`` belongs to ``user_id`` and passes the optional filters."""
+    return (
+        memory.user_id == user_id
+        and (project_id is None or memory.project_id == project_id)
+        and (not types or memory.type in types)
+    )
+
+
+class InMemoryStore(MemoryStore):
+    """Dict-backed store; cosine by exact dot product over normalised vectors."""
+
+    name = "inmemory"
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._rows: dict[str, Memory] = {}
+
+    async def _exists(self, memory_id: str) -> bool:
+        return memory_id in self._rows
+
+    async def _insert(self, memory: Memory) -> None:
+        self._rows[memory.id] = memory.model_copy(deep=True)
+
+    async def _replace(self, memory: Memory) -> None:
+        self._rows[memory.id] = memory.model_copy(deep=True)
+
+    async def _get_many(self, memory_ids: list[str]) -> list[Memory]:
+        return [self._rows[i].model_copy(deep=True) for i in memory_ids if i in self._rows]
+
+    async def _search(self, options: RetrieveOptions, vector: list[float]) -> list[ScoredMemory]:
+        rows = [m for m in self._rows.values() if matches(m, options.user_id, options.types, options.project_id)]
+        if not rows:
+            return []
+        matrix = np.asarray([m.embedding for m in rows], dtype=np.float32)
+        sims = matrix @ np.asarray(vector, dtype=np.float32)
+        order = np.argsort(-sims)[: max(options.limit * 4, 50)]
+        return [
+            ScoredMemory(memory=rows[i].model_copy(deep=True), score=float(sims[i]), similarity=float(sims[i]))
+            for i in order
+        ]
+
+    async def _touch(self, memory_ids: list[str], when: datetime) -> None:
+        for i in memory_ids:
+            row = self._rows.get(i)
+            if row is not None:
+                row.access_count += 1
+                row.last_accessed = when
+
+    async def _list(self, user_id, types, project_id, limit, offset) -> ListResult:
+        rows = sorted(
+            (m for m in self._rows.values() if matches(m, user_id, types, project_id)),
+            key=list_order_key,
+            reverse=True,
+        )
+        return ListResult(memories=[m.model_copy(deep=True) for m in rows[offset : offset + limit]], total=len(rows))
+
+    async def _scope_ids(self, user_id, types, project_id) -> list[str]:
+        return [m.id for m in self._rows.values() if matches(m, user_id, types, project_id)]
+
+    async def _delete(self, memory_ids: list[str]) -> None:
+        for i in memory_ids:
+            self._rows.pop(i, None)
