@@ -60,3 +60,20 @@ class ConfigError(MemoryError_, ValueError):
 
     code = "invalid_config"
     http_status = 500
+
+
+_BY_CODE = {
+    cls.code: cls
+    for cls in (InvalidInput, MemoryNotFound, DuplicateMemory, StoreClosed, StoreUnavailable, EmbeddingIdentityMismatch, ConfigError)
+}
+
+
+def error_to_wire(error: MemoryError_) -> dict[str, str]:
+    """``{"code", "message"}`` of a memory_core error, for crossing process boundaries."""
+    return {"code": error.code, "message": str(error)}
+
+
+def error_from_wire(wire: dict[str, str]) -> MemoryError_:
+    """Rebuild the memory_core error a ``error_to_wire`` dict describes."""
+    cls = _BY_CODE.get(wire.get("code", ""), MemoryError_)
+    return cls(wire.get("message", ""))

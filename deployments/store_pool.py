@@ -1,0 +1,157 @@
+"""``StorePool``: the store actor pool.
+
+``StorePool`` (a Serve deployment) owns ``pool.shards`` ``StoreShard`` Ray actors; each shard
+owns one store client (built by ``memory_core.stores.factory.build_store``). Every call for
+a user goes to shard ``shard_for(user_id, shards)``, so a user's writes are serialized by
+one process (``MemoryStore`` holds a per-user lock). Embedded backends (Milvus Lite, Qdrant
+local) allow a single writer process: config validation forces ``shards: 1`` for them.
+
+Errors cross the actor/handle boundaries as ``{"code", "message"}`` dicts and are rebuilt
+into memory_core errors by ``StorePoolClient``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from typing import Any
+
+import ray
+from ray import serve
+
+from memory_core.config import MemoryStoreSettings
+from memory_core.errors import MemoryError_, error_from_wire, error_to_wire
+from memory_core.sharding import shard_for
+from memory_core.types import ListResult, Memory, RetrieveOptions, ScoredMemory
+
+log = logging.getLogger("ray.serve")
+
+STORE_METHODS = frozenset(
+    {"store", "retrieve", "get", "get_many", "update", "list", "forget", "forget_by_scope", "check_connection"}
+)
+
+
+@ray.remote(num_cpus=0, max_concurrency=1000)
+class StoreShard:
+    """One store client. ``call(method, *args)`` runs a store-contract method and returns
+    ``("ok", result)`` or ``("error", {"code", "message"})``."""
+
+    def __init__(self, settings: dict, dimension: int, identity: str | None, collection_suffix: str | None, embedder):
+        from memory_core.stores.factory import build_store
+
+        self._embedder = embedder
+        self.store = build_store(
+            MemoryStoreSettings.model_validate(settings),
+            embed=self._embed,
+            dimension=dimension,
+            identity=identity,
+            collection_suffix=collection_suffix,
+        )
+
+    async def _embed(self, texts: list[str]) -> list[list[float]]:
+        result = await self._embedder.embed.remote(texts)
+        return result["embeddings"]
+
+    async def call(self, method: str, *args, **kwargs):
+        if method not in STORE_METHODS:
+            return ("error", {"code": "invalid_request", "message": f"unknown store method {method!r}"})
+        try:
+            return ("ok", await getattr(self.store, method)(*args, **kwargs))
+        except MemoryError_ as e:
+            return ("error", error_to_wire(e))
+
+    async def counters(self) -> dict[str, int]:
+        """Event counters of the store decorators (e.g. cache fail-open), for metrics."""
+        found: dict[str, int] = {}
+        layer = self.store
+        while layer is not None:
+            found.update(getattr(layer, "counters", {}) or {})
+            layer = getattr(layer, "inner", None)
+        return found
+
+    async def close(self) -> None:
+        await self.store.close()
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0})
+class StorePool:
+    """Routes store calls to the shard of the user. Args: ``settings`` (MemoryStoreSettings
+    dump), ``dimension`` and ``identity`` of the embedding model, ``collection_suffix`` (the
+    identity's short digest, so vectors of two models never share a collection), and the
+    ``Embedder`` handle (used when a memory arrives without a vector)."""
+
+    def __init__(self, settings: dict, dimension: int, identity: str | None, collection_suffix: str | None, embedder):
+        parsed = MemoryStoreSettings.model_validate(settings)
+        key = hashlib.sha256(
+            json.dumps([settings, dimension, identity, collection_suffix], sort_keys=True, default=str).encode()
+        ).hexdigest()[:12]
+        self.shards = [
+            StoreShard.options(name=f"memory-store-{key}-{i}", get_if_exists=True).remote(
+                settings, dimension, identity, collection_suffix, embedder
+            )
+            for i in range(parsed.pool.shards)
+        ]
+
+    async def call(self, user_id: str, method: str, *args, **kwargs):
+        """Run ``method`` on the shard of ``user_id``; returns the shard's tagged result."""
+        if not isinstance(user_id, str) or not user_id:
+            return ("error", {"code": "invalid_request", "message": "user_id is required and must be non-empty"})
+        shard = self.shards[shard_for(user_id, len(self.shards))]
+        return await shard.call.remote(method, *args, **kwargs)
+
+    async def check_connection(self) -> bool:
+        results = [await s.call.remote("check_connection") for s in self.shards]
+        return all(status == "ok" and value for status, value in results)
+
+    async def counters(self) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for s in self.shards:
+            for k, v in (await s.counters.remote()).items():
+                total[k] = total.get(k, 0) + v
+        return total
+
+    async def __del__(self):
+        for s in self.shards:
+            try:
+                await s.close.remote()
+            except Exception as e:  # replica is going away; log and continue
+                log.warning("closing store shard failed: %r", e)
+
+
+class StorePoolClient:
+    """The store contract over a ``StorePool`` handle (used by the ingress). Raises the same
+    memory_core errors as a local store."""
+
+    def __init__(self, handle):
+        self._handle = handle
+
+    async def _call(self, user_id: str, method: str, *args, **kwargs) -> Any:
+        status, value = await self._handle.call.remote(user_id, method, *args, **kwargs)
+        if status == "error":
+            raise error_from_wire(value)
+        return value
+
+    async def store(self, memory: Memory) -> Memory:
+        return await self._call(memory.user_id, "store", memory)
+
+    async def retrieve(self, options: RetrieveOptions) -> list[ScoredMemory]:
+        return await self._call(options.user_id, "retrieve", options)
+
+    async def get(self, memory_id: str, user_id: str) -> Memory:
+        return await self._call(user_id, "get", memory_id, user_id)
+
+    async def update(self, memory_id: str, user_id: str, changes: dict[str, Any]) -> Memory:
+        return await self._call(user_id, "update", memory_id, user_id, changes)
+
+    async def list(self, user_id: str, types=None, project_id=None, limit: int = 50, offset: int = 0) -> ListResult:
+        return await self._call(user_id, "list", user_id, types=types, project_id=project_id, limit=limit, offset=offset)
+
+    async def forget(self, memory_id: str, user_id: str) -> None:
+        await self._call(user_id, "forget", memory_id, user_id)
+
+    async def forget_by_scope(self, user_id: str, project_id=None, types=None) -> int:
+        return await self._call(user_id, "forget_by_scope", user_id, project_id=project_id, types=types)
+
+    async def check_connection(self) -> bool:
+        return await self._handle.check_connection.remote()

@@ -1,0 +1,29 @@
+"""The subset of the OpenAI Chat Completions request schema the ingress validates.
+
+Unknown fields are kept and forwarded to the upstream unchanged (providers add their own).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ChatMessage(BaseModel):
+    """One message; ``content`` is a string, a list of content parts, or null (tool calls)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[dict[str, Any]] | None = None
+
+
+class ChatCompletionRequest(BaseModel):
+    """``POST /v1/chat/completions`` body. Streaming is not supported by this service yet."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(min_length=1)
+    messages: list[ChatMessage] = Field(min_length=1)
+    stream: bool | None = False

@@ -1,0 +1,228 @@
+"""The memory side of one chat request, independent of Ray and HTTP.
+
+``MemoryPipeline.prepare`` does steps 2–7 of the request flow (DESIGN.md): match a decision,
+decide whether memory runs (and why not), embed the last user message, retrieve, pass the
+candidates through the reflection gate and inject them. ``MemoryPipeline.remember`` does step
+10 (auto-store of the turn). Both catch every store/embedder failure: memory must never fail
+a chat request; the outcome is reported to a ``MetricsSink``.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from .config import RouterConfig
+from .extract import turn_memory_content
+from .gate import select_gate
+from .inject import inject_memories, last_user_text
+from .routing import MemoryPolicy, effective_policy, select_decision, skip_reason
+from .types import Memory, MemoryType, RetrieveOptions, ScoredMemory, utcnow
+
+log = logging.getLogger(__name__)
+
+USER_HEADER = "x-authz-user-id"
+PROJECT_HEADER = "x-project-id"
+CONVERSATION_HEADER = "x-conversation-id"
+
+
+@dataclass
+class EmbeddingBatch:
+    """Vectors for n texts (``embeddings``: n × dim, L2-normalised) and the model identity."""
+
+    embeddings: list[list[float]]
+    identity: str | None
+
+
+EmbedPort = Callable[[list[str]], Awaitable[EmbeddingBatch]]
+
+
+class StorePort(Protocol):
+    """What the pipeline needs of a store (a ``MemoryStore`` or a handle adapter)."""
+
+    async def retrieve(self, options: RetrieveOptions) -> list[ScoredMemory]: ...
+
+    async def store(self, memory: Memory) -> Memory: ...
+
+
+class MetricsSink(Protocol):
+    """Where outcomes are counted. ``count(name, tags)``; ``observe(name, value_ms, tags)``."""
+
+    def count(self, name: str, tags: Mapping[str, str] | None = None) -> None: ...
+
+    def observe(self, name: str, value: float, tags: Mapping[str, str] | None = None) -> None: ...
+
+
+class NullMetrics:
+    """A sink that drops everything (library use, unit tests)."""
+
+    def count(self, name: str, tags: Mapping[str, str] | None = None) -> None:
+        return None
+
+    def observe(self, name: str, value: float, tags: Mapping[str, str] | None = None) -> None:
+        return None
+
+
+@dataclass
+class PreparedChat:
+    """The outcome of ``prepare``: the request body to forward and what ``remember`` needs."""
+
+    body: dict[str, Any]
+    policy: MemoryPolicy
+    user_id: str | None
+    project_id: str | None
+    conversation_id: str | None
+    user_text: str
+    skipped: str | None = None
+    injected: list[Memory] = field(default_factory=list)
+    query_embedding: list[float] | None = None
+    embedding_identity: str | None = None
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+def header(headers: Mapping[str, str], name: str) -> str | None:
+    """Case-insensitive header lookup; empty values count as absent."""
+    lowered = name.lower()
+    for k, v in headers.items():
+        if k.lower() == lowered:
+            return v.strip() or None if isinstance(v, str) else v
+    return None
+
+
+class MemoryPipeline:
+    """Memory for chat requests. ``embed`` and ``store`` are ports (Ray handles in the
+    service, plain objects in tests); ``now`` is injectable for tests."""
+
+    def __init__(
+        self,
+        config: RouterConfig,
+        *,
+        embed: EmbedPort,
+        store: StorePort,
+        metrics: MetricsSink | None = None,
+        now: Callable[[], datetime] = utcnow,
+    ):
+        self.config = config
+        self._embed = embed
+        self._store = store
+        self.metrics = metrics or NullMetrics()
+        self._now = now
+
+    async def prepare(self, body: dict[str, Any], headers: Mapping[str, str]) -> PreparedChat:
+        """Steps 2–7 for a validated chat body. Never raises for store/embedder failures
+        (the request then goes out without memory, outcome ``error``)."""
+        messages = body.get("messages") or []
+        user_text = last_user_text(messages)
+        model = body.get("model")
+        decision = select_decision(self.config, model=model, last_user_message=user_text, headers=headers)
+        policy = effective_policy(self.config, decision)
+        user_id = header(headers, USER_HEADER)
+        prepared = PreparedChat(
+            body=body,
+            policy=policy,
+            user_id=user_id,
+            project_id=header(headers, PROJECT_HEADER),
+            conversation_id=header(headers, CONVERSATION_HEADER),
+            user_text=user_text,
+        )
+        reason = skip_reason(
+            self.config, policy, model=model, user_id=user_id, headers=headers, last_user_message=user_text
+        )
+        if reason is not None:
+            prepared.skipped = reason
+            self.metrics.count("memory_skipped", {"reason": reason, "decision": policy.decision_name or ""})
+            return prepared
+        started = time.perf_counter()
+        try:
+            batch = await self._embed([user_text])
+            prepared.query_embedding = batch.embeddings[0]
+            prepared.embedding_identity = batch.identity
+            t_embed = time.perf_counter()
+            candidates = await self._store.retrieve(
+                RetrieveOptions(
+                    user_id=user_id,
+                    query=user_text,
+                    embedding=prepared.query_embedding,
+                    embedding_identity=batch.identity,
+                    project_id=prepared.project_id,
+                    limit=policy.retrieval_limit,
+                    threshold=policy.similarity_threshold,
+                    hybrid=policy.hybrid,
+                    lexical_weight=policy.lexical_weight,
+                    temporal_boost=policy.temporal_boost,
+                )
+            )
+            t_retrieve = time.perf_counter()
+        except Exception as e:  # memory must never fail the chat
+            log.warning("memory retrieval failed for decision %s: %r", policy.decision_name, e)
+            prepared.skipped = "error"
+            self.metrics.count("memory_retrieval_errors", {"decision": policy.decision_name or ""})
+            return prepared
+        kept = select_gate(policy.reflection).apply(candidates, policy.reflection, self._now())
+        prepared.injected = [c.memory for c in kept]
+        if prepared.injected:
+            prepared.body = dict(body)
+            prepared.body["messages"] = inject_memories(messages, prepared.injected, policy.placement)
+        t_done = time.perf_counter()
+        prepared.timings_ms = {
+            "embed": (t_embed - started) * 1000,
+            "retrieve": (t_retrieve - t_embed) * 1000,
+            "gate_inject": (t_done - t_retrieve) * 1000,
+        }
+        self.metrics.count("memory_injected_total", {"decision": policy.decision_name or ""})
+        self.metrics.observe("memory_injected_count", float(len(prepared.injected)), {})
+        self.metrics.observe("memory_overhead_ms", (t_done - started) * 1000, {})
+        return prepared
+
+    async def remember(self, prepared: PreparedChat, response: Mapping[str, Any]) -> Memory | None:
+        """Step 10: store the turn as one episodic memory ``"Q: <user>\\nA: <assistant>"``
+        (source ``conversation``, created_via ``auto_store``) when the policy auto-stores.
+        Returns the stored memory, or None (skipped or failed; failures are counted)."""
+        if prepared.skipped is not None and prepared.skipped != "error":
+            return None
+        if not prepared.policy.auto_store or not prepared.user_id:
+            return None
+        assistant_text = _assistant_text(response)
+        content = turn_memory_content(prepared.user_text, assistant_text, prepared.injected)
+        if content is None:
+            return None
+        memory = Memory(
+            type=MemoryType.EPISODIC,
+            content=content,
+            user_id=prepared.user_id,
+            project_id=prepared.project_id,
+            source="conversation",
+            created_via="auto_store",
+            conversation_id=prepared.conversation_id,
+            created_by_user_id=prepared.user_id,
+            metadata={"decision": prepared.policy.decision_name, "model": prepared.body.get("model")},
+        )
+        try:
+            stored = await self._store.store(memory)
+        except Exception as e:
+            log.warning("auto-store failed: %r", e)
+            self.metrics.count("memory_store_errors", {"decision": prepared.policy.decision_name or ""})
+            return None
+        self.metrics.count("memory_auto_stored_total", {"decision": prepared.policy.decision_name or ""})
+        return stored
+
+
+def _assistant_text(response: Mapping[str, Any]) -> str:
+    """Text of the first choice of an OpenAI chat.completion response ("" if none)."""
+    try:
+        content = response["choices"][0]["message"].get("content")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return ""
+    if isinstance(content, list):
+        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content or ""
+
+
+def copy_body(body: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep copy of a request body (the forwarded body must never alias the caller's)."""
+    return copy.deepcopy(dict(body))

@@ -1,0 +1,184 @@
+"""The real application under ``serve.run`` on Milvus Lite, checked through HTTP.
+
+One application for the module (serve.run costs seconds). Users are distinct per test so
+the tests do not depend on each other's memories.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.integration
+
+FACT = "Please remember this: my locker code is 4817."
+QUESTION = "What is my locker code?"
+
+
+def config(tmp_path) -> dict:
+    return {
+        "global": {
+            "stores": {
+                "memory": {
+                    "backend": "milvus",
+                    "milvus": {"uri": str(tmp_path / "memory.db"), "collection": "it_memory"},
+                }
+            }
+        },
+        "routing": {
+            "decisions": [
+                {"name": "scratch", "match": {"models": ["scratch"]},
+                 "plugins": [{"type": "memory", "configuration": {"enabled": False}}]},
+                {"name": "strict", "match": {"models": ["strict"]},
+                 "plugins": [{"type": "memory", "configuration": {"similarity_threshold": 0.99, "auto_store": False}}]},
+                {"name": "loose", "match": {"models": ["loose"]},
+                 "plugins": [{"type": "memory", "configuration": {"similarity_threshold": 0.10, "auto_store": False}}]},
+                {"name": "default", "plugins": [{"type": "memory", "configuration": {"enabled": True}}]},
+            ]
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def base_url(serve_http_port, tmp_path_factory):
+    from ray import serve
+
+    from deployments.app import build_app
+
+    tmp = tmp_path_factory.mktemp("app")
+    serve.run(build_app({"config": config(tmp)}), name="memory-it", route_prefix="/", blocking=False)
+    url = f"http://127.0.0.1:{serve_http_port}"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    else:
+        pytest.fail("application did not become healthy")
+    yield url
+    serve.delete("memory-it")
+
+
+def user() -> str:
+    return f"user-{uuid.uuid4().hex[:8]}"
+
+
+def chat(base_url, user_id, messages, model="assistant", headers=None):
+    h = {"x-authz-user-id": user_id} if user_id else {}
+    h.update(headers or {})
+    r = httpx.post(f"{base_url}/v1/chat/completions", json={"model": model, "messages": messages}, headers=h, timeout=60)
+    assert r.status_code == 200, r.text
+    return r
+
+
+def echoed(response) -> str:
+    return response.json()["choices"][0]["message"]["content"]
+
+
+def wait_for_memories(base_url, user_id, n, timeout=30) -> list[dict]:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        body = httpx.get(f"{base_url}/v1/memory", headers={"x-authz-user-id": user_id}).json()
+        if body["total"] >= n:
+            return body["memories"]
+        time.sleep(0.2)
+    raise AssertionError(f"{user_id} has fewer than {n} memories after {timeout}s")
+
+
+def test_fact_carries_to_new_conversation_not_to_other_user_and_delete_removes_it(base_url):
+    alice, bob = user(), user()
+    chat(base_url, alice, [{"role": "user", "content": FACT}])
+    memories = wait_for_memories(base_url, alice, 1)
+    fact = next(m for m in memories if "4817" in m["content"])
+    assert fact["type"] == "episodic" and fact["source"] == "conversation" and fact["created_via"] == "auto_store"
+    assert fact["content"].startswith("Q: " + FACT)
+
+    fresh = [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": QUESTION}]
+    r = chat(base_url, alice, fresh)
+    assert "4817" in echoed(r)
+    assert int(r.headers["x-memory-injected"]) >= 1
+
+    assert "4817" not in echoed(chat(base_url, bob, fresh))
+
+    deleted = httpx.delete(f"{base_url}/v1/memory/{fact['id']}", headers={"x-authz-user-id": alice})
+    assert deleted.status_code == 200
+    assert "4817" not in echoed(chat(base_url, alice, fresh))
+
+
+def test_no_user_header_proxies_without_memory(base_url):
+    r = chat(base_url, None, [{"role": "user", "content": QUESTION}])
+    assert r.headers["x-memory-skipped"] == "no_user"
+    assert echoed(r) == f"user: {QUESTION}"
+
+
+def test_memory_rest_api_is_scoped_to_the_caller(base_url):
+    alice, bob = user(), user()
+    h = {"x-authz-user-id": alice}
+    created = httpx.post(
+        f"{base_url}/v1/memory",
+        json={"memories": [{"content": "I prefer window seats", "metadata": {"k": 1}},
+                           {"content": "Deploy with make release", "type": "procedural", "project_id": "p1"}]},
+        headers=h,
+    )
+    assert created.status_code == 201, created.text
+    ids = [m["id"] for m in created.json()["memories"]]
+    assert len(ids) == 2 and all(ids)
+
+    listed = httpx.get(f"{base_url}/v1/memory", headers=h).json()
+    assert listed["total"] == 2 and [m["id"] for m in listed["memories"]] == ids[::-1]  # newest first
+    only_proc = httpx.get(f"{base_url}/v1/memory", params={"type": "procedural"}, headers=h).json()
+    assert [m["id"] for m in only_proc["memories"]] == [ids[1]]
+
+    found = httpx.post(f"{base_url}/v1/memory/search", json={"query": "which seat do I like?", "threshold": 0.2}, headers=h).json()
+    assert found["memories"][0]["id"] == ids[0] and 0 < found["memories"][0]["similarity"] <= 1
+
+    assert httpx.get(f"{base_url}/v1/memory/{ids[0]}", headers=h).json()["metadata"] == {"k": 1}
+    other = httpx.get(f"{base_url}/v1/memory/{ids[0]}", headers={"x-authz-user-id": bob})
+    assert other.status_code == 404 and other.json()["error"]["code"] == "memory_not_found"
+    assert httpx.delete(f"{base_url}/v1/memory/{ids[0]}", headers={"x-authz-user-id": bob}).status_code == 404
+    assert httpx.get(f"{base_url}/v1/memory").status_code == 401
+    assert httpx.get(f"{base_url}/v1/memory").json()["error"]["code"] == "unauthorized"
+
+    bad = httpx.post(f"{base_url}/v1/memory", json={"memories": [{"content": ""}]}, headers=h)
+    assert bad.status_code == 400 and "error" in bad.json()
+    huge = httpx.post(f"{base_url}/v1/memory", json={"memories": [{"content": "é" * 9000}]}, headers=h)
+    assert huge.status_code == 400 and "bytes" in huge.json()["error"]["message"]
+
+    scoped = httpx.delete(f"{base_url}/v1/memory", params={"type": "procedural"}, headers=h).json()
+    assert scoped == {"deleted": 1}
+    assert httpx.get(f"{base_url}/v1/memory", headers=h).json()["total"] == 1
+
+
+def test_per_decision_threshold_and_disabled_route(base_url):
+    alice = user()
+    httpx.post(f"{base_url}/v1/memory", json={"memories": [{"content": "My locker code is 4817"}]},
+               headers={"x-authz-user-id": alice}).raise_for_status()
+    ask = [{"role": "user", "content": QUESTION}]
+    assert "4817" in echoed(chat(base_url, alice, ask, model="loose"))
+    strict = chat(base_url, alice, ask, model="strict")
+    assert "4817" not in echoed(strict) and strict.headers["x-memory-injected"] == "0"
+    off = chat(base_url, alice, ask, model="scratch")
+    assert "4817" not in echoed(off) and off.headers["x-memory-skipped"] == "plugin_disabled"
+    header_off = chat(base_url, alice, ask, model="loose", headers={"x-disable-router-memory": "true"})
+    assert header_off.headers["x-memory-skipped"] == "header_disabled"
+
+
+def test_bad_chat_input_is_a_clear_4xx(base_url):
+    r = httpx.post(f"{base_url}/v1/chat/completions", json={"model": "x", "messages": []}, headers={"x-authz-user-id": "u"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request"
+    r = httpx.post(f"{base_url}/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400
+
+
+def test_embeddings_endpoint_carries_identity(base_url):
+    r = httpx.post(f"{base_url}/v1/embeddings", json={"input": ["hello", "world"]})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert len(body["data"]) == 2 and len(body["data"][0]["embedding"]) == 384
+    assert body["model_identity"] and r.headers["x-model-identity"] == body["model_identity"]
