@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Start the main job exactly as the README does (`serve run serve_config.yaml`, embedded
+# defaults) in a scratch directory on a free port, run the e2e suite against it, stop it.
+# To run e2e against a service you started yourself: MEMORY_ROUTER_URL=http://host:port pytest e2e
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+bin="${VENV_BIN:-$repo/.venv/bin}"
+work="$(mktemp -d)"
+port="$("$bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+"$bin/python" - "$repo/serve_config.yaml" "$work/serve_config.yaml" "$port" <<'PY'
+import sys, yaml
+src, dst, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+cfg = yaml.safe_load(open(src))
+cfg["http_options"]["port"] = port
+yaml.safe_dump(cfg, open(dst, "w"), sort_keys=False)
+PY
+cd "$work"
+"$bin/serve" run serve_config.yaml > "$work/serve.log" 2>&1 &
+serve_pid=$!
+cleanup() {
+  kill -INT "$serve_pid" 2>/dev/null || true
+  for _ in $(seq 1 30); do kill -0 "$serve_pid" 2>/dev/null || break; sleep 1; done
+  kill -9 "$serve_pid" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+url="http://127.0.0.1:$port"
+for i in $(seq 1 240); do
+  if curl -fsS "$url/health" >/dev/null 2>&1; then break; fi
+  if ! kill -0 "$serve_pid" 2>/dev/null; then echo "serve run exited:"; tail -50 "$work/serve.log"; exit 1; fi
+  sleep 1
+done
+curl -fsS "$url/health" >/dev/null || { echo "service not healthy after 240 s"; tail -50 "$work/serve.log"; exit 1; }
+echo "e2e: service up at $url (started in $i s)"
+cd "$repo"
+MEMORY_ROUTER_URL="$url" "$bin/pytest" -q -p no:cacheprovider e2e
