@@ -26,7 +26,7 @@ from pydantic import (
 
 from .errors import ConfigError
 
-DEFAULT_SIMILARITY_THRESHOLD = 0.35
+DEFAULT_SIMILARITY_THRESHOLD = 0.425
 """Cosine floor calibrated for all-MiniLM-L6-v2 (see README "Calibrating the threshold" and
 ``benchmarks/calibrate_threshold.py``)."""
 
