@@ -165,6 +165,7 @@ class MemoryIngress:
                 importance=m.importance,
                 conversation_id=m.conversation_id,
                 source=m.source,
+                created_at=m.created_at,
                 created_via="api",
                 created_by_user_id=user_id,
                 embedding=vector,

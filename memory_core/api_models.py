@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .types import MemoryType
 
@@ -26,6 +27,20 @@ class NewMemory(_Body):
     importance: float = Field(0.5, ge=0, le=1)
     conversation_id: str | None = Field(None, max_length=256)
     source: str = Field("api", min_length=1, max_length=64)
+    created_at: datetime | None = None
+    """When the remembered thing happened (backfilling history); default now; not in the
+    future (1 minute clock skew allowed); a naive time is taken as UTC."""
+
+    @field_validator("created_at")
+    @classmethod
+    def _not_future(cls, v: datetime | None) -> datetime | None:
+        if v is None:
+            return None
+        if v.tzinfo is None:
+            v = v.replace(tzinfo=timezone.utc)
+        if v > datetime.now(timezone.utc) + timedelta(minutes=1):
+            raise ValueError("created_at must not be in the future")
+        return v
 
 
 class CreateMemoriesRequest(_Body):

@@ -1,0 +1,131 @@
+"""Replay LoCoMo conversations into a running memory-router over HTTP and measure retrieval.
+
+Each conversation is one user; each dialogue turn becomes one memory created through
+``POST /v1/memory`` (content ``"Speaker: text"``, metadata keeps ``dia_id``, ``session_date``,
+``speaker``, ``session``; ``created_at`` = the session date). Then every category 1–4 question
+with evidence is searched as that user through ``POST /v1/memory/search``.
+
+Prints evidence recall@5 and @10 (definition: ``shared/README.md``), overall and per category,
+the number of questions, ingest throughput (memories/s) and search latency p50/p95 (ms,
+client-side, one request at a time).
+
+    python benchmarks/locomo.py --url http://127.0.0.1:8000
+
+``--threshold`` defaults to 0 (ranking quality: the top-k whatever their cosine); pass
+``--threshold default`` to use the service's configured default similarity threshold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+import uuid
+
+import httpx
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from benchmarks.locomo_data import dia_ids_of, load_samples, questions, recall_at_k, summarize, turns
+
+app = typer.Typer(add_completion=False)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile ``q`` in [0, 100] of ``values``."""
+    ordered = sorted(values)
+    rank = max(1, int(round(q / 100 * len(ordered) + 0.5)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+async def ingest(client: httpx.AsyncClient, user_id: str, sample: dict, batch: int, progress, task) -> int:
+    items = turns(sample)
+    for start in range(0, len(items), batch):
+        chunk = items[start : start + batch]
+        body = {
+            "memories": [
+                {"content": t.content, "type": "episodic", "metadata": t.metadata,
+                 "created_at": t.created_at.isoformat(), "source": "locomo", "conversation_id": sample["sample_id"]}
+                for t in chunk
+            ]
+        }
+        r = await client.post("/v1/memory", json=body, headers={"x-authz-user-id": user_id})
+        r.raise_for_status()
+        progress.advance(task, len(chunk))
+    return len(items)
+
+
+@app.command()
+def main(
+    url: str = typer.Option("http://127.0.0.1:8000", help="base URL of the running service"),
+    data: str = typer.Option(None, help="LoCoMo JSON (default ../shared/data/locomo/locomo_dev.json)"),
+    conversations: int = typer.Option(0, help="replay only the first N conversations (0 = all)"),
+    batch: int = typer.Option(32, help="memories per POST /v1/memory"),
+    concurrency: int = typer.Option(4, help="conversations ingested in parallel"),
+    threshold: str = typer.Option("0", help="search threshold, or 'default' for the service default"),
+    keep: bool = typer.Option(False, help="keep the replayed memories (default: delete them at the end)"),
+) -> None:
+    samples = load_samples(data, conversations or None)
+    run = uuid.uuid4().hex[:8]
+    users = {s["sample_id"]: f"locomo-{run}-{s['sample_id']}" for s in samples}
+    search_threshold = None if threshold == "default" else float(threshold)
+    console = Console()
+
+    async def go():
+        limits = httpx.Limits(max_connections=concurrency * 2)
+        async with httpx.AsyncClient(base_url=url.rstrip("/"), timeout=120, limits=limits) as client:
+            (await client.get("/health")).raise_for_status()
+            n_turns = sum(len(turns(s)) for s in samples)
+            qs = [(s["sample_id"], q) for s in samples for q in questions(s)]
+            cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+            with Progress(*cols, console=console) as progress:
+                t_ingest = progress.add_task("ingest memories", total=n_turns)
+                gate = asyncio.Semaphore(concurrency)
+
+                async def one(sample):
+                    async with gate:
+                        return await ingest(client, users[sample["sample_id"]], sample, batch, progress, t_ingest)
+
+                started = time.perf_counter()
+                stored = sum(await asyncio.gather(*(one(s) for s in samples)))
+                ingest_s = time.perf_counter() - started
+
+                t_search = progress.add_task("search questions", total=len(qs))
+                rows, latencies = [], []
+                for sample_id, q in qs:
+                    body = {"query": q.question, "limit": 10}
+                    if search_threshold is not None:
+                        body["threshold"] = search_threshold
+                    t0 = time.perf_counter()
+                    r = await client.post("/v1/memory/search", json=body, headers={"x-authz-user-id": users[sample_id]})
+                    latencies.append((time.perf_counter() - t0) * 1000)
+                    r.raise_for_status()
+                    ranked = [dia_ids_of(m.get("metadata") or {}) for m in r.json()["memories"]]
+                    rows.append((q.category, recall_at_k(ranked, q.evidence, 5), recall_at_k(ranked, q.evidence, 10)))
+                    progress.advance(t_search)
+            if not keep:
+                for user_id in users.values():
+                    await client.delete("/v1/memory", headers={"x-authz-user-id": user_id})
+            return stored, ingest_s, rows, latencies
+
+    stored, ingest_s, rows, latencies = asyncio.run(go())
+    table = Table(title=f"LoCoMo evidence recall through {url} ({len(samples)} conversations, threshold {threshold})")
+    for col in ("questions", "n", "recall@5", "recall@10"):
+        table.add_column(col)
+    for name, s in summarize(rows).items():
+        table.add_row(name, str(s["n"]), f"{s['r@5']:.3f}", f"{s['r@10']:.3f}")
+    console.print(table)
+    console.print(
+        f"ingest: {stored} memories in {ingest_s:.1f} s = {stored / ingest_s:.1f} memories/s "
+        f"(batch {batch}, {concurrency} conversations in parallel)"
+    )
+    console.print(
+        f"search latency over {len(latencies)} requests: p50 {statistics.median(latencies):.1f} ms, "
+        f"p95 {percentile(latencies, 95):.1f} ms"
+    )
+
+
+if __name__ == "__main__":
+    app()
