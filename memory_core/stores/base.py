@@ -26,7 +26,8 @@ from ..errors import (
     StoreClosed,
 )
 from ..sanitize import clean_content, require_user_id
-from ..types import ListResult, Memory, MemoryType, RetrieveOptions, ScoredMemory, utcnow
+from ..types import ListResult, Memory, MemoryType, RetrieveOptions, ScoredMemory
+from ..types import utcnow as _utcnow
 
 EmbedFn = Callable[[list[str]], Awaitable[list[list[float]]]]
 """Async text→vector function: ``list[str]`` of n texts → n L2-normalised vectors."""
@@ -36,6 +37,26 @@ UPDATABLE_FIELDS = frozenset(
 )
 MAX_LIST_LIMIT = 1000
 MAX_RETRIEVE_LIMIT = 1000
+
+
+def to_millis(when: datetime) -> datetime:
+    """``when`` truncated to whole milliseconds (the precision every backend stores:
+    timestamps are persisted as epoch milliseconds)."""
+    return when.replace(microsecond=(when.microsecond // 1000) * 1000)
+
+
+def utcnow() -> datetime:
+    """Current UTC time at millisecond precision, so a record returned by ``store``/``update``
+    equals what any backend returns for it later."""
+    return to_millis(_utcnow())
+
+
+def check_project_id(project_id: str | None) -> str | None:
+    """``None`` (no project) or a project id following the user id rules (non-empty, ≤ 256
+    characters, no control characters). Raises ``InvalidInput``."""
+    if project_id is None:
+        return None
+    return require_user_id(project_id, "project_id")
 
 
 class MemoryStore(ABC):
@@ -62,6 +83,7 @@ class MemoryStore(ABC):
         self._drained = asyncio.Event()
         self._drained.set()
         self._user_locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._id_locks: dict[str, list] = {}
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -126,6 +148,21 @@ class MemoryStore(ABC):
     def _lock(self, user_id: str) -> asyncio.Lock:
         return self._user_locks[user_id]
 
+    @contextlib.asynccontextmanager
+    async def _id_lock(self, memory_id: str):
+        """Exclusive section for one memory id (entries are dropped when unused)."""
+        entry = self._id_locks.get(memory_id)
+        if entry is None:
+            entry = self._id_locks[memory_id] = [asyncio.Lock(), 0]
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0:
+                self._id_locks.pop(memory_id, None)
+
     # ------------------------------------------------------------------ contract
     async def store(self, memory: Memory) -> Memory:
         """Insert ``memory``; returns the stored record (with content cleaned, timestamps and
@@ -139,13 +176,16 @@ class MemoryStore(ABC):
             require_user_id(memory.user_id)
             if not memory.id:
                 raise InvalidInput("id is required")
+            check_project_id(memory.project_id)
             content = clean_content(memory.content)
             now = utcnow()
+            created = to_millis(memory.created_at) if memory.created_at else now
             memory = memory.model_copy(
                 update={
                     "content": content,
-                    "created_at": memory.created_at or now,
-                    "updated_at": memory.updated_at or memory.created_at or now,
+                    "created_at": created,
+                    "updated_at": to_millis(memory.updated_at) if memory.updated_at else created,
+                    "last_accessed": to_millis(memory.last_accessed) if memory.last_accessed else None,
                 }
             )
             if memory.embedding is None:
@@ -153,37 +193,37 @@ class MemoryStore(ABC):
             else:
                 vector = self._check_vector(memory.embedding, memory.embedding_identity)
             memory = memory.model_copy(update={"embedding": vector, "embedding_identity": self.identity})
-            async with self._lock(memory.user_id):
+            # the user lock orders a user's writes; the id lock stops two users racing to
+            # insert the same id (both would see "absent" and the second would overwrite)
+            async with self._lock(memory.user_id), self._id_lock(memory.id):
                 self._still_open()
                 if await self._exists(memory.id):
                     raise DuplicateMemory(f"memory {memory.id!r} already exists")
                 await self._insert(memory)
             return memory
 
-    async def retrieve(self, options: RetrieveOptions) -> list[ScoredMemory]:
+    async def retrieve(self, options: RetrieveOptions, *, touch: bool = True) -> list[ScoredMemory]:
         """Top ``limit`` memories of ``options.user_id`` with cosine similarity ≥ ``threshold``
         (the threshold is always a cosine floor, also for hybrid retrieval, which only changes
         the ranking ``score``), sorted by score descending (ties by id), filtered by ``project_id``/``types`` when given. Updates
         ``access_count``/``last_accessed`` of the returned memories (never re-creating one
-        deleted meanwhile). Raises ``InvalidInput`` (empty user id, limit ≤ 0), ``StoreClosed``.
+        deleted meanwhile). ``touch=False`` leaves access counts alone (for decorators that
+        re-rank a larger candidate set and then ``record_access`` only what they return).
+        Raises ``InvalidInput`` (empty user id, limit ≤ 0), ``StoreClosed``.
         """
         async with self._op():
             require_user_id(options.user_id)
+            check_project_id(options.project_id)
             if not (0 < options.limit <= MAX_RETRIEVE_LIMIT):
                 raise InvalidInput(f"limit must be in 1..{MAX_RETRIEVE_LIMIT}")
             if not math.isfinite(options.threshold):
                 raise InvalidInput("threshold must be a finite number")
-            if options.embedding is None:
-                if not options.query.strip():
-                    raise InvalidInput("query text or embedding is required")
-                (vector,) = await self._vectors([options.query])
-            else:
-                vector = self._check_vector(options.embedding, options.embedding_identity)
+            vector = await self._query_vector(options)
             results = await self._search(options, vector)
             results = [r for r in results if r.similarity >= options.threshold]
             results.sort(key=lambda r: (-r.score, r.memory.id))
             results = results[: options.limit]
-            if results:
+            if results and touch:
                 now = utcnow()
                 async with self._lock(options.user_id):
                     self._still_open()
@@ -199,6 +239,38 @@ class MemoryStore(ABC):
                     for r in results
                 ]
             return results
+
+    async def _query_vector(self, options: RetrieveOptions) -> list[float]:
+        if options.embedding is None:
+            if not options.query.strip():
+                raise InvalidInput("query text or embedding is required")
+            (vector,) = await self._vectors([options.query])
+            return vector
+        return self._check_vector(options.embedding, options.embedding_identity)
+
+    async def embed_query(self, options: RetrieveOptions) -> list[float]:
+        """The query vector ``retrieve`` would search with: ``options.embedding`` checked
+        (dimension, identity, normalised) or ``options.query`` embedded. Raises
+        ``InvalidInput`` (neither given, bad vector), ``EmbeddingIdentityMismatch``,
+        ``StoreClosed``."""
+        async with self._op():
+            return await self._query_vector(options)
+
+    async def record_access(self, memory_ids: Iterable[str], user_id: str) -> datetime:
+        """Increment ``access_count`` and set ``last_accessed`` (returned, UTC) of those of
+        ``memory_ids`` that exist and belong to ``user_id`` — what ``retrieve`` does for the
+        memories it returns. Never re-creates a deleted memory. Raises ``StoreClosed``."""
+        async with self._op():
+            require_user_id(user_id)
+            now = utcnow()
+            ids = list(dict.fromkeys(memory_ids))
+            if ids:
+                async with self._lock(user_id):
+                    self._still_open()
+                    owned = [m.id for m in await self._get_many(ids) if m.user_id == user_id]
+                    if owned:
+                        await self._touch(owned, now)
+            return now
 
     async def get(self, memory_id: str, user_id: str) -> Memory:
         """The memory ``memory_id`` of ``user_id``. Raises ``MemoryNotFound`` when absent or
@@ -235,6 +307,8 @@ class MemoryStore(ABC):
                 (vector,) = await self._vectors([changes["content"]])
             if "type" in changes:
                 changes["type"] = MemoryType(changes["type"])
+            if "project_id" in changes:
+                check_project_id(changes["project_id"])
             async with self._lock(user_id):
                 self._still_open()
                 found = await self._get_many([memory_id])
@@ -265,6 +339,7 @@ class MemoryStore(ABC):
                 raise InvalidInput(f"limit must be in 1..{MAX_LIST_LIMIT}")
             if offset < 0:
                 raise InvalidInput("offset must be ≥ 0")
+            check_project_id(project_id)
             return await self._list(user_id, tuple(types) if types else None, project_id, limit, offset)
 
     async def forget(self, memory_id: str, user_id: str) -> None:
@@ -286,6 +361,7 @@ class MemoryStore(ABC):
         ``types``; returns how many were deleted (0 is fine). Other users are untouched."""
         async with self._op():
             require_user_id(user_id)
+            check_project_id(project_id)
             async with self._lock(user_id):
                 self._still_open()
                 ids = await self._scope_ids(user_id, tuple(types) if types else None, project_id)
@@ -372,8 +448,14 @@ class StoreDecorator:
     async def store(self, memory: Memory) -> Memory:
         return await self.inner.store(memory)
 
-    async def retrieve(self, options: RetrieveOptions) -> list[ScoredMemory]:
-        return await self.inner.retrieve(options)
+    async def retrieve(self, options: RetrieveOptions, *, touch: bool = True) -> list[ScoredMemory]:
+        return await self.inner.retrieve(options, touch=touch)
+
+    async def embed_query(self, options: RetrieveOptions) -> list[float]:
+        return await self.inner.embed_query(options)
+
+    async def record_access(self, memory_ids, user_id: str) -> datetime:
+        return await self.inner.record_access(memory_ids, user_id)
 
     async def get(self, memory_id: str, user_id: str) -> Memory:
         return await self.inner.get(memory_id, user_id)

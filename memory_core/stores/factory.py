@@ -1,0 +1,74 @@
+"""Build the configured store from ``MemoryStoreSettings``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..config import MemoryStoreSettings
+from ..errors import ConfigError
+from .base import EmbedFn, MemoryStore, StoreDecorator
+
+
+def physical_name(logical: str, collection_suffix: str | None) -> str:
+    """``logical`` + ``"__" + collection_suffix`` when a suffix is given (e.g. the embedding
+    model identity digest, so two models never share a collection)."""
+    return f"{logical}__{collection_suffix}" if collection_suffix else logical
+
+
+def make_store(
+    settings: MemoryStoreSettings,
+    *,
+    embed: EmbedFn | None,
+    dimension: int,
+    identity: str | None = None,
+    collection_suffix: str | None = None,
+    on_event: Callable[[str], None] | None = None,
+) -> MemoryStore | StoreDecorator:
+    """The backend named by ``settings.backend`` (``milvus`` | ``qdrant`` | ``valkey`` |
+    ``inmemory``), wrapped by :class:`~memory_core.stores.cache.CachingStore` when
+    ``settings.cache.enabled``.
+
+    The collection (Milvus/Qdrant), index and key prefix (Valkey) and cache key prefix are
+    the configured logical names + ``"__" + collection_suffix`` when given. ``on_event`` is
+    passed to the cache (counter names such as ``cache_hit``, ``cache_error``).
+
+    Opening connects and creates or checks the collection: raises ``ConfigError`` (e.g.
+    existing collection of another vector dimension), ``StoreUnavailable`` (unreachable).
+    """
+    common = {"embed": embed, "dimension": dimension, "identity": identity}
+    backend = settings.backend
+    store: MemoryStore
+    if backend == "milvus":
+        from .milvus import MilvusStore
+
+        m = settings.milvus
+        name = physical_name(m.collection, collection_suffix)
+        store = MilvusStore(uri=m.uri, collection=name, token=m.token, db_name=m.db_name, **common)
+    elif backend == "qdrant":
+        from .qdrant import QdrantStore
+
+        q = settings.qdrant
+        name = physical_name(q.collection, collection_suffix)
+        store = QdrantStore(url=q.url, api_key=q.api_key, path=q.path, collection=name, **common)
+    elif backend == "valkey":
+        from .valkey import ValkeyStore
+
+        v = settings.valkey
+        name = physical_name(v.index, collection_suffix)
+        prefix = v.prefix if not collection_suffix else f"{v.prefix.rstrip(':')}__{collection_suffix}:"
+        store = ValkeyStore(url=v.url, prefix=prefix, index=name, **common)
+    elif backend == "inmemory":
+        from .inmemory import InMemoryStore
+
+        name = physical_name("inmemory", collection_suffix)
+        store = InMemoryStore(**common)
+    else:  # pragma: no cover - the settings model forbids other values
+        raise ConfigError(f"global.stores.memory.backend: unknown backend {backend!r}")
+    if settings.cache.enabled:
+        from .cache import CachingStore
+
+        c = settings.cache
+        return CachingStore(
+            store, url=c.url, ttl_s=c.ttl_s, prefix=f"{c.prefix}{backend}:{name}:", on_event=on_event
+        )
+    return store

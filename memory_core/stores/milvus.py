@@ -1,0 +1,396 @@
+"""Milvus backend: Milvus Lite (embedded, ``uri`` is a file path) or a Milvus server
+(``uri`` is ``http(s)://host:port``), through the official ``pymilvus.MilvusClient``.
+
+Layout of the collection (one row per memory):
+
+============== ================ =====================================================
+field          type             notes
+============== ================ =====================================================
+id             VARCHAR(128)     primary key
+user_id        VARCHAR(1024)    partition key (Milvus prunes partitions by it)
+project_id     VARCHAR, null    filter
+memory_type    VARCHAR(32)      filter
+content        VARCHAR(65535)   ≤ 16 KB UTF-8 by the sanitizer
+created_at ..  INT64            epoch milliseconds (last_accessed nullable)
+metadata       JSON
+embedding      FLOAT_VECTOR     HNSW index, COSINE metric (Milvus Lite 3.2 accepts both)
+============== ================ =====================================================
+
+Every filter value goes through :func:`milvus_literal` (the one escaping helper of this
+backend). pymilvus is synchronous and one client is not documented as thread-safe, so all
+client calls run on one dedicated worker thread (off the event loop, serialized, FIFO: the
+final ``client.close()`` is queued behind any call still running). Transient errors are
+retried a bounded number of times with exponential backoff, then raise
+``StoreUnavailable``. Results are converted to plain Python data right away (pymilvus
+result objects do not pickle).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import logging
+from datetime import datetime
+from typing import Any, Callable
+
+from ..errors import ConfigError, StoreUnavailable
+from ..types import ListResult, Memory, MemoryType, RetrieveOptions, ScoredMemory
+from ._records import from_ms, newest_first, to_ms
+from .base import MemoryStore
+
+log = logging.getLogger(__name__)
+
+_VECTOR_FIELD = "embedding"
+_SCALAR_FIELDS = [
+    "id",
+    "user_id",
+    "project_id",
+    "memory_type",
+    "content",
+    "source",
+    "created_via",
+    "conversation_id",
+    "created_by_user_id",
+    "created_at",
+    "updated_at",
+    "last_accessed",
+    "access_count",
+    "importance",
+    "metadata",
+    "embedding_identity",
+]
+_ALL_FIELDS = _SCALAR_FIELDS + [_VECTOR_FIELD]
+_QUERY_BATCH = 4096
+_MAX_TOPK = 16384
+
+
+def milvus_literal(value: str) -> str:
+    """``value`` as a double-quoted Milvus expression string literal: backslash, both quote
+    characters and line breaks/tabs escaped, so the value can never end the literal and
+    splice its own expression (``x" || user_id != "y`` stays one literal)."""
+    escaped = (
+        value.replace("\\", "\\\\")
+        .replace('"', '\\"')
+        .replace("'", "\\'")
+        .replace("\n", "\\n")
+        .replace("\r", "\\r")
+        .replace("\t", "\\t")
+    )
+    return f'"{escaped}"'
+
+
+def _filter(user_id: str, types: tuple[MemoryType, ...] | None, project_id: str | None) -> str:
+    parts = [f"user_id == {milvus_literal(user_id)}"]
+    if project_id is not None:
+        parts.append(f"project_id == {milvus_literal(project_id)}")
+    if types:
+        parts.append("memory_type in [" + ", ".join(milvus_literal(MemoryType(t).value) for t in types) + "]")
+    return " and ".join(parts)
+
+
+def _ids_filter(ids: list[str]) -> str:
+    return "id in [" + ", ".join(milvus_literal(i) for i in ids) + "]"
+
+
+def _is_transient(exc: BaseException) -> bool:
+    """Errors worth retrying: connection/timeouts and Milvus 'unavailable'/'rate limit'."""
+    if isinstance(exc, (ConnectionError, TimeoutError)):
+        return True
+    try:
+        from pymilvus.exceptions import MilvusException, MilvusUnavailableException
+    except ImportError:  # pragma: no cover
+        return False
+    if isinstance(exc, MilvusUnavailableException):
+        return True
+    if isinstance(exc, MilvusException):
+        text = str(exc).lower()
+        return any(w in text for w in ("unavailable", "timeout", "timed out", "rate limit", "connection"))
+    return False
+
+
+def _to_row(memory: Memory) -> dict[str, Any]:
+    return {
+        "id": memory.id,
+        "user_id": memory.user_id,
+        "project_id": memory.project_id,
+        "memory_type": memory.type.value,
+        "content": memory.content,
+        "source": memory.source,
+        "created_via": memory.created_via,
+        "conversation_id": memory.conversation_id,
+        "created_by_user_id": memory.created_by_user_id,
+        "created_at": to_ms(memory.created_at),
+        "updated_at": to_ms(memory.updated_at),
+        "last_accessed": to_ms(memory.last_accessed),
+        "access_count": int(memory.access_count),
+        "importance": float(memory.importance),
+        "metadata": memory.metadata or {},
+        "embedding_identity": memory.embedding_identity,
+        _VECTOR_FIELD: [float(x) for x in memory.embedding or []],
+    }
+
+
+def _from_row(row: dict[str, Any]) -> Memory:
+    vector = row.get(_VECTOR_FIELD)
+    return Memory(
+        id=str(row["id"]),
+        user_id=str(row["user_id"]),
+        project_id=row.get("project_id"),
+        type=MemoryType(row["memory_type"]),
+        content=str(row["content"]),
+        source=row.get("source") or "api",
+        created_via=row.get("created_via") or "api",
+        conversation_id=row.get("conversation_id"),
+        created_by_user_id=row.get("created_by_user_id"),
+        created_at=from_ms(row.get("created_at")),
+        updated_at=from_ms(row.get("updated_at")),
+        last_accessed=from_ms(row.get("last_accessed")),
+        access_count=int(row.get("access_count") or 0),
+        importance=float(row.get("importance") if row.get("importance") is not None else 0.5),
+        metadata=dict(row.get("metadata") or {}),
+        embedding=[float(x) for x in vector] if vector is not None else None,
+        embedding_identity=row.get("embedding_identity"),
+    )
+
+
+class MilvusStore(MemoryStore):
+    """Milvus / Milvus Lite store.
+
+    Args:
+        uri: Milvus Lite file path (``./data/memory.db``) or server URL.
+        collection: collection name (created when absent, with the layout above).
+        token, db_name: server credentials / database (ignored by Milvus Lite).
+        retries: attempts per call on transient errors (≥ 1); ``backoff_s`` is the first
+            pause, doubled each retry.
+        embed, dimension, identity: see :class:`MemoryStore`.
+
+    Opening connects, creates or checks the collection and loads it (a collection reopened
+    from disk must be loaded before search). Raises ``ConfigError`` when an existing
+    collection's vector dimension differs from ``dimension``, ``StoreUnavailable`` when the
+    server cannot be reached.
+    """
+
+    name = "milvus"
+
+    def __init__(
+        self,
+        *,
+        uri: str,
+        collection: str,
+        token: str | None = None,
+        db_name: str | None = None,
+        retries: int = 3,
+        backoff_s: float = 0.05,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.uri = uri
+        self.collection = collection
+        self._retries = max(1, retries)
+        self._backoff_s = backoff_s
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="milvus")
+        try:
+            self._client = self._executor.submit(self._connect, uri, token, db_name).result()
+            self._executor.submit(self._prepare).result()
+        except BaseException:
+            self._executor.shutdown(wait=False)
+            raise
+
+    # ------------------------------------------------------------------ sync (worker thread)
+    @staticmethod
+    def _connect(uri: str, token: str | None, db_name: str | None):
+        from pymilvus import MilvusClient
+
+        kwargs: dict[str, Any] = {"uri": uri}
+        if token:
+            kwargs["token"] = token
+        if db_name:
+            kwargs["db_name"] = db_name
+        try:
+            return MilvusClient(**kwargs)
+        except Exception as e:  # noqa: BLE001 - any connect failure is "unavailable"
+            raise StoreUnavailable(f"cannot open Milvus at {uri}: {e}") from e
+
+    def _prepare(self) -> None:
+        from pymilvus import DataType
+
+        c = self._client
+        name = self.collection
+        if c.has_collection(name):
+            info = c.describe_collection(name)
+            dims = [
+                int(f.get("params", {}).get("dim", 0))
+                for f in info.get("fields", [])
+                if f.get("name") == _VECTOR_FIELD
+            ]
+            if not dims:
+                raise ConfigError(
+                    f"milvus collection {name!r} at {self.uri} has no {_VECTOR_FIELD!r} vector field; "
+                    "it was not created by this service (choose another milvus.collection)"
+                )
+            if dims[0] != self.dimension:
+                raise ConfigError(
+                    f"milvus collection {name!r} at {self.uri} holds {dims[0]}-dimensional vectors but the "
+                    f"embedding model produces {self.dimension}; use another milvus.collection or the model "
+                    "that filled it"
+                )
+        else:
+            s = c.create_schema(auto_id=False, enable_dynamic_field=False)
+            s.add_field("id", DataType.VARCHAR, is_primary=True, max_length=128)
+            s.add_field("user_id", DataType.VARCHAR, max_length=1024, is_partition_key=True)
+            s.add_field("project_id", DataType.VARCHAR, max_length=1024, nullable=True)
+            s.add_field("memory_type", DataType.VARCHAR, max_length=32)
+            s.add_field("content", DataType.VARCHAR, max_length=65535)
+            s.add_field("source", DataType.VARCHAR, max_length=4096)
+            s.add_field("created_via", DataType.VARCHAR, max_length=4096)
+            s.add_field("conversation_id", DataType.VARCHAR, max_length=1024, nullable=True)
+            s.add_field("created_by_user_id", DataType.VARCHAR, max_length=1024, nullable=True)
+            s.add_field("created_at", DataType.INT64)
+            s.add_field("updated_at", DataType.INT64)
+            s.add_field("last_accessed", DataType.INT64, nullable=True)
+            s.add_field("access_count", DataType.INT64)
+            s.add_field("importance", DataType.DOUBLE)
+            s.add_field("metadata", DataType.JSON)
+            s.add_field("embedding_identity", DataType.VARCHAR, max_length=256, nullable=True)
+            s.add_field(_VECTOR_FIELD, DataType.FLOAT_VECTOR, dim=self.dimension)
+            index = c.prepare_index_params()
+            index.add_index(
+                field_name=_VECTOR_FIELD,
+                index_type="HNSW",
+                metric_type="COSINE",
+                params={"M": 16, "efConstruction": 200},
+            )
+            c.create_collection(name, schema=s, index_params=index, consistency_level="Strong")
+        # a collection reopened from disk (or released) must be loaded before search;
+        # loading a loaded collection is a no-op
+        c.load_collection(name)
+
+    # ------------------------------------------------------------------ plumbing
+    async def _call(self, fn: Callable[..., Any], *args, **kwargs) -> Any:
+        """Run ``fn`` on the worker thread; retry transient errors with exponential backoff,
+        then raise ``StoreUnavailable``."""
+        loop = asyncio.get_running_loop()
+        delay = self._backoff_s
+        for attempt in range(1, self._retries + 1):
+            try:
+                return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+            except Exception as e:
+                if not _is_transient(e):
+                    raise
+                if attempt == self._retries:
+                    raise StoreUnavailable(f"milvus call {getattr(fn, '__name__', fn)} failed: {e}") from e
+                log.warning("milvus transient error (attempt %d/%d): %s", attempt, self._retries, e)
+                await asyncio.sleep(delay)
+                delay *= 2
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _query_all(self, expr: str, fields: list[str]) -> list[dict[str, Any]]:
+        """Every row matching ``expr`` (iterator: no 16384-row query window)."""
+        it = self._client.query_iterator(self.collection, batch_size=_QUERY_BATCH, filter=expr, output_fields=fields)
+        rows: list[dict[str, Any]] = []
+        try:
+            while True:
+                batch = it.next()
+                if not batch:
+                    break
+                rows.extend(dict(r) for r in batch)
+        finally:
+            it.close()
+        return rows
+
+    def _get_sync(self, ids: list[str], fields: list[str]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for start in range(0, len(ids), 1000):
+            out.extend(dict(r) for r in self._client.get(self.collection, ids=ids[start : start + 1000], output_fields=fields))
+        return out
+
+    # ------------------------------------------------------------------ hooks
+    async def _exists(self, memory_id: str) -> bool:
+        return bool(await self._call(self._get_sync, [memory_id], ["id"]))
+
+    async def _insert(self, memory: Memory) -> None:
+        # upsert: idempotent when a transient error makes us retry a write that landed
+        await self._call(self._client.upsert, self.collection, [_to_row(memory)])
+
+    async def _replace(self, memory: Memory) -> None:
+        await self._call(self._client.upsert, self.collection, [_to_row(memory)])
+
+    async def insert_many(self, memories: list[Memory]) -> None:
+        """Bulk load of already-validated records with embeddings set (benchmarks, imports);
+        skips the per-record duplicate check. Raises ``StoreClosed`` after close."""
+        async with self._op():
+            for start in range(0, len(memories), 1000):
+                rows = [_to_row(m) for m in memories[start : start + 1000]]
+                await self._call(self._client.upsert, self.collection, rows)
+
+    async def _get_many(self, memory_ids: list[str]) -> list[Memory]:
+        rows = await self._call(self._get_sync, memory_ids, _ALL_FIELDS)
+        return [_from_row(r) for r in rows]
+
+    def _search_sync(self, expr: str, vector: list[float], k: int) -> list[tuple[float, dict[str, Any]]]:
+        res = self._client.search(
+            self.collection,
+            data=[vector],
+            anns_field=_VECTOR_FIELD,
+            filter=expr,
+            limit=k,
+            output_fields=_ALL_FIELDS,
+            search_params={"metric_type": "COSINE", "params": {"ef": max(64, k)}},
+        )
+        return [(float(hit["distance"]), dict(hit["entity"])) for hit in res[0]]
+
+    async def _search(self, options: RetrieveOptions, vector: list[float]) -> list[ScoredMemory]:
+        k = min(max(options.limit * 4, 50), _MAX_TOPK)
+        hits = await self._call(
+            self._search_sync, _filter(options.user_id, options.types, options.project_id), vector, k
+        )
+        out = []
+        for distance, entity in hits:
+            sim = max(-1.0, min(1.0, distance))  # COSINE metric: "distance" is the similarity
+            out.append(ScoredMemory(memory=_from_row(entity), score=sim, similarity=sim))
+        return out
+
+    async def _touch(self, memory_ids: list[str], when: datetime) -> None:
+        # only rows that still exist are rewritten (the base holds the user's write lock)
+        rows = await self._call(self._get_sync, memory_ids, _ALL_FIELDS)
+        if not rows:
+            return
+        stamp = to_ms(when)
+        for r in rows:
+            r["access_count"] = int(r.get("access_count") or 0) + 1
+            r["last_accessed"] = stamp
+            r[_VECTOR_FIELD] = [float(x) for x in r[_VECTOR_FIELD]]
+        await self._call(self._client.upsert, self.collection, rows)
+
+    async def _list(self, user_id, types, project_id, limit, offset) -> ListResult:
+        pairs = await self._call(self._query_all, _filter(user_id, types, project_id), ["id", "created_at"])
+        ordered = newest_first([(int(r["created_at"]), str(r["id"])) for r in pairs])
+        page = ordered[offset : offset + limit]
+        if not page:
+            return ListResult(memories=[], total=len(ordered))
+        by_id = {m.id: m for m in await self._get_many(page)}
+        return ListResult(memories=[by_id[i] for i in page if i in by_id], total=len(ordered))
+
+    async def _scope_ids(self, user_id, types, project_id) -> list[str]:
+        rows = await self._call(self._query_all, _filter(user_id, types, project_id), ["id"])
+        return [str(r["id"]) for r in rows]
+
+    async def _delete(self, memory_ids: list[str]) -> None:
+        for start in range(0, len(memory_ids), 1000):
+            await self._call(self._client.delete, self.collection, ids=memory_ids[start : start + 1000])
+
+    async def _check_connection(self) -> bool:
+        try:
+            await self._call(self._client.has_collection, self.collection)
+            return True
+        except Exception as e:  # noqa: BLE001 - health probe answers False on any failure
+            log.warning("milvus health check failed: %s", e)
+            return False
+
+    async def _close(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._executor, self._client.close)
+        finally:
+            self._executor.shutdown(wait=True)

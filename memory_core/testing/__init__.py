@@ -1,0 +1,1 @@
+"""Helpers for tests and benchmarks (never imported by the service itself)."""
