@@ -1,0 +1,274 @@
+"""``Embedder``: the embedding model as a Ray Serve deployment, batching single texts.
+
+Application args (bound by ``deployments/app.py``)::
+
+    Embedder.bind(settings.embedding.model_dump(mode="json"), compute_identity(settings.embedding).digest)
+
+The identity digest is an application argument so that changing the model (weights, tokenizer,
+pooling, ``max_seq_length``...) changes the args and rolls the replicas (Ray 2.60 has no
+deployment ``version=``). At startup the replica recomputes the identity from the files it can
+see and refuses to start (``EmbeddingIdentityMismatch``) when it differs.
+
+Batching
+    ``embed(texts)`` sends every text through ``_embed_one``, a ``@serve.batch`` method, so
+    concurrent callers share forward passes. A batch is bounded by count (``max_batch_size``)
+    AND by a padded-token budget (``max_batch_tokens``: ``rows × longest row``) through
+    ``batch_size_fn`` (``memory_core.embedding.batch_cost``). Encoding runs in a worker thread
+    (``asyncio.to_thread``) so the replica's event loop keeps accepting requests while a batch
+    runs. A remote provider (``embedding.remote``) uses ``RemoteEncoder``: one HTTP call per batch.
+
+Knobs (``serve_config.yaml``, ``applications[].deployments[name=Embedder]``)
+    - ``user_config`` (applied by ``reconfigure``, no replica restart):
+      ``max_batch_size`` (int ≥ 1, default 32), ``batch_wait_timeout_s`` (float ≥ 0, default
+      0.005), ``max_batch_tokens`` (int ≥ model ``max_seq_length``, default 16384).
+    - ``ray_actor_options``: ``num_cpus`` (torch uses that many threads, or all cores when 0 /
+      unset: Ray would otherwise force ``OMP_NUM_THREADS=1``), ``num_gpus`` (fractions such as
+      0.25 let several replicas share a GPU; the device is ``embedding.device`` or ``cuda``
+      when visible).
+    - ``autoscaling_config``: ``min_replicas``, ``max_replicas``, ``target_ongoing_requests``
+      (per replica; keep it ≥ ``max_batch_size`` so batches can fill before scaling out).
+    - ``max_ongoing_requests``: must be ≥ ``max_batch_size`` (default here 256) or batches can
+      never fill (Serve logs a warning).
+    - ``num_threads`` may also be passed as a third application arg / keyword.
+
+Observability: ``stats()`` returns the sizes of the recent batches (for tests and benchmarks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections import deque
+from typing import Any, NamedTuple
+
+from ray import serve
+
+from memory_core.config import EmbeddingSettings
+from memory_core.embedding import (
+    DEFAULT_MAX_BATCH_TOKENS,
+    LocalEncoder,
+    RemoteEncoder,
+    batch_cost,
+    compute_identity,
+    model_label,
+)
+from memory_core.errors import EmbeddingIdentityMismatch, InvalidInput
+
+logger = logging.getLogger("ray.serve")
+
+DEFAULT_MAX_BATCH_SIZE = 32
+DEFAULT_BATCH_WAIT_TIMEOUT_S = 0.005
+STATS_WINDOW = 4096
+INLINE_TOKENIZE_CHARS = 20_000
+"""Texts totalling fewer characters are tokenized on the event loop; longer ones in a thread."""
+
+
+class _Item(NamedTuple):
+    """One text waiting in the batch queue, with what ``batch_size_fn`` needs."""
+
+    text: str
+    tokens: int  # input tokens capped at max_seq_length
+    count: int  # input tokens before truncation
+    max_batch_size: int
+    max_batch_tokens: int
+
+
+def item_batch_size(items: list[_Item]) -> int:
+    """``batch_size_fn`` of ``_embed_one``: count-equivalent size bounding count and padded
+    tokens at once (see ``batch_cost``), using the limits carried by the items."""
+    if not items:
+        return 0
+    return batch_cost(
+        [it.tokens for it in items],
+        min(it.max_batch_size for it in items),
+        min(it.max_batch_tokens for it in items),
+    )
+
+
+def validate_user_config(config: dict[str, Any], max_seq_length: int | None) -> dict[str, Any]:
+    """Validated ``{max_batch_size, batch_wait_timeout_s, max_batch_tokens}`` with defaults
+    filled. Raises ``InvalidInput`` on unknown keys or out-of-range values."""
+    config = dict(config or {})
+    unknown = set(config) - {"max_batch_size", "batch_wait_timeout_s", "max_batch_tokens"}
+    if unknown:
+        raise InvalidInput(f"unknown Embedder user_config keys: {sorted(unknown)}")
+    out = {
+        "max_batch_size": int(config.get("max_batch_size", DEFAULT_MAX_BATCH_SIZE)),
+        "batch_wait_timeout_s": float(config.get("batch_wait_timeout_s", DEFAULT_BATCH_WAIT_TIMEOUT_S)),
+        "max_batch_tokens": int(config.get("max_batch_tokens", DEFAULT_MAX_BATCH_TOKENS)),
+    }
+    if out["max_batch_size"] < 1:
+        raise InvalidInput("user_config.max_batch_size must be ≥ 1")
+    if out["batch_wait_timeout_s"] < 0:
+        raise InvalidInput("user_config.batch_wait_timeout_s must be ≥ 0")
+    floor = max_seq_length or 1
+    if out["max_batch_tokens"] < floor:
+        raise InvalidInput(f"user_config.max_batch_tokens must be ≥ max_seq_length ({floor})")
+    return out
+
+
+def _default_threads() -> int:
+    """Threads for torch: the CPUs Ray assigned to this replica, or every core when none."""
+    try:
+        import ray
+
+        assigned = ray.get_runtime_context().get_assigned_resources().get("CPU", 0)
+    except Exception:  # noqa: BLE001 - outside Ray
+        assigned = 0
+    return int(assigned) if assigned >= 1 else (os.cpu_count() or 1)
+
+
+@serve.deployment(
+    max_ongoing_requests=256,
+    user_config={
+        "max_batch_size": DEFAULT_MAX_BATCH_SIZE,
+        "batch_wait_timeout_s": DEFAULT_BATCH_WAIT_TIMEOUT_S,
+        "max_batch_tokens": DEFAULT_MAX_BATCH_TOKENS,
+    },
+)
+class Embedder:
+    """Embedding model replica.
+
+    Args:
+        settings: ``EmbeddingSettings.model_dump()``.
+        identity: expected ``ModelIdentity.digest``; startup fails with
+            ``EmbeddingIdentityMismatch`` when the model files give another one.
+        num_threads: torch threads (default: assigned CPUs, or all cores when 0).
+
+    Raises ``ConfigError`` (model missing / unloadable) at construction.
+    """
+
+    def __init__(self, settings: dict, identity: str, num_threads: int | None = None):
+        self.settings = EmbeddingSettings.model_validate(settings)
+        self.identity = compute_identity(self.settings)
+        if self.identity.digest != identity:
+            raise EmbeddingIdentityMismatch(
+                f"Embedder was deployed for model identity {identity[:12]}… but the configured model "
+                f"{self.settings.model!r} has identity {self.identity.short} (files or settings changed): "
+                "rebuild the application so the new identity enters its args"
+            )
+        if self.settings.remote is not None:
+            self.encoder: LocalEncoder | RemoteEncoder = RemoteEncoder(
+                self.settings.remote, normalize=self.settings.normalize
+            )
+        else:
+            self.encoder = LocalEncoder(self.settings, num_threads=num_threads or _default_threads())
+            if self.encoder.dimension != self.identity.dimension:
+                raise EmbeddingIdentityMismatch(
+                    f"model loaded with dimension {self.encoder.dimension}, files declare {self.identity.dimension}"
+                )
+        self.model = model_label(self.settings)
+        self.max_seq_length = self.encoder.max_seq_length
+        self._batch_sizes: deque[int] = deque(maxlen=STATS_WINDOW)
+        self._batches = 0
+        self._texts = 0
+        self._started = time.time()
+        self._config = validate_user_config({}, self.max_seq_length)
+
+    # ------------------------------------------------------------------ config
+    def reconfigure(self, user_config: dict) -> None:
+        """Apply ``user_config`` (see module docstring) without restarting the replica."""
+        cfg = validate_user_config(user_config, self.max_seq_length)
+        self._config = cfg
+        self._embed_one.set_max_batch_size(cfg["max_batch_size"])
+        self._embed_one.set_batch_wait_timeout_s(cfg["batch_wait_timeout_s"])
+        if isinstance(self.encoder, LocalEncoder):
+            self.encoder.set_limits(cfg["max_batch_size"], cfg["max_batch_tokens"])
+
+    # ------------------------------------------------------------------ batching
+    def encode_batch(self, texts: list[str], token_counts: list[int]) -> list[tuple[list[float], bool, int]]:
+        """Pure batch function (local model): n texts → n ``(vector, truncated, tokens)``.
+        Records the batch size. Synchronous; CPU/GPU bound."""
+        result = self.encoder.encode(texts, token_counts)
+        self._record(len(texts))
+        return list(zip(result.vectors.tolist(), result.truncated, result.token_counts))
+
+    async def encode_batch_async(
+        self, texts: list[str], token_counts: list[int]
+    ) -> list[tuple[list[float], bool, int]]:
+        """Batch function for either encoder: local work goes to a worker thread."""
+        if isinstance(self.encoder, RemoteEncoder):
+            result = await self.encoder.encode(texts, token_counts)
+            self._record(len(texts))
+            return list(zip(result.vectors.tolist(), result.truncated, result.token_counts))
+        return await asyncio.to_thread(self.encode_batch, texts, token_counts)
+
+    def _record(self, size: int) -> None:
+        self._batch_sizes.append(size)
+        self._batches += 1
+        self._texts += size
+
+    @serve.batch(
+        max_batch_size=DEFAULT_MAX_BATCH_SIZE,
+        batch_wait_timeout_s=DEFAULT_BATCH_WAIT_TIMEOUT_S,
+        batch_size_fn=item_batch_size,
+    )
+    async def _embed_one(self, items: list[_Item]) -> list[tuple[list[float], bool, int]]:
+        return await self.encode_batch_async([it.text for it in items], [it.count for it in items])
+
+    # ------------------------------------------------------------------ public
+    async def embed(self, texts: list[str]) -> dict:
+        """Embed ``texts`` (list of n strings).
+
+        Returns ``{"embeddings": n × dim floats, "identity": digest, "dimension": dim, "model":
+        name, "truncated": n bools, "prompt_tokens": tokens embedded (after truncation)}``.
+        Raises ``InvalidInput`` when ``texts`` is not a list of strings; ``EmbeddingUnavailable``
+        from a remote endpoint.
+        """
+        if isinstance(texts, str) or not isinstance(texts, (list, tuple)) or not all(isinstance(t, str) for t in texts):
+            raise InvalidInput("texts must be a list of strings")
+        if sum(len(t) for t in texts) < INLINE_TOKENIZE_CHARS:
+            counts = self.encoder.count_tokens(texts)
+        else:
+            counts = await asyncio.to_thread(self.encoder.count_tokens, texts)
+        cfg = self._config
+        cap = self.max_seq_length
+        items = [
+            _Item(t, min(c, cap) if cap else c, c, cfg["max_batch_size"], cfg["max_batch_tokens"])
+            for t, c in zip(texts, counts)
+        ]
+        results = await asyncio.gather(*(self._embed_one(it) for it in items))
+        return {
+            "embeddings": [r[0] for r in results],
+            "identity": self.identity.digest,
+            "dimension": self.identity.dimension,
+            "model": self.model,
+            "truncated": [bool(r[1]) for r in results],
+            "prompt_tokens": sum(min(r[2], cap) if cap else r[2] for r in results),
+        }
+
+    def info(self) -> dict:
+        """``{"identity", "short", "dimension", "model", "max_seq_length", "verifiable"}``."""
+        return {
+            "identity": self.identity.digest,
+            "short": self.identity.short,
+            "dimension": self.identity.dimension,
+            "model": self.model,
+            "max_seq_length": self.max_seq_length,
+            "verifiable": self.identity.verifiable,
+        }
+
+    def stats(self, reset: bool = False) -> dict:
+        """Recent batch sizes (last 4096 batches) and totals; ``reset`` clears them after
+        reading. ``{"batch_sizes": [int], "batches": int, "texts": int, "config": user_config,
+        "pid": int, "started": unix s}``."""
+        out = {
+            "batch_sizes": list(self._batch_sizes),
+            "batches": self._batches,
+            "texts": self._texts,
+            "config": dict(self._config),
+            "pid": os.getpid(),
+            "started": self._started,
+        }
+        if reset:
+            self._batch_sizes.clear()
+            self._batches = 0
+            self._texts = 0
+        return out
+
+    async def check_health(self) -> None:
+        """Serve health check: the replica is healthy while its encoder exists."""
+        if self.encoder is None:  # pragma: no cover - defensive
+            raise RuntimeError("encoder missing")

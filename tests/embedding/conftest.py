@@ -1,0 +1,36 @@
+"""Fixtures of the embedding tests: the bundled model settings, one shared LocalEncoder, a
+shared Ray instance (started only when a test asks for it, never shut down here)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from memory_core.config import EmbeddingSettings  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def bundled_settings() -> EmbeddingSettings:
+    return EmbeddingSettings(model="bundled:all-MiniLM-L6-v2")
+
+
+@pytest.fixture(scope="session")
+def local_encoder(bundled_settings):
+    from memory_core.embedding import LocalEncoder
+
+    return LocalEncoder(bundled_settings)
+
+
+@pytest.fixture(scope="session")
+def ray_embedding():
+    """A Ray instance shared by the session (2 CPUs, no dashboard); left running."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
+    return ray
