@@ -84,6 +84,8 @@ class MemoryStore(ABC):
         self._drained.set()
         self._user_locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._id_locks: dict[str, list] = {}
+        self._opened = False
+        self._open_lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -98,11 +100,28 @@ class MemoryStore(ABC):
         self._inflight += 1
         self._drained.clear()
         try:
+            if not self._opened:
+                await self._ensure_open()
             yield
         finally:
             self._inflight -= 1
             if self._inflight == 0:
                 self._drained.set()
+
+    async def _ensure_open(self) -> None:
+        async with self._open_lock:
+            if not self._opened:
+                self._still_open()
+                await self._open()
+                self._opened = True
+
+    async def open(self) -> "MemoryStore":
+        """Connect and create or check the collection/index now (otherwise the first
+        operation does it). Idempotent; returns the store. Raises ``ConfigError`` (e.g. an
+        existing collection of another vector dimension), ``StoreUnavailable``,
+        ``StoreClosed``."""
+        async with self._op():
+            return self
 
     def _still_open(self) -> None:
         if self._closed:
@@ -115,7 +134,8 @@ class MemoryStore(ABC):
             return
         self._closed = True
         await self._drained.wait()
-        await self._close()
+        async with self._open_lock:  # never release while a (failed) open is running
+            await self._close()
 
     async def check_connection(self) -> bool:
         """True when the backend answers. Raises ``StoreClosed`` after close."""
@@ -408,10 +428,17 @@ class MemoryStore(ABC):
     @abstractmethod
     async def _delete(self, memory_ids: list[str]) -> None: ...
 
+    async def _open(self) -> None:
+        """Connect; create the collection/index when absent, else check it (dimension).
+        Called once, before the first operation; called again later if it raised."""
+        return None
+
     async def _check_connection(self) -> bool:
         return True
 
     async def _close(self) -> None:
+        """Release the backend; called once, after in-flight operations drained (also
+        when ``_open`` never ran or failed)."""
         return None
 
 
@@ -477,6 +504,11 @@ class StoreDecorator:
 
     async def check_connection(self) -> bool:
         return await self.inner.check_connection()
+
+    async def open(self):
+        """Open the wrapped store (see ``MemoryStore.open``); returns this decorator."""
+        await self.inner.open()
+        return self
 
     async def close(self) -> None:
         await self.inner.close()

@@ -32,8 +32,9 @@ def make_store(
     the configured logical names + ``"__" + collection_suffix`` when given. ``on_event`` is
     passed to the cache (counter names such as ``cache_hit``, ``cache_error``).
 
-    Opening connects and creates or checks the collection: raises ``ConfigError`` (e.g.
-    existing collection of another vector dimension), ``StoreUnavailable`` (unreachable).
+    Building does no I/O; ``await store.open()`` (or the first operation) connects and
+    creates or checks the collection/index, raising ``ConfigError`` (e.g. an existing
+    collection of another vector dimension) or ``StoreUnavailable`` (unreachable).
     """
     common = {"embed": embed, "dimension": dimension, "identity": identity}
     backend = settings.backend

@@ -165,7 +165,8 @@ class MilvusStore(MemoryStore):
             pause, doubled each retry.
         embed, dimension, identity: see :class:`MemoryStore`.
 
-    Opening connects, creates or checks the collection and loads it (a collection reopened
+    Opening (``await store.open()`` or the first operation) connects, creates or checks
+    the collection and loads it (a collection reopened
     from disk must be loaded before search). Raises ``ConfigError`` when an existing
     collection's vector dimension differs from ``dimension``, ``StoreUnavailable`` when the
     server cannot be reached.
@@ -189,13 +190,18 @@ class MilvusStore(MemoryStore):
         self.collection = collection
         self._retries = max(1, retries)
         self._backoff_s = backoff_s
+        self._token = token
+        self._db_name = db_name
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="milvus")
-        try:
-            self._client = self._executor.submit(self._connect, uri, token, db_name).result()
-            self._executor.submit(self._prepare).result()
-        except BaseException:
-            self._executor.shutdown(wait=False)
-            raise
+        self._client = None
+
+    async def _open(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._client is None:
+            self._client = await loop.run_in_executor(
+                self._executor, self._connect, self.uri, self._token, self._db_name
+            )
+        await loop.run_in_executor(self._executor, self._prepare)
 
     # ------------------------------------------------------------------ sync (worker thread)
     @staticmethod
@@ -391,6 +397,7 @@ class MilvusStore(MemoryStore):
     async def _close(self) -> None:
         loop = asyncio.get_running_loop()
         try:
-            await loop.run_in_executor(self._executor, self._client.close)
+            if self._client is not None:
+                await loop.run_in_executor(self._executor, self._client.close)
         finally:
             self._executor.shutdown(wait=True)

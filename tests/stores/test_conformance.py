@@ -585,8 +585,11 @@ async def test_restart_persistence(rig):
     assert [r.memory.id for r in res] == [m.id]
     assert (await again.list("alice", project_id="p")).total == 1
     await again.close()
+    wrong = rig.open(dimension=DIM * 2)
     with pytest.raises(ConfigError, match="dimension|dimensional"):
-        rig.open(dimension=DIM * 2)
+        await wrong.open()
+    with pytest.raises(ConfigError):
+        await wrong.store(mem("alice", "never written", embedding=[1.0] + [0.0] * (DIM * 2 - 1)))
 
 
 # ---------------------------------------------------------------------- hot cache

@@ -1,0 +1,265 @@
+"""Qdrant backend through the official ``qdrant_client.AsyncQdrantClient``: a server by
+``url``, else local mode at ``path`` (the async client supports local mode natively).
+
+One point per memory. Point ids are ``uuid5(NAMESPACE, memory id)`` (deterministic; Qdrant
+only accepts unsigned ints and UUIDs) and the original id is kept in the payload. The
+vector uses COSINE distance, so Qdrant's score is cosine similarity. Payload indexes
+(keyword) on ``user_id`` (as the tenant key), ``project_id`` and ``memory_type``; local mode
+ignores payload indexes. Timestamps are epoch milliseconds in the payload.
+
+Filters are built by :func:`qdrant_filter` only, as structured ``FieldCondition``s whose
+values are data, never parsed: an id like ``x" || user_id != "y`` is one literal value.
+"""
+
+from __future__ import annotations
+
+import uuid
+import warnings
+from datetime import datetime
+from typing import Any
+
+from ..errors import ConfigError, StoreUnavailable
+from ..types import ListResult, Memory, MemoryType, RetrieveOptions, ScoredMemory
+from ._records import from_ms, newest_first, to_ms
+from .base import MemoryStore
+
+POINT_NAMESPACE = uuid.UUID("6f1d4c1e-3b7a-5c2e-9a43-6d2b8f1e0c55")
+_SCROLL_PAGE = 2048
+_MAX_TOPK = 16384
+
+
+def point_id(memory_id: str) -> str:
+    """The Qdrant point id (UUID string) of a memory id: ``uuid5(POINT_NAMESPACE, id)``."""
+    return str(uuid.uuid5(POINT_NAMESPACE, memory_id))
+
+
+def qdrant_filter(user_id: str, types: tuple[MemoryType, ...] | None = None, project_id: str | None = None):
+    """The one place filters are built: exact ``user_id`` match, plus ``project_id`` and
+    ``memory_type`` (any of ``types``) when given. Values are passed as data."""
+    from qdrant_client import models as qm
+
+    must = [qm.FieldCondition(key="user_id", match=qm.MatchValue(value=user_id))]
+    if project_id is not None:
+        must.append(qm.FieldCondition(key="project_id", match=qm.MatchValue(value=project_id)))
+    if types:
+        must.append(qm.FieldCondition(key="memory_type", match=qm.MatchAny(any=[MemoryType(t).value for t in types])))
+    return qm.Filter(must=must)
+
+
+def _payload(memory: Memory) -> dict[str, Any]:
+    return {
+        "id": memory.id,
+        "user_id": memory.user_id,
+        "project_id": memory.project_id,
+        "memory_type": memory.type.value,
+        "content": memory.content,
+        "source": memory.source,
+        "created_via": memory.created_via,
+        "conversation_id": memory.conversation_id,
+        "created_by_user_id": memory.created_by_user_id,
+        "created_at": to_ms(memory.created_at),
+        "updated_at": to_ms(memory.updated_at),
+        "last_accessed": to_ms(memory.last_accessed),
+        "access_count": int(memory.access_count),
+        "importance": float(memory.importance),
+        "metadata": memory.metadata or {},
+        "embedding_identity": memory.embedding_identity,
+    }
+
+
+def _memory(payload: dict[str, Any], vector: Any) -> Memory:
+    if isinstance(vector, dict):  # named vectors: ours is the unnamed default
+        vector = vector.get("") or next(iter(vector.values()), None)
+    return Memory(
+        id=str(payload["id"]),
+        user_id=str(payload["user_id"]),
+        project_id=payload.get("project_id"),
+        type=MemoryType(payload["memory_type"]),
+        content=str(payload["content"]),
+        source=payload.get("source") or "api",
+        created_via=payload.get("created_via") or "api",
+        conversation_id=payload.get("conversation_id"),
+        created_by_user_id=payload.get("created_by_user_id"),
+        created_at=from_ms(payload.get("created_at")),
+        updated_at=from_ms(payload.get("updated_at")),
+        last_accessed=from_ms(payload.get("last_accessed")),
+        access_count=int(payload.get("access_count") or 0),
+        importance=float(payload["importance"]) if payload.get("importance") is not None else 0.5,
+        metadata=dict(payload.get("metadata") or {}),
+        embedding=[float(x) for x in vector] if vector is not None else None,
+        embedding_identity=payload.get("embedding_identity"),
+    )
+
+
+class QdrantStore(MemoryStore):
+    """Qdrant store.
+
+    Args:
+        url: server URL (``http://host:6333``); ``None`` → local mode at ``path``.
+        api_key: server API key.
+        path: local-mode directory (one process at a time may open it).
+        collection: collection name (created when absent).
+        embed, dimension, identity: see :class:`MemoryStore`.
+
+    Opening (``await store.open()`` or the first operation) creates the collection and its
+    payload indexes, or checks an existing one: ``ConfigError`` when its vector size is not
+    ``dimension``; ``StoreUnavailable`` when the server cannot be reached.
+    """
+
+    name = "qdrant"
+
+    def __init__(self, *, url: str | None, path: str, collection: str, api_key: str | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.url = url
+        self.path = path
+        self.collection = collection
+        self._api_key = api_key
+        self._client = None
+
+    @property
+    def _where(self) -> str:
+        return self.url or f"local path {self.path}"
+
+    async def _open(self) -> None:
+        from qdrant_client import AsyncQdrantClient
+        from qdrant_client import models as qm
+
+        if self._client is None:
+            try:
+                if self.url:
+                    self._client = AsyncQdrantClient(url=self.url, api_key=self._api_key)
+                else:
+                    self._client = AsyncQdrantClient(path=self.path)
+            except Exception as e:  # noqa: BLE001
+                raise StoreUnavailable(f"cannot open Qdrant at {self._where}: {e}") from e
+        c = self._client
+        try:
+            exists = await c.collection_exists(self.collection)
+        except Exception as e:  # noqa: BLE001
+            raise StoreUnavailable(f"cannot reach Qdrant at {self._where}: {e}") from e
+        if exists:
+            info = await c.get_collection(self.collection)
+            vectors = info.config.params.vectors
+            size = getattr(vectors, "size", None)
+            if size is None:
+                raise ConfigError(
+                    f"qdrant collection {self.collection!r} at {self._where} has named vectors; it was not "
+                    "created by this service (choose another qdrant.collection)"
+                )
+            if int(size) != self.dimension:
+                raise ConfigError(
+                    f"qdrant collection {self.collection!r} at {self._where} holds {size}-dimensional vectors "
+                    f"but the embedding model produces {self.dimension}; use another qdrant.collection or the "
+                    "model that filled it"
+                )
+            return
+        await c.create_collection(
+            self.collection, vectors_config=qm.VectorParams(size=self.dimension, distance=qm.Distance.COSINE)
+        )
+        with warnings.catch_warnings():  # local mode warns that payload indexes do nothing there
+            warnings.simplefilter("ignore")
+            await c.create_payload_index(
+                self.collection, "user_id", qm.KeywordIndexParams(type="keyword", is_tenant=True)
+            )
+            await c.create_payload_index(self.collection, "project_id", qm.PayloadSchemaType.KEYWORD)
+            await c.create_payload_index(self.collection, "memory_type", qm.PayloadSchemaType.KEYWORD)
+
+    # ------------------------------------------------------------------ hooks
+    async def _exists(self, memory_id: str) -> bool:
+        found = await self._client.retrieve(self.collection, ids=[point_id(memory_id)], with_payload=False)
+        return bool(found)
+
+    async def _upsert(self, memories: list[Memory]) -> None:
+        from qdrant_client import models as qm
+
+        points = [qm.PointStruct(id=point_id(m.id), vector=list(m.embedding), payload=_payload(m)) for m in memories]
+        await self._client.upsert(self.collection, points=points, wait=True)
+
+    async def _insert(self, memory: Memory) -> None:
+        await self._upsert([memory])
+
+    async def _replace(self, memory: Memory) -> None:
+        await self._upsert([memory])
+
+    async def insert_many(self, memories: list[Memory]) -> None:
+        """Bulk load of already-validated records with embeddings set (benchmarks, imports);
+        skips the per-record duplicate check. Raises ``StoreClosed`` after close."""
+        async with self._op():
+            for start in range(0, len(memories), 1000):
+                await self._upsert(memories[start : start + 1000])
+
+    async def _get_many(self, memory_ids: list[str]) -> list[Memory]:
+        points = await self._client.retrieve(
+            self.collection, ids=[point_id(i) for i in memory_ids], with_payload=True, with_vectors=True
+        )
+        return [_memory(p.payload, p.vector) for p in points]
+
+    async def _search(self, options: RetrieveOptions, vector: list[float]) -> list[ScoredMemory]:
+        k = min(max(options.limit * 4, 50), _MAX_TOPK)
+        res = await self._client.query_points(
+            self.collection,
+            query=vector,
+            query_filter=qdrant_filter(options.user_id, options.types, options.project_id),
+            limit=k,
+            with_payload=True,
+            with_vectors=True,
+        )
+        out = []
+        for p in res.points:
+            sim = max(-1.0, min(1.0, float(p.score)))  # COSINE distance: score = cosine similarity
+            out.append(ScoredMemory(memory=_memory(p.payload, p.vector), score=sim, similarity=sim))
+        return out
+
+    async def _touch(self, memory_ids: list[str], when: datetime) -> None:
+        # set_payload only on points that still exist (the base holds the user's write lock);
+        # Qdrant's set_payload never creates a point
+        points = await self._client.retrieve(
+            self.collection, ids=[point_id(i) for i in memory_ids], with_payload=["access_count"]
+        )
+        stamp = to_ms(when)
+        for p in points:
+            count = int((p.payload or {}).get("access_count") or 0) + 1
+            await self._client.set_payload(
+                self.collection, payload={"access_count": count, "last_accessed": stamp}, points=[p.id], wait=True
+            )
+
+    async def _scroll(self, flt, fields: list[str]) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        offset = None
+        while True:
+            points, offset = await self._client.scroll(
+                self.collection, scroll_filter=flt, limit=_SCROLL_PAGE, offset=offset, with_payload=fields
+            )
+            rows.extend(p.payload or {} for p in points)
+            if offset is None:
+                return rows
+
+    async def _list(self, user_id, types, project_id, limit, offset) -> ListResult:
+        rows = await self._scroll(qdrant_filter(user_id, types, project_id), ["id", "created_at"])
+        ordered = newest_first([(int(r["created_at"]), str(r["id"])) for r in rows])
+        page = ordered[offset : offset + limit]
+        if not page:
+            return ListResult(memories=[], total=len(ordered))
+        by_id = {m.id: m for m in await self._get_many(page)}
+        return ListResult(memories=[by_id[i] for i in page if i in by_id], total=len(ordered))
+
+    async def _scope_ids(self, user_id, types, project_id) -> list[str]:
+        rows = await self._scroll(qdrant_filter(user_id, types, project_id), ["id"])
+        return [str(r["id"]) for r in rows]
+
+    async def _delete(self, memory_ids: list[str]) -> None:
+        from qdrant_client import models as qm
+
+        for start in range(0, len(memory_ids), 1000):
+            ids = [point_id(i) for i in memory_ids[start : start + 1000]]
+            await self._client.delete(self.collection, points_selector=qm.PointIdsList(points=ids), wait=True)
+
+    async def _check_connection(self) -> bool:
+        try:
+            return bool(await self._client.collection_exists(self.collection))
+        except Exception:  # noqa: BLE001 - a health probe answers False on any failure
+            return False
+
+    async def _close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
