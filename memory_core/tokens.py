@@ -7,7 +7,8 @@
   counted per character, never as one word);
 - every other whitespace-separated word counts 1.3 tokens (English averages ~1.3 BPE tokens
   per word); in mixed text the CJK characters are taken out first and the remaining non-CJK
-  runs are split into words; runs made only of punctuation (``...``, ``—``, ``。``) count 0;
+  runs are split into words; runs made only of punctuation (ASCII, General Punctuation, CJK
+  and full-width punctuation: ``...``, ``—``, ``。``, ``？``) count 0;
 - the sum is rounded up (``ceil``), computed in integer tenths so ``ceil(10 × 1.3) == 13``.
 
 Approximate for unsegmented scripts other than CJK (Thai, Lao, Khmer, Myanmar, Tibetan...):
@@ -21,7 +22,6 @@ from __future__ import annotations
 import functools
 import logging
 import re
-import unicodedata
 from pathlib import Path
 from typing import Callable, Protocol, runtime_checkable
 
@@ -57,8 +57,16 @@ CJK_TOKENS_TENTHS = 15
 """Tokens per Han/Hiragana/Katakana/Hangul character, in tenths (1.5)."""
 
 
-def _is_punctuation_run(word: str) -> bool:
-    return all(unicodedata.category(c).startswith("P") for c in word)
+# Punctuation characters: ASCII punctuation, Latin-1 punctuation, General Punctuation, CJK
+# symbols and punctuation, full-width punctuation (a chunk made only of these is not a word).
+_PUNCT_CHARS = (
+    "!-/:-@\\[-`{-~"  # ASCII punctuation (string.punctuation)
+    "\u00a1\u00a7\u00ab\u00b6\u00b7\u00bb\u00bf"
+    "\u2010-\u2027\u2030-\u205e"  # General Punctuation
+    "\u3001-\u3003\u3008-\u3011\u3014-\u301f\u30fb"  # CJK punctuation, brackets, ・
+    "\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65"  # full-width forms
+)
+_PUNCT_RUN = re.compile(f"(?<!\\S)[{_PUNCT_CHARS}]+(?!\\S)")
 
 
 def count_cjk(text: str) -> int:
@@ -80,15 +88,21 @@ def estimate_tokens(text: str) -> int:
     cjk = 0
     if not text.isascii():
         text, cjk = _CJK.subn(" ", text)
-    words = sum(1 for w in text.split() if not _is_punctuation_run(w))
+    words = len(text.split()) - len(_PUNCT_RUN.findall(text))
     tenths = WORD_TOKENS_TENTHS * words + CJK_TOKENS_TENTHS * cjk
     return -(-tenths // 10)
+
+
+_ASCII_WORD = re.compile(r"\w+", re.ASCII)
 
 
 def word_tokens(text: str) -> set[str]:
     """Set of lowercase word tokens for Jaccard similarity: ``\\w+`` runs, except that each
     Han/Hiragana/Katakana/Hangul character is a token of its own (CJK has no spaces)."""
-    return set(_WORD_TOKEN.findall(text.lower()))
+    low = text.lower()
+    if low.isascii():
+        return set(_ASCII_WORD.findall(low))
+    return set(_WORD_TOKEN.findall(low))
 
 
 def jaccard(a: set[str], b: set[str]) -> float:
