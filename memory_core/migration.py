@@ -1,0 +1,361 @@
+"""Moving memories: JSONL export/import (content and metadata, never vectors) and re-embedding
+migration from the store of one embedding identity to the store of another.
+
+Export format (``application/x-ndjson``): one JSON object per line, the fields of
+``Memory.public()`` (``id, type, content, user_id, project_id, source, created_via,
+conversation_id, created_by_user_id, created_at, updated_at, access_count, last_accessed,
+importance, metadata``). Vectors are left out on purpose: they belong to one model identity and
+the importing side re-embeds with its own model.
+
+Import is idempotent: a line whose ``id`` already exists for the user counts as a skipped
+duplicate. A line without ``id`` gets a deterministic one (sha256 of user, content and
+``created_at``), so re-importing the same file does not duplicate it either.
+
+Enumerating users: the store contract has no "list all users" (a backend-specific scan would
+break the contract and leak across tenants), so ``migrate`` takes an explicit list of user ids.
+``load_user_ids`` reads such a list from a file (one id per line, ``#`` comments, ``-`` for
+stdin); operators produce it from their identity provider or from the store's admin tooling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import sys
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError
+
+from .errors import DuplicateMemory, InvalidInput, MemoryError_, StoreClosed, StoreUnavailable
+from .sanitize import require_user_id
+from .types import Memory
+
+EXPORT_MEDIA_TYPE = "application/x-ndjson"
+PAGE_SIZE = 500
+DEFAULT_CONCURRENCY = 16
+"""Concurrent ``store()`` calls during import/migration (lets the Embedder batch them)."""
+
+_FATAL = (StoreClosed, StoreUnavailable)
+"""Errors that abort an import/migration instead of failing one line."""
+
+
+class MigrationError(MemoryError_, RuntimeError):
+    """A migration could not be completed or verified (e.g. counts differ afterwards)."""
+
+    code = "migration_failed"
+    http_status = 500
+
+
+# --------------------------------------------------------------------------- reports
+class ImportFailure(BaseModel):
+    """One line that could not be imported (``line`` is 1-based)."""
+
+    line: int
+    error: str
+
+
+class ImportReport(BaseModel):
+    """Result of ``import_lines``; ``model_dump()`` is the HTTP response body of
+    ``POST /v1/memory/import``."""
+
+    imported: int = 0
+    skipped_duplicates: int = 0
+    failed: list[ImportFailure] = Field(default_factory=list)
+
+
+class UserMigration(BaseModel):
+    """Per-user outcome: ``source``/``target`` counts after the run, ``migrated`` written now,
+    ``skipped_existing`` already present in the target (an earlier run)."""
+
+    user_id: str
+    source: int = 0
+    migrated: int = 0
+    skipped_existing: int = 0
+    target: int = 0
+
+
+class MigrationReport(BaseModel):
+    """Result of ``migrate``."""
+
+    users: list[UserMigration] = Field(default_factory=list)
+    reembedded: bool = True
+
+    @property
+    def migrated(self) -> int:
+        return sum(u.migrated for u in self.users)
+
+    @property
+    def skipped_existing(self) -> int:
+        return sum(u.skipped_existing for u in self.users)
+
+
+class MigrationProgress(BaseModel):
+    """Progress of one user: ``done`` of ``total`` memories handled (migrated or skipped)."""
+
+    user_id: str
+    done: int
+    total: int
+
+
+# --------------------------------------------------------------------------- lines
+EXPORT_FIELDS = tuple(k for k in Memory.model_fields if k not in ("embedding", "embedding_identity"))
+
+
+def memory_to_export_line(memory: Memory) -> str:
+    """One export line for ``memory`` (JSON object, no trailing newline, no vector)."""
+    return json.dumps(memory.public(), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def _derived_id(user_id: str, content: str, created_at: Any) -> str:
+    return hashlib.sha256(json.dumps([user_id, content, created_at]).encode()).hexdigest()[:32]
+
+
+def parse_import_line(line: str, *, user_id: str | None) -> Memory:
+    """The memory described by one export line (without vector; the store re-embeds it).
+
+    ``user_id`` is the importing user: a line without ``user_id`` is assigned to it, a line
+    of another user is refused. With ``user_id=None`` the line must name its user. A line
+    without ``id`` gets a deterministic id; ``created_via`` defaults to ``import``. Unknown
+    keys are ignored; ``embedding``/``embedding_identity`` are dropped.
+
+    Raises ``InvalidInput`` (not JSON, not an object, missing/empty content, user mismatch,
+    invalid field values). Callers prefix the message with the line number.
+    """
+    try:
+        data = json.loads(line)
+    except ValueError as e:
+        raise InvalidInput(f"not valid JSON: {e}") from e
+    if not isinstance(data, dict):
+        raise InvalidInput("each line must be a JSON object")
+    data = {k: v for k, v in data.items() if k in EXPORT_FIELDS}
+    line_user = data.get("user_id")
+    if user_id is not None:
+        require_user_id(user_id)
+        if line_user not in (None, "", user_id):
+            raise InvalidInput(f"line belongs to user {line_user!r}, not to the importing user")
+        data["user_id"] = user_id
+    elif not line_user:
+        raise InvalidInput("user_id is missing")
+    content = data.get("content")
+    if not isinstance(content, str) or not content.strip():
+        raise InvalidInput("content must be a non-empty string")
+    if not data.get("id"):
+        data["id"] = _derived_id(data["user_id"], content, data.get("created_at"))
+    data.setdefault("created_via", "import")
+    try:
+        return Memory.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        raise InvalidInput(f"{loc}: {first['msg']}") from e
+
+
+# --------------------------------------------------------------------------- export
+async def export_user(store, user_id: str, *, page_size: int = PAGE_SIZE) -> AsyncIterator[str]:
+    """Every memory of ``user_id`` as export lines, newest first, each ending in ``\\n`` (ready
+    to stream as ``application/x-ndjson``). Pages through ``store.list``; a memory is emitted
+    once even if concurrent writes shift the pages (memories written during the export may be
+    missing, deleted ones may still appear). Raises what ``store.list`` raises."""
+    seen: set[str] = set()
+    offset = 0
+    while True:
+        page = await store.list(user_id, limit=page_size, offset=offset)
+        for memory in page.memories:
+            if memory.id not in seen:
+                seen.add(memory.id)
+                yield memory_to_export_line(memory) + "\n"
+        offset += len(page.memories)
+        if not page.memories or offset >= page.total:
+            return
+
+
+async def _all_memories(store, user_id: str, page_size: int = PAGE_SIZE) -> list[Memory]:
+    out: dict[str, Memory] = {}
+    offset = 0
+    while True:
+        page = await store.list(user_id, limit=page_size, offset=offset)
+        for m in page.memories:
+            out.setdefault(m.id, m)
+        offset += len(page.memories)
+        if not page.memories or offset >= page.total:
+            return list(out.values())
+
+
+# --------------------------------------------------------------------------- import
+async def _aiter(lines: Iterable[str] | AsyncIterable[str]) -> AsyncIterator[str]:
+    if isinstance(lines, AsyncIterable):
+        async for line in lines:
+            yield line
+    else:
+        for line in lines:
+            yield line
+
+
+async def import_lines(
+    store,
+    lines: Iterable[str] | AsyncIterable[str],
+    *,
+    user_id: str | None = None,
+    on_progress: Callable[[ImportReport], None] | None = None,
+    concurrency: int = DEFAULT_CONCURRENCY,
+) -> ImportReport:
+    """Import export lines into ``store`` (which embeds each memory with its own model).
+
+    Blank lines are ignored; line numbers in ``failed`` are 1-based positions in ``lines``.
+    An id already stored for the user → ``skipped_duplicates``; an id taken by another user,
+    a bad line or content the store refuses → ``failed``. ``on_progress(report)`` is called
+    after each line. Up to ``concurrency`` memories are stored at once.
+
+    Raises ``StoreClosed`` / ``StoreUnavailable`` (the import stops; lines already stored stay,
+    and rerunning the import is safe).
+    """
+    report = ImportReport()
+    sem = asyncio.Semaphore(max(1, concurrency))
+    tasks: set[asyncio.Task] = set()
+
+    def progress() -> None:
+        if on_progress is not None:
+            on_progress(report)
+
+    async def one(number: int, memory: Memory) -> None:
+        try:
+            await store.store(memory)
+            report.imported += 1
+        except DuplicateMemory:
+            mine = await store.get_many([memory.id], memory.user_id)
+            if mine:
+                report.skipped_duplicates += 1
+            else:
+                report.failed.append(ImportFailure(line=number, error=f"id {memory.id!r} is already in use"))
+        except _FATAL:
+            raise
+        except MemoryError_ as e:
+            report.failed.append(ImportFailure(line=number, error=str(e)))
+        finally:
+            sem.release()
+        progress()
+
+    try:
+        number = 0
+        async for raw in _aiter(lines):
+            number += 1
+            if not raw.strip():
+                continue
+            try:
+                memory = parse_import_line(raw, user_id=user_id)
+            except InvalidInput as e:
+                report.failed.append(ImportFailure(line=number, error=str(e)))
+                progress()
+                continue
+            await sem.acquire()
+            task = asyncio.create_task(one(number, memory))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+            # surface fatal errors early
+            for t in [t for t in tasks if t.done() and t.exception() is not None]:
+                raise t.exception()  # type: ignore[misc]
+        if tasks:
+            await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+    report.failed.sort(key=lambda f: f.line)
+    return report
+
+
+# --------------------------------------------------------------------------- migration
+def load_user_ids(source: str | Path | Iterable[str]) -> list[str]:
+    """User ids from a file (one per line, ``#`` comments and blank lines ignored, ``-`` =
+    stdin) or from an iterable of ids; order kept, duplicates removed. Raises
+    ``InvalidInput`` when the file cannot be read or holds no id."""
+    if isinstance(source, (str, Path)):
+        try:
+            text = sys.stdin.read() if str(source) == "-" else Path(source).read_text()
+        except OSError as e:
+            raise InvalidInput(f"cannot read user list {source}: {e}") from e
+        items: Iterable[str] = text.splitlines()
+    else:
+        items = source
+    ids = [s.split("#", 1)[0].strip() for s in items]
+    ids = list(dict.fromkeys(i for i in ids if i))
+    if not ids:
+        raise InvalidInput("the user list is empty")
+    return ids
+
+
+async def migrate(
+    source_store,
+    target_store,
+    user_ids: Iterable[str] | AsyncIterable[str],
+    *,
+    on_progress: Callable[[MigrationProgress], None] | None = None,
+    concurrency: int = DEFAULT_CONCURRENCY,
+) -> MigrationReport:
+    """Copy every memory of ``user_ids`` from ``source_store`` to ``target_store``.
+
+    When the stores have different identities each memory is stored *without* its vector,
+    so the target's embed function re-embeds it with the new model; with the same identity
+    (e.g. moving between backends) vectors are copied. Everything else (id, timestamps,
+    access counts, metadata) is kept. The source is only read (``list``), never modified.
+
+    Resumable and idempotent: ids already in the target are skipped. After each user the
+    counts are checked: every source id must be in the target and the totals must match.
+
+    Raises ``MigrationError`` (count check failed, or the target refused a memory),
+    ``StoreClosed``/``StoreUnavailable`` (rerun to resume).
+    """
+    reembed = not (source_store.identity is not None and source_store.identity == target_store.identity)
+    report = MigrationReport(reembedded=reembed)
+    async for user_id in _aiter(user_ids):
+        require_user_id(user_id)
+        memories = await _all_memories(source_store, user_id)
+        result = UserMigration(user_id=user_id, source=len(memories))
+        existing: set[str] = set()
+        ids = [m.id for m in memories]
+        for i in range(0, len(ids), PAGE_SIZE):
+            existing.update(m.id for m in await target_store.get_many(ids[i : i + PAGE_SIZE], user_id))
+        todo = [m for m in memories if m.id not in existing]
+        result.skipped_existing = len(memories) - len(todo)
+        done = result.skipped_existing
+        if on_progress is not None:
+            on_progress(MigrationProgress(user_id=user_id, done=done, total=len(memories)))
+        sem = asyncio.Semaphore(max(1, concurrency))
+        errors: list[str] = []
+
+        async def copy(memory: Memory) -> None:
+            nonlocal done
+            if reembed:
+                memory = memory.model_copy(update={"embedding": None, "embedding_identity": None})
+            async with sem:
+                try:
+                    await target_store.store(memory)
+                    result.migrated += 1
+                except DuplicateMemory:
+                    result.skipped_existing += 1  # written meanwhile (concurrent run)
+                except _FATAL:
+                    raise
+                except MemoryError_ as e:
+                    errors.append(f"{memory.id}: {e}")
+            done += 1
+            if on_progress is not None:
+                on_progress(MigrationProgress(user_id=user_id, done=done, total=len(memories)))
+
+        await asyncio.gather(*(copy(m) for m in todo))
+        if errors:
+            raise MigrationError(f"user {user_id!r}: {len(errors)} memories refused by the target: {errors[:5]}")
+        present = set()
+        for i in range(0, len(ids), PAGE_SIZE):
+            present.update(m.id for m in await target_store.get_many(ids[i : i + PAGE_SIZE], user_id))
+        source_total = (await source_store.list(user_id, limit=1)).total
+        result.target = (await target_store.list(user_id, limit=1)).total
+        missing = len(set(ids) - present)
+        if missing or result.target != source_total:
+            raise MigrationError(
+                f"user {user_id!r}: count check failed: source {source_total}, target {result.target}, "
+                f"{missing} source memories missing in the target"
+            )
+        report.users.append(result)
+    return report
