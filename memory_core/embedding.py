@@ -31,6 +31,7 @@ Encoders
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import math
@@ -647,3 +648,62 @@ class RemoteEncoder:
 def model_label(settings: EmbeddingSettings) -> str:
     """The model name reported to clients: the remote model name or the configured model."""
     return settings.remote.model if settings.remote is not None else settings.model
+
+
+# --------------------------------------------------------------------------- in-process embed fn
+class CoalescingEmbedFn:
+    """Async ``EmbedFn`` (``list[str]`` → n unit vectors) over an encoder that merges
+    concurrent calls into one ``encode`` of up to ``max_batch`` texts (a larger call goes alone),
+    so per-memory ``store()`` calls running concurrently share forward passes. Local encoders
+    run in a worker thread. Used in-process (CLI migration); the service uses the Embedder
+    deployment instead. Errors of ``encode`` propagate to every caller of that batch."""
+
+    def __init__(self, encoder: "LocalEncoder | RemoteEncoder", *, max_batch: int = 64, wait_s: float = 0.002):
+        self.encoder = encoder
+        self.max_batch = max(1, max_batch)
+        self.wait_s = wait_s
+        self._pending: list[tuple[list[str], Any]] = []
+        self._task: Any = None
+        self.batch_sizes: list[int] = []
+
+    async def _encode(self, texts: list[str]) -> np.ndarray:
+        if isinstance(self.encoder, RemoteEncoder):
+            return (await self.encoder.encode(texts)).vectors
+
+        return (await asyncio.to_thread(self.encoder.encode, texts)).vectors
+
+    async def _drain(self) -> None:
+
+        await asyncio.sleep(self.wait_s)
+        while self._pending:
+            take, size = 0, 0
+            while take < len(self._pending) and (take == 0 or size + len(self._pending[take][0]) <= self.max_batch):
+                size += len(self._pending[take][0])
+                take += 1
+            calls, self._pending = self._pending[:take], self._pending[take:]
+            texts = [t for call, _ in calls for t in call]
+            try:
+                vectors = await self._encode(texts)
+            except Exception as e:  # noqa: BLE001 - delivered to the callers
+                for _, fut in calls:
+                    if not fut.done():
+                        fut.set_exception(e)
+                continue
+            self.batch_sizes.append(len(texts))
+            start = 0
+            for call, fut in calls:
+                if not fut.done():
+                    fut.set_result(vectors[start : start + len(call)].tolist())
+                start += len(call)
+        self._task = None
+
+    async def __call__(self, texts: list[str]) -> list[list[float]]:
+
+        texts = _check_texts(texts)
+        if not texts:
+            return []
+        fut = asyncio.get_running_loop().create_future()
+        self._pending.append((texts, fut))
+        if self._task is None:
+            self._task = asyncio.create_task(self._drain())
+        return await fut

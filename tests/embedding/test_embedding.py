@@ -250,3 +250,17 @@ def test_remote_encoder_api_key(monkeypatch):
     monkeypatch.setenv("EMB_KEY", "s3cret")
     enc = _remote(lambda r: httpx.Response(200), api_key_env="EMB_KEY")
     assert enc._client.headers["authorization"] == "Bearer s3cret"
+
+
+async def test_coalescing_embed_fn_merges_concurrent_calls(local_encoder):
+    import asyncio
+
+    from memory_core.embedding import CoalescingEmbedFn
+
+    fn = CoalescingEmbedFn(local_encoder, max_batch=8)
+    texts = [f"note {i} about gardening" for i in range(20)]
+    out = await asyncio.gather(*(fn([t]) for t in texts))
+    assert sum(fn.batch_sizes) == 20 and max(fn.batch_sizes) == 8
+    ref = local_encoder.encode(texts).vectors
+    assert np.allclose(np.asarray([o[0] for o in out]), ref, atol=1e-5)
+    assert await fn([]) == []
