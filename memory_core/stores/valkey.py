@@ -1,0 +1,383 @@
+"""Valkey backend with a search module (FT.* commands: valkey-search, or RediSearch in
+tests), through the official ``valkey`` asyncio client.
+
+Keys (``P`` = the configured prefix):
+
+- ``P m:<id>``: one HASH per memory; FT index ``index`` over the prefix ``P m:`` with only
+  the field types valkey-search implements: TAG ``user_tag``/``project_tag``/``memory_type``
+  (CASESENSITIVE), NUMERIC ``created_at``, VECTOR ``embedding`` (HNSW, COSINE, FLOAT32).
+- ``P u:<user_id>``: one ZSET per user, member = memory id, score = ``created_at`` (epoch
+  ms), written in the same atomic step as the HASH.
+
+Retrieval is a hybrid KNN query ``(@user_tag:{..} ...)=>[KNN k @embedding $vec AS __dist]``
+with DIALECT 2; the COSINE distance is converted to similarity (``1 - distance``).
+
+TAG values: valkey-search splits TAG strings on a separator (punctuation only), strips
+whitespace and folds case unless CASESENSITIVE, so a raw user id like ``" a"`` or ``"a,b"``
+would collide with others. User and project ids are therefore indexed as the lowercase hex
+of their UTF-8 bytes (``tag_value``), exact and separator-free, and every value that goes
+into a TAG clause also passes :func:`tag_escape` (backslash before every character that is
+not an ASCII letter, digit or ``_``). The raw ids are kept in non-indexed HASH fields.
+
+Listing (newest first, exact total) and scope deletion read the per-user ZSET, not FT
+queries: valkey-search indexes asynchronously and its non-vector query and SORTBY support
+depends on the module version, while the ZSET is exact, consistent with the last write and
+sorted server-side (ZREVRANGE orders equal scores by member descending, which is the
+contract's tie-break). Filters by type/project on a listing are applied client-side over
+the user's ids (HMGET of the two fields).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError, DuplicateMemory, StoreUnavailable
+from ..types import ListResult, Memory, MemoryType, RetrieveOptions, ScoredMemory
+from ._records import from_ms, newest_first, to_ms
+from .base import MemoryStore
+
+_MAX_TOPK = 10000
+
+# KEYS[1] record key, KEYS[2] user zset; ARGV[1] created_at ms, ARGV[2] id, ARGV[3..] field/value
+_INSERT_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+redis.call('ZADD', KEYS[2], ARGV[1], ARGV[2])
+return 1
+"""
+# KEYS[1] record key; ARGV[1] last_accessed ms
+_TOUCH_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HINCRBY', KEYS[1], 'access_count', 1)
+redis.call('HSET', KEYS[1], 'last_accessed', ARGV[1])
+return 1
+"""
+
+
+def tag_value(value: str) -> str:
+    """Canonical TAG form of a user/project id: lowercase hex of its UTF-8 bytes."""
+    return value.encode("utf-8").hex()
+
+
+def tag_escape(value: str) -> str:
+    """``value`` escaped for a TAG clause ``@field:{...}``: a backslash before every
+    character that is not an ASCII letter, digit or underscore."""
+    return "".join(c if (c.isascii() and (c.isalnum() or c == "_")) else "\\" + c for c in value)
+
+
+def _query_filter(user_id: str, types: tuple[MemoryType, ...] | None, project_id: str | None) -> str:
+    parts = [f"@user_tag:{{{tag_escape(tag_value(user_id))}}}"]
+    if project_id is not None:
+        parts.append(f"@project_tag:{{{tag_escape(tag_value(project_id))}}}")
+    if types:
+        parts.append("@memory_type:{" + " | ".join(tag_escape(MemoryType(t).value) for t in types) + "}")
+    return "(" + " ".join(parts) + ")"
+
+
+def _s(v: bytes | str | None) -> str | None:
+    if v is None:
+        return None
+    return v.decode("utf-8") if isinstance(v, bytes) else str(v)
+
+
+def _flatten(x: Any) -> list[Any]:
+    if isinstance(x, (list, tuple)):
+        return [y for item in x for y in _flatten(item)]
+    if isinstance(x, dict):
+        return [y for k, v in x.items() for y in (_s(k), *_flatten(v))]
+    return [x]
+
+
+class ValkeyStore(MemoryStore):
+    """Valkey + search module store.
+
+    Args:
+        url: ``valkey://host:port/db`` (``redis://`` works too).
+        prefix: key prefix of this store's keys.
+        index: FT index name (created when absent).
+        embed, dimension, identity: see :class:`MemoryStore`.
+
+    Opening (``await store.open()`` or the first operation) creates the index or checks it
+    with FT.INFO: ``ConfigError`` when its vector dimension is not ``dimension``,
+    ``StoreUnavailable`` when the server cannot be reached or has no search module.
+    """
+
+    name = "valkey"
+
+    def __init__(self, *, url: str, prefix: str, index: str, **kwargs):
+        super().__init__(**kwargs)
+        self.url = url
+        self.prefix = prefix
+        self.index = index
+        self._record_prefix = f"{prefix}m:"
+        self._client = None
+        self._insert_script = None
+        self._touch_script = None
+
+    # ------------------------------------------------------------------ keys / codec
+    def _key(self, memory_id: str) -> str:
+        return self._record_prefix + memory_id
+
+    def _user_key(self, user_id: str) -> str:
+        return f"{self.prefix}u:{user_id}"
+
+    def _fields(self, memory: Memory) -> dict[str, Any]:
+        f: dict[str, Any] = {
+            "id": memory.id,
+            "user_id": memory.user_id,
+            "user_tag": tag_value(memory.user_id),
+            "memory_type": memory.type.value,
+            "content": memory.content,
+            "source": memory.source,
+            "created_via": memory.created_via,
+            "created_at": to_ms(memory.created_at),
+            "updated_at": to_ms(memory.updated_at),
+            "access_count": int(memory.access_count),
+            "importance": repr(float(memory.importance)),
+            "metadata": json.dumps(memory.metadata or {}, ensure_ascii=False),
+            "embedding": np.asarray(memory.embedding, dtype="<f4").tobytes(),
+        }
+        optional = {
+            "project_id": memory.project_id,
+            "conversation_id": memory.conversation_id,
+            "created_by_user_id": memory.created_by_user_id,
+            "last_accessed": to_ms(memory.last_accessed),
+            "embedding_identity": memory.embedding_identity,
+        }
+        f.update({k: v for k, v in optional.items() if v is not None})
+        if memory.project_id is not None:
+            f["project_tag"] = tag_value(memory.project_id)
+        return f
+
+    @staticmethod
+    def _memory(h: dict[bytes, bytes]) -> Memory:
+        g = {k.decode(): v for k, v in h.items()}
+        vec = g.get("embedding")
+        return Memory(
+            id=_s(g["id"]),
+            user_id=_s(g["user_id"]),
+            project_id=_s(g.get("project_id")),
+            type=MemoryType(_s(g["memory_type"])),
+            content=_s(g["content"]),
+            source=_s(g.get("source")) or "api",
+            created_via=_s(g.get("created_via")) or "api",
+            conversation_id=_s(g.get("conversation_id")),
+            created_by_user_id=_s(g.get("created_by_user_id")),
+            created_at=from_ms(_s(g.get("created_at"))),
+            updated_at=from_ms(_s(g.get("updated_at"))),
+            last_accessed=from_ms(_s(g.get("last_accessed"))),
+            access_count=int(_s(g.get("access_count")) or 0),
+            importance=float(_s(g.get("importance")) or 0.5),
+            metadata=json.loads(_s(g.get("metadata")) or "{}"),
+            embedding=np.frombuffer(vec, dtype="<f4").astype(float).tolist() if vec is not None else None,
+            embedding_identity=_s(g.get("embedding_identity")),
+        )
+
+    # ------------------------------------------------------------------ open
+    async def _open(self) -> None:
+        import valkey.asyncio as avalkey
+        from valkey.exceptions import ResponseError, ValkeyError
+
+        if self._client is None:
+            self._client = avalkey.from_url(self.url, decode_responses=False)
+            self._insert_script = self._client.register_script(_INSERT_LUA)
+            self._touch_script = self._client.register_script(_TOUCH_LUA)
+        c = self._client
+        try:
+            await c.ping()
+        except (ValkeyError, OSError) as e:
+            raise StoreUnavailable(f"cannot reach Valkey at {self.url}: {e}") from e
+        try:
+            info = await c.execute_command("FT.INFO", self.index)
+        except ResponseError as e:
+            text = str(e).lower()
+            if "unknown command" in text:
+                raise StoreUnavailable(f"Valkey at {self.url} has no search module (FT.* commands)") from e
+            if not any(w in text for w in ("unknown index", "no such index", "not found", "does not exist")):
+                raise
+            info = None
+        if info is not None:
+            dim = self._index_dimension(info)
+            if dim is None:
+                raise ConfigError(
+                    f"valkey index {self.index!r} at {self.url} has no 'embedding' vector field; it was not "
+                    "created by this service (choose another valkey.index)"
+                )
+            if dim != self.dimension:
+                raise ConfigError(
+                    f"valkey index {self.index!r} at {self.url} holds {dim}-dimensional vectors but the "
+                    f"embedding model produces {self.dimension}; use another valkey.index/prefix or the model "
+                    "that filled it"
+                )
+            return
+        await c.execute_command(
+            "FT.CREATE", self.index, "ON", "HASH", "PREFIX", "1", self._record_prefix,
+            "SCHEMA",
+            "user_tag", "TAG", "CASESENSITIVE",
+            "project_tag", "TAG", "CASESENSITIVE",
+            "memory_type", "TAG", "CASESENSITIVE",
+            "created_at", "NUMERIC",
+            "embedding", "VECTOR", "HNSW", "10",
+            "TYPE", "FLOAT32", "DIM", str(self.dimension), "DISTANCE_METRIC", "COSINE",
+            "M", "16", "EF_CONSTRUCTION", "200",
+        )  # fmt: skip
+
+    @staticmethod
+    def _index_dimension(info: Any) -> int | None:
+        """Vector dimension of the ``embedding`` attribute in an FT.INFO reply (RediSearch
+        and valkey-search shape their replies differently; both name it dim/dimensions)."""
+        flat = [_s(x) if isinstance(x, bytes) else x for x in _flatten(info)]
+        try:
+            start = flat.index("attributes")
+        except ValueError:
+            start = 0
+        seen_embedding = False
+        for i in range(start, len(flat) - 1):
+            if flat[i] == "embedding":
+                seen_embedding = True
+            if seen_embedding and isinstance(flat[i], str) and flat[i].lower() in ("dim", "dimensions"):
+                return int(flat[i + 1])
+        return None
+
+    # ------------------------------------------------------------------ hooks
+    async def _exists(self, memory_id: str) -> bool:
+        return bool(await self._client.exists(self._key(memory_id)))
+
+    async def _insert(self, memory: Memory) -> None:
+        fields = self._fields(memory)
+        args: list[Any] = [to_ms(memory.created_at), memory.id]
+        for k, v in fields.items():
+            args += [k, v]
+        ok = await self._insert_script(keys=[self._key(memory.id), self._user_key(memory.user_id)], args=args)
+        if not ok:  # another process inserted this id between the check and the write
+            raise DuplicateMemory(f"memory {memory.id!r} already exists")
+
+    async def _replace(self, memory: Memory) -> None:
+        key = self._key(memory.id)
+        async with self._client.pipeline(transaction=True) as p:
+            p.delete(key)  # drops fields that became None (e.g. project_id)
+            p.hset(key, mapping=self._fields(memory))
+            p.zadd(self._user_key(memory.user_id), {memory.id: to_ms(memory.created_at)})
+            await p.execute()
+
+    async def insert_many(self, memories: list[Memory]) -> None:
+        """Bulk load of already-validated records with embeddings set (benchmarks, imports);
+        skips the per-record duplicate check. Raises ``StoreClosed`` after close."""
+        async with self._op():
+            for start in range(0, len(memories), 500):
+                async with self._client.pipeline(transaction=False) as p:
+                    for m in memories[start : start + 500]:
+                        p.hset(self._key(m.id), mapping=self._fields(m))
+                        p.zadd(self._user_key(m.user_id), {m.id: to_ms(m.created_at)})
+                    await p.execute()
+
+    async def _hgetall(self, memory_ids: list[str]) -> list[dict[bytes, bytes]]:
+        async with self._client.pipeline(transaction=False) as p:
+            for i in memory_ids:
+                p.hgetall(self._key(i))
+            return await p.execute()
+
+    async def _get_many(self, memory_ids: list[str]) -> list[Memory]:
+        return [self._memory(h) for h in await self._hgetall(memory_ids) if h]
+
+    async def _search(self, options: RetrieveOptions, vector: list[float]) -> list[ScoredMemory]:
+        k = min(max(options.limit * 4, 50), _MAX_TOPK)
+        query = (
+            f"{_query_filter(options.user_id, options.types, options.project_id)}"
+            f"=>[KNN {k} @embedding $vec EF_RUNTIME {max(k, 64)} AS __dist]"
+        )
+        reply = await self._client.execute_command(
+            "FT.SEARCH", self.index, query,
+            "PARAMS", "2", "vec", np.asarray(vector, dtype="<f4").tobytes(),
+            "RETURN", "1", "__dist",
+            "LIMIT", "0", str(k),
+            "DIALECT", "2",
+        )  # fmt: skip
+        hits: list[tuple[str, float]] = []
+        for j in range(1, len(reply) - 1, 2):
+            key = _s(reply[j])
+            attrs = reply[j + 1]
+            fields = {_s(attrs[n]): _s(attrs[n + 1]) for n in range(0, len(attrs) - 1, 2)}
+            hits.append((key[len(self._record_prefix) :], float(fields["__dist"])))
+        if not hits:
+            return []
+        records = await self._hgetall([h[0] for h in hits])
+        out = []
+        for (mid, dist), h in zip(hits, records):
+            if not h:  # deleted between the index answer and the read
+                continue
+            sim = max(-1.0, min(1.0, 1.0 - dist))  # COSINE distance = 1 - cosine similarity
+            out.append(ScoredMemory(memory=self._memory(h), score=sim, similarity=sim))
+        return out
+
+    async def _touch(self, memory_ids: list[str], when: datetime) -> None:
+        stamp = to_ms(when)
+        for i in memory_ids:
+            await self._touch_script(keys=[self._key(i)], args=[stamp])
+
+    async def _user_ids_filtered(self, user_id: str, types, project_id) -> list[tuple[int, str]]:
+        pairs = await self._client.zrange(self._user_key(user_id), 0, -1, withscores=True)
+        items = [(int(score), _s(member)) for member, score in pairs]
+        if not types and project_id is None:
+            return items
+        async with self._client.pipeline(transaction=False) as p:
+            for _, mid in items:
+                p.hmget(self._key(mid), ["memory_type", "project_id"])
+            fields = await p.execute()
+        wanted = {MemoryType(t).value for t in types} if types else None
+        out = []
+        for item, (mtype, proj) in zip(items, fields):
+            if mtype is None:
+                continue
+            if wanted is not None and _s(mtype) not in wanted:
+                continue
+            if project_id is not None and _s(proj) != project_id:
+                continue
+            out.append(item)
+        return out
+
+    async def _list(self, user_id, types, project_id, limit, offset) -> ListResult:
+        if not types and project_id is None:
+            ukey = self._user_key(user_id)
+            async with self._client.pipeline(transaction=True) as p:
+                p.zcard(ukey)
+                p.zrevrange(ukey, offset, offset + limit - 1)
+                total, members = await p.execute()
+            page = [_s(m) for m in members]
+        else:
+            ordered = newest_first(await self._user_ids_filtered(user_id, types, project_id))
+            total = len(ordered)
+            page = ordered[offset : offset + limit]
+        if not page:
+            return ListResult(memories=[], total=int(total))
+        by_id = {m.id: m for m in await self._get_many(page)}
+        return ListResult(memories=[by_id[i] for i in page if i in by_id], total=int(total))
+
+    async def _scope_ids(self, user_id, types, project_id) -> list[str]:
+        return [mid for _, mid in await self._user_ids_filtered(user_id, types, project_id)]
+
+    async def _delete(self, memory_ids: list[str]) -> None:
+        async with self._client.pipeline(transaction=False) as p:
+            for i in memory_ids:
+                p.hget(self._key(i), "user_id")
+            owners = await p.execute()
+        async with self._client.pipeline(transaction=True) as p:
+            for i, owner in zip(memory_ids, owners):
+                p.delete(self._key(i))
+                if owner is not None:
+                    p.zrem(self._user_key(_s(owner)), i)
+            await p.execute()
+
+    async def _check_connection(self) -> bool:
+        try:
+            return bool(await self._client.ping())
+        except Exception:  # noqa: BLE001 - a health probe answers False on any failure
+            return False
+
+    async def _close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
