@@ -136,11 +136,31 @@ class ReflectionOverride(_Strict):
 
 
 class RetrievalSettings(_Strict):
-    """How memories are ranked: hybrid lexical+vector fusion (see ``memory_core.hybrid``)."""
+    """How memories are ranked: hybrid lexical+vector fusion (see ``memory_core.hybrid``).
+
+    Defaults measured on LoCoMo dev (``benchmarks/locomo_offline.py``): ``lexical_weight``
+    weighs max-normalised BM25 against cosine (``fusion: score``) or the two RRF ranks
+    (``fusion: rrf``, constant ``rrf_k``); ``candidate_pool`` candidates come from each side;
+    ``neighbor_weight`` adds the best adjacent turn's score (same conversation, at most
+    ``neighbor_max_gap_s`` apart); ``speaker_weight`` rewards memories whose
+    ``metadata.speaker`` the query names; ``temporal_weight`` (with ``temporal_boost``) rewards
+    memories that mention a time for queries asking when. ``bm25_k1``/``bm25_b``: BM25
+    parameters; ``max_index_users``: user indexes held in memory (LRU).
+    """
 
     hybrid: bool = True
-    lexical_weight: float = Field(0.3, ge=0, le=1)
+    lexical_weight: float = Field(0.4, ge=0, le=1)
     temporal_boost: bool = True
+    fusion: Literal["score", "rrf"] = "score"
+    rrf_k: int = Field(60, ge=1)
+    candidate_pool: int = Field(20, ge=1, le=1000)
+    neighbor_weight: float = Field(0.5, ge=0)
+    neighbor_max_gap_s: float = Field(21600.0, ge=0)
+    speaker_weight: float = Field(0.3, ge=0)
+    temporal_weight: float = Field(0.2, ge=0)
+    bm25_k1: float = Field(0.9, ge=0)
+    bm25_b: float = Field(0.4, ge=0, le=1)
+    max_index_users: int = Field(1024, ge=1)
 
 
 class InjectionSettings(_Strict):

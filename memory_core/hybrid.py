@@ -1,0 +1,479 @@
+"""Hybrid (lexical + vector) retrieval as a store decorator.
+
+``HybridStore`` wraps any ``MemoryStore`` (or another ``StoreDecorator``) and keeps a
+service-side BM25 index (``memory_core.lexical``) per user in step with it. With
+``RetrieveOptions.hybrid`` it ranks a candidate set drawn from both sides; without, it is a
+plain pass-through.
+
+Keeping the index in step
+    ``store``/``update`` index the record the inner store returned, after the inner call
+    succeeded. ``forget``/``forget_by_scope`` remove from the index whatever the outcome of the
+    inner call (a delete never leaves an entry behind). Every lexical candidate is re-read
+    from the inner store (``get_many``) before it is returned, so a memory deleted or changed
+    behind this decorator's back is dropped from (or re-indexed in) the index rather than
+    returned stale. A user's index is built lazily on that user's first hybrid retrieve, from
+    ``inner.list`` (pages of 1000), and kept thereafter; writes that complete while it is being
+    built are replayed onto it. **Writes must go through this decorator** for the index to stay
+    complete (the store actor pool pins each user to one shard, so one decorator instance sees
+    all of a user's writes). Memory is bounded by an LRU of ``max_users`` user indexes; an
+    evicted user is rebuilt on their next hybrid retrieve.
+
+Ranking (all terms are ≥ 0 and on the scale of cosine similarity)::
+
+    base(d)  = (1 − w) · cos(q, d) + w · bm25(q, d) / max_d' bm25(q, d')     fusion="score"
+             | ((1 − w) · rrf_vec(d) + w · rrf_lex(d)) · (k + 1)              fusion="rrf"
+             + temporal_weight · [q asks "when…" and d mentions a time]       (temporal_boost)
+    score(d) = base(d) + neighbor_weight · max(base(prev(d)), base(next(d)))
+             + speaker_weight · [d's speaker is named in q]
+
+``w`` = ``RetrieveOptions.lexical_weight``. RRF: reciprocal rank fusion, rrf(d) = 1 / (k + rank)
+(Cormack, Clarke & Büttcher, SIGIR 2009), k = ``rrf_k``. BM25: Robertson & Zaragoza 2009 (see
+``memory_core.lexical``). ``prev``/``next`` are the memories adjacent in time (``created_at``,
+then id) within the same conversation — same ``conversation_id`` and same
+``metadata["session"]``, at most ``neighbor_max_gap_s`` apart; memories with neither have no
+neighbours. A neighbour's ``base`` counts only when it is a candidate itself. The lexical side
+indexes the content without a leading ``"<speaker>: "`` when ``metadata["speaker"]`` is set
+(that name would otherwise match every turn of the speaker); the speaker is matched against the
+query separately (``speaker_weight``). ``similarity`` of every result is its cosine, and
+``threshold`` is a cosine floor for every candidate whichever side found it.
+
+Candidates: the inner store's vector top ``candidate_pool`` (≥ ``limit``), the lexical top
+``candidate_pool`` (honouring ``project_id``/``types``), and the neighbours of the
+``2 · limit`` best of those. Only the returned memories get their access counts bumped
+(``record_access``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from .config import RetrievalSettings
+from .lexical import BM25Corpus, LexicalIndex, tokenize
+from .errors import InvalidInput
+from .sanitize import require_user_id
+from .stores.base import MAX_LIST_LIMIT, MAX_RETRIEVE_LIMIT, StoreDecorator
+from .timeparse import has_time_expression, temporal_intent
+from .types import Memory, MemoryType, RetrieveOptions, ScoredMemory
+
+Fusion = Literal["score", "rrf"]
+_D = RetrievalSettings()  # constructor defaults = the configuration defaults
+
+
+def _content_key(content: str) -> str:
+    return hashlib.blake2b(content.encode("utf-8"), digest_size=8).hexdigest()
+
+
+def split_speaker(memory: Memory) -> tuple[str, str | None]:
+    """(body, speaker): ``memory.content`` without a leading ``"<speaker>:"`` where
+    ``metadata["speaker"]`` names the speaker, else the content unchanged."""
+    speaker = memory.metadata.get("speaker") if isinstance(memory.metadata, dict) else None
+    content = memory.content
+    if isinstance(speaker, str) and speaker.strip():
+        prefix = speaker.strip() + ":"
+        if content.startswith(prefix):
+            return content[len(prefix) :].lstrip(), speaker.strip()
+        return content, speaker.strip()
+    return content, None
+
+
+def _types_or_none(types) -> tuple[MemoryType, ...] | None:
+    """``types`` as ``MemoryType``s; ``None`` when none were given, ``()`` when none of those
+    given is a known type (then nothing matched, so nothing is removed)."""
+    if not types:
+        return None
+    out = []
+    for t in types:
+        try:
+            out.append(MemoryType(t))
+        except ValueError:
+            continue
+    return tuple(out)
+
+
+def _group_of(memory: Memory) -> tuple | None:
+    session = memory.metadata.get("session") if isinstance(memory.metadata, dict) else None
+    if memory.conversation_id is None and session is None:
+        return None
+    return (memory.conversation_id, str(session) if session is not None else None)
+
+
+@dataclass
+class _Timeline:
+    """One user's memories ordered by time within each conversation group."""
+
+    groups: dict[tuple, list[tuple[float, str]]] = field(default_factory=dict)
+
+    def add(self, group: tuple | None, ts: float, memory_id: str) -> None:
+        if group is not None:
+            bisect.insort(self.groups.setdefault(group, []), (ts, memory_id))
+
+    def remove(self, group: tuple | None, ts: float, memory_id: str) -> None:
+        if group is None:
+            return
+        seq = self.groups.get(group)
+        if not seq:
+            return
+        i = bisect.bisect_left(seq, (ts, memory_id))
+        if i < len(seq) and seq[i] == (ts, memory_id):
+            del seq[i]
+        if not seq:
+            del self.groups[group]
+
+    def neighbours(self, group: tuple | None, ts: float, memory_id: str, max_gap_s: float) -> list[str]:
+        if group is None:
+            return []
+        seq = self.groups.get(group, [])
+        i = bisect.bisect_left(seq, (ts, memory_id))
+        if i >= len(seq) or seq[i] != (ts, memory_id):
+            return []
+        out = []
+        if i > 0 and ts - seq[i - 1][0] <= max_gap_s:
+            out.append(seq[i - 1][1])
+        if i + 1 < len(seq) and seq[i + 1][0] - ts <= max_gap_s:
+            out.append(seq[i + 1][1])
+        return out
+
+
+class HybridStore(StoreDecorator):
+    """Lexical + vector retrieval over any store. See the module docstring.
+
+    Args:
+        inner: the wrapped store.
+        candidate_pool: candidates taken from each side (≥ 1; the vector side takes at least
+            ``limit``).
+        fusion: ``"score"`` (weighted sum of cosine and max-normalised BM25) or ``"rrf"``.
+        rrf_k: the RRF constant k (≥ 1).
+        neighbor_weight: weight of the best adjacent memory's base score (≥ 0; 0 disables).
+        neighbor_max_gap_s: most seconds between adjacent memories of one conversation.
+        speaker_weight: bonus when ``metadata["speaker"]`` is named in the query (≥ 0).
+        temporal_weight: bonus, for queries asking when, to memories mentioning a time (≥ 0;
+            applied when ``RetrieveOptions.temporal_boost``).
+        k1, b: BM25 parameters. max_users: most user indexes held (LRU).
+        Defaults are those of ``RetrievalSettings``.
+    Raises ``ValueError`` for parameters out of range.
+    """
+
+    def __init__(
+        self,
+        inner,
+        *,
+        candidate_pool: int = _D.candidate_pool,
+        fusion: Fusion = _D.fusion,
+        rrf_k: int = _D.rrf_k,
+        neighbor_weight: float = _D.neighbor_weight,
+        neighbor_max_gap_s: float = _D.neighbor_max_gap_s,
+        speaker_weight: float = _D.speaker_weight,
+        temporal_weight: float = _D.temporal_weight,
+        k1: float = _D.bm25_k1,
+        b: float = _D.bm25_b,
+        max_users: int = _D.max_index_users,
+    ):
+        super().__init__(inner)
+        if candidate_pool < 1 or rrf_k < 1:
+            raise ValueError("candidate_pool and rrf_k must be ≥ 1")
+        if fusion not in ("score", "rrf"):
+            raise ValueError(f"unknown fusion {fusion!r}")
+        if min(neighbor_weight, speaker_weight, temporal_weight, neighbor_max_gap_s) < 0:
+            raise ValueError("weights and gaps must be ≥ 0")
+        self.candidate_pool = candidate_pool
+        self.fusion = fusion
+        self.rrf_k = rrf_k
+        self.neighbor_weight = neighbor_weight
+        self.neighbor_max_gap_s = neighbor_max_gap_s
+        self.speaker_weight = speaker_weight
+        self.temporal_weight = temporal_weight
+        self.index = LexicalIndex(max_users=max_users, k1=k1, b=b, on_evict=self._evicted)
+        self._timelines: dict[str, _Timeline] = {}
+        self._building: dict[str, list[tuple[str, Any]]] = {}
+        self._build_tasks: dict[str, asyncio.Future] = {}
+
+    @classmethod
+    def from_settings(cls, inner, settings) -> "HybridStore":
+        """Build from ``memory_core.config.RetrievalSettings``."""
+        return cls(
+            inner,
+            candidate_pool=settings.candidate_pool,
+            fusion=settings.fusion,
+            rrf_k=settings.rrf_k,
+            neighbor_weight=settings.neighbor_weight,
+            neighbor_max_gap_s=settings.neighbor_max_gap_s,
+            speaker_weight=settings.speaker_weight,
+            temporal_weight=settings.temporal_weight,
+            k1=settings.bm25_k1,
+            b=settings.bm25_b,
+            max_users=settings.max_index_users,
+        )
+
+    # ------------------------------------------------------------------ index upkeep
+    def _evicted(self, user_id: str) -> None:
+        self._timelines.pop(user_id, None)
+
+    def _index_memory(self, corpus: BM25Corpus, timeline: _Timeline, memory: Memory) -> None:
+        old = corpus.attrs(memory.id)
+        if old:
+            timeline.remove(old.get("group"), old.get("ts", 0.0), memory.id)
+        body, speaker = split_speaker(memory)
+        ts = memory.created_at.timestamp() if memory.created_at else 0.0
+        group = _group_of(memory)
+        attrs = {
+            "key": _content_key(memory.content),
+            "speaker_terms": frozenset(tokenize(speaker)) if speaker else frozenset(),
+            "temporal": has_time_expression(body),
+            "group": group,
+            "ts": ts,
+        }
+        corpus.add(memory.id, body, project_id=memory.project_id, type=memory.type, attrs=attrs)
+        timeline.add(group, ts, memory.id)
+
+    def _unindex(self, user_id: str, memory_id: str) -> None:
+        corpus = self.index.corpus(user_id)
+        if corpus is None:
+            return
+        old = corpus.attrs(memory_id)
+        if old and user_id in self._timelines:
+            self._timelines[user_id].remove(old.get("group"), old.get("ts", 0.0), memory_id)
+        corpus.remove(memory_id)
+
+    def _apply(self, user_id: str, op: str, arg: Any) -> None:
+        """Apply a write to a loaded index, queue it for an index being built, or drop it
+        (an unloaded user's index is built from the store later)."""
+        if user_id in self._building:
+            self._building[user_id].append((op, arg))
+        corpus = self.index.corpus(user_id)
+        if corpus is None:
+            return
+        if op == "add":
+            self._index_memory(corpus, self._timelines[user_id], arg)
+        elif op == "remove":
+            self._unindex(user_id, arg)
+        elif op == "scope":
+            if arg[1] == ():
+                return
+            corpus.remove_where(*arg)
+            self._rebuild_timeline(user_id, corpus)
+
+    def _rebuild_timeline(self, user_id: str, corpus: BM25Corpus) -> None:
+        tl = _Timeline()
+        for memory_id in corpus.ids():
+            a = corpus.attrs(memory_id)
+            tl.add(a.get("group"), a.get("ts", 0.0), memory_id)
+        self._timelines[user_id] = tl
+
+    async def _ensure_index(self, user_id: str) -> BM25Corpus:
+        """The user's corpus, built from ``inner.list`` on first use (one build at a time)."""
+        corpus = self.index.corpus(user_id)
+        if corpus is not None:
+            return corpus
+        task = self._build_tasks.get(user_id)
+        if task is None:
+            task = asyncio.ensure_future(self._build(user_id))
+            self._build_tasks[user_id] = task
+            task.add_done_callback(lambda _t, u=user_id: self._build_tasks.pop(u, None))
+        return await asyncio.shield(task)
+
+    async def _build(self, user_id: str) -> BM25Corpus:
+        self._building[user_id] = []
+        try:
+            corpus = BM25Corpus(self.index.k1, self.index.b)
+            timeline = _Timeline()
+            offset = 0
+            while True:
+                page = await self.inner.list(user_id, limit=MAX_LIST_LIMIT, offset=offset)
+                for m in page.memories:
+                    if m.user_id == user_id:
+                        self._index_memory(corpus, timeline, m)
+                offset += len(page.memories)
+                if not page.memories or offset >= page.total:
+                    break
+            for op, arg in self._building[user_id]:
+                if op == "add":
+                    self._index_memory(corpus, timeline, arg)
+                elif op == "remove":
+                    old = corpus.attrs(arg)
+                    if old:
+                        timeline.remove(old.get("group"), old.get("ts", 0.0), arg)
+                    corpus.remove(arg)
+                elif op == "scope" and arg[1] != ():
+                    corpus.remove_where(*arg)
+            self._timelines[user_id] = timeline
+            self.index.load_user(user_id, corpus)
+            if any(op == "scope" for op, _ in self._building[user_id]):
+                self._rebuild_timeline(user_id, corpus)
+            return corpus
+        finally:
+            self._building.pop(user_id, None)
+
+    # ------------------------------------------------------------------ writes
+    async def store(self, memory: Memory) -> Memory:
+        stored = await self.inner.store(memory)
+        self._apply(stored.user_id, "add", stored)
+        return stored
+
+    async def update(self, memory_id: str, user_id: str, changes: dict[str, Any]) -> Memory:
+        updated = await self.inner.update(memory_id, user_id, changes)
+        self._apply(user_id, "add", updated)
+        return updated
+
+    async def forget(self, memory_id: str, user_id: str) -> None:
+        try:
+            await self.inner.forget(memory_id, user_id)
+        finally:
+            self._apply(user_id, "remove", memory_id)
+
+    async def forget_by_scope(self, user_id, project_id=None, types=None) -> int:
+        try:
+            return await self.inner.forget_by_scope(user_id, project_id=project_id, types=types)
+        finally:
+            self._apply(user_id, "scope", (project_id, _types_or_none(types)))
+
+    # ------------------------------------------------------------------ retrieve
+    async def retrieve(self, options: RetrieveOptions, *, touch: bool = True) -> list[ScoredMemory]:
+        """Hybrid top ``limit`` when ``options.hybrid`` (see the module docstring), else the
+        inner store's retrieve. ``similarity`` is cosine; ``threshold`` is a cosine floor.
+        Raises what ``MemoryStore.retrieve`` raises."""
+        if not options.hybrid:
+            return await self.inner.retrieve(options, touch=touch)
+        require_user_id(options.user_id)
+        if not (0 < options.limit <= MAX_RETRIEVE_LIMIT):
+            raise InvalidInput(f"limit must be in 1..{MAX_RETRIEVE_LIMIT}")
+        if not math.isfinite(options.threshold):
+            raise InvalidInput("threshold must be a finite number")
+        vector = await self.inner.embed_query(options)
+        pool = max(self.candidate_pool, options.limit)
+        vec_opts = options.model_copy(
+            update={"embedding": vector, "embedding_identity": None, "limit": min(pool, 1000), "hybrid": False}
+        )
+        user_id = options.user_id
+        if not self.index.has_user(user_id):
+            await self._ensure_index(user_id)  # before the vector search: its hits are then current
+        vec_hits = await self.inner.retrieve(vec_opts, touch=False)
+        corpus = self.index.corpus(user_id) or await self._ensure_index(user_id)
+
+        q_terms = tokenize(options.query)
+        q_set = set(q_terms)
+        lex_all = dict(corpus.score_terms(q_terms, None, options.project_id, options.types))
+        lex_top = sorted(lex_all.items(), key=lambda kv: (-kv[1], kv[0]))[:pool]
+        max_bm25 = lex_top[0][1] if lex_top else 0.0
+
+        q = np.asarray(vector, dtype=np.float32)
+        cands: dict[str, tuple[Memory, float]] = {}
+        for hit in vec_hits:
+            self._reconcile(user_id, corpus, hit.memory)
+            cands[hit.memory.id] = (hit.memory, hit.similarity)
+        missing = [i for i, _ in lex_top if i not in cands]
+        await self._fetch(missing, options, q, corpus, cands)
+
+        vec_rank = {h.memory.id: r for r, h in enumerate(vec_hits, 1)}
+        lex_rank = {i: r for r, (i, _) in enumerate(lex_top, 1)}
+        when_q = options.temporal_boost and self.temporal_weight > 0 and temporal_intent(options.query)
+        w = min(max(options.lexical_weight, 0.0), 1.0)
+
+        def base_of(memory_id: str, cos: float) -> float:
+            if self.fusion == "rrf":
+                k = self.rrf_k
+                rv = 1.0 / (k + vec_rank[memory_id]) if memory_id in vec_rank else 0.0
+                rl = 1.0 / (k + lex_rank[memory_id]) if memory_id in lex_rank else 0.0
+                s = ((1 - w) * rv + w * rl) * (k + 1)
+            else:
+                bm = lex_all.get(memory_id, 0.0)
+                s = (1 - w) * cos + (w * bm / max_bm25 if max_bm25 > 0 else 0.0)
+            if when_q:
+                a = corpus.attrs(memory_id)
+                if a and a.get("temporal"):
+                    s += self.temporal_weight
+            return s
+
+        base = {i: base_of(i, cos) for i, (_, cos) in cands.items()}
+        timeline = self._timelines.get(user_id, _Timeline())
+
+        def neighbours(memory_id: str) -> list[str]:
+            a = corpus.attrs(memory_id)
+            return timeline.neighbours(a.get("group"), a.get("ts", 0.0), memory_id, self.neighbor_max_gap_s) if a else []
+
+        if self.neighbor_weight > 0 and base:
+            top = sorted(base, key=lambda i: -base[i])[: 2 * options.limit]
+            extra = [n for i in top for n in neighbours(i) if n not in cands]
+            if extra:
+                await self._fetch(list(dict.fromkeys(extra)), options, q, corpus, cands)
+                for i in extra:
+                    if i in cands and i not in base:
+                        base[i] = base_of(i, cands[i][1])
+
+        results = []
+        for memory_id, (memory, cos) in cands.items():
+            if cos < options.threshold:
+                continue
+            score = base[memory_id]
+            if self.neighbor_weight > 0:
+                nb = [base[n] for n in neighbours(memory_id) if n in base]
+                if nb:
+                    score += self.neighbor_weight * max(nb)
+            if self.speaker_weight > 0:
+                a = corpus.attrs(memory_id)
+                if a and a.get("speaker_terms") and a["speaker_terms"] & q_set:
+                    score += self.speaker_weight
+            results.append(ScoredMemory(memory=memory, score=score, similarity=cos))
+        results.sort(key=lambda r: (-r.score, r.memory.id))
+        results = results[: options.limit]
+        if results and touch:
+            now = await self.inner.record_access([r.memory.id for r in results], user_id)
+            results = [
+                r.model_copy(
+                    update={
+                        "memory": r.memory.model_copy(
+                            update={"access_count": r.memory.access_count + 1, "last_accessed": now}
+                        )
+                    }
+                )
+                for r in results
+            ]
+        return results
+
+    def _reconcile(self, user_id: str, corpus: BM25Corpus, memory: Memory) -> None:
+        """Re-index ``memory`` when the index holds another version of its content (the store's
+        record is the truth). A memory the index lacks is not added here: a read that raced a
+        delete must not bring it back."""
+        attrs = corpus.attrs(memory.id)
+        timeline = self._timelines.get(user_id)
+        if timeline is not None and attrs is not None and attrs.get("key") != _content_key(memory.content):
+            self._index_memory(corpus, timeline, memory)
+
+    async def _fetch(
+        self,
+        ids: Sequence[str],
+        options: RetrieveOptions,
+        q: np.ndarray,
+        corpus: BM25Corpus,
+        into: dict[str, tuple[Memory, float]],
+    ) -> None:
+        """Load ``ids`` from the inner store into ``into`` as (memory, cosine), keeping only the
+        user's memories that pass the filters; prunes ids the store no longer has and
+        re-indexes ones whose content changed behind this decorator."""
+        if not ids:
+            return
+        found = {m.id: m for m in await self.inner.get_many(ids, options.user_id)}
+        for memory_id in ids:
+            m = found.get(memory_id)
+            if m is None or m.user_id != options.user_id:
+                if m is None:
+                    self._unindex(options.user_id, memory_id)
+                continue
+            self._reconcile(options.user_id, corpus, m)
+            if options.project_id is not None and m.project_id != options.project_id:
+                continue
+            if options.types and m.type not in options.types:
+                continue
+            if m.embedding is None:
+                continue
+            cos = float(np.dot(np.asarray(m.embedding, dtype=np.float32), q))
+            if not math.isfinite(cos):
+                continue
+            into[memory_id] = (m, cos)

@@ -1,0 +1,301 @@
+"""Okapi BM25 lexical index, one corpus per user, updated incrementally.
+
+Scoring (Robertson & Zaragoza, "The Probabilistic Relevance Framework: BM25 and Beyond",
+Foundations and Trends in IR 3(4), 2009, eq. 3.15 with the Robertson/Spärck Jones IDF)::
+
+    score(D, Q) = Σ_{t ∈ Q} idf(t) · tf(t, D) · (k1 + 1) / (tf(t, D) + k1 · (1 − b + b · |D| / avgdl))
+    idf(t)      = ln(1 + (N − n(t) + 0.5) / (n(t) + 0.5))
+
+``tf`` = occurrences of term t in D, ``|D|`` = number of terms of D, ``avgdl`` = mean |D| over
+the user's corpus, ``N`` = documents in it, ``n(t)`` = documents containing t. The ``1 +``
+inside the log (as in Lucene) keeps idf positive for terms in more than half of the documents.
+Each distinct query term counts once. Defaults ``k1 = 1.2``, ``b = 0.75`` (the values
+Robertson & Zaragoza report as robust).
+
+Tokenizer (``tokenize``): Unicode NFKC, lowercase; Latin/Cyrillic/Greek/digit words lose a
+possessive ``'s``, English stop words are dropped and the rest are Snowball-stemmed (Porter2,
+``snowballstemmer``); runs of CJK ideographs / kana / hangul become character unigrams plus
+bigrams (the usual dictionary-free CJK indexing: Chinese "北京大学" → 北 京 大 学 北京 京大 大学).
+
+Memory: one posting map per loaded user; ``LexicalIndex`` keeps at most ``max_users`` users (LRU)
+and calls ``on_evict(user_id)`` when it drops one.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import snowballstemmer
+
+DEFAULT_K1 = 1.2
+DEFAULT_B = 0.75
+
+# English stop words: the Snowball English list (snowballstem.org/algorithms/english/stop.txt)
+# plus common chat fillers. Question words (when/what/how …) are on it: they carry no topic.
+STOP_WORDS = frozenset(
+    """
+    i me my myself we our ours ourselves you your yours yourself yourselves he him his himself she her hers
+    herself it its itself they them their theirs themselves what which who whom this that these those am is are
+    was were be been being have has had having do does did doing would should could ought i'm you're he's she's
+    it's we're they're i've you've we've they've i'd you'd he'd she'd we'd they'd i'll you'll he'll she'll we'll
+    they'll isn't aren't wasn't weren't hasn't haven't hadn't doesn't don't didn't won't wouldn't shan't
+    shouldn't can't cannot couldn't mustn't let's that's who's what's here's there's when's where's why's how's a
+    an the and but if or because as until while of at by for with about against between into through during
+    before after above below to from up down in out on off over under again further then once here there when
+    where why how all any both each few more most other some such no nor not only own same so than too very
+    will can just also s t d ll m re ve y yeah yes oh ok okay hey hi hello wow really thanks thank lol um uh
+    gonna wanna got get
+    """.split()
+)
+
+_CJK_CLASS = r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\u1100-\u11ff\u3130-\u318f]"
+_ALNUM = rf"(?:(?!{_CJK_CLASS})[^\W_])"  # a letter or digit that is not CJK
+_WORD = re.compile(rf"{_CJK_CLASS}+|{_ALNUM}+(?:['’]{_ALNUM}+)*")
+_CJK = re.compile(_CJK_CLASS)
+_STEMMER = snowballstemmer.stemmer("english")
+
+
+@lru_cache(maxsize=65536)
+def _stem(word: str) -> str:
+    return _STEMMER.stemWord(word)
+
+
+def tokenize(text: str) -> list[str]:
+    """Index terms of ``text`` in order (see the module docstring). Empty for empty text.
+
+    >>> tokenize("Caroline's painting classes!")
+    ['carolin', 'paint', 'class']
+    >>> tokenize("北京大学")
+    ['北', '京', '大', '学', '北京', '京大', '大学']
+    """
+    text = unicodedata.normalize("NFKC", text or "").lower()
+    out: list[str] = []
+    for m in _WORD.finditer(text):
+        w = m.group(0)
+        if _CJK.match(w):
+            out.extend(w)
+            out.extend(w[i : i + 2] for i in range(len(w) - 1))
+            continue
+        w = w.replace("’", "'")
+        if w in STOP_WORDS:
+            continue
+        if w.endswith("'s"):
+            w = w[:-2]
+        w = w.replace("'", "")
+        if not w or w in STOP_WORDS:
+            continue
+        out.append(_stem(w))
+    return out
+
+
+@dataclass
+class _Doc:
+    tf: Counter
+    length: int
+    project_id: str | None
+    type: Any
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+
+class BM25Corpus:
+    """One user's documents with their postings. ``add`` replaces a document of the same id.
+
+    Args:
+        k1: term-frequency saturation (≥ 0). b: length normalisation in [0, 1].
+    Raises ``ValueError`` on parameters out of range.
+    """
+
+    def __init__(self, k1: float = DEFAULT_K1, b: float = DEFAULT_B):
+        if k1 < 0 or not 0 <= b <= 1:
+            raise ValueError("BM25 needs k1 ≥ 0 and 0 ≤ b ≤ 1")
+        self.k1, self.b = k1, b
+        self._docs: dict[str, _Doc] = {}
+        self._postings: dict[str, dict[str, int]] = {}
+        self._total_len = 0
+
+    def __len__(self) -> int:
+        return len(self._docs)
+
+    def __contains__(self, doc_id: str) -> bool:
+        return doc_id in self._docs
+
+    @property
+    def avgdl(self) -> float:
+        return self._total_len / len(self._docs) if self._docs else 0.0
+
+    def ids(self) -> list[str]:
+        return list(self._docs)
+
+    def attrs(self, doc_id: str) -> dict[str, Any] | None:
+        doc = self._docs.get(doc_id)
+        return doc.attrs if doc is not None else None
+
+    def add(
+        self,
+        doc_id: str,
+        text: str,
+        *,
+        project_id: str | None = None,
+        type: Any = None,
+        attrs: dict[str, Any] | None = None,
+        tokens: Sequence[str] | None = None,
+    ) -> None:
+        """Index ``text`` (or the given ``tokens``) under ``doc_id``, replacing an earlier
+        version. ``project_id``/``type`` are kept for filtered search; ``attrs`` is opaque."""
+        self.remove(doc_id)
+        tf = Counter(tokens if tokens is not None else tokenize(text))
+        length = sum(tf.values())
+        self._docs[doc_id] = _Doc(tf, length, project_id, type, dict(attrs or {}))
+        self._total_len += length
+        for term, n in tf.items():
+            self._postings.setdefault(term, {})[doc_id] = n
+
+    def remove(self, doc_id: str) -> bool:
+        """Drop ``doc_id``; False when it was not indexed."""
+        doc = self._docs.pop(doc_id, None)
+        if doc is None:
+            return False
+        self._total_len -= doc.length
+        for term in doc.tf:
+            plist = self._postings.get(term)
+            if plist is not None:
+                plist.pop(doc_id, None)
+                if not plist:
+                    del self._postings[term]
+        return True
+
+    def remove_where(self, project_id: str | None = None, types: Iterable[Any] | None = None) -> list[str]:
+        """Drop every document matching the optional ``project_id`` and ``types``; returns ids."""
+        types = set(types) if types else None
+        ids = [i for i, d in self._docs.items() if _passes(d, project_id, types)]
+        for i in ids:
+            self.remove(i)
+        return ids
+
+    def idf(self, term: str) -> float:
+        """ln(1 + (N − n + 0.5) / (n + 0.5)); 0 for an empty corpus."""
+        n_docs = len(self._docs)
+        if not n_docs:
+            return 0.0
+        n = len(self._postings.get(term, ()))
+        return math.log(1.0 + (n_docs - n + 0.5) / (n + 0.5))
+
+    def score_terms(
+        self,
+        terms: Sequence[str],
+        limit: int | None = None,
+        project_id: str | None = None,
+        types: Iterable[Any] | None = None,
+    ) -> list[tuple[str, float]]:
+        """BM25 of every document sharing a term with ``terms`` (distinct terms count once),
+        filtered, best first (ties by id); the first ``limit`` when given. Scores > 0."""
+        if not self._docs:
+            return []
+        avgdl = self.avgdl or 1.0
+        k1, b = self.k1, self.b
+        types = set(types) if types else None
+        scores: dict[str, float] = {}
+        for term in dict.fromkeys(terms):
+            plist = self._postings.get(term)
+            if not plist:
+                continue
+            idf = self.idf(term)
+            for doc_id, tf in plist.items():
+                dl = self._docs[doc_id].length
+                scores[doc_id] = scores.get(doc_id, 0.0) + idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))
+        if project_id is not None or types:
+            scores = {i: s for i, s in scores.items() if _passes(self._docs[i], project_id, types)}
+        ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+        return ranked[:limit] if limit is not None else ranked
+
+    def search(self, query: str, limit: int | None = None, project_id=None, types=None) -> list[tuple[str, float]]:
+        """``score_terms(tokenize(query), ...)``."""
+        return self.score_terms(tokenize(query), limit, project_id, types)
+
+
+def _passes(doc: _Doc, project_id: str | None, types: set | None) -> bool:
+    return (project_id is None or doc.project_id == project_id) and (not types or doc.type in types)
+
+
+class LexicalIndex:
+    """Per-user BM25 corpora with an LRU bound on how many users are held.
+
+    A user is *loaded* once ``load_user`` (or the first ``add``) created their corpus; callers
+    that build lazily check ``has_user`` first. ``search`` of a user that is not loaded returns
+    ``[]``. Not thread-safe (one event loop; no awaits inside).
+
+    Args:
+        max_users: most users kept (≥ 1); the least recently used is dropped beyond that.
+        k1, b: BM25 parameters (see module docstring).
+        on_evict: called with the user id of a dropped corpus.
+    """
+
+    def __init__(
+        self,
+        max_users: int = 1024,
+        k1: float = DEFAULT_K1,
+        b: float = DEFAULT_B,
+        on_evict: Callable[[str], None] | None = None,
+    ):
+        if max_users < 1:
+            raise ValueError("max_users must be ≥ 1")
+        BM25Corpus(k1, b)  # validates
+        self.max_users, self.k1, self.b = max_users, k1, b
+        self._users: OrderedDict[str, BM25Corpus] = OrderedDict()
+        self._on_evict = on_evict
+
+    def __len__(self) -> int:
+        return len(self._users)
+
+    def has_user(self, user_id: str) -> bool:
+        return user_id in self._users
+
+    def corpus(self, user_id: str) -> BM25Corpus | None:
+        """The user's corpus (marks it recently used) or ``None`` when not loaded."""
+        c = self._users.get(user_id)
+        if c is not None:
+            self._users.move_to_end(user_id)
+        return c
+
+    def load_user(self, user_id: str, corpus: BM25Corpus | None = None) -> BM25Corpus:
+        """Install ``corpus`` (or an empty one) as ``user_id``'s, replacing any; evicts LRU users."""
+        corpus = corpus if corpus is not None else BM25Corpus(self.k1, self.b)
+        self._users[user_id] = corpus
+        self._users.move_to_end(user_id)
+        while len(self._users) > self.max_users:
+            evicted, _ = self._users.popitem(last=False)
+            if self._on_evict is not None:
+                self._on_evict(evicted)
+        return corpus
+
+    def drop_user(self, user_id: str) -> None:
+        if self._users.pop(user_id, None) is not None and self._on_evict is not None:
+            self._on_evict(user_id)
+
+    def add(self, user_id: str, memory_id: str, text: str, **kwargs) -> None:
+        """Index (or re-index) one memory; loads an empty corpus for a new user. ``kwargs``:
+        ``project_id``, ``type``, ``attrs`` (see ``BM25Corpus.add``)."""
+        corpus = self.corpus(user_id) or self.load_user(user_id)
+        corpus.add(memory_id, text, **kwargs)
+
+    update = add
+
+    def remove(self, user_id: str, memory_id: str) -> bool:
+        corpus = self._users.get(user_id)
+        return corpus.remove(memory_id) if corpus is not None else False
+
+    def search(
+        self, user_id: str, query: str, limit: int = 10, project_id: str | None = None, types=None
+    ) -> list[tuple[str, float]]:
+        """Top ``limit`` ``(memory_id, bm25_score)`` of ``user_id`` for ``query``, best first."""
+        corpus = self.corpus(user_id)
+        if corpus is None or limit <= 0:
+            return []
+        return corpus.search(query, limit, project_id, types)

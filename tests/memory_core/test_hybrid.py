@@ -1,0 +1,355 @@
+"""HybridStore: the lexical index follows the store; fusion, filters, threshold, isolation."""
+
+import asyncio
+import hashlib
+import math
+import re
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pytest
+
+from memory_core.errors import MemoryNotFound
+from memory_core.hybrid import HybridStore
+from memory_core.lexical import tokenize
+from memory_core.stores import InMemoryStore
+from memory_core.types import Memory, MemoryType, RetrieveOptions
+
+DIM = 256
+
+
+def fake_vector(text: str) -> list[float]:
+    """Hashed bag of words (non-negative buckets) → unit vector; texts without shared words
+    have cosine ≈ 0, texts with the same words cosine 1."""
+    v = [0.0] * DIM
+    for tok in re.findall(r"\w+", text.lower()):
+        v[int.from_bytes(hashlib.blake2b(tok.encode(), digest_size=4).digest(), "little") % DIM] += 1.0
+    if not any(v):
+        v[0] = 1.0
+    n = math.sqrt(sum(x * x for x in v))
+    return [x / n for x in v]
+
+
+async def fake_embed(texts):
+    return [fake_vector(t) for t in texts]
+
+
+def cos(a: str, b: str) -> float:
+    return float(np.dot(fake_vector(a), fake_vector(b)))
+
+
+def plain(**kw) -> dict:
+    """HybridStore kwargs with every extra signal off: pure cosine/BM25 fusion."""
+    return {"neighbor_weight": 0.0, "speaker_weight": 0.0, "temporal_weight": 0.0, **kw}
+
+
+def opts(user="u1", query="", **kw) -> RetrieveOptions:
+    kw.setdefault("hybrid", True)
+    kw.setdefault("limit", 10)
+    return RetrieveOptions(user_id=user, query=query, **kw)
+
+
+@pytest.fixture
+def inner():
+    return InMemoryStore(embed=fake_embed, dimension=DIM)
+
+
+async def put(store, mid, content, user="u1", **kw):
+    return await store.store(Memory(id=mid, user_id=user, content=content, **kw))
+
+
+def ids(results):
+    return [r.memory.id for r in results]
+
+
+async def test_passthrough_when_not_hybrid(inner):
+    h = HybridStore(inner)
+    await put(h, "a", "the cat sat on the mat")
+    got = await h.retrieve(opts(query="cat mat", hybrid=False))
+    assert ids(got) == ["a"]
+    assert got[0].score == pytest.approx(got[0].similarity)
+
+
+async def test_index_follows_store_update_forget(inner):
+    h = HybridStore(inner, **plain())
+    await put(h, "a", "my zebra collection")
+    await put(h, "b", "a quiet evening")
+    assert "a" in ids(await h.retrieve(opts(query="zebra", threshold=0.01)))  # builds the index
+    await h.update("a", "u1", {"content": "my giraffe collection"})
+    assert h.index.search("u1", "zebra") == []
+    assert [i for i, _ in h.index.search("u1", "giraffe")] == ["a"]
+    await put(h, "c", "zebra stripes everywhere")  # added to the loaded index
+    assert [i for i, _ in h.index.search("u1", "zebra")] == ["c"]
+    await h.forget("c", "u1")
+    assert h.index.search("u1", "zebra") == []
+    assert "c" not in ids(await h.retrieve(opts(query="zebra stripes")))
+    with pytest.raises(MemoryNotFound):
+        await h.forget("c", "u1")
+
+
+async def test_forget_by_scope_removes_from_index(inner):
+    h = HybridStore(inner, **plain())
+    await put(h, "p1", "garden tomatoes", project_id="p1")
+    await put(h, "p2", "garden roses", project_id="p2")
+    await put(h, "e", "garden shed", type=MemoryType.EPISODIC)
+    await h.retrieve(opts(query="garden"))
+    assert await h.forget_by_scope("u1", project_id="p1") == 1
+    assert {i for i, _ in h.index.search("u1", "garden")} == {"p2", "e"}
+    assert await h.forget_by_scope("u1", types=[MemoryType.EPISODIC]) == 1
+    assert {i for i, _ in h.index.search("u1", "garden")} == {"p2"}
+    assert ids(await h.retrieve(opts(query="garden"))) == ["p2"]
+
+
+async def test_deleted_behind_the_decorator_is_never_returned_and_is_pruned(inner):
+    h = HybridStore(inner, **plain())
+    await put(h, "a", "secret volcano lair")
+    await put(h, "b", "ordinary lunch")
+    await h.retrieve(opts(query="volcano"))
+    await inner.forget("a", "u1")  # bypasses the decorator: the index still has "a"
+    assert [i for i, _ in h.index.search("u1", "volcano")] == ["a"]
+    assert "a" not in ids(await h.retrieve(opts(query="volcano lair")))
+    assert h.index.search("u1", "volcano") == []
+
+
+async def test_content_changed_behind_the_decorator_is_reindexed(inner):
+    h = HybridStore(inner, **plain())
+    await put(h, "a", "alpha bravo")
+    await h.retrieve(opts(query="alpha"))
+    await inner.update("a", "u1", {"content": "charlie delta"})
+    got = await h.retrieve(opts(query="alpha"))
+    assert got and got[0].memory.content == "charlie delta"  # the record is always the store's
+    assert h.index.search("u1", "alpha") == []
+    assert [i for i, _ in h.index.search("u1", "charlie")] == ["a"]
+
+
+async def test_lazy_rebuild_after_restart(inner):
+    first = HybridStore(inner)
+    for i in range(1205):  # more than one page of inner.list
+        await put(first, f"m{i:04d}", f"note number {i} about item{i}")
+    await put(first, "target", "the kayak is in the garage")
+    second = HybridStore(inner)  # a restarted service over the same backend
+    assert not second.index.has_user("u1")
+    got = await second.retrieve(opts(query="kayak garage", limit=3))
+    assert ids(got)[0] == "target"
+    assert second.index.has_user("u1")
+    assert len(second.index.corpus("u1")) == 1206
+    assert [i for i, _ in second.index.search("u1", "item7")] == ["m0007"]
+
+
+class SlowListStore(InMemoryStore):
+    """``list`` waits for ``release`` so a write can land while the index is being built."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.listing = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def _list(self, *a, **kw):
+        result = await super()._list(*a, **kw)
+        self.listing.set()
+        await self.release.wait()
+        return result
+
+
+async def test_writes_during_a_build_are_replayed():
+    inner = SlowListStore(embed=fake_embed, dimension=DIM)
+    h = HybridStore(inner, **plain())
+    await put(h, "old", "walrus facts")
+    await put(h, "gone", "walrus trivia")
+    task = asyncio.create_task(h.retrieve(opts(query="walrus")))
+    await inner.listing.wait()  # the page was read without "new"
+    await put(h, "new", "walrus tusks")
+    await h.forget("gone", "u1")  # the page had "gone"
+    inner.release.set()
+    await task
+    assert {i for i, _ in h.index.search("u1", "walrus")} == {"old", "new"}
+
+
+async def test_user_isolation(inner):
+    h = HybridStore(inner, **plain())
+    await put(h, "a1", "blue bicycle", user="alice")
+    await put(h, "b1", "blue bicycle", user="bob")
+    got = await h.retrieve(opts(user="alice", query="blue bicycle"))
+    assert ids(got) == ["a1"]
+    assert all(r.memory.user_id == "alice" for r in got)
+    # even a corrupted index entry pointing at another user's memory is not returned
+    h.index.add("alice", "b1", "blue bicycle")
+    assert ids(await h.retrieve(opts(user="alice", query="blue bicycle"))) == ["a1"]
+    assert ids(await h.retrieve(opts(user="bob", query="blue bicycle"))) == ["b1"]
+
+
+async def test_project_and_type_filters_apply_to_lexical_candidates(inner):
+    # vector pool of 1: "p2"/"sem" can only come in through the lexical side
+    h = HybridStore(inner, candidate_pool=1, **plain())
+    await put(h, "p1", "harbor", project_id="p1", type=MemoryType.SEMANTIC)
+    await put(h, "p2", "harbor boats", project_id="p2", type=MemoryType.EPISODIC)
+    await put(h, "none", "harbor boats sailing", type=MemoryType.EPISODIC)
+    got = await h.retrieve(opts(query="harbor", project_id="p2", limit=5))
+    assert ids(got) == ["p2"]
+    got = await h.retrieve(opts(query="harbor", types=(MemoryType.SEMANTIC,), limit=5))
+    assert ids(got) == ["p1"]
+    got = await h.retrieve(opts(query="harbor", types=(MemoryType.EPISODIC,), limit=5))
+    assert set(ids(got)) == {"p2", "none"}
+
+
+async def test_threshold_is_a_cosine_floor_for_lexical_candidates(inner):
+    h = HybridStore(inner, **plain())
+    # high BM25 for "quokka", but the query's other words make its cosine low
+    await put(h, "lex", "quokka")
+    await put(h, "vec", "sunny beach holiday weekend plans")
+    query = "quokka sunny beach holiday weekend plans"
+    c_lex, c_vec = cos(query, "quokka"), cos(query, "sunny beach holiday weekend plans")
+    assert c_lex < 0.5 < c_vec
+    got = await h.retrieve(opts(query=query, threshold=0.5))
+    assert ids(got) == ["vec"]
+    got = await h.retrieve(opts(query=query, threshold=0.0))
+    assert set(ids(got)) == {"lex", "vec"}
+    for r in got:
+        assert r.similarity == pytest.approx(cos(query, r.memory.content), abs=1e-5)
+        assert r.similarity >= 0.0
+
+
+async def test_score_fusion_matches_the_formula_and_orders(inner):
+    h = HybridStore(inner, **plain())
+    docs = {
+        "a": "rare orchid greenhouse",
+        "b": "orchid",
+        "c": "greenhouse gardening tips for spring and summer seasons",
+        "d": "completely unrelated sentence",
+    }
+    for k, v in docs.items():
+        await put(h, k, v)
+    query = "orchid greenhouse"
+    w = 0.6
+    got = await h.retrieve(opts(query=query, lexical_weight=w))
+    bm = dict(h.index.search("u1", query, 10))
+    top = max(bm.values())
+    expected = {k: (1 - w) * cos(query, v) + w * bm.get(k, 0.0) / top for k, v in docs.items()}
+    assert ids(got) == sorted(expected, key=lambda k: (-expected[k], k))
+    for r in got:
+        assert r.score == pytest.approx(expected[r.memory.id], abs=1e-5)
+    # the weight moves the order: pure vector vs pure lexical
+    vec_only = await h.retrieve(opts(query=query, lexical_weight=0.0))
+    assert ids(vec_only)[0] == max(docs, key=lambda k: cos(query, docs[k]))
+    lex_only = await h.retrieve(opts(query=query, lexical_weight=1.0))
+    assert ids(lex_only)[0] == max(bm, key=bm.get)
+
+
+async def test_rrf_fusion(inner):
+    h = HybridStore(inner, fusion="rrf", rrf_k=60, **plain())
+    await put(h, "both", "lighthouse keeper")
+    await put(h, "vec", "lighthouse keeper keeper keeper coast")
+    await put(h, "other", "mountain hut")
+    got = await h.retrieve(opts(query="lighthouse keeper", lexical_weight=0.5))
+    assert ids(got)[0] in {"both", "vec"}
+    assert got[0].score <= 1.0 + 1e-9  # ranks 1/1 → (k+1)/(k+1)
+    assert got[-1].memory.id == "other"
+
+
+def _turn(mid, speaker, text, i, session=1, conv="c1"):
+    return Memory(
+        id=mid,
+        user_id="u1",
+        content=f"{speaker}: {text}",
+        conversation_id=conv,
+        created_at=datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc) + timedelta(seconds=i),
+        metadata={"speaker": speaker, "session": session, "dia_id": mid},
+    )
+
+
+async def test_neighbour_expansion_lifts_the_answer_after_a_matching_question(inner):
+    turns = [
+        _turn("t1", "Ann", "what did you research last month?", 0),
+        _turn("t2", "Bob", "adoption agencies mostly", 1),
+        _turn("t3", "Ann", "nice weather today", 2),
+        _turn("t4", "Bob", "agencies are busy", 3, session=2),  # other session: not a neighbour
+    ]
+    on, off = HybridStore(inner, **plain(neighbor_weight=0.5)), None
+    for t in turns:
+        await on.store(t)
+    off = HybridStore(inner, **plain())
+    q = opts(query="what did you research", limit=4)
+    base = await off.retrieve(q)
+    boosted = await on.retrieve(q)
+    rank = lambda res, i: ids(res).index(i) if i in ids(res) else 99  # noqa: E731
+    assert rank(boosted, "t2") < rank(base, "t2") or rank(base, "t2") == 1
+    assert rank(boosted, "t2") == 1
+    s = {r.memory.id: r.score for r in boosted}
+    b = {r.memory.id: r.score for r in base}
+    assert s["t2"] == pytest.approx(b.get("t2", 0.0) + 0.5 * b["t1"], abs=1e-6)
+    assert s.get("t4", 0.0) == pytest.approx(b.get("t4", 0.0), abs=1e-6)
+
+
+async def test_speaker_prefix_is_a_field_and_named_speaker_is_boosted(inner):
+    h = HybridStore(inner, **plain(speaker_weight=0.3))
+    await h.store(_turn("a", "Caroline", "I went hiking", 0))
+    await h.store(_turn("b", "Melanie", "I went hiking", 1, session=2))
+    # the name is not indexed as a body term for every turn of the speaker
+    assert "carolin" not in tokenize("I went hiking")
+    got = await h.retrieve(opts(query="Where did Caroline go hiking?", lexical_weight=0.4))
+    assert ids(got)[0] == "a"
+    by = {r.memory.id: r.score for r in got}
+    assert by["a"] - by["b"] == pytest.approx(0.3 + (got[0].similarity - got[1].similarity) * 0.6, abs=1e-6)
+    assert h.index.search("u1", "Caroline") == []
+
+
+async def test_temporal_boost_only_for_when_questions(inner):
+    h = HybridStore(inner, **plain(temporal_weight=0.2))
+    await put(h, "t", "I painted a sunrise last year")
+    await put(h, "n", "I painted a sunrise with oranges")
+    when = await h.retrieve(opts(query="When did she paint a sunrise?", temporal_boost=True))
+    assert ids(when)[0] == "t"
+    what = await h.retrieve(opts(query="What did she paint with sunrise oranges?", temporal_boost=True))
+    assert ids(what)[0] == "n"
+    off = await h.retrieve(opts(query="When did she paint a sunrise?", temporal_boost=False))
+    s_on = {r.memory.id: r.score for r in when}
+    s_off = {r.memory.id: r.score for r in off}
+    assert s_on["t"] - s_off["t"] == pytest.approx(0.2)
+    assert s_on["n"] == pytest.approx(s_off["n"])
+
+
+async def test_only_returned_memories_get_access_counts(inner):
+    h = HybridStore(inner, **plain())
+    for i in range(6):
+        await put(h, f"m{i}", f"otter fact {i}" + " otter" * i)
+    got = await h.retrieve(opts(query="otter", limit=2))
+    assert len(got) == 2 and all(r.memory.access_count == 1 for r in got)
+    stored = {m.id: m for m in (await inner.list("u1", limit=10)).memories}
+    for mid, m in stored.items():
+        assert m.access_count == (1 if mid in ids(got) else 0), mid
+    await h.retrieve(opts(query="otter", limit=2), touch=False)
+    stored2 = {m.id: m.access_count for m in (await inner.list("u1", limit=10)).memories}
+    assert stored2 == {mid: m.access_count for mid, m in stored.items()}
+
+
+async def test_lru_bound_rebuilds_evicted_user(inner):
+    h = HybridStore(inner, max_users=1, **plain())
+    await put(h, "a", "penguin", user="ua")
+    await put(h, "b", "penguin", user="ub")
+    assert ids(await h.retrieve(opts(user="ua", query="penguin"))) == ["a"]
+    assert ids(await h.retrieve(opts(user="ub", query="penguin"))) == ["b"]
+    assert not h.index.has_user("ua") and h.index.has_user("ub")
+    await put(h, "a2", "penguin colony", user="ua")  # not loaded: picked up by the rebuild
+    assert set(ids(await h.retrieve(opts(user="ua", query="penguin")))) == {"a", "a2"}
+
+
+def test_from_settings_uses_configuration():
+    from memory_core.config import RetrievalSettings
+
+    s = RetrievalSettings(fusion="rrf", candidate_pool=7, bm25_k1=1.5, max_index_users=3)
+    h = HybridStore.from_settings(InMemoryStore(embed=fake_embed, dimension=DIM), s)
+    assert (h.fusion, h.candidate_pool, h.index.k1, h.index.max_users) == ("rrf", 7, 1.5, 3)
+    with pytest.raises(ValueError):
+        HybridStore(InMemoryStore(embed=fake_embed, dimension=DIM), fusion="max")
+
+
+@pytest.mark.parametrize("bad", [{"limit": 0}, {"limit": 1001}, {"threshold": float("nan")}, {"user": ""}])
+async def test_invalid_options_raise(inner, bad):
+    from memory_core.errors import InvalidInput
+
+    h = HybridStore(inner)
+    await put(h, "a", "anything")
+    kw = dict(bad)
+    user = kw.pop("user", "u1")
+    with pytest.raises(InvalidInput):
+        await h.retrieve(opts(user=user, query="anything", **kw))
