@@ -442,6 +442,14 @@ class MemoryStore(ABC):
         return None
 
 
+def candidate_count(options: RetrieveOptions, cap: int) -> int:
+    """How many nearest neighbours a backend's ``_search`` should fetch: ``limit`` for plain
+    vector retrieval (the base keeps the top ``limit`` by cosine anyway), a wider pool
+    (4×limit, at least 50) when hybrid ranking may reorder candidates; at most ``cap``."""
+    wanted = max(options.limit * 4, 50) if options.hybrid else options.limit
+    return max(1, min(wanted, cap))
+
+
 def list_order_key(memory: Memory) -> tuple:
     """Sort key for newest-first listing with a deterministic tie-break (used by backends that
     sort client-side)."""

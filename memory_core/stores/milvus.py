@@ -31,13 +31,14 @@ import asyncio
 import concurrent.futures
 import functools
 import logging
+import re
 from datetime import datetime
 from typing import Any, Callable
 
 from ..errors import ConfigError, StoreUnavailable
 from ..types import ListResult, Memory, MemoryType, RetrieveOptions, ScoredMemory
 from ._records import from_ms, newest_first, to_ms
-from .base import MemoryStore
+from .base import MemoryStore, candidate_count
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +164,10 @@ class MilvusStore(MemoryStore):
         token, db_name: server credentials / database (ignored by Milvus Lite).
         retries: attempts per call on transient errors (≥ 1); ``backoff_s`` is the first
             pause, doubled each retry.
+        flush_every: flush (seal the growing segment so the HNSW index covers it) after
+            this many written/deleted rows; default 1000 for Milvus Lite, where unsealed data
+            is searched slowly (measured: ~0.5 s per search over 10k unsealed rows vs ~20 ms
+            sealed), and 0 (never; the server seals by itself) for a server.
         embed, dimension, identity: see :class:`MemoryStore`.
 
     Opening (``await store.open()`` or the first operation) connects, creates or checks
@@ -183,6 +188,7 @@ class MilvusStore(MemoryStore):
         db_name: str | None = None,
         retries: int = 3,
         backoff_s: float = 0.05,
+        flush_every: int | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -190,6 +196,9 @@ class MilvusStore(MemoryStore):
         self.collection = collection
         self._retries = max(1, retries)
         self._backoff_s = backoff_s
+        lite = not re.match(r"^(https?|tcp|grpc)://", uri)
+        self._flush_every = (1000 if lite else 0) if flush_every is None else max(0, flush_every)
+        self._unflushed = 0
         self._token = token
         self._db_name = db_name
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="milvus")
@@ -315,12 +324,23 @@ class MilvusStore(MemoryStore):
     async def _exists(self, memory_id: str) -> bool:
         return bool(await self._call(self._get_sync, [memory_id], ["id"]))
 
+    async def _wrote(self, rows: int) -> None:
+        """Count written/deleted rows; flush when ``flush_every`` is reached."""
+        if not self._flush_every:
+            return
+        self._unflushed += rows
+        if self._unflushed >= self._flush_every:
+            self._unflushed = 0
+            await self._call(self._client.flush, self.collection)
+
     async def _insert(self, memory: Memory) -> None:
         # upsert: idempotent when a transient error makes us retry a write that landed
         await self._call(self._client.upsert, self.collection, [_to_row(memory)])
+        await self._wrote(1)
 
     async def _replace(self, memory: Memory) -> None:
         await self._call(self._client.upsert, self.collection, [_to_row(memory)])
+        await self._wrote(1)
 
     async def insert_many(self, memories: list[Memory]) -> None:
         """Bulk load of already-validated records with embeddings set (benchmarks, imports);
@@ -329,6 +349,10 @@ class MilvusStore(MemoryStore):
             for start in range(0, len(memories), 1000):
                 rows = [_to_row(m) for m in memories[start : start + 1000]]
                 await self._call(self._client.upsert, self.collection, rows)
+                await self._wrote(len(rows))
+            if self._flush_every and self._unflushed:
+                self._unflushed = 0
+                await self._call(self._client.flush, self.collection)
 
     async def _get_many(self, memory_ids: list[str]) -> list[Memory]:
         rows = await self._call(self._get_sync, memory_ids, _ALL_FIELDS)
@@ -347,7 +371,7 @@ class MilvusStore(MemoryStore):
         return [(float(hit["distance"]), dict(hit["entity"])) for hit in res[0]]
 
     async def _search(self, options: RetrieveOptions, vector: list[float]) -> list[ScoredMemory]:
-        k = min(max(options.limit * 4, 50), _MAX_TOPK)
+        k = candidate_count(options, _MAX_TOPK)
         hits = await self._call(
             self._search_sync, _filter(options.user_id, options.types, options.project_id), vector, k
         )
@@ -368,6 +392,7 @@ class MilvusStore(MemoryStore):
             r["last_accessed"] = stamp
             r[_VECTOR_FIELD] = [float(x) for x in r[_VECTOR_FIELD]]
         await self._call(self._client.upsert, self.collection, rows)
+        await self._wrote(len(rows))
 
     async def _list(self, user_id, types, project_id, limit, offset) -> ListResult:
         pairs = await self._call(self._query_all, _filter(user_id, types, project_id), ["id", "created_at"])
@@ -384,7 +409,9 @@ class MilvusStore(MemoryStore):
 
     async def _delete(self, memory_ids: list[str]) -> None:
         for start in range(0, len(memory_ids), 1000):
-            await self._call(self._client.delete, self.collection, ids=memory_ids[start : start + 1000])
+            batch = memory_ids[start : start + 1000]
+            await self._call(self._client.delete, self.collection, ids=batch)
+            await self._wrote(len(batch))
 
     async def _check_connection(self) -> bool:
         try:

@@ -21,7 +21,7 @@ from typing import Any
 from ..errors import ConfigError, StoreUnavailable
 from ..types import ListResult, Memory, MemoryType, RetrieveOptions, ScoredMemory
 from ._records import from_ms, newest_first, to_ms
-from .base import MemoryStore
+from .base import MemoryStore, candidate_count
 
 POINT_NAMESPACE = uuid.UUID("6f1d4c1e-3b7a-5c2e-9a43-6d2b8f1e0c55")
 _SCROLL_PAGE = 2048
@@ -195,7 +195,7 @@ class QdrantStore(MemoryStore):
         return [_memory(p.payload, p.vector) for p in points]
 
     async def _search(self, options: RetrieveOptions, vector: list[float]) -> list[ScoredMemory]:
-        k = min(max(options.limit * 4, 50), _MAX_TOPK)
+        k = candidate_count(options, _MAX_TOPK)
         res = await self._client.query_points(
             self.collection,
             query=vector,

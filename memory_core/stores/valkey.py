@@ -38,7 +38,7 @@ import numpy as np
 from ..errors import ConfigError, DuplicateMemory, StoreUnavailable
 from ..types import ListResult, Memory, MemoryType, RetrieveOptions, ScoredMemory
 from ._records import from_ms, newest_first, to_ms
-from .base import MemoryStore
+from .base import MemoryStore, candidate_count
 
 _MAX_TOPK = 10000
 
@@ -285,7 +285,7 @@ class ValkeyStore(MemoryStore):
         return [self._memory(h) for h in await self._hgetall(memory_ids) if h]
 
     async def _search(self, options: RetrieveOptions, vector: list[float]) -> list[ScoredMemory]:
-        k = min(max(options.limit * 4, 50), _MAX_TOPK)
+        k = candidate_count(options, _MAX_TOPK)
         query = (
             f"{_query_filter(options.user_id, options.types, options.project_id)}"
             f"=>[KNN {k} @embedding $vec EF_RUNTIME {max(k, 64)} AS __dist]"
