@@ -39,8 +39,12 @@ query separately (``speaker_weight``). ``similarity`` of every result is its cos
 
 Candidates: the inner store's vector top ``candidate_pool`` (≥ ``limit``), the lexical top
 ``candidate_pool`` (honouring ``project_id``/``types``), and the neighbours of the
-``2 · limit`` best of those. Only the returned memories get their access counts bumped
-(``record_access``).
+``2 · limit`` best of those. Only the returned memories get their access counts bumped: the
+vector pool is read with ``inner.retrieve(..., touch=False)`` and the final top ``limit`` go
+through ``inner.record_access`` (hooks of ``MemoryStore``/``StoreDecorator``). Compose a hot
+cache (``CachingStore``) *outside* this decorator — it caches final answers; an inner decorator
+whose ``retrieve`` lacks ``touch`` still works, but then the whole vector pool is counted as
+accessed.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import hashlib
+import inspect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -194,6 +199,10 @@ class HybridStore(StoreDecorator):
         self._timelines: dict[str, _Timeline] = {}
         self._building: dict[str, list[tuple[str, Any]]] = {}
         self._build_tasks: dict[str, asyncio.Future] = {}
+        try:
+            self._inner_touch_kw = "touch" in inspect.signature(inner.retrieve).parameters
+        except (TypeError, ValueError):
+            self._inner_touch_kw = False
 
     @classmethod
     def from_settings(cls, inner, settings) -> "HybridStore":
@@ -354,7 +363,10 @@ class HybridStore(StoreDecorator):
         user_id = options.user_id
         if not self.index.has_user(user_id):
             await self._ensure_index(user_id)  # before the vector search: its hits are then current
-        vec_hits = await self.inner.retrieve(vec_opts, touch=False)
+        if self._inner_touch_kw:
+            vec_hits = await self.inner.retrieve(vec_opts, touch=False)
+        else:  # a decorator without the hook: the vector pool gets its access counts bumped
+            vec_hits = await self.inner.retrieve(vec_opts)
         corpus = self.index.corpus(user_id) or await self._ensure_index(user_id)
 
         q_terms = tokenize(options.query)

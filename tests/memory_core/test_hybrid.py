@@ -353,3 +353,24 @@ async def test_invalid_options_raise(inner, bad):
     user = kw.pop("user", "u1")
     with pytest.raises(InvalidInput):
         await h.retrieve(opts(user=user, query="anything", **kw))
+
+
+class NoHookDecorator:
+    """A decorator from before the ``touch`` hook: ``retrieve(options)`` only."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    async def retrieve(self, options):
+        return await self.inner.retrieve(options)
+
+
+async def test_inner_decorator_without_touch_hook_still_works(inner):
+    h = HybridStore(NoHookDecorator(inner), **plain())
+    await put(h, "a", "heron by the river")
+    await put(h, "b", "heron nest")
+    got = await h.retrieve(opts(query="heron river", limit=1))
+    assert ids(got) == ["a"] and got[0].memory.access_count >= 1
