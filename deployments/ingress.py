@@ -6,7 +6,6 @@ Thin by design: it validates input, resolves the caller, and calls memory_core
 ``{"error": {"code", "message"}}`` with a 4xx/5xx status.
 """
 
-from __future__ import annotations
 
 import asyncio
 import logging
@@ -244,7 +243,7 @@ class MemoryIngress:
         user_id = caller(request)
         text = (await request.body()).decode("utf-8", errors="strict")
         report = await import_lines(self.store, text.splitlines(), user_id=user_id)
-        return report.to_dict()
+        return report.model_dump()
 
     @app.get("/v1/memory/{memory_id}")
     async def get_memory(self, memory_id: str, request: Request) -> dict:

@@ -15,7 +15,7 @@ _COUNTERS = {
     "memory_cache_events": ("Hot cache events (hits, misses, fail-open reads)", ("event",)),
 }
 _HISTOGRAMS = {
-    "memory_injected_count": ("Memories injected per chat request", (0, 1, 2, 3, 5, 8, 13, 21), ()),
+    "memory_injected_count": ("Memories injected per chat request (bucket bounds between integers)", (0.5, 1.5, 2.5, 3.5, 5.5, 8.5, 13.5, 21.5), ()),
     "memory_overhead_ms": ("Memory work on the chat path (embed+retrieve+gate+inject), ms",
                            (1, 2, 5, 10, 20, 40, 80, 160, 320, 640), ()),
 }

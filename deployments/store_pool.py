@@ -1,7 +1,7 @@
 """``StorePool``: the store actor pool.
 
 ``StorePool`` (a Serve deployment) owns ``pool.shards`` ``StoreShard`` Ray actors; each shard
-owns one store client (built by ``memory_core.stores.factory.build_store``). Every call for
+owns one store client (built by ``memory_core.stores.factory.make_store``). Every call for
 a user goes to shard ``shard_for(user_id, shards)``, so a user's writes are serialized by
 one process (``MemoryStore`` holds a per-user lock). Embedded backends (Milvus Lite, Qdrant
 local) allow a single writer process: config validation forces ``shards: 1`` for them.
@@ -38,10 +38,10 @@ class StoreShard:
     ``("ok", result)`` or ``("error", {"code", "message"})``."""
 
     def __init__(self, settings: dict, dimension: int, identity: str | None, collection_suffix: str | None, embedder):
-        from memory_core.stores.factory import build_store
+        from memory_core.stores.factory import make_store
 
         self._embedder = embedder
-        self.store = build_store(
+        self.store = make_store(
             MemoryStoreSettings.model_validate(settings),
             embed=self._embed,
             dimension=dimension,
@@ -140,6 +140,9 @@ class StorePoolClient:
 
     async def get(self, memory_id: str, user_id: str) -> Memory:
         return await self._call(user_id, "get", memory_id, user_id)
+
+    async def get_many(self, memory_ids, user_id: str) -> list[Memory]:
+        return await self._call(user_id, "get_many", list(memory_ids), user_id)
 
     async def update(self, memory_id: str, user_id: str, changes: dict[str, Any]) -> Memory:
         return await self._call(user_id, "update", memory_id, user_id, changes)

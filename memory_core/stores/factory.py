@@ -25,8 +25,9 @@ def make_store(
     on_event: Callable[[str], None] | None = None,
 ) -> MemoryStore | StoreDecorator:
     """The backend named by ``settings.backend`` (``milvus`` | ``qdrant`` | ``valkey`` |
-    ``inmemory``), wrapped by :class:`~memory_core.stores.cache.CachingStore` when
-    ``settings.cache.enabled``.
+    ``inmemory``), wrapped by :class:`~memory_core.hybrid.HybridStore` when
+    ``settings.retrieval.hybrid`` and then by :class:`~memory_core.stores.cache.CachingStore`
+    when ``settings.cache.enabled`` (cache outermost).
 
     The collection (Milvus/Qdrant), index and key prefix (Valkey) and cache key prefix are
     the configured logical names + ``"__" + collection_suffix`` when given. ``on_event`` is
@@ -65,6 +66,12 @@ def make_store(
         store = InMemoryStore(**common)
     else:  # pragma: no cover - the settings model forbids other values
         raise ConfigError(f"global.stores.memory.backend: unknown backend {backend!r}")
+    if settings.retrieval.hybrid:
+        # lexical index kept in step with the store; inside the cache so that cached results
+        # are the fused ones and cache invalidation covers them
+        from ..hybrid import HybridStore
+
+        store = HybridStore.from_settings(store, settings.retrieval)
     if settings.cache.enabled:
         from .cache import CachingStore
 
