@@ -36,7 +36,13 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from memory_core.config import MemoryStoreSettings, MilvusSettings, QdrantSettings, ValkeySettings  # noqa: E402
+from memory_core.config import (  # noqa: E402
+    MemoryStoreSettings,
+    MilvusSettings,
+    QdrantSettings,
+    RetrievalSettings,
+    ValkeySettings,
+)
 from memory_core.stores import make_store  # noqa: E402
 from memory_core.types import Memory, RetrieveOptions  # noqa: E402
 
@@ -88,6 +94,7 @@ async def run_one(backend: str, size: int, args, workdir: Path, valkey_url: str 
         milvus=MilvusSettings(uri=str(workdir / f"{name}.db"), collection=name),
         qdrant=QdrantSettings(path=str(workdir / name), collection=name),
         valkey=ValkeySettings(url=valkey_url or "valkey://127.0.0.1:6379/0", prefix=f"{name}:", index=name),
+        retrieval=RetrievalSettings(hybrid=False),  # the backends alone
     )
     store = make_store(settings, embed=None, dimension=args.dim, identity=None)
     await store.open()

@@ -18,7 +18,14 @@ from typing import Any
 
 import pytest
 
-from memory_core.config import CacheSettings, MemoryStoreSettings, MilvusSettings, QdrantSettings, ValkeySettings
+from memory_core.config import (
+    CacheSettings,
+    MemoryStoreSettings,
+    MilvusSettings,
+    QdrantSettings,
+    RetrievalSettings,
+    ValkeySettings,
+)
 from memory_core.errors import (
     ConfigError,
     DuplicateMemory,
@@ -70,6 +77,7 @@ class Rig:
                 index=self.name,
             ),
             cache=cache,
+            retrieval=RetrievalSettings(hybrid=False),  # this suite is about the stores and the cache
         )
 
     def open(self, *, dimension: int = DIM, cache_url: str | None = None, embed=None):
