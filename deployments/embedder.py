@@ -117,7 +117,12 @@ def _default_threads() -> int:
         assigned = ray.get_runtime_context().get_assigned_resources().get("CPU", 0)
     except Exception:  # noqa: BLE001 - outside Ray
         assigned = 0
-    return int(assigned) if assigned >= 1 else (os.cpu_count() or 1)
+    if assigned >= 1:
+        return int(assigned)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
 
 
 @serve.deployment(

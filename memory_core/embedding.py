@@ -485,6 +485,21 @@ class LocalEncoder:
         get_dim = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
         self.dimension: int = int(get_dim())
         self.tokenizer = self.model.tokenizer
+        # A private tokenizer for counting: HF fast tokenizers change truncation/padding state
+        # on every call, so sharing the model's one with the encoding thread corrupts batches.
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        if backend is not None:
+            from tokenizers import Tokenizer
+
+            self._counter = Tokenizer.from_str(backend.to_str())
+            self._counter.no_truncation()
+            self._counter.no_padding()
+        else:  # pragma: no cover - slow tokenizers
+            import copy
+
+            self._counter = None
+            self._counter_slow = copy.deepcopy(self.tokenizer)
+        self._counter_lock = threading.Lock()
         self.normalize = settings.normalize
         self.set_limits(max_batch_size, max_batch_tokens)
 
@@ -499,18 +514,15 @@ class LocalEncoder:
         self.max_batch_tokens = max_batch_tokens
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
-        """Input tokens of each text, special tokens included, before truncation."""
+        """Input tokens of each text, special tokens included, before truncation. Thread-safe
+        and safe to call while ``encode`` runs in another thread."""
         texts = _check_texts(texts)
         if not texts:
             return []
-        enc = self.tokenizer(
-            texts,
-            add_special_tokens=True,
-            truncation=False,
-            return_attention_mask=False,
-            return_token_type_ids=False,
-            verbose=False,
-        )
+        if self._counter is not None:
+            return [len(e.ids) for e in self._counter.encode_batch(texts, add_special_tokens=True)]
+        with self._counter_lock:  # pragma: no cover - slow tokenizers
+            enc = self._counter_slow(texts, add_special_tokens=True, truncation=False, verbose=False)
         return [len(ids) for ids in enc["input_ids"]]
 
     def encode(self, texts: Sequence[str], token_counts: Sequence[int] | None = None) -> EncodeResult:
