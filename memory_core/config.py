@@ -31,6 +31,10 @@ DEFAULT_SIMILARITY_THRESHOLD = 0.425
 ``benchmarks/calibrate_threshold.py``)."""
 
 
+def _is_url(uri: str) -> bool:
+    return bool(re.match(r"^(https?|tcp|grpc|unix)://", uri))
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -38,14 +42,21 @@ class _Strict(BaseModel):
 class MilvusSettings(_Strict):
     """Milvus: ``uri`` is a local file path (Milvus Lite, embedded) or ``http(s)://host:port``."""
 
-    uri: str = "./data/memory.db"
+    uri: str = Field("./data/memory.db", validate_default=True)
     token: str | None = None
     db_name: str | None = None
     collection: str = Field("agentic_memory", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,200}$")
 
     @property
     def is_lite(self) -> bool:
-        return not re.match(r"^(https?|tcp|grpc)://", self.uri)
+        return not _is_url(self.uri)
+
+    @field_validator("uri")
+    @classmethod
+    def _absolute_lite_path(cls, uri: str) -> str:
+        # replicas run in other working directories: pin a relative Milvus Lite path to the
+        # directory the configuration was loaded from (where `serve run` was started)
+        return uri if _is_url(uri) else str(Path(uri).expanduser().resolve())
 
 
 class QdrantSettings(_Strict):
@@ -53,8 +64,13 @@ class QdrantSettings(_Strict):
 
     url: str | None = None
     api_key: str | None = None
-    path: str = "./data/qdrant"
+    path: str = Field("./data/qdrant", validate_default=True)
     collection: str = Field("agentic_memory", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,200}$")
+
+    @field_validator("path")
+    @classmethod
+    def _absolute_path(cls, path: str) -> str:
+        return str(Path(path).expanduser().resolve())
 
 
 class ValkeySettings(_Strict):

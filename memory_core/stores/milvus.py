@@ -33,6 +33,7 @@ import functools
 import logging
 import re
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import ConfigError, StoreUnavailable
@@ -218,6 +219,8 @@ class MilvusStore(MemoryStore):
         from pymilvus import MilvusClient
 
         kwargs: dict[str, Any] = {"uri": uri}
+        if not re.match(r"^[a-z]+://", uri):  # Milvus Lite: a file whose directory must exist
+            Path(uri).expanduser().parent.mkdir(parents=True, exist_ok=True)
         if token:
             kwargs["token"] = token
         if db_name:
