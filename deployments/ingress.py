@@ -9,6 +9,7 @@ Thin by design: it validates input, resolves the caller, and calls memory_core
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from fastapi import FastAPI, Query, Request
@@ -68,6 +69,11 @@ async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
 async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
     log.exception("unexpected error")
     return error_response(500, "internal_error", "internal error")
+
+
+def server_timing(**seconds: float) -> str:
+    """``Server-Timing`` header value (W3C Server Timing): ``name;dur=<ms>`` per step."""
+    return ", ".join(f"{name};dur={value * 1000:.1f}" for name, value in seconds.items())
 
 
 def caller(request: Request) -> str:
@@ -142,6 +148,8 @@ class MemoryIngress:
         if status == 200:
             self._in_background(self.pipeline.remember(prepared, body))
         headers = {"x-memory-injected": str(len(prepared.injected))}
+        if prepared.timings_ms:
+            headers["server-timing"] = server_timing(**{k: v / 1000 for k, v in prepared.timings_ms.items()})
         if prepared.skipped:
             headers["x-memory-skipped"] = prepared.skipped
         if prepared.policy.decision_name:
@@ -176,10 +184,12 @@ class MemoryIngress:
         return JSONResponse(status_code=201, content={"memories": [m.public() for m in stored]})
 
     @app.post("/v1/memory/search")
-    async def search_memories(self, body: SearchRequest, request: Request) -> dict:
+    async def search_memories(self, body: SearchRequest, request: Request) -> JSONResponse:
         user_id = caller(request)
         settings = self.config.memory
+        started = time.perf_counter()
         batch = await self._embed([body.query])
+        embedded = time.perf_counter()
         results = await self.store.retrieve(
             RetrieveOptions(
                 user_id=user_id,
@@ -195,11 +205,15 @@ class MemoryIngress:
                 temporal_boost=settings.retrieval.temporal_boost,
             )
         )
-        return {
-            "memories": [
-                {**r.memory.public(), "score": r.score, "similarity": r.similarity} for r in results
-            ]
-        }
+        done = time.perf_counter()
+        return JSONResponse(
+            content={
+                "memories": [
+                    {**r.memory.public(), "score": r.score, "similarity": r.similarity} for r in results
+                ]
+            },
+            headers={"server-timing": server_timing(embed=embedded - started, retrieve=done - embedded)},
+        )
 
     @app.get("/v1/memory")
     async def list_memories(
