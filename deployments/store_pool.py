@@ -28,7 +28,18 @@ from memory_core.types import ListResult, Memory, RetrieveOptions, ScoredMemory
 log = logging.getLogger("ray.serve")
 
 STORE_METHODS = frozenset(
-    {"store", "retrieve", "get", "get_many", "update", "list", "forget", "forget_by_scope", "check_connection"}
+    {
+        "store",
+        "store_many",
+        "retrieve",
+        "get",
+        "get_many",
+        "update",
+        "list",
+        "forget",
+        "forget_by_scope",
+        "check_connection",
+    }
 )
 
 
@@ -61,6 +72,12 @@ class StoreShard:
         except MemoryError_ as e:
             return ("error", error_to_wire(e))
 
+    async def open(self) -> None:
+        """Connect and create or check the collection now, so a misconfiguration (e.g. an
+        existing collection of another vector dimension) fails the deployment at start with
+        the store's ``ConfigError`` message."""
+        await self.store.open()
+
     async def counters(self) -> dict[str, int]:
         """Event counters of the store decorators (e.g. cache fail-open), for metrics."""
         found: dict[str, int] = {}
@@ -92,6 +109,8 @@ class StorePool:
             )
             for i in range(parsed.pool.shards)
         ]
+        # fail the replica (and `serve run`) at start on a bad store configuration
+        ray.get([s.open.remote() for s in self.shards])
 
     async def call(self, user_id: str, method: str, *args, **kwargs):
         """Run ``method`` on the shard of ``user_id``; returns the shard's tagged result."""
@@ -134,6 +153,14 @@ class StorePoolClient:
 
     async def store(self, memory: Memory) -> Memory:
         return await self._call(memory.user_id, "store", memory)
+
+    async def store_many(self, memories) -> list[Memory]:
+        """``MemoryStore.store_many`` on the shard of ``memories[0].user_id`` (the store
+        rejects a batch of several users with ``InvalidInput``); ``[]`` for an empty batch."""
+        batch = list(memories)
+        if not batch:
+            return []
+        return await self._call(batch[0].user_id, "store_many", batch)
 
     async def retrieve(self, options: RetrieveOptions) -> list[ScoredMemory]:
         return await self._call(options.user_id, "retrieve", options)
