@@ -2,7 +2,8 @@
 
 ``StorePool`` (a Serve deployment) owns ``pool.shards`` ``StoreShard`` Ray actors; each shard
 owns one store client (built by ``memory_core.stores.factory.make_store``). Every call for
-a user goes to shard ``shard_for(user_id, shards)``, so a user's writes are serialized by
+a user goes to shard ``shard_for(user_id, shards)``: ``StorePoolClient`` (in the ingress) gets
+the shard handles from ``StorePool.shard_handles`` once and calls the shard actor directly, so a user's writes are serialized by
 one process (``MemoryStore`` holds a per-user lock). Embedded backends (Milvus Lite, Qdrant
 local) allow a single writer process: config validation forces ``shards: 1`` for them.
 
@@ -19,9 +20,11 @@ from typing import Any
 
 import ray
 from ray import serve
+from ray.exceptions import RayActorError
+from ray.util import metrics as ray_metrics
 
 from memory_core.config import MemoryStoreSettings
-from memory_core.errors import MemoryError_, error_from_wire, error_to_wire
+from memory_core.errors import MemoryError_, StoreUnavailable, error_from_wire, error_to_wire
 from memory_core.sharding import shard_for
 from memory_core.types import ListResult, Memory, RetrieveOptions, ScoredMemory
 
@@ -41,6 +44,7 @@ STORE_METHODS = frozenset(
         "check_connection",
     }
 )
+READ_METHODS = frozenset({"retrieve", "get", "get_many", "list", "check_connection"})
 
 
 @ray.remote(num_cpus=0, max_concurrency=1000)
@@ -52,12 +56,19 @@ class StoreShard:
         from memory_core.stores.factory import make_store
 
         self._embedder = embedder
+        # the hot cache reports hits, misses and fail-open reads; exported as a Ray metric
+        # (shards are plain actors, so ray.util.metrics rather than ray.serve.metrics)
+        self._cache_events = ray_metrics.Counter(
+            "memory_cache_events", description="Hot cache events (cache_hit, cache_miss, cache_error: fail-open read, ...)",
+            tag_keys=("event",),
+        )
         self.store = make_store(
             MemoryStoreSettings.model_validate(settings),
             embed=self._embed,
             dimension=dimension,
             identity=identity,
             collection_suffix=collection_suffix,
+            on_event=lambda event: self._cache_events.inc(1, tags={"event": event}),
         )
 
     async def _embed(self, texts: list[str]) -> list[list[float]]:
@@ -77,15 +88,6 @@ class StoreShard:
         existing collection of another vector dimension) fails the deployment at start with
         the store's ``ConfigError`` message."""
         await self.store.open()
-
-    async def counters(self) -> dict[str, int]:
-        """Event counters of the store decorators (e.g. cache fail-open), for metrics."""
-        found: dict[str, int] = {}
-        layer = self.store
-        while layer is not None:
-            found.update(getattr(layer, "counters", {}) or {})
-            layer = getattr(layer, "inner", None)
-        return found
 
     async def close(self) -> None:
         await self.store.close()
@@ -112,23 +114,14 @@ class StorePool:
         # fail the replica (and `serve run`) at start on a bad store configuration
         ray.get([s.open.remote() for s in self.shards])
 
-    async def call(self, user_id: str, method: str, *args, **kwargs):
-        """Run ``method`` on the shard of ``user_id``; returns the shard's tagged result."""
-        if not isinstance(user_id, str) or not user_id:
-            return ("error", {"code": "invalid_request", "message": "user_id is required and must be non-empty"})
-        shard = self.shards[shard_for(user_id, len(self.shards))]
-        return await shard.call.remote(method, *args, **kwargs)
+    async def shard_handles(self) -> list:
+        """The shard actor handles, in shard order; clients route by ``shard_for(user_id, n)``
+        and call the shard directly (one hop less on the chat path)."""
+        return list(self.shards)
 
     async def check_connection(self) -> bool:
         results = [await s.call.remote("check_connection") for s in self.shards]
         return all(status == "ok" and value for status, value in results)
-
-    async def counters(self) -> dict[str, int]:
-        total: dict[str, int] = {}
-        for s in self.shards:
-            for k, v in (await s.counters.remote()).items():
-                total[k] = total.get(k, 0) + v
-        return total
 
     async def __del__(self):
         for s in self.shards:
@@ -144,9 +137,24 @@ class StorePoolClient:
 
     def __init__(self, handle):
         self._handle = handle
+        self._shards: list | None = None
+
+    async def _shard(self, user_id: str, refresh: bool = False):
+        if self._shards is None or refresh:
+            self._shards = await self._handle.shard_handles.remote()
+        return self._shards[shard_for(user_id, len(self._shards))]
 
     async def _call(self, user_id: str, method: str, *args, **kwargs) -> Any:
-        status, value = await self._handle.call.remote(user_id, method, *args, **kwargs)
+        """Call ``method`` on the shard of ``user_id`` directly. If the shard actor died (its
+        StorePool replica was replaced), fetch the new shard handles; a read is retried once,
+        a write raises ``StoreUnavailable`` (it may or may not have landed: the caller decides)."""
+        try:
+            status, value = await (await self._shard(user_id)).call.remote(method, *args, **kwargs)
+        except RayActorError as e:
+            shard = await self._shard(user_id, refresh=True)
+            if method not in READ_METHODS:
+                raise StoreUnavailable(f"store shard restarted during {method}; retry the request") from e
+            status, value = await shard.call.remote(method, *args, **kwargs)
         if status == "error":
             raise error_from_wire(value)
         return value

@@ -1,5 +1,5 @@
-"""Fixtures of the embedding tests: the bundled model settings, one shared LocalEncoder, a
-shared Ray instance (started only when a test asks for it, never shut down here)."""
+"""Fixtures of the embedding tests: the bundled model settings, one shared LocalEncoder, and
+the shared Ray instance of tests/conftest.py (``ray_session``, ``serve_http_port``)."""
 
 from __future__ import annotations
 
@@ -24,13 +24,3 @@ def local_encoder(bundled_settings):
     from memory_core.embedding import LocalEncoder
 
     return LocalEncoder(bundled_settings)
-
-
-@pytest.fixture(scope="session")
-def ray_embedding():
-    """A Ray instance shared by the session (2 CPUs, no dashboard); left running."""
-    import ray
-
-    if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
-    return ray

@@ -5,7 +5,6 @@ fails startup."""
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import numpy as np
 import pytest
@@ -17,19 +16,12 @@ pytestmark = pytest.mark.integration
 APP = "embedder_test"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def serve_embedder(ray_embedding, bundled_settings):
+def serve_embedder(serve_http_port, bundled_settings):
     from ray import serve
 
     from deployments.embedder import Embedder
 
-    serve.start(http_options={"host": "127.0.0.1", "port": _free_port()})
     identity = compute_identity(bundled_settings)
 
     def deploy(user_config: dict):
