@@ -6,9 +6,10 @@ service-side BM25 index (``memory_core.lexical``) per user in step with it. With
 plain pass-through.
 
 Keeping the index in step
-    ``store``/``update`` index the record the inner store returned, after the inner call
-    succeeded. ``forget``/``forget_by_scope`` remove from the index whatever the outcome of the
-    inner call (a delete never leaves an entry behind). Every lexical candidate is re-read
+    ``store``/``store_many``/``update`` (every write of ``stores.base.WRITE_METHODS`` is
+    overridden) index the record(s) the inner store returned, after the inner call succeeded
+    (a refused batch indexes nothing). ``forget``/``forget_by_scope`` remove from the index
+    whatever the outcome of the inner call (a delete never leaves an entry behind). Every lexical candidate is re-read
     from the inner store (``get_many``) before it is returned, so a memory deleted or changed
     behind this decorator's back is dropped from (or re-indexed in) the index rather than
     returned stale. A user's index is built lazily on that user's first hybrid retrieve, from
@@ -62,7 +63,7 @@ import numpy as np
 
 from .config import RetrievalSettings
 from .lexical import BM25Corpus, LexicalIndex, tokenize
-from .errors import InvalidInput
+from .errors import InvalidInput, StoreClosed
 from .sanitize import require_user_id
 from .stores.base import MAX_LIST_LIMIT, MAX_RETRIEVE_LIMIT, StoreDecorator
 from .timeparse import has_time_expression, temporal_intent
@@ -326,6 +327,13 @@ class HybridStore(StoreDecorator):
         self._apply(stored.user_id, "add", stored)
         return stored
 
+    async def store_many(self, memories: Sequence[Memory]) -> list[Memory]:
+        """As ``MemoryStore.store_many`` (all or nothing); indexes every stored record."""
+        stored = await self.inner.store_many(memories)
+        for memory in stored:
+            self._apply(memory.user_id, "add", memory)
+        return stored
+
     async def update(self, memory_id: str, user_id: str, changes: dict[str, Any]) -> Memory:
         updated = await self.inner.update(memory_id, user_id, changes)
         self._apply(user_id, "add", updated)
@@ -347,9 +355,12 @@ class HybridStore(StoreDecorator):
     async def retrieve(self, options: RetrieveOptions, *, touch: bool = True) -> list[ScoredMemory]:
         """Hybrid top ``limit`` when ``options.hybrid`` (see the module docstring), else the
         inner store's retrieve. ``similarity`` is cosine; ``threshold`` is a cosine floor.
-        Raises what ``MemoryStore.retrieve`` raises."""
+        Raises what ``MemoryStore.retrieve`` raises (``StoreClosed`` first, before any
+        validation)."""
         if not options.hybrid:
             return await self.inner.retrieve(options, touch=touch)
+        if self.closed:  # as MemoryStore.retrieve: a closed store refuses before validating
+            raise StoreClosed(f"{self.name} store is closed")
         require_user_id(options.user_id)
         if not (0 < options.limit <= MAX_RETRIEVE_LIMIT):
             raise InvalidInput(f"limit must be in 1..{MAX_RETRIEVE_LIMIT}")

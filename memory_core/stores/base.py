@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import math
 from abc import ABC, abstractmethod
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -37,6 +37,8 @@ UPDATABLE_FIELDS = frozenset(
 )
 MAX_LIST_LIMIT = 1000
 MAX_RETRIEVE_LIMIT = 1000
+MAX_BATCH = 1000
+"""Most memories one ``store_many`` call accepts."""
 
 
 def to_millis(when: datetime) -> datetime:
@@ -184,6 +186,46 @@ class MemoryStore(ABC):
                 self._id_locks.pop(memory_id, None)
 
     # ------------------------------------------------------------------ contract
+    def _normalise(self, memory: Memory) -> Memory:
+        """The rules every inserted record passes, in one place (``store`` and ``store_many``):
+        a copy of ``memory`` with the user/project ids checked, content cleaned, timestamps
+        truncated to milliseconds (``created_at`` defaults to now, ``updated_at`` to
+        ``created_at``) and, when a vector is given, the vector checked/normalised and tagged
+        with this store's identity. A memory without a vector keeps ``embedding=None``
+        (``_embed_missing`` fills it). Raises ``InvalidInput``, ``EmbeddingIdentityMismatch``."""
+        require_user_id(memory.user_id)
+        if not memory.id:
+            raise InvalidInput("id is required")
+        check_project_id(memory.project_id)
+        content = clean_content(memory.content)
+        now = utcnow()
+        created = to_millis(memory.created_at) if memory.created_at else now
+        update: dict[str, Any] = {
+            "content": content,
+            "created_at": created,
+            "updated_at": to_millis(memory.updated_at) if memory.updated_at else created,
+            "last_accessed": to_millis(memory.last_accessed) if memory.last_accessed else None,
+        }
+        if memory.embedding is not None:
+            update["embedding"] = self._check_vector(memory.embedding, memory.embedding_identity)
+            update["embedding_identity"] = self.identity
+        return memory.model_copy(update=update)
+
+    async def _embed_missing(self, memories: list[Memory]) -> list[Memory]:
+        """``memories`` (normalised) with the absent vectors filled by ONE embed call over
+        their contents (none when every memory has a vector). Raises ``InvalidInput`` (no
+        embedder, bad vectors), ``StoreClosed`` (closed while embedding)."""
+        missing = [i for i, m in enumerate(memories) if m.embedding is None]
+        if not missing:
+            return memories
+        vectors = await self._vectors([memories[i].content for i in missing])
+        if len(vectors) != len(missing):
+            raise InvalidInput(f"the embedder returned {len(vectors)} vectors for {len(missing)} texts")
+        out = list(memories)
+        for i, vector in zip(missing, vectors):
+            out[i] = out[i].model_copy(update={"embedding": vector, "embedding_identity": self.identity})
+        return out
+
     async def store(self, memory: Memory) -> Memory:
         """Insert ``memory``; returns the stored record (with content cleaned, timestamps and
         embedding set).
@@ -193,26 +235,7 @@ class MemoryStore(ABC):
         ``StoreClosed``.
         """
         async with self._op():
-            require_user_id(memory.user_id)
-            if not memory.id:
-                raise InvalidInput("id is required")
-            check_project_id(memory.project_id)
-            content = clean_content(memory.content)
-            now = utcnow()
-            created = to_millis(memory.created_at) if memory.created_at else now
-            memory = memory.model_copy(
-                update={
-                    "content": content,
-                    "created_at": created,
-                    "updated_at": to_millis(memory.updated_at) if memory.updated_at else created,
-                    "last_accessed": to_millis(memory.last_accessed) if memory.last_accessed else None,
-                }
-            )
-            if memory.embedding is None:
-                (vector,) = await self._vectors([content])
-            else:
-                vector = self._check_vector(memory.embedding, memory.embedding_identity)
-            memory = memory.model_copy(update={"embedding": vector, "embedding_identity": self.identity})
+            (memory,) = await self._embed_missing([self._normalise(memory)])
             # the user lock orders a user's writes; the id lock stops two users racing to
             # insert the same id (both would see "absent" and the second would overwrite)
             async with self._lock(memory.user_id), self._id_lock(memory.id):
@@ -221,6 +244,46 @@ class MemoryStore(ABC):
                     raise DuplicateMemory(f"memory {memory.id!r} already exists")
                 await self._insert(memory)
             return memory
+
+    async def store_many(self, memories: Sequence[Memory]) -> list[Memory]:
+        """Insert a batch of one user's memories, all or nothing; returns the stored records in
+        the order given (each as ``store`` would return it). ``[]`` for an empty batch.
+
+        Each memory passes the rules of ``store``; the vectors that are absent are computed
+        in one embed call. Then, under the user's lock and the ids' locks (taken in sorted
+        order), one lookup checks that none of the ids exists, and ``_insert_many`` writes
+        them.
+
+        Raises ``InvalidInput`` (more than ``MAX_BATCH`` memories, memories of different
+        users, any memory ``store`` would refuse: nothing is written),
+        ``DuplicateMemory`` (an id repeated in the batch, or already stored for any user; the
+        message names the ids; nothing is written), ``EmbeddingIdentityMismatch``,
+        ``StoreClosed``.
+        """
+        async with self._op():
+            batch = list(memories)
+            if not batch:
+                return []
+            if len(batch) > MAX_BATCH:
+                raise InvalidInput(f"at most {MAX_BATCH} memories per batch (got {len(batch)})")
+            batch = [self._normalise(m) for m in batch]
+            user_id = batch[0].user_id
+            if any(m.user_id != user_id for m in batch):
+                raise InvalidInput("all memories of a batch must belong to the same user_id")
+            ids = [m.id for m in batch]
+            repeated = sorted(i for i, n in Counter(ids).items() if n > 1)
+            if repeated:
+                raise DuplicateMemory(f"ids repeated within the batch: {repeated}")
+            batch = await self._embed_missing(batch)
+            async with self._lock(user_id), contextlib.AsyncExitStack() as held:
+                for memory_id in sorted(ids):  # one global order: two batches never deadlock
+                    await held.enter_async_context(self._id_lock(memory_id))
+                self._still_open()
+                existing = sorted(m.id for m in await self._get_many(ids))
+                if existing:
+                    raise DuplicateMemory(f"memories already exist: {existing}")
+                await self._insert_many(batch)
+            return batch
 
     async def retrieve(self, options: RetrieveOptions, *, touch: bool = True) -> list[ScoredMemory]:
         """Top ``limit`` memories of ``options.user_id`` with cosine similarity ≥ ``threshold``
@@ -397,6 +460,13 @@ class MemoryStore(ABC):
     async def _insert(self, memory: Memory) -> None:
         """Write a new record (embedding set, id known not to exist)."""
 
+    async def _insert_many(self, memories: list[Memory]) -> None:
+        """Write new records of one user (embeddings set, ids unique and known not to exist;
+        at most ``MAX_BATCH``). Default: ``_insert`` each; backends override it with one
+        bulk write."""
+        for memory in memories:
+            await self._insert(memory)
+
     @abstractmethod
     async def _replace(self, memory: Memory) -> None:
         """Overwrite an existing record (embedding set)."""
@@ -456,10 +526,34 @@ def list_order_key(memory: Memory) -> tuple:
     return (memory.created_at.timestamp() if memory.created_at else 0.0, memory.id)
 
 
+WRITE_METHODS = ("store", "store_many", "update", "forget", "forget_by_scope")
+"""Public contract methods that change which memories exist or what they contain. Every
+``StoreDecorator`` subclass must override each of them (see ``StoreDecorator``).
+``record_access`` is not among them: it only bumps access statistics, which neither the
+lexical index nor the hot cache keys on."""
+
+
 class StoreDecorator:
     """Base of decorators that wrap any store and keep its contract (hot cache, hybrid
     lexical index). Delegates every public method to ``inner``; subclasses override what
-    they change. Exposes ``dimension``/``identity``/``closed`` of the wrapped store."""
+    they change. Exposes ``dimension``/``identity``/``closed`` of the wrapped store.
+
+    A decorator that holds state derived from the store (an index, a cache) must see every
+    write, so a subclass must override each of ``WRITE_METHODS``: defining one that inherits
+    a delegating write raises ``TypeError`` at class creation. A decorator whose state does
+    not depend on writes opts out with ``class D(StoreDecorator, passthrough_writes=True)``.
+    """
+
+    def __init_subclass__(cls, passthrough_writes: bool = False, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if passthrough_writes:
+            return
+        inherited = [name for name in WRITE_METHODS if getattr(cls, name) is getattr(StoreDecorator, name)]
+        if inherited:
+            raise TypeError(
+                f"{cls.__name__} must override the write methods {inherited} of StoreDecorator (or declare "
+                "passthrough_writes=True): a silently delegated write would desynchronise its state"
+            )
 
     def __init__(self, inner: "MemoryStore | StoreDecorator"):
         self.inner = inner
@@ -482,6 +576,10 @@ class StoreDecorator:
 
     async def store(self, memory: Memory) -> Memory:
         return await self.inner.store(memory)
+
+    async def store_many(self, memories: Sequence[Memory]) -> list[Memory]:
+        """See ``MemoryStore.store_many``."""
+        return await self.inner.store_many(memories)
 
     async def retrieve(self, options: RetrieveOptions, *, touch: bool = True) -> list[ScoredMemory]:
         return await self.inner.retrieve(options, touch=touch)

@@ -5,12 +5,13 @@ Read-through: ``retrieve`` answers from the cache when the same options were ask
 threshold, hybrid/lexical/temporal options), else asks the store and caches the answer
 for ``ttl_s`` seconds.
 
-Invalidation: ``store``, ``update``, ``forget`` and ``forget_by_scope`` invalidate the
-user's entries after the write and before they return. Each user has a generation counter
-that is part of every entry key; invalidation increments it (and deletes the entries listed
-in the user's key set). A retrieve reads the generation before asking the store and writes
-its answer only if the generation is unchanged (atomically, in a Lua script), so a retrieve
-that started before a delete and finishes after it never caches the deleted memory.
+Invalidation: ``store``, ``store_many``, ``update``, ``forget`` and ``forget_by_scope``
+(``base.WRITE_METHODS``) invalidate the user's entries after the write and before they
+return. Each user has a generation counter that is part of every entry key; invalidation
+increments it (and deletes the entries listed in the user's key set). A retrieve reads the
+generation before asking the store and writes its answer only if the generation is unchanged
+(atomically, in a Lua script), so a retrieve that started before a delete and finishes after
+it never caches the deleted memory.
 
 Fail-open: when the cache cannot be reached, reads go to the store and ``counters`` count
 it. A user whose invalidation failed is remembered (in this process) and bypasses the
@@ -31,7 +32,7 @@ import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import StoreClosed
@@ -242,6 +243,17 @@ class CachingStore(StoreDecorator):
                 return await self.inner.store(memory)
             finally:
                 await self._invalidate(memory.user_id)
+
+    async def store_many(self, memories: Sequence[Memory]) -> list[Memory]:
+        """As ``MemoryStore.store_many``; then invalidates the entries of the batch's user(s)
+        (also when the store raised: an all-or-nothing refusal costs one invalidation)."""
+        batch = list(memories)
+        async with self._op():
+            try:
+                return await self.inner.store_many(batch)
+            finally:
+                for user_id in dict.fromkeys(getattr(m, "user_id", None) for m in batch):
+                    await self._invalidate(user_id)
 
     async def update(self, memory_id: str, user_id: str, changes: dict[str, Any]) -> Memory:
         async with self._op():

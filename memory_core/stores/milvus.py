@@ -169,6 +169,12 @@ class MilvusStore(MemoryStore):
             this many written/deleted rows; default 1000 for Milvus Lite, where unsealed data
             is searched slowly (measured: ~0.5 s per search over 10k unsealed rows vs ~20 ms
             sealed), and 0 (never; the server seals by itself) for a server.
+        flush_idle_s: debounced idle flush: once a write leaves rows unflushed, flush when
+            no further write has arrived for this many seconds (one background task per
+            store; a failed idle flush is logged, not raised). Default 0.5 for Milvus Lite
+            (measured: a search over 600 unflushed rows takes ~24 ms p50 vs ~4 ms flushed),
+            0 (disabled) for a server. ``close`` cancels a pending idle flush before closing
+            the client; no flush starts once ``close`` has begun.
         embed, dimension, identity: see :class:`MemoryStore`.
 
     Opening (``await store.open()`` or the first operation) connects, creates or checks
@@ -190,6 +196,7 @@ class MilvusStore(MemoryStore):
         retries: int = 3,
         backoff_s: float = 0.05,
         flush_every: int | None = None,
+        flush_idle_s: float | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -199,7 +206,12 @@ class MilvusStore(MemoryStore):
         self._backoff_s = backoff_s
         lite = not re.match(r"^(https?|tcp|grpc)://", uri)
         self._flush_every = (1000 if lite else 0) if flush_every is None else max(0, flush_every)
-        self._unflushed = 0
+        self._flush_idle_s = (0.5 if lite else 0.0) if flush_idle_s is None else max(0.0, float(flush_idle_s))
+        self._unflushed = 0  # rows written/deleted since the last flush
+        self._last_write = 0.0  # loop time of the last write (idle flush debounce)
+        self._idle_task: asyncio.Task | None = None
+        self.flush_count = 0  # flushes done (any trigger); idle_flush_count: by the idle timer
+        self.idle_flush_count = 0
         self._token = token
         self._db_name = db_name
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="milvus")
@@ -327,19 +339,62 @@ class MilvusStore(MemoryStore):
     async def _exists(self, memory_id: str) -> bool:
         return bool(await self._call(self._get_sync, [memory_id], ["id"]))
 
+    async def _flush(self) -> None:
+        """Flush the collection (seal growing segments) and count it."""
+        await self._call(self._client.flush, self.collection)
+        self.flush_count += 1
+
     async def _wrote(self, rows: int) -> None:
-        """Count written/deleted rows; flush when ``flush_every`` is reached."""
-        if not self._flush_every:
-            return
+        """Count written/deleted rows; flush when ``flush_every`` is reached, else (re)arm
+        the idle flush."""
         self._unflushed += rows
-        if self._unflushed >= self._flush_every:
+        if self._flush_every and self._unflushed >= self._flush_every:
             self._unflushed = 0
-            await self._call(self._client.flush, self.collection)
+            await self._flush()
+            return
+        if self._flush_idle_s and self._unflushed:
+            self._last_write = asyncio.get_running_loop().time()
+            if self._idle_task is None:
+                self._idle_task = asyncio.get_running_loop().create_task(
+                    self._idle_flusher(), name=f"milvus-idle-flush-{self.collection}"
+                )
+
+    async def _idle_flusher(self) -> None:
+        """Background task: sleep until ``flush_idle_s`` have passed since the last write,
+        then flush once; ends when nothing is left unflushed, after a failed flush (the next
+        write re-arms it) or when the store is closing."""
+        loop = asyncio.get_running_loop()
+        try:
+            while not self._closed and self._unflushed:
+                delay = self._last_write + self._flush_idle_s - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                    continue
+                pending, self._unflushed = self._unflushed, 0  # writes during the flush count anew
+                try:
+                    await self._flush()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - a background flush never raises
+                    self._unflushed += pending
+                    log.warning("milvus idle flush of %r failed: %s", self.collection, e)
+                    return
+                self.idle_flush_count += 1
+        finally:
+            if self._idle_task is asyncio.current_task():
+                self._idle_task = None
 
     async def _insert(self, memory: Memory) -> None:
         # upsert: idempotent when a transient error makes us retry a write that landed
         await self._call(self._client.upsert, self.collection, [_to_row(memory)])
         await self._wrote(1)
+
+    async def _insert_many(self, memories: list[Memory]) -> None:
+        # one upsert per ≤ 1000 rows (idempotent under retries, like _insert)
+        for start in range(0, len(memories), 1000):
+            rows = [_to_row(m) for m in memories[start : start + 1000]]
+            await self._call(self._client.upsert, self.collection, rows)
+            await self._wrote(len(rows))
 
     async def _replace(self, memory: Memory) -> None:
         await self._call(self._client.upsert, self.collection, [_to_row(memory)])
@@ -347,7 +402,8 @@ class MilvusStore(MemoryStore):
 
     async def insert_many(self, memories: list[Memory]) -> None:
         """Bulk load of already-validated records with embeddings set (benchmarks, imports);
-        skips the per-record duplicate check. Raises ``StoreClosed`` after close."""
+        skips the per-record duplicate check; flushes at the end (Milvus Lite). Raises
+        ``StoreClosed`` after close."""
         async with self._op():
             for start in range(0, len(memories), 1000):
                 rows = [_to_row(m) for m in memories[start : start + 1000]]
@@ -355,7 +411,7 @@ class MilvusStore(MemoryStore):
                 await self._wrote(len(rows))
             if self._flush_every and self._unflushed:
                 self._unflushed = 0
-                await self._call(self._client.flush, self.collection)
+                await self._flush()
 
     async def _get_many(self, memory_ids: list[str]) -> list[Memory]:
         rows = await self._call(self._get_sync, memory_ids, _ALL_FIELDS)
@@ -426,6 +482,10 @@ class MilvusStore(MemoryStore):
 
     async def _close(self) -> None:
         loop = asyncio.get_running_loop()
+        task, self._idle_task = self._idle_task, None
+        if task is not None and not task.done():
+            task.cancel()  # a flush already handed to the worker thread still runs before close()
+            await asyncio.wait({task})  # never raises the task's outcome
         try:
             if self._client is not None:
                 await loop.run_in_executor(self._executor, self._client.close)

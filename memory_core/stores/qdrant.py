@@ -178,6 +178,10 @@ class QdrantStore(MemoryStore):
     async def _insert(self, memory: Memory) -> None:
         await self._upsert([memory])
 
+    async def _insert_many(self, memories: list[Memory]) -> None:
+        # one upsert (the base caps a batch at MAX_BATCH = 1000 points)
+        await self._upsert(memories)
+
     async def _replace(self, memory: Memory) -> None:
         await self._upsert([memory])
 

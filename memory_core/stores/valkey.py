@@ -49,6 +49,23 @@ redis.call('HSET', KEYS[1], unpack(ARGV, 3))
 redis.call('ZADD', KEYS[2], ARGV[1], ARGV[2])
 return 1
 """
+# KEYS[1..n] record keys, KEYS[n+1] user zset; ARGV per record: created_at ms, id, c, then c
+# field/value items. Writes all records or none; returns 0 when all were written, else the
+# (1-based) position of the first record key that exists.
+_INSERT_MANY_LUA = """
+local n = #KEYS - 1
+for i = 1, n do
+  if redis.call('EXISTS', KEYS[i]) == 1 then return i end
+end
+local p = 1
+for i = 1, n do
+  local c = tonumber(ARGV[p + 2])
+  redis.call('HSET', KEYS[i], unpack(ARGV, p + 3, p + 2 + c))
+  redis.call('ZADD', KEYS[n + 1], ARGV[p], ARGV[p + 1])
+  p = p + 3 + c
+end
+return 0
+"""
 # KEYS[1] record key; ARGV[1] last_accessed ms
 _TOUCH_LUA = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
@@ -116,6 +133,7 @@ class ValkeyStore(MemoryStore):
         self._record_prefix = f"{prefix}m:"
         self._client = None
         self._insert_script = None
+        self._insert_many_script = None
         self._touch_script = None
 
     # ------------------------------------------------------------------ keys / codec
@@ -185,6 +203,7 @@ class ValkeyStore(MemoryStore):
         if self._client is None:
             self._client = avalkey.from_url(self.url, decode_responses=False)
             self._insert_script = self._client.register_script(_INSERT_LUA)
+            self._insert_many_script = self._client.register_script(_INSERT_MANY_LUA)
             self._touch_script = self._client.register_script(_TOUCH_LUA)
         c = self._client
         try:
@@ -255,6 +274,20 @@ class ValkeyStore(MemoryStore):
         ok = await self._insert_script(keys=[self._key(memory.id), self._user_key(memory.user_id)], args=args)
         if not ok:  # another process inserted this id between the check and the write
             raise DuplicateMemory(f"memory {memory.id!r} already exists")
+
+    async def _insert_many(self, memories: list[Memory]) -> None:
+        """One script call: checks that no record key exists, then writes every HASH and the
+        user ZSET entries, atomically (all or nothing, also against other processes)."""
+        keys = [self._key(m.id) for m in memories] + [self._user_key(memories[0].user_id)]
+        args: list[Any] = []
+        for m in memories:
+            items: list[Any] = []
+            for k, v in self._fields(m).items():
+                items += [k, v]
+            args += [to_ms(m.created_at), m.id, len(items), *items]
+        first = await self._insert_many_script(keys=keys, args=args)
+        if first:  # another process inserted one of the ids between the check and the write
+            raise DuplicateMemory(f"memories already exist: [{memories[int(first) - 1].id!r}]")
 
     async def _replace(self, memory: Memory) -> None:
         key = self._key(memory.id)

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import pytest
 
-from memory_core.errors import MemoryNotFound
+from memory_core.errors import DuplicateMemory, InvalidInput, MemoryNotFound
 from memory_core.hybrid import HybridStore
 from memory_core.lexical import tokenize
 from memory_core.stores import InMemoryStore
@@ -163,6 +163,53 @@ async def test_writes_during_a_build_are_replayed():
     inner.release.set()
     await task
     assert {i for i, _ in h.index.search("u1", "walrus")} == {"old", "new"}
+
+
+async def test_store_many_is_indexed(inner):
+    h = HybridStore(inner, **plain())
+    await put(h, "a", "my zebra collection")
+    await h.retrieve(opts(query="zebra"))  # index loaded
+    out = await h.store_many(
+        [Memory(id=f"b{i}", user_id="u1", content=f"walrus number {i}") for i in range(3)]
+        + [Memory(id="z", user_id="u1", content="zebra crossing", project_id="p")]
+    )
+    assert [m.id for m in out] == ["b0", "b1", "b2", "z"]
+    assert {i for i, _ in h.index.search("u1", "walrus")} == {"b0", "b1", "b2"}
+    assert {i for i, _ in h.index.search("u1", "zebra")} == {"a", "z"}
+    got = await h.retrieve(opts(query="walrus", threshold=0.01))
+    assert set(ids(got)) == {"b0", "b1", "b2"}
+    assert ids(await h.retrieve(opts(query="zebra", project_id="p", threshold=0.01))) == ["z"]
+
+
+async def test_refused_store_many_indexes_nothing(inner):
+    h = HybridStore(inner, **plain())
+    await put(h, "taken", "existing walrus")
+    await h.retrieve(opts(query="walrus"))
+    with pytest.raises(DuplicateMemory):
+        await h.store_many(
+            [Memory(id="n1", user_id="u1", content="new walrus"), Memory(id="taken", user_id="u1", content="x")]
+        )
+    with pytest.raises(InvalidInput):
+        await h.store_many(
+            [Memory(id="n1", user_id="u1", content="new walrus"), Memory(id="n2", user_id="u2", content="y")]
+        )
+    assert [i for i, _ in h.index.search("u1", "walrus")] == ["taken"]
+    assert not h.index.has_user("u2")
+    assert ids(await h.retrieve(opts(query="new walrus", threshold=-1))) == ["taken"]
+
+
+async def test_store_many_during_a_build_is_replayed():
+    inner = SlowListStore(embed=fake_embed, dimension=DIM)
+    h = HybridStore(inner, **plain())
+    await put(h, "old", "walrus facts")
+    task = asyncio.create_task(h.retrieve(opts(query="walrus")))
+    await inner.listing.wait()  # the page was read without the batch
+    await h.store_many(
+        [Memory(id="n1", user_id="u1", content="walrus tusks"), Memory(id="n2", user_id="u1", content="walrus pups")]
+    )
+    inner.release.set()
+    await task
+    assert {i for i, _ in h.index.search("u1", "walrus")} == {"old", "n1", "n2"}
 
 
 async def test_user_isolation(inner):

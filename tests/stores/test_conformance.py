@@ -1,8 +1,10 @@
 """One store contract, proven on every backend.
 
 Every test runs on InMemory, Milvus Lite (tmp file), Qdrant local (tmp path) and Valkey
-(real server with the search module), each bare and behind the hot cache. Stores are built
-by ``make_store`` from settings, so the factory is exercised too.
+(real server with the search module), each bare and behind the hot cache, and on InMemory and
+Milvus Lite (bare and cached) behind ``HybridStore`` (``retrieval.hybrid=true``), where every
+retrieve of the suite is a hybrid one (``Q`` builds the options) — as the service issues them.
+Stores are built by ``make_store`` from settings, so the factory is exercised too.
 """
 
 from __future__ import annotations
@@ -42,7 +44,20 @@ from memory_core.testing.fake_embed import DIM, CountingEmbed, fake_vector
 
 BACKENDS = ["inmemory", "milvus", "qdrant", "valkey"]
 PERSISTENT = {"milvus", "qdrant", "valkey"}
+HYBRID_RIGS = [("inmemory", False), ("inmemory", True), ("milvus", False), ("milvus", True)]
+RIGS = [(b, c, False) for b in BACKENDS for c in (False, True)] + [(b, c, True) for b, c in HYBRID_RIGS]
 _counter = itertools.count()
+_hybrid_retrieve = False  # set per test by the ``rig`` fixture
+
+
+def Q(**kw) -> RetrieveOptions:
+    """``RetrieveOptions`` of the suite: ``hybrid=True`` on hybrid rigs unless given."""
+    return RetrieveOptions(**{"hybrid": _hybrid_retrieve, **kw})
+
+
+def rig_id(p) -> str:
+    kind, cached, hybrid = p
+    return kind + ("+cache" if cached else "") + ("+hybrid" if hybrid else "")
 
 
 @dataclass
@@ -51,6 +66,7 @@ class Rig:
 
     kind: str
     cached: bool
+    hybrid: bool
     tmp: Path
     server: Any
     name: str
@@ -77,7 +93,8 @@ class Rig:
                 index=self.name,
             ),
             cache=cache,
-            retrieval=RetrievalSettings(hybrid=False),  # this suite is about the stores and the cache
+            # the stores and the cache, and HybridStore on the rigs that ask for it
+            retrieval=RetrievalSettings(hybrid=self.hybrid),
         )
 
     def open(self, *, dimension: int = DIM, cache_url: str | None = None, embed=None):
@@ -88,14 +105,22 @@ class Rig:
         return store
 
 
-@pytest.fixture(params=[(b, c) for b in BACKENDS for c in (False, True)], ids=lambda p: p[0] + ("+cache" if p[1] else ""))
+@pytest.fixture(params=RIGS, ids=rig_id)
 async def rig(request, tmp_path):
-    kind, cached = request.param
+    global _hybrid_retrieve
+    kind, cached, hybrid = request.param
     server = request.getfixturevalue("valkey_server") if (kind == "valkey" or cached) else None
-    r = Rig(kind=kind, cached=cached, tmp=tmp_path, server=server, name=f"t{next(_counter)}_{uuid.uuid4().hex[:6]}")
-    yield r
-    for s in r.opened:
-        await s.close()
+    r = Rig(
+        kind=kind, cached=cached, hybrid=hybrid, tmp=tmp_path, server=server,
+        name=f"t{next(_counter)}_{uuid.uuid4().hex[:6]}",
+    )
+    _hybrid_retrieve = hybrid
+    try:
+        yield r
+    finally:
+        _hybrid_retrieve = False
+        for s in r.opened:
+            await s.close()
 
 
 @pytest.fixture
@@ -197,11 +222,11 @@ async def test_retrieve_requires_user_and_positive_limit(store):
     await store.store(mem("alice", "coffee preferences: flat white"))
     for bad in ("", "  "):
         with pytest.raises(InvalidInput):
-            await store.retrieve(RetrieveOptions(user_id=bad, query="coffee"))
+            await store.retrieve(Q(user_id=bad, query="coffee"))
     with pytest.raises(InvalidInput):
-        await store.retrieve(RetrieveOptions(user_id="alice", query="coffee", limit=0))
+        await store.retrieve(Q(user_id="alice", query="coffee", limit=0))
     with pytest.raises(InvalidInput):
-        await store.retrieve(RetrieveOptions(user_id="alice", query="coffee", limit=-1))
+        await store.retrieve(Q(user_id="alice", query="coffee", limit=-1))
 
 
 async def test_retrieve_cosine_scale_sorted_threshold_inclusive(store):
@@ -217,19 +242,22 @@ async def test_retrieve_cosine_scale_sorted_threshold_inclusive(store):
     expected = {"same": 1.0, "close": 0.8, "diag": s, "orth": 0.0, "opp": -1.0}
     for k, v in vecs.items():
         await store.store(mem("alice", f"memory {k}", id=f"cos-{k}", embedding=v))
-    res = await store.retrieve(RetrieveOptions(user_id="alice", embedding=unit(0), limit=10, threshold=-1.0))
+    opts = Q(user_id="alice", embedding=unit(0), limit=10, threshold=-1.0)
+    res = await store.retrieve(opts)
     got = {r.memory.id.removeprefix("cos-"): r for r in res}
     assert set(got) == set(expected)
+    # hybrid, without query text (no lexical side): score = (1 - lexical_weight) · cosine
+    scale = (1 - opts.lexical_weight) if opts.hybrid else 1.0
     for k, want in expected.items():
         assert got[k].similarity == pytest.approx(want, abs=1e-4), k
-        assert got[k].score == pytest.approx(want, abs=1e-4), k
+        assert got[k].score == pytest.approx(scale * want, abs=1e-4), k
     scores = [r.score for r in res]
     assert scores == sorted(scores, reverse=True)
     # threshold is inclusive: use the exact similarity the backend reported
     edge = got["diag"].similarity
-    res2 = await store.retrieve(RetrieveOptions(user_id="alice", embedding=unit(0), limit=10, threshold=edge))
+    res2 = await store.retrieve(Q(user_id="alice", embedding=unit(0), limit=10, threshold=edge))
     assert {r.memory.id for r in res2} == {"cos-same", "cos-close", "cos-diag"}
-    res3 = await store.retrieve(RetrieveOptions(user_id="alice", embedding=unit(0), limit=2, threshold=-1.0))
+    res3 = await store.retrieve(Q(user_id="alice", embedding=unit(0), limit=2, threshold=-1.0))
     assert [r.memory.id for r in res3] == ["cos-same", "cos-close"]
 
 
@@ -239,23 +267,23 @@ async def test_retrieve_filters_project_and_types(store):
     await store.store(mem("alice", "deploy steps for zephyr", project_id="zephyr", type=MemoryType.PROCEDURAL))
     await store.store(mem("alice", "deploy steps no project", type=MemoryType.PROCEDURAL))
     q = dict(user_id="alice", query="deploy steps", limit=10, threshold=-1.0)
-    allr = await store.retrieve(RetrieveOptions(**q))
+    allr = await store.retrieve(Q(**q))
     assert len(allr) == 4
-    atlas = await store.retrieve(RetrieveOptions(**q, project_id="atlas"))
+    atlas = await store.retrieve(Q(**q, project_id="atlas"))
     assert {r.memory.content for r in atlas} == {"deploy steps for atlas", "deploy notes for atlas"}
-    proc = await store.retrieve(RetrieveOptions(**q, types=(MemoryType.PROCEDURAL,)))
+    proc = await store.retrieve(Q(**q, types=(MemoryType.PROCEDURAL,)))
     assert len(proc) == 3 and all(r.memory.type == MemoryType.PROCEDURAL for r in proc)
-    both = await store.retrieve(RetrieveOptions(**q, project_id="atlas", types=(MemoryType.EPISODIC,)))
+    both = await store.retrieve(Q(**q, project_id="atlas", types=(MemoryType.EPISODIC,)))
     assert [r.memory.content for r in both] == ["deploy notes for atlas"]
-    none = await store.retrieve(RetrieveOptions(**q, project_id="nope"))
+    none = await store.retrieve(Q(**q, project_id="nope"))
     assert none == []
 
 
 async def test_retrieve_updates_access_tracking(store):
     m = await store.store(mem("alice", "favourite colour is teal"))
-    r1 = await store.retrieve(RetrieveOptions(user_id="alice", query="favourite colour", threshold=-1))
+    r1 = await store.retrieve(Q(user_id="alice", query="favourite colour", threshold=-1))
     assert r1[0].memory.access_count == 1 and r1[0].memory.last_accessed is not None
-    r2 = await store.retrieve(RetrieveOptions(user_id="alice", query="colour teal", threshold=-1))
+    r2 = await store.retrieve(Q(user_id="alice", query="colour teal", threshold=-1))
     assert r2[0].memory.access_count == 2
     got = await store.get(m.id, "alice")
     assert got.access_count == 2 and got.last_accessed == r2[0].memory.last_accessed
@@ -268,12 +296,12 @@ async def test_touch_never_recreates_deleted(store):
     await raw(store)._touch([m.id], datetime.now(timezone.utc))
     assert await store.get_many([m.id], "alice") == []
     assert (await store.list("alice")).total == 0
-    assert await store.retrieve(RetrieveOptions(user_id="alice", query="soon gone", threshold=-1)) == []
+    assert await store.retrieve(Q(user_id="alice", query="soon gone", threshold=-1)) == []
 
 
 async def test_retrieve_racing_delete_never_recreates(store):
     ms = [await store.store(mem("alice", f"racing memory {i}")) for i in range(10)]
-    tasks = [store.retrieve(RetrieveOptions(user_id="alice", query=f"racing memory {i}", limit=10, threshold=-1)) for i in range(5)]
+    tasks = [store.retrieve(Q(user_id="alice", query=f"racing memory {i}", limit=10, threshold=-1)) for i in range(5)]
     tasks += [store.forget(m.id, "alice") for m in ms]
     await asyncio.gather(*tasks)
     assert (await store.list("alice")).total == 0
@@ -292,7 +320,7 @@ async def test_update_reembeds_and_keeps_created_at(store, rig):
     got = await store.get(m.id, "alice")
     assert got.content == "I moved to Osaka" and got.importance == pytest.approx(0.9)
     assert got.created_at == m.created_at and got.updated_at == u.updated_at and got.project_id == "p"
-    res = await store.retrieve(RetrieveOptions(user_id="alice", query="I moved to Osaka", limit=1, threshold=0.99))
+    res = await store.retrieve(Q(user_id="alice", query="I moved to Osaka", limit=1, threshold=0.99))
     assert [r.memory.id for r in res] == [m.id]
     calls = rig.embed.calls
     u2 = await store.update(m.id, "alice", {"type": "episodic", "project_id": None})
@@ -390,7 +418,7 @@ async def test_two_users_never_cross(store):
     a = await store.store(mem("alice", "shared words apple banana", project_id="p"))
     b = await store.store(mem("bob", "shared words apple banana", project_id="p"))
     for user, mine, theirs in (("alice", a, b), ("bob", b, a)):
-        res = await store.retrieve(RetrieveOptions(user_id=user, query="apple banana", limit=10, threshold=-1))
+        res = await store.retrieve(Q(user_id=user, query="apple banana", limit=10, threshold=-1))
         assert [r.memory.id for r in res] == [mine.id]
         lst = await store.list(user, project_id="p")
         assert [m.id for m in lst.memories] == [mine.id] and lst.total == 1
@@ -401,7 +429,7 @@ async def test_two_users_never_cross(store):
             await store.forget(theirs.id, user)
     # case and whitespace variants are other users
     for other in ("Alice", "ALICE", " alice", "alice "):
-        assert await store.retrieve(RetrieveOptions(user_id=other, query="apple", threshold=-1)) == []
+        assert await store.retrieve(Q(user_id=other, query="apple", threshold=-1)) == []
         assert (await store.list(other)).total == 0
 
 
@@ -443,10 +471,10 @@ async def test_injection_looking_user_ids_are_literal(store):
     for uid in INJECTION_IDS:
         own[uid] = await store.store(mem(uid, f"own alpha of {uid}", project_id=uid))
     for uid in INJECTION_IDS:
-        res = await store.retrieve(RetrieveOptions(user_id=uid, query="secret alpha", limit=50, threshold=-1))
+        res = await store.retrieve(Q(user_id=uid, query="secret alpha", limit=50, threshold=-1))
         assert [r.memory.id for r in res] == [own[uid].id], uid
         res = await store.retrieve(
-            RetrieveOptions(user_id="victim", query="secret alpha", project_id=uid, limit=50, threshold=-1)
+            Q(user_id="victim", query="secret alpha", project_id=uid, limit=50, threshold=-1)
         )
         assert res == [], uid
         lst = await store.list(uid, limit=100)
@@ -461,6 +489,160 @@ async def test_injection_looking_user_ids_are_literal(store):
     assert (await store.get(victim.id, "victim")).content == "victim secret alpha"
     assert (await store.get(victim2.id, "a")).content == "victim a secret alpha"
     assert (await store.list("victim")).total == 1 and (await store.list("a")).total == 1
+
+
+# ---------------------------------------------------------------------- store_many
+
+
+async def test_store_many_happy_path(store, rig):
+    given = unit(5)
+    batch = [
+        mem("alice", "  batch one: otters hold hands  ", id="b1", project_id="p", type=MemoryType.EPISODIC),
+        mem("alice", "batch two: walrus tusks", id="b2", embedding=given),
+        mem("alice", "batch three: puffin beaks", id="b3", created_at=datetime(2024, 3, 1, tzinfo=timezone.utc)),
+    ]
+    out = await store.store_many(batch)
+    assert rig.embed.calls == 1  # one embed call for the two memories without a vector
+    assert [m.id for m in out] == ["b1", "b2", "b3"]
+    assert out[0].content == "batch one: otters hold hands"  # cleaned as by store()
+    assert all(m.user_id == "alice" and m.embedding_identity == "fake-bow-32" for m in out)
+    assert all(m.created_at is not None and m.updated_at is not None for m in out)
+    assert out[2].created_at == datetime(2024, 3, 1, tzinfo=timezone.utc)
+    assert out[0].embedding == pytest.approx(fake_vector(out[0].content), abs=1e-6)
+    assert out[1].embedding == pytest.approx(given, abs=1e-6)
+    assert out[2].embedding == pytest.approx(fake_vector(out[2].content), abs=1e-6)
+    for m in out:
+        got = await store.get(m.id, "alice")
+        assert got.content == m.content and got.created_at == m.created_at and got.project_id == m.project_id
+        assert got.embedding == pytest.approx(m.embedding, abs=1e-6)
+    lst = await store.list("alice", limit=100)
+    assert lst.total == 3 and {m.id for m in lst.memories} == {"b1", "b2", "b3"}
+    assert [m.id for m in (await store.list("alice", project_id="p")).memories] == ["b1"]
+    res = await store.retrieve(Q(user_id="alice", query="walrus tusks", limit=10, threshold=-1))
+    assert {r.memory.id for r in res} == {"b1", "b2", "b3"}
+    res = await store.retrieve(Q(user_id="alice", query="batch three: puffin beaks", limit=1, threshold=0.99))
+    assert [r.memory.id for r in res] == ["b3"]
+    hyb = await store.retrieve(
+        Q(user_id="alice", query="batch one: otters hold hands", limit=1, threshold=0.99, hybrid=True)
+    )
+    assert [r.memory.id for r in hyb] == ["b1"]
+    assert await store.store_many([]) == []
+    assert (await store.list("alice", limit=100)).total == 3
+
+
+async def test_store_many_duplicate_inside_batch(store, rig):
+    batch = [mem("alice", "first", id="same"), mem("alice", "second", id="other"), mem("alice", "third", id="same")]
+    with pytest.raises(DuplicateMemory, match="same"):
+        await store.store_many(batch)
+    assert rig.embed.calls == 0  # refused before any embedding work
+    assert (await store.list("alice")).total == 0
+    assert await store.get_many(["same", "other"], "alice") == []
+
+
+async def test_store_many_duplicate_of_existing_writes_nothing(store):
+    await store.store(mem("alice", "original alice", id="taken-a"))
+    await store.store(mem("bob", "original bob", id="taken-b"))
+    q = Q(user_id="alice", query="fresh", limit=10, threshold=-1)
+    before = await store.retrieve(q)  # (cached rigs: an entry that must not survive)
+    assert [r.memory.id for r in before] == ["taken-a"]
+    for taken in ("taken-a", "taken-b"):  # an id of the same user, or of another user
+        batch = [mem("alice", "fresh one", id="fresh-1"), mem("alice", "fresh dup", id=taken),
+                 mem("alice", "fresh two", id="fresh-2")]
+        with pytest.raises(DuplicateMemory, match=taken):
+            await store.store_many(batch)
+        assert await store.get_many(["fresh-1", "fresh-2"], "alice") == []
+        assert (await store.list("alice", limit=100)).total == 1
+    assert (await store.get("taken-a", "alice")).content == "original alice"
+    assert (await store.get("taken-b", "bob")).content == "original bob"
+    with pytest.raises(MemoryNotFound):
+        await store.get("taken-b", "alice")
+    assert [r.memory.id for r in await store.retrieve(q)] == ["taken-a"]
+    assert [r.memory.id for r in await store.retrieve(q.model_copy(update={"hybrid": True}))] == ["taken-a"]
+
+
+async def test_store_many_rejects_mixed_and_invalid(store, rig):
+    with pytest.raises(InvalidInput, match="same user"):
+        await store.store_many([mem("alice", "mine", id="mx1"), mem("bob", "his", id="mx2")])
+    with pytest.raises(InvalidInput):
+        await store.store_many([mem("alice", "mine", id="mx1"), mem("", "nobody's", id="mx2")])
+    with pytest.raises(InvalidInput):  # one bad memory refuses the whole batch
+        await store.store_many([mem("alice", "fine", id="mx1"), mem("alice", "   ", id="mx2")])
+    with pytest.raises(InvalidInput):
+        await store.store_many([mem("alice", "fine", id="mx1"), mem("alice", "bad vector", embedding=[1.0, 0.0])])
+    with pytest.raises(InvalidInput, match="at most 1000"):
+        await store.store_many([mem("alice", f"n{i}", embedding=unit(0)) for i in range(1001)])
+    assert rig.embed.calls == 0
+    assert (await store.list("alice")).total == 0 and (await store.list("bob")).total == 0
+
+
+async def test_store_many_concurrent_batches_sharing_an_id(store):
+    """Two users' batches and a single store race for one id: exactly one write wins and
+    each losing batch wrote nothing."""
+    batches = [
+        [mem(u, f"{u} {i}", id=f"{u}-{i}", embedding=unit(i)) for i in range(5)] + [mem(u, f"{u} shared", id="shared")]
+        for u in ("alice", "bob")
+    ]
+    results = await asyncio.gather(
+        *[store.store_many(b) for b in batches],
+        store.store(mem("carol", "carol shared", id="shared")),
+        return_exceptions=True,
+    )
+    winners = [r for r in results if not isinstance(r, BaseException)]
+    assert len(winners) == 1, results
+    assert all(isinstance(r, DuplicateMemory) for r in results if isinstance(r, BaseException))
+    for u, result in zip(("alice", "bob", "carol"), results):
+        total = (await store.list(u, limit=100)).total
+        assert total == (0 if isinstance(result, BaseException) else (1 if u == "carol" else 6)), u
+
+
+async def test_store_many_large_batch(store, rig):
+    batch = [mem("alice", f"bulk memory number {i}", id=f"bulk-{i:04d}") for i in range(300)]
+    out = await store.store_many(batch)
+    assert len(out) == 300 and rig.embed.calls == 1
+    lst = await store.list("alice", limit=1000)
+    assert lst.total == 300 and {m.id for m in lst.memories} == {m.id for m in batch}
+    res = await store.retrieve(Q(user_id="alice", query="bulk memory number 123", limit=300, threshold=0.99))
+    assert "bulk-0123" in {r.memory.id for r in res}  # (32-d hashed test vectors collide)
+
+
+# ---------------------------------------------------------------------- hybrid retrieval follows writes
+
+
+async def test_hybrid_retrieve_follows_writes(store, rig):
+    """Hybrid retrieval (on every rig; lexical ranking asserted where HybridStore is on)
+    reflects store, store_many, forget and forget_by_scope, and never crosses users.
+    Stored vectors are e0 and queries e1, so every cosine is 0 and only the lexical side
+    can rank."""
+
+    def q(user, text, limit=1):
+        return Q(user_id=user, query=text, embedding=unit(1), limit=limit, threshold=-1, hybrid=True)
+
+    await store.store(mem("alice", "alpha zebra notes", id="h-a", embedding=unit(0)))
+    await store.store(mem("alice", "beta notes", id="h-b", embedding=unit(0)))
+    await store.store(mem("bob", "bob zebra walrus notes", id="h-bob", embedding=unit(0)))
+    got = await store.retrieve(q("alice", "zebra"))  # builds alice's index
+    if rig.hybrid:
+        assert [r.memory.id for r in got] == ["h-a"] and got[0].score > got[0].similarity
+    await store.store_many([
+        mem("alice", "gamma walrus", id="h-c", embedding=unit(0)),
+        mem("alice", "delta walrus notes", id="h-d", project_id="p2", embedding=unit(0)),
+    ])
+    got = await store.retrieve(q("alice", "walrus", limit=2))
+    if rig.hybrid:
+        assert {r.memory.id for r in got} == {"h-c", "h-d"}
+    assert all(r.memory.user_id == "alice" for r in got)
+    await store.forget("h-a", "alice")
+    got = await store.retrieve(q("alice", "zebra", limit=10))
+    assert {r.memory.id for r in got} == {"h-b", "h-c", "h-d"}
+    assert await store.forget_by_scope("alice", project_id="p2") == 1
+    got = await store.retrieve(q("alice", "walrus", limit=10))
+    assert {r.memory.id for r in got} == {"h-b", "h-c"}
+    if rig.hybrid:
+        assert got[0].memory.id == "h-c"
+    got = await store.retrieve(q("bob", "zebra walrus", limit=10))
+    assert [r.memory.id for r in got] == ["h-bob"]
+    got = await store.retrieve(q("Alice", "zebra walrus", limit=10))
+    assert got == []
 
 
 # ---------------------------------------------------------------------- unicode
@@ -486,7 +668,7 @@ async def test_unicode_roundtrip_byte_exact(store):
         assert got.user_id == "ユーザー🙂"
     lst = await store.list("ユーザー🙂", limit=100)
     assert sorted(m.content for m in lst.memories) == sorted(UNICODE)
-    res = await store.retrieve(RetrieveOptions(user_id="ユーザー🙂", query=UNICODE[1], limit=1, threshold=0.99))
+    res = await store.retrieve(Q(user_id="ユーザー🙂", query=UNICODE[1], limit=1, threshold=0.99))
     assert res[0].memory.content == UNICODE[1]
 
 
@@ -518,7 +700,7 @@ async def test_closed_store_refuses_everything(rig):
     calls = rig.embed.calls
     ops = [
         lambda: store.store(mem("alice", "after close")),
-        lambda: store.retrieve(RetrieveOptions(user_id="alice", query="before")),
+        lambda: store.retrieve(Q(user_id="alice", query="before")),
         lambda: store.get(m.id, "alice"),
         lambda: store.get_many([m.id], "alice"),
         lambda: store.get_many([], "alice"),
@@ -527,6 +709,11 @@ async def test_closed_store_refuses_everything(rig):
         lambda: store.forget(m.id, "alice"),
         lambda: store.forget_by_scope("alice"),
         lambda: store.check_connection(),
+        lambda: store.store_many([mem("alice", "after close, batched")]),
+        lambda: store.store_many([]),
+        lambda: store.retrieve(Q(user_id="alice", query="before", hybrid=True)),
+        lambda: store.retrieve(Q(user_id="", query="before")),  # closed wins over invalid input
+        lambda: store.retrieve(Q(user_id="", query="before", hybrid=True)),
     ]
     for op in ops:
         with pytest.raises(StoreClosed):
@@ -584,12 +771,12 @@ async def test_restart_persistence(rig):
         pytest.skip("in-memory store does not persist")
     store = rig.open()
     m = await store.store(mem("alice", "persist me 永続", project_id="p"))
-    await store.retrieve(RetrieveOptions(user_id="alice", query="persist me", threshold=-1))
+    await store.retrieve(Q(user_id="alice", query="persist me", threshold=-1))
     await store.close()
     again = rig.open()
     got = await again.get(m.id, "alice")
     assert got.content == "persist me 永続" and got.access_count == 1 and got.created_at == m.created_at
-    res = await again.retrieve(RetrieveOptions(user_id="alice", query="persist me", threshold=0.5))
+    res = await again.retrieve(Q(user_id="alice", query="persist me", threshold=0.5))
     assert [r.memory.id for r in res] == [m.id]
     assert (await again.list("alice", project_id="p")).total == 1
     await again.close()
@@ -609,13 +796,13 @@ async def test_delete_after_cached_read(rig):
     store = rig.open()
     m = await store.store(mem("alice", "cached fact about llamas"))
     other = await store.store(mem("bob", "bob fact about llamas"))
-    q = RetrieveOptions(user_id="alice", query="llamas", threshold=-1)
+    q = Q(user_id="alice", query="llamas", threshold=-1)
     first = await store.retrieve(q)
     hits = store.counters["hits"]
     second = await store.retrieve(q)
     assert store.counters["hits"] == hits + 1
     assert [r.memory.id for r in first] == [r.memory.id for r in second] == [m.id]
-    qb = RetrieveOptions(user_id="bob", query="llamas", threshold=-1)
+    qb = Q(user_id="bob", query="llamas", threshold=-1)
     await store.retrieve(qb)
     await store.forget(m.id, "alice")
     assert await store.retrieve(q) == []
@@ -656,7 +843,7 @@ async def test_cache_never_stores_result_of_retrieve_that_raced_a_delete(rig):
         pytest.skip("cache only")
     store = rig.open()
     m = await store.store(mem("alice", "ephemeral otter fact"))
-    q = RetrieveOptions(user_id="alice", query="otter", threshold=-1)
+    q = Q(user_id="alice", query="otter", threshold=-1)
     inner = store.inner
     searched = asyncio.Event()
     proceed = asyncio.Event()
@@ -690,11 +877,11 @@ async def test_cache_fail_open(rig):
     store = rig.open(cache_url=dead)
     store.on_event = events.append
     m = await store.store(mem("alice", "works without cache"))
-    res = await store.retrieve(RetrieveOptions(user_id="alice", query="works without cache", threshold=-1))
+    res = await store.retrieve(Q(user_id="alice", query="works without cache", threshold=-1))
     assert [r.memory.id for r in res] == [m.id]
-    res = await store.retrieve(RetrieveOptions(user_id="alice", query="works without cache", threshold=-1))
+    res = await store.retrieve(Q(user_id="alice", query="works without cache", threshold=-1))
     assert [r.memory.id for r in res] == [m.id]
     assert store.counters["errors"] >= 2 and store.counters["hits"] == 0
     assert "cache_error" in events
     await store.forget(m.id, "alice")
-    assert await store.retrieve(RetrieveOptions(user_id="alice", query="works", threshold=-1)) == []
+    assert await store.retrieve(Q(user_id="alice", query="works", threshold=-1)) == []
