@@ -180,7 +180,7 @@ class MemoryIngress:
             )
             for m, content, vector in zip(body.memories, contents, batch.embeddings)
         ]
-        stored = await asyncio.gather(*(self.store.store(m) for m in memories))
+        stored = await self.store.store_many(memories)  # all-or-nothing, one round trip
         return JSONResponse(status_code=201, content={"memories": [m.public() for m in stored]})
 
     @app.post("/v1/memory/search")
