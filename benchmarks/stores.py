@@ -77,10 +77,22 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))]
 
 
-async def bulk_load(store, rows: list[Memory]) -> None:
+BULK_CALL_ROWS = {"valkey": 100}
+"""Rows per ``insert_many`` call where the default (one call per 2,000-row chunk) fails at
+100k: the search module adds every HSET to its HNSW graph as it runs (≈800 rows/s here at
+50–100k rows), so one 500-command pipeline (``ValkeyStore.insert_many``'s batch) over a large
+index, on a loaded machine, outlasted the client's default 5 s ``socket_timeout``
+(``valkey.exceptions.TimeoutError`` during the 100k load). 100-row calls keep each reply well
+under it. Other backends keep one call per chunk (Milvus Lite flushes at the end of each
+``insert_many``: smaller calls would leave many small segments)."""
+
+
+async def bulk_load(store, rows: list[Memory], per_call: int | None = None) -> None:
     inner = store
     if hasattr(inner, "insert_many"):
-        await inner.insert_many(rows)
+        step = per_call or len(rows)
+        for start in range(0, len(rows), step):
+            await inner.insert_many(rows[start : start + step])
     else:  # in-memory: the public path is fast enough
         for m in rows:
             await store.store(m)
@@ -102,7 +114,12 @@ async def run_one(backend: str, size: int, args, workdir: Path, valkey_url: str 
     began = time.perf_counter()
     chunk = 2000
     for start in range(0, size, chunk):
-        await bulk_load(store, memories(rng, start, min(chunk, size - start), args.dim, args.users, t0))
+        await bulk_load(store, memories(rng, start, min(chunk, size - start), args.dim, args.users, t0),
+                        BULK_CALL_ROWS.get(backend))
+        done = start + min(chunk, size - start)
+        if size >= 50_000 and done % 10_000 == 0:  # long loads: show progress
+            print(f"  {backend}: loaded {done:,} rows ({done / (time.perf_counter() - began):,.0f} rows/s)",
+                  file=sys.stderr, flush=True)
     load_s = time.perf_counter() - began
 
     extra = memories(rng, size, args.ops, args.dim, args.users, t0)
