@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 from abc import ABC, abstractmethod
 from collections import Counter, defaultdict
@@ -28,6 +29,8 @@ from ..errors import (
 from ..sanitize import clean_content, require_user_id
 from ..types import ListResult, Memory, MemoryType, RetrieveOptions, ScoredMemory
 from ..types import utcnow as _utcnow
+
+log = logging.getLogger(__name__)
 
 EmbedFn = Callable[[list[str]], Awaitable[list[list[float]]]]
 """Async text→vector function: ``list[str]`` of n texts → n L2-normalised vectors."""
@@ -86,6 +89,7 @@ class MemoryStore(ABC):
         self._drained.set()
         self._user_locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._id_locks: dict[str, list] = {}
+        self._access_tasks: dict[str, asyncio.Task] = {}
         self._opened = False
         self._open_lock = asyncio.Lock()
 
@@ -302,15 +306,14 @@ class MemoryStore(ABC):
             if not math.isfinite(options.threshold):
                 raise InvalidInput("threshold must be a finite number")
             vector = await self._query_vector(options)
+            await self._settle_access(options.user_id)
             results = await self._search(options, vector)
             results = [r for r in results if r.similarity >= options.threshold]
             results.sort(key=lambda r: (-r.score, r.memory.id))
             results = results[: options.limit]
             if results and touch:
                 now = utcnow()
-                async with self._lock(options.user_id):
-                    self._still_open()
-                    await self._touch([r.memory.id for r in results], now)
+                self._defer_access(options.user_id, [r.memory.id for r in results], now, check_owner=False)
                 results = [
                     r.model_copy(
                         update={
@@ -342,24 +345,62 @@ class MemoryStore(ABC):
     async def record_access(self, memory_ids: Iterable[str], user_id: str) -> datetime:
         """Increment ``access_count`` and set ``last_accessed`` (returned, UTC) of those of
         ``memory_ids`` that exist and belong to ``user_id`` — what ``retrieve`` does for the
-        memories it returns. Never re-creates a deleted memory. Raises ``StoreClosed``."""
+        memories it returns (deferred the same way, see ``_defer_access``). Never re-creates a
+        deleted memory. Raises ``StoreClosed``."""
         async with self._op():
             require_user_id(user_id)
             now = utcnow()
             ids = list(dict.fromkeys(memory_ids))
             if ids:
-                async with self._lock(user_id):
-                    self._still_open()
-                    owned = [m.id for m in await self._get_many(ids) if m.user_id == user_id]
-                    if owned:
-                        await self._touch(owned, now)
+                self._defer_access(user_id, ids, now, check_owner=True)
             return now
+
+    def _defer_access(self, user_id: str, memory_ids: list[str], when: datetime, *, check_owner: bool) -> None:
+        """Apply an access-count update after the caller has its results, off the latency
+        path (two backend round trips on Milvus). The update is chained after the user's
+        previous one, runs under the user's write lock (so it never re-creates a memory
+        deleted meanwhile), counts as in-flight work (``close`` waits for it), and every
+        later read of that user (``get``, ``get_many``, ``list``, ``retrieve``) waits for it
+        first, so callers in this process always read their own access updates. A failed
+        update is logged, never raised (retrieval already succeeded)."""
+        self._inflight += 1
+        self._drained.clear()
+        previous = self._access_tasks.get(user_id)
+
+        async def apply() -> None:
+            try:
+                if previous is not None:
+                    await asyncio.gather(previous, return_exceptions=True)
+                async with self._lock(user_id):
+                    ids = memory_ids
+                    if check_owner:
+                        ids = [m.id for m in await self._get_many(ids) if m.user_id == user_id]
+                    if ids:
+                        await self._touch(ids, when)
+            except Exception as e:  # noqa: BLE001 - access tracking must not fail a read
+                log.warning("%s: access-count update for %d memories failed: %r", self.name, len(memory_ids), e)
+            finally:
+                if self._access_tasks.get(user_id) is task:
+                    del self._access_tasks[user_id]
+                self._inflight -= 1
+                if self._inflight == 0:
+                    self._drained.set()
+
+        task = asyncio.get_running_loop().create_task(apply())
+        self._access_tasks[user_id] = task
+
+    async def _settle_access(self, user_id: str) -> None:
+        """Wait for the user's deferred access-count updates (see ``_defer_access``)."""
+        task = self._access_tasks.get(user_id)
+        if task is not None and not task.done():
+            await asyncio.shield(task)
 
     async def get(self, memory_id: str, user_id: str) -> Memory:
         """The memory ``memory_id`` of ``user_id``. Raises ``MemoryNotFound`` when absent or
         owned by another user (indistinguishable on purpose), ``StoreClosed``."""
         async with self._op():
             require_user_id(user_id)
+            await self._settle_access(user_id)
             found = await self._get_many([memory_id])
             if not found or found[0].user_id != user_id:
                 raise MemoryNotFound(f"memory {memory_id!r} not found")
@@ -372,6 +413,7 @@ class MemoryStore(ABC):
             ids = list(dict.fromkeys(memory_ids))
             if not ids:
                 return []
+            await self._settle_access(user_id)
             return [m for m in await self._get_many(ids) if m.user_id == user_id]
 
     async def update(self, memory_id: str, user_id: str, changes: dict[str, Any]) -> Memory:
@@ -423,6 +465,7 @@ class MemoryStore(ABC):
             if offset < 0:
                 raise InvalidInput("offset must be ≥ 0")
             check_project_id(project_id)
+            await self._settle_access(user_id)
             return await self._list(user_id, tuple(types) if types else None, project_id, limit, offset)
 
     async def forget(self, memory_id: str, user_id: str) -> None:
