@@ -3,6 +3,9 @@
 # defaults) in a scratch directory on a free port, run the e2e suite against it, stop it.
 # To run e2e against a service you started yourself: MEMORY_ROUTER_URL=http://host:port pytest e2e
 set -euo pipefail
+# job control: a background job of a non-interactive shell would otherwise ignore SIGINT,
+# and `serve run` shuts the application and its local Ray down cleanly on SIGINT
+set -m
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${VENV_BIN:-$repo/.venv/bin}"
 work="$(mktemp -d)"
@@ -20,6 +23,8 @@ serve_pid=$!
 cleanup() {
   kill -INT "$serve_pid" 2>/dev/null || true
   for _ in $(seq 1 30); do kill -0 "$serve_pid" 2>/dev/null || break; sleep 1; done
+  kill -TERM "$serve_pid" 2>/dev/null || true
+  for _ in $(seq 1 10); do kill -0 "$serve_pid" 2>/dev/null || break; sleep 1; done
   kill -9 "$serve_pid" 2>/dev/null || true
   rm -rf "$work"
 }
