@@ -120,15 +120,14 @@ def test_no_user_header_proxies_without_memory(base_url):
 def test_memory_rest_api_is_scoped_to_the_caller(base_url):
     alice, bob = user(), user()
     h = {"x-authz-user-id": alice}
-    created = httpx.post(
-        f"{base_url}/v1/memory",
-        json={"memories": [{"content": "I prefer window seats", "metadata": {"k": 1}},
-                           {"content": "Deploy with make release", "type": "procedural", "project_id": "p1"}]},
-        headers=h,
-    )
-    assert created.status_code == 201, created.text
-    ids = [m["id"] for m in created.json()["memories"]]
-    assert len(ids) == 2 and all(ids)
+    ids = []
+    for memory in ({"content": "I prefer window seats", "metadata": {"k": 1}},
+                   {"content": "Deploy with make release", "type": "procedural", "project_id": "p1"}):
+        created = httpx.post(f"{base_url}/v1/memory", json={"memories": [memory]}, headers=h)
+        assert created.status_code == 201, created.text
+        ids.append(created.json()["memories"][0]["id"])
+        time.sleep(0.01)  # distinct created_at (ms precision) so "newest first" is observable
+    assert len(set(ids)) == 2 and all(ids)
 
     listed = httpx.get(f"{base_url}/v1/memory", headers=h).json()
     assert listed["total"] == 2 and [m["id"] for m in listed["memories"]] == ids[::-1]  # newest first
