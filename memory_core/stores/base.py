@@ -25,6 +25,7 @@ from ..errors import (
     InvalidInput,
     MemoryNotFound,
     StoreClosed,
+    StoreUnavailable,
 )
 from ..sanitize import clean_content, require_user_id
 from ..types import ListResult, Memory, MemoryType, RetrieveOptions, ScoredMemory
@@ -76,6 +77,9 @@ class MemoryStore(ABC):
     """
 
     name = "abstract"
+    unavailable_errors: tuple[type[BaseException], ...] = ()
+    """Backend exception types that mean "the backend is unreachable or timed out"; raised
+    inside any data operation they become ``StoreUnavailable`` (HTTP 503), never a 500."""
 
     def __init__(self, *, embed: EmbedFn | None, dimension: int, identity: str | None = None):
         if dimension <= 0:
@@ -109,6 +113,8 @@ class MemoryStore(ABC):
             if not self._opened:
                 await self._ensure_open()
             yield
+        except self.unavailable_errors as e:
+            raise StoreUnavailable(f"{self.name} store unavailable: {e!r}") from e
         finally:
             self._inflight -= 1
             if self._inflight == 0:

@@ -175,6 +175,12 @@ class MilvusStore(MemoryStore):
             (measured: a search over 600 unflushed rows takes ~24 ms p50 vs ~4 ms flushed),
             0 (disabled) for a server. ``close`` cancels a pending idle flush before closing
             the client; no flush starts once ``close`` has begun.
+        flush_idle_min_rows: the idle flush only fires once at least this many rows are
+            unflushed (default 100 for Milvus Lite): every flush seals a segment and Milvus
+            Lite does not merge them, so flushing a trickle of rows (auto-stored turns,
+            access-count updates) would pile up tiny segments and slow every search
+            (measured: search p50 7.5 → 15.8 ms after 80 one-request flushes), while a
+            search over < 100 unflushed rows costs little.
         embed, dimension, identity: see :class:`MemoryStore`.
 
     Opening (``await store.open()`` or the first operation) connects, creates or checks
@@ -197,6 +203,7 @@ class MilvusStore(MemoryStore):
         backoff_s: float = 0.05,
         flush_every: int | None = None,
         flush_idle_s: float | None = None,
+        flush_idle_min_rows: int | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -207,6 +214,7 @@ class MilvusStore(MemoryStore):
         lite = not re.match(r"^(https?|tcp|grpc)://", uri)
         self._flush_every = (1000 if lite else 0) if flush_every is None else max(0, flush_every)
         self._flush_idle_s = (0.5 if lite else 0.0) if flush_idle_s is None else max(0.0, float(flush_idle_s))
+        self._flush_idle_min_rows = (100 if lite else 1) if flush_idle_min_rows is None else max(1, flush_idle_min_rows)
         self._unflushed = 0  # rows written/deleted since the last flush
         self._last_write = 0.0  # loop time of the last write (idle flush debounce)
         self._idle_task: asyncio.Task | None = None
@@ -352,7 +360,7 @@ class MilvusStore(MemoryStore):
             self._unflushed = 0
             await self._flush()
             return
-        if self._flush_idle_s and self._unflushed:
+        if self._flush_idle_s and self._unflushed >= self._flush_idle_min_rows:
             self._last_write = asyncio.get_running_loop().time()
             if self._idle_task is None:
                 self._idle_task = asyncio.get_running_loop().create_task(

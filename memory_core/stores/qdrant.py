@@ -109,7 +109,12 @@ class QdrantStore(MemoryStore):
     name = "qdrant"
 
     def __init__(self, *, url: str | None, path: str, collection: str, api_key: str | None = None, **kwargs):
+        import httpx
+        from qdrant_client.http.exceptions import ResponseHandlingException
+
         super().__init__(**kwargs)
+        # a server that cannot be reached or times out (REST transport)
+        self.unavailable_errors = (ResponseHandlingException, httpx.TransportError, OSError)
         self.url = url
         self.path = path
         self.collection = collection

@@ -126,7 +126,11 @@ class ValkeyStore(MemoryStore):
     name = "valkey"
 
     def __init__(self, *, url: str, prefix: str, index: str, **kwargs):
+        from valkey.exceptions import ConnectionError as ValkeyConnectionError
+        from valkey.exceptions import TimeoutError as ValkeyTimeoutError
+
         super().__init__(**kwargs)
+        self.unavailable_errors = (ValkeyConnectionError, ValkeyTimeoutError, OSError)
         self.url = url
         self.prefix = prefix
         self.index = index
@@ -201,7 +205,10 @@ class ValkeyStore(MemoryStore):
         from valkey.exceptions import ResponseError, ValkeyError
 
         if self._client is None:
-            self._client = avalkey.from_url(self.url, decode_responses=False)
+            # explicit timeouts: a bulk write script on a large index can outlast the default
+            self._client = avalkey.from_url(
+                self.url, decode_responses=False, socket_timeout=30.0, socket_connect_timeout=5.0
+            )
             self._insert_script = self._client.register_script(_INSERT_LUA)
             self._insert_many_script = self._client.register_script(_INSERT_MANY_LUA)
             self._touch_script = self._client.register_script(_TOUCH_LUA)

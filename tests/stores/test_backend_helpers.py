@@ -122,3 +122,31 @@ async def test_milvus_retries_transient_errors_with_backoff(tmp_path):
         await store._call(broken)
     assert len(calls) == 1  # not transient: no retry
     await store.close()
+
+
+async def test_backend_outage_is_store_unavailable_not_a_crash():
+    """A backend error listed in ``unavailable_errors`` raised inside a data operation
+    becomes ``StoreUnavailable`` (HTTP 503 at the API)."""
+    from memory_core.errors import StoreUnavailable
+    from memory_core.stores import InMemoryStore
+
+    class Flaky(InMemoryStore):
+        unavailable_errors = (ConnectionResetError,)
+
+        async def _list(self, *a, **kw):
+            raise ConnectionResetError("peer went away")
+
+    store = Flaky(embed=None, dimension=4)
+    with pytest.raises(StoreUnavailable, match="peer went away"):
+        await store.list("u")
+    await store.close()
+
+
+async def test_valkey_unreachable_is_store_unavailable():
+    from memory_core.errors import StoreUnavailable
+    from memory_core.stores.valkey import ValkeyStore
+
+    store = ValkeyStore(url="valkey://127.0.0.1:1/0", prefix="x:", index="x", embed=None, dimension=4)
+    with pytest.raises(StoreUnavailable):
+        await store.list("u")
+    await store.close()

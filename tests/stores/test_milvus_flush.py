@@ -54,6 +54,7 @@ class FakeClient:
 
 
 def fake_store(tmp_path, **kw) -> tuple[MilvusStore, FakeClient]:
+    kw.setdefault("flush_idle_min_rows", 1)
     store = MilvusStore(uri=str(tmp_path / "fake.db"), collection="c", embed=CountingEmbed(), dimension=DIM, **kw)
     client = FakeClient()
     store._client = client
@@ -164,6 +165,7 @@ async def test_milvus_lite_flushes_after_idle(tmp_path):
         dimension=DIM,
         flush_every=10_000,
         flush_idle_s=0.4,
+        flush_idle_min_rows=1,
     )
     await store.open()
     real_flush = store._client.flush
@@ -192,3 +194,23 @@ async def test_milvus_lite_flushes_after_idle(tmp_path):
         await store.close()
     assert len(flushed) == 1  # the pending idle flush was cancelled, none ran after close
     assert store._idle_task is None
+
+
+async def test_idle_flush_waits_for_min_rows(tmp_path):
+    """A trickle below ``flush_idle_min_rows`` stays in the growing segment (no tiny
+    segments); reaching the minimum arms the idle flush."""
+    store, client = fake_store(tmp_path, flush_every=0, flush_idle_s=0.05, flush_idle_min_rows=5)
+    for i in range(4):
+        await store.store(mem("u", f"trickle {i}"))
+    await asyncio.sleep(0.3)
+    assert client.flushes() == 0 and store._idle_task is None and store._unflushed == 4
+    await store.store(mem("u", "fifth"))
+    deadline = time.monotonic() + 5
+    while client.flushes() == 0 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert client.flushes() == 1 and store._unflushed == 0
+    await store.close()
+
+
+def test_lite_default_min_rows(tmp_path):
+    assert MilvusStore(uri=str(tmp_path / "m.db"), collection="c", embed=None, dimension=DIM)._flush_idle_min_rows == 100
