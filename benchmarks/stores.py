@@ -78,24 +78,21 @@ def pct(values: list[float], q: float) -> float:
 
 
 BULK_CALL_ROWS = {"valkey": 100}
-"""Rows per ``insert_many`` call where the default (one call per 2,000-row chunk) fails at
-100k: the search module adds every HSET to its HNSW graph as it runs (≈800 rows/s here at
-50–100k rows), so one 500-command pipeline (``ValkeyStore.insert_many``'s batch) over a large
-index, on a loaded machine, outlasted the client's default 5 s ``socket_timeout``
-(``valkey.exceptions.TimeoutError`` during the 100k load). 100-row calls keep each reply well
-under it. Other backends keep one call per chunk (Milvus Lite flushes at the end of each
-``insert_many``: smaller calls would leave many small segments)."""
+"""Rows per ``store_many`` call (default 1000, the contract's maximum). Valkey gets 100: the
+search module adds every HSET to its HNSW graph as it runs (≈800 rows/s here at 50–100k
+rows), and one large write over a large index on a loaded machine can outlast the client's
+socket timeout."""
 
 
 async def bulk_load(store, rows: list[Memory], per_call: int | None = None) -> None:
-    inner = store
-    if hasattr(inner, "insert_many"):
-        step = per_call or len(rows)
-        for start in range(0, len(rows), step):
-            await inner.insert_many(rows[start : start + step])
-    else:  # in-memory: the public path is fast enough
-        for m in rows:
-            await store.store(m)
+    """Load ``rows`` through the public bulk path (``store_many``: one user per call)."""
+    step = min(per_call or 1000, 1000)
+    by_user: dict[str, list[Memory]] = {}
+    for m in rows:
+        by_user.setdefault(m.user_id, []).append(m)
+    for memories in by_user.values():
+        for start in range(0, len(memories), step):
+            await store.store_many(memories[start : start + step])
 
 
 async def run_one(backend: str, size: int, args, workdir: Path, valkey_url: str | None) -> dict:

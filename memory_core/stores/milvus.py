@@ -408,19 +408,6 @@ class MilvusStore(MemoryStore):
         await self._call(self._client.upsert, self.collection, [_to_row(memory)])
         await self._wrote(1)
 
-    async def insert_many(self, memories: list[Memory]) -> None:
-        """Bulk load of already-validated records with embeddings set (benchmarks, imports);
-        skips the per-record duplicate check; flushes at the end (Milvus Lite). Raises
-        ``StoreClosed`` after close."""
-        async with self._op():
-            for start in range(0, len(memories), 1000):
-                rows = [_to_row(m) for m in memories[start : start + 1000]]
-                await self._call(self._client.upsert, self.collection, rows)
-                await self._wrote(len(rows))
-            if self._flush_every and self._unflushed:
-                self._unflushed = 0
-                await self._flush()
-
     async def _get_many(self, memory_ids: list[str]) -> list[Memory]:
         rows = await self._call(self._get_sync, memory_ids, _ALL_FIELDS)
         return [_from_row(r) for r in rows]

@@ -190,13 +190,6 @@ class QdrantStore(MemoryStore):
     async def _replace(self, memory: Memory) -> None:
         await self._upsert([memory])
 
-    async def insert_many(self, memories: list[Memory]) -> None:
-        """Bulk load of already-validated records with embeddings set (benchmarks, imports);
-        skips the per-record duplicate check. Raises ``StoreClosed`` after close."""
-        async with self._op():
-            for start in range(0, len(memories), 1000):
-                await self._upsert(memories[start : start + 1000])
-
     async def _get_many(self, memory_ids: list[str]) -> list[Memory]:
         points = await self._client.retrieve(
             self.collection, ids=[point_id(i) for i in memory_ids], with_payload=True, with_vectors=True

@@ -304,17 +304,6 @@ class ValkeyStore(MemoryStore):
             p.zadd(self._user_key(memory.user_id), {memory.id: to_ms(memory.created_at)})
             await p.execute()
 
-    async def insert_many(self, memories: list[Memory]) -> None:
-        """Bulk load of already-validated records with embeddings set (benchmarks, imports);
-        skips the per-record duplicate check. Raises ``StoreClosed`` after close."""
-        async with self._op():
-            for start in range(0, len(memories), 500):
-                async with self._client.pipeline(transaction=False) as p:
-                    for m in memories[start : start + 500]:
-                        p.hset(self._key(m.id), mapping=self._fields(m))
-                        p.zadd(self._user_key(m.user_id), {m.id: to_ms(m.created_at)})
-                    await p.execute()
-
     async def _hgetall(self, memory_ids: list[str]) -> list[dict[bytes, bytes]]:
         async with self._client.pipeline(transaction=False) as p:
             for i in memory_ids:
