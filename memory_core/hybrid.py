@@ -452,7 +452,7 @@ class HybridStore(StoreDecorator):
                 r.model_copy(
                     update={
                         "memory": r.memory.model_copy(
-                            update={"access_count": r.memory.access_count + 1, "last_accessed": now}
+                            update={"access_count": r.memory.access_count + 1, "last_accessed": now, "embedding": None}
                         )
                     }
                 )

@@ -300,7 +300,8 @@ class MemoryStore(ABC):
         (the threshold is always a cosine floor, also for hybrid retrieval, which only changes
         the ranking ``score``), sorted by score descending (ties by id), filtered by ``project_id``/``types`` when given. Updates
         ``access_count``/``last_accessed`` of the returned memories (never re-creating one
-        deleted meanwhile). ``touch=False`` leaves access counts alone (for decorators that
+        deleted meanwhile). Returned memories carry no ``embedding`` (results cross process
+        boundaries; ``get``/``get_many`` return vectors). ``touch=False`` leaves access counts alone (for decorators that
         re-rank a larger candidate set and then ``record_access`` only what they return).
         Raises ``InvalidInput`` (empty user id, limit ≤ 0), ``StoreClosed``.
         """
@@ -324,7 +325,7 @@ class MemoryStore(ABC):
                     r.model_copy(
                         update={
                             "memory": r.memory.model_copy(
-                                update={"access_count": r.memory.access_count + 1, "last_accessed": now}
+                                update={"access_count": r.memory.access_count + 1, "last_accessed": now, "embedding": None}
                             )
                         }
                     )

@@ -419,7 +419,7 @@ class MilvusStore(MemoryStore):
             anns_field=_VECTOR_FIELD,
             filter=expr,
             limit=k,
-            output_fields=_ALL_FIELDS,
+            output_fields=_SCALAR_FIELDS,  # the distance is the similarity: no vectors to ship
             search_params={"metric_type": "COSINE", "params": {"ef": max(64, k)}},
         )
         return [(float(hit["distance"]), dict(hit["entity"])) for hit in res[0]]
