@@ -53,11 +53,11 @@ class InMemoryStore(MemoryStore):
             for i in order
         ]
 
-    async def _touch(self, memory_ids: list[str], when: datetime) -> None:
-        for i in memory_ids:
+    async def _touch(self, increments: dict[str, int], when: datetime) -> None:
+        for i, n in increments.items():
             row = self._rows.get(i)
             if row is not None:
-                row.access_count += 1
+                row.access_count += n
                 row.last_accessed = when
 
     async def _list(self, user_id, types, project_id, limit, offset) -> ListResult:

@@ -435,14 +435,14 @@ class MilvusStore(MemoryStore):
             out.append(ScoredMemory(memory=_from_row(entity), score=sim, similarity=sim))
         return out
 
-    async def _touch(self, memory_ids: list[str], when: datetime) -> None:
+    async def _touch(self, increments: dict[str, int], when: datetime) -> None:
         # only rows that still exist are rewritten (the base holds the user's write lock)
-        rows = await self._call(self._get_sync, memory_ids, _ALL_FIELDS)
+        rows = await self._call(self._get_sync, list(increments), _ALL_FIELDS)
         if not rows:
             return
         stamp = to_ms(when)
         for r in rows:
-            r["access_count"] = int(r.get("access_count") or 0) + 1
+            r["access_count"] = int(r.get("access_count") or 0) + increments.get(str(r["id"]), 0)
             r["last_accessed"] = stamp
             r[_VECTOR_FIELD] = [float(x) for x in r[_VECTOR_FIELD]]
         await self._call(self._client.upsert, self.collection, rows)

@@ -212,15 +212,14 @@ class QdrantStore(MemoryStore):
             out.append(ScoredMemory(memory=_memory(p.payload, p.vector), score=sim, similarity=sim))
         return out
 
-    async def _touch(self, memory_ids: list[str], when: datetime) -> None:
+    async def _touch(self, increments: dict[str, int], when: datetime) -> None:
         # set_payload only on points that still exist (the base holds the user's write lock);
         # Qdrant's set_payload never creates a point
-        points = await self._client.retrieve(
-            self.collection, ids=[point_id(i) for i in memory_ids], with_payload=["access_count"]
-        )
+        by_point = {point_id(i): n for i, n in increments.items()}
+        points = await self._client.retrieve(self.collection, ids=list(by_point), with_payload=["access_count"])
         stamp = to_ms(when)
         for p in points:
-            count = int((p.payload or {}).get("access_count") or 0) + 1
+            count = int((p.payload or {}).get("access_count") or 0) + by_point.get(str(p.id), by_point.get(p.id, 0))
             await self._client.set_payload(
                 self.collection, payload={"access_count": count, "last_accessed": stamp}, points=[p.id], wait=True
             )

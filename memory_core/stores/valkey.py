@@ -69,7 +69,7 @@ return 0
 # KEYS[1] record key; ARGV[1] last_accessed ms
 _TOUCH_LUA = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HINCRBY', KEYS[1], 'access_count', 1)
+redis.call('HINCRBY', KEYS[1], 'access_count', ARGV[2])
 redis.call('HSET', KEYS[1], 'last_accessed', ARGV[1])
 return 1
 """
@@ -343,10 +343,10 @@ class ValkeyStore(MemoryStore):
             out.append(ScoredMemory(memory=self._memory(h), score=sim, similarity=sim))
         return out
 
-    async def _touch(self, memory_ids: list[str], when: datetime) -> None:
+    async def _touch(self, increments: dict[str, int], when: datetime) -> None:
         stamp = to_ms(when)
-        for i in memory_ids:
-            await self._touch_script(keys=[self._key(i)], args=[stamp])
+        for i, n in increments.items():
+            await self._touch_script(keys=[self._key(i)], args=[stamp, n])
 
     async def _user_ids_filtered(self, user_id: str, types, project_id) -> list[tuple[int, str]]:
         pairs = await self._client.zrange(self._user_key(user_id), 0, -1, withscores=True)

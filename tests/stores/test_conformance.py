@@ -290,10 +290,28 @@ async def test_retrieve_updates_access_tracking(store):
     assert got.content == m.content and got.created_at == m.created_at
 
 
+async def test_access_counts_reach_the_backend(store):
+    """Accesses are written behind (one write per user per ``access_flush_s``): the backend
+    itself has them after the flush interval, reads overlay them before; a memory deleted
+    while its access was pending is not re-created."""
+    keep = await store.store(mem("alice", "favourite tea is genmaicha"))
+    gone = await store.store(mem("alice", "favourite tea was sencha"))
+    hits = await store.retrieve(Q(user_id="alice", query="favourite tea", threshold=-1, limit=5))
+    assert {h.memory.id for h in hits} == {keep.id, gone.id}
+    await store.forget(gone.id, "alice")
+    backend = raw(store)
+    deadline = asyncio.get_running_loop().time() + 10
+    while backend._access_pending and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)
+    stored = await backend._get_many([keep.id, gone.id])
+    assert [(m.id, m.access_count) for m in stored] == [(keep.id, 1)]
+    assert stored[0].last_accessed is not None
+
+
 async def test_touch_never_recreates_deleted(store):
     m = await store.store(mem("alice", "soon gone"))
     await store.forget(m.id, "alice")
-    await raw(store)._touch([m.id], datetime.now(timezone.utc))
+    await raw(store)._touch({m.id: 1}, datetime.now(timezone.utc))
     assert await store.get_many([m.id], "alice") == []
     assert (await store.list("alice")).total == 0
     assert await store.retrieve(Q(user_id="alice", query="soon gone", threshold=-1)) == []
