@@ -107,7 +107,7 @@ def main(
                     progress.advance(t_search)
             if not keep:
                 for user_id in users.values():
-                    await client.delete("/v1/memory", headers={"x-authz-user-id": user_id})
+                    await client.delete("/v1/memory", params={"all": "true"}, headers={"x-authz-user-id": user_id})
             return stored, ingest_s, rows, latencies
 
     stored, ingest_s, rows, latencies = asyncio.run(go())

@@ -27,9 +27,9 @@ from memory_core.api_models import (
 )
 from memory_core.config import load_config
 from memory_core.errors import InvalidInput, MemoryError_
-from memory_core.migration import import_lines, memory_to_export_line
+from memory_core.migration import export_user, import_lines
 from memory_core.openai_schema import ChatCompletionRequest
-from memory_core.sanitize import clean_content, require_user_id
+from memory_core.sanitize import clean_content, normalize_headers, require_user_id
 from memory_core.service import USER_HEADER, EmbeddingBatch, MemoryPipeline, header
 from memory_core.types import Memory, MemoryType, RetrieveOptions
 from memory_core.upstream import HttpUpstream, UpstreamError
@@ -76,20 +76,31 @@ def server_timing(**seconds: float) -> str:
     return ", ".join(f"{name};dur={value * 1000:.1f}" for name, value in seconds.items())
 
 
+def request_headers(request: Request) -> dict[str, str]:
+    """The request's headers through ``normalize_headers`` (400 on a repeated
+    ``x-authz-user-id`` and the other headers this service acts on)."""
+    return normalize_headers(request.headers.items())
+
+
 def caller(request: Request) -> str:
     """The trusted caller id from ``x-authz-user-id`` (set by the gateway's auth); 401 if
-    absent, 400 if malformed."""
-    user_id = header(request.headers, USER_HEADER)
+    absent, 400 if repeated or malformed."""
+    user_id = header(request_headers(request), USER_HEADER)
     if user_id is None:
         raise StarletteHTTPException(401, f"missing {USER_HEADER} header")
     return require_user_id(user_id, USER_HEADER)
 
 
 def parse_types(values: list[str] | None) -> list[MemoryType] | None:
-    if not values:
+    """``?type=a,b&type=c`` → memory types; absent → None (no filter). An empty or unknown
+    value is an error, never "no filter" (a typo must not widen a delete)."""
+    if values is None:
         return None
+    names = [v.strip() for part in values for v in part.split(",")]
     try:
-        return [MemoryType(v) for part in values for v in part.split(",") if v]
+        if not names or any(not n for n in names):
+            raise ValueError
+        return [MemoryType(n) for n in names]
     except ValueError as e:
         raise InvalidInput(f"type must be one of {[t.value for t in MemoryType]}") from e
 
@@ -126,8 +137,8 @@ class MemoryIngress:
     async def chat_completions(self, request: Request) -> Response:
         try:
             raw = await request.json()
-        except ValueError:
-            return error_response(400, "invalid_request", "body must be JSON")
+        except (ValueError, RecursionError):
+            return error_response(400, "invalid_request", "body must be JSON (UTF-8, reasonably nested)")
         if not isinstance(raw, dict):
             return error_response(400, "invalid_request", "body must be a JSON object")
         try:
@@ -136,7 +147,7 @@ class MemoryIngress:
             raise RequestValidationError(getattr(e, "errors", lambda: [{"msg": str(e)}])()) from e
         if parsed.stream:
             return error_response(400, "unsupported", "stream=true is not supported by this service yet")
-        prepared = await self.pipeline.prepare(raw, request.headers)
+        prepared = await self.pipeline.prepare(raw, request_headers(request))
         try:
             if self.http_upstream is not None:
                 upstream = await self.http_upstream.chat(prepared.body)
@@ -230,33 +241,39 @@ class MemoryIngress:
 
     @app.delete("/v1/memory")
     async def delete_scope(
-        self, request: Request, type: list[str] | None = Query(None), project_id: str | None = Query(None, min_length=1)
+        self,
+        request: Request,
+        type: list[str] | None = Query(None),
+        project_id: str | None = Query(None, min_length=1),
+        all: bool = Query(False),
     ) -> dict:
+        """Delete the caller's memories matching ``type``/``project_id``; deleting everything
+        needs an explicit ``all=true``. Unknown query parameters are rejected (a misspelled
+        filter must not turn into "delete everything")."""
         user_id = caller(request)
-        deleted = await self.store.forget_by_scope(user_id, project_id=project_id, types=parse_types(type))
+        unknown = set(request.query_params) - {"type", "project_id", "all"}
+        if unknown:
+            raise InvalidInput(f"unknown query parameters: {sorted(unknown)}")
+        types = parse_types(type)
+        if types is None and project_id is None and not all:
+            raise InvalidInput("give type and/or project_id, or all=true to delete every memory of the caller")
+        deleted = await self.store.forget_by_scope(user_id, project_id=project_id, types=types)
         return {"deleted": deleted}
 
     @app.get("/v1/memory/export")
     async def export_memories(self, request: Request) -> StreamingResponse:
-        user_id = caller(request)
-
-        async def lines():
-            offset = 0
-            while True:
-                page = await self.store.list(user_id, limit=500, offset=offset)
-                for memory in page.memories:
-                    yield memory_to_export_line(memory) + "\n"
-                offset += len(page.memories)
-                if not page.memories or offset >= page.total:
-                    return
-
-        return StreamingResponse(lines(), media_type="application/x-ndjson")
+        """The caller's memories as JSONL (``migration.memory_to_export_line``, no vectors)."""
+        return StreamingResponse(export_user(self.store, caller(request)), media_type="application/x-ndjson")
 
     @app.post("/v1/memory/import")
     async def import_memories(self, request: Request) -> dict:
         user_id = caller(request)
-        text = (await request.body()).decode("utf-8", errors="strict")
-        report = await import_lines(self.store, text.splitlines(), user_id=user_id)
+        try:
+            text = (await request.body()).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise InvalidInput(f"import body must be UTF-8 JSONL: {e}") from e
+        # split on "\n" only: str.splitlines() also splits inside JSON strings at U+2028/U+0085
+        report = await import_lines(self.store, text.split("\n"), user_id=user_id)
         return report.model_dump()
 
     @app.get("/v1/memory/{memory_id}")

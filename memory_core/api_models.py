@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .types import MemoryType
 
@@ -15,6 +16,36 @@ MAX_EMBEDDING_INPUTS = 256
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+MAX_METADATA_BYTES = 16 * 1024
+"""Largest ``metadata`` accepted, as compact JSON in UTF-8 bytes (it travels with every read)."""
+
+
+def check_metadata(metadata: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``metadata`` unchanged if it serialises to at most ``MAX_METADATA_BYTES``; raises
+    ``ValueError`` otherwise (also for non-finite numbers, which JSON cannot carry)."""
+    if metadata is None:
+        return None
+    try:
+        size = len(json.dumps(metadata, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode())
+    except ValueError as e:
+        raise ValueError(f"metadata is not valid JSON: {e}") from e
+    if size > MAX_METADATA_BYTES:
+        raise ValueError(f"metadata is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES}")
+    return metadata
+
+
+def check_not_future(when: datetime | None) -> datetime | None:
+    """``when`` as an aware UTC-or-offset time (a naive one is taken as UTC); raises
+    ``ValueError`` when it lies more than one minute (clock skew) in the future."""
+    if when is None:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    if when > datetime.now(timezone.utc) + timedelta(minutes=1):
+        raise ValueError("created_at must not be in the future")
+    return when
 
 
 class NewMemory(_Body):
@@ -31,16 +62,9 @@ class NewMemory(_Body):
     """When the remembered thing happened (backfilling history); default now; not in the
     future (1 minute clock skew allowed); a naive time is taken as UTC."""
 
-    @field_validator("created_at")
-    @classmethod
-    def _not_future(cls, v: datetime | None) -> datetime | None:
-        if v is None:
-            return None
-        if v.tzinfo is None:
-            v = v.replace(tzinfo=timezone.utc)
-        if v > datetime.now(timezone.utc) + timedelta(minutes=1):
-            raise ValueError("created_at must not be in the future")
-        return v
+    _metadata_size = field_validator("metadata")(classmethod(lambda cls, v: check_metadata(v)))
+
+    _not_future = field_validator("created_at")(classmethod(lambda cls, v: check_not_future(v)))
 
 
 class CreateMemoriesRequest(_Body):
@@ -68,7 +92,17 @@ class UpdateMemoryRequest(_Body):
     metadata: dict[str, Any] | None = None
     importance: float | None = Field(None, ge=0, le=1)
 
+    _metadata_size = field_validator("metadata")(classmethod(lambda cls, v: check_metadata(v)))
+
+    @model_validator(mode="after")
+    def _no_nulls(self) -> "UpdateMemoryRequest":
+        nulls = [f for f in ("content", "type", "metadata", "importance") if f in self.model_fields_set and getattr(self, f) is None]
+        if nulls:
+            raise ValueError(f"{', '.join(nulls)} cannot be null")
+        return self
+
     def changes(self) -> dict[str, Any]:
+        """The fields the client set (``project_id: null`` removes the project)."""
         return self.model_dump(exclude_unset=True)
 
 

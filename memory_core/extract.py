@@ -113,8 +113,8 @@ def turn_memory_content(
       removed (``strip_memory_block``). Empty after that (and stripping whitespace) → ``None``:
       nothing of the user's own to remember.
     - ``assistant_text``: the answer; an echoed memory block is removed too, then the
-      sentences quoting an ``injected`` memory (``remove_quoted``). When nothing remains the
-      content is just ``"Q: <user>"``.
+      sentences quoting an ``injected`` memory (``remove_quoted``). An empty answer gives just
+      ``"Q: <user>"``; an answer that consisted only of quotes gives ``None``.
     - The result is at most ``max_bytes`` UTF-8 bytes (default ``MAX_CONTENT_BYTES``, the store
       limit): the assistant part is cut first, at a character boundary, ending in ``…``; a
       user text too long on its own is cut the same way and the answer left out.
@@ -122,11 +122,13 @@ def turn_memory_content(
     user = strip_memory_block(user_text or "").strip()
     if not user:
         return None
-    answer = strip_memory_block(assistant_text or "").strip()
-    answer = remove_quoted(answer, injected) if injected else answer
+    original = strip_memory_block(assistant_text or "").strip()
+    answer = remove_quoted(original, injected) if injected else original
     question = f"Q: {user}"
     if not answer:
-        return truncate_utf8(question, max_bytes)
+        # an answer made only of quoted memories teaches nothing new: storing "Q: <question>"
+        # would only crowd the same question's future retrievals
+        return None if original else truncate_utf8(question, max_bytes)
     content = f"{question}\nA: {answer}"
     if len(content.encode("utf-8")) <= max_bytes:
         return content

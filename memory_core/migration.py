@@ -29,6 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
+from .api_models import check_metadata, check_not_future
 from .errors import DuplicateMemory, InvalidInput, MemoryError_, StoreClosed, StoreUnavailable
 from .sanitize import require_user_id
 from .types import Memory
@@ -106,7 +107,10 @@ EXPORT_FIELDS = tuple(k for k in Memory.model_fields if k not in ("embedding", "
 
 def memory_to_export_line(memory: Memory) -> str:
     """One export line for ``memory`` (JSON object, no trailing newline, no vector)."""
-    return json.dumps(memory.public(), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    line = json.dumps(memory.public(), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    # keep one record per line for every line splitter: escape the Unicode line separators
+    # (they can only occur inside JSON strings, where the escape means the same character)
+    return line.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029").replace("\x85", "\\u0085")
 
 
 def _derived_id(user_id: str, content: str, created_at: Any) -> str:
@@ -126,7 +130,7 @@ def parse_import_line(line: str, *, user_id: str | None) -> Memory:
     """
     try:
         data = json.loads(line)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise InvalidInput(f"not valid JSON: {e}") from e
     if not isinstance(data, dict):
         raise InvalidInput("each line must be a JSON object")
@@ -146,8 +150,14 @@ def parse_import_line(line: str, *, user_id: str | None) -> Memory:
         data["id"] = _derived_id(data["user_id"], content, data.get("created_at"))
     data.setdefault("created_via", "import")
     try:
-        return Memory.model_validate(data)
-    except ValidationError as e:
+        memory = Memory.model_validate(data)
+        # the same rules as POST /v1/memory
+        check_not_future(memory.created_at)
+        check_metadata(memory.metadata)
+        return memory
+    except ValueError as e:
+        if not isinstance(e, ValidationError):
+            raise InvalidInput(str(e)) from e
         first = e.errors()[0]
         loc = ".".join(str(x) for x in first["loc"])
         raise InvalidInput(f"{loc}: {first['msg']}") from e

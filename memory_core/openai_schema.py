@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class ChatMessage(BaseModel):
@@ -17,6 +17,15 @@ class ChatMessage(BaseModel):
 
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: str | list[dict[str, Any]] | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _text_parts(cls, content):
+        if isinstance(content, list):
+            for i, part in enumerate(content):
+                if part.get("type") == "text" and not isinstance(part.get("text"), str):
+                    raise ValueError(f"content[{i}].text must be a string")
+        return content
 
 
 class ChatCompletionRequest(BaseModel):

@@ -26,6 +26,7 @@ SKIP_REASONS = (
     "decision_disabled",
     "model_disabled",
     "plugin_disabled",
+    "not_user_turn",
     "empty_message",
     "greeting",
 )
@@ -263,6 +264,7 @@ def skip_reason(
     user_id: str | None,
     headers: Mapping[str, str],
     last_user_message: str,
+    last_role: str | None = "user",
 ) -> str | None:
     """Why memory is skipped for this request, or ``None`` when it runs. Checked in order
     (the first that applies is returned; all are in ``SKIP_REASONS``):
@@ -270,7 +272,10 @@ def skip_reason(
     ``header_disabled`` (``x-disable-router-memory: true``), ``no_user`` (no or blank user id),
     ``decision_disabled`` (``policy.decision_name`` in ``memory.disabled_decisions``),
     ``model_disabled`` (``model`` in ``memory.disabled_models``), ``plugin_disabled``
-    (``policy.enabled`` is false), ``empty_message`` (blank last user message),
+    (``policy.enabled`` is false), ``not_user_turn`` (the request ends with a tool result or
+    assistant message — a tool-call loop continuing a turn that already had its memories;
+    injecting again would rewrite an earlier user message and store one memory per step),
+    ``empty_message`` (blank last user message),
     ``greeting`` (only a short greeting/acknowledgement, see ``is_greeting``).
     """
     mem = config.memory
@@ -284,6 +289,8 @@ def skip_reason(
         return "model_disabled"
     if not policy.enabled:
         return "plugin_disabled"
+    if last_role is not None and last_role != "user":
+        return "not_user_turn"
     if not last_user_message or not last_user_message.strip():
         return "empty_message"
     if is_greeting(last_user_message):

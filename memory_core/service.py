@@ -9,7 +9,6 @@ a chat request; the outcome is reported to a ``MetricsSink``.
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -27,6 +26,11 @@ from .types import Memory, MemoryType, RetrieveOptions, ScoredMemory, utcnow
 log = logging.getLogger(__name__)
 
 USER_HEADER = "x-authz-user-id"
+MAX_QUERY_CHARS = 4096
+"""Characters of the last user message used to embed and search (the model reads 256 tokens
+at most; an unbounded query would make lexical scoring cost grow with the message)."""
+OVERFETCH = 3
+"""Candidates fetched per memory the route may inject, before the reflection gate."""
 PROJECT_HEADER = "x-project-id"
 CONVERSATION_HEADER = "x-conversation-id"
 
@@ -86,11 +90,13 @@ class PreparedChat:
 
 
 def header(headers: Mapping[str, str], name: str) -> str | None:
-    """Case-insensitive header lookup; empty values count as absent."""
+    """Case-insensitive lookup in a header mapping with unique names (see
+    ``sanitize.normalize_headers``); an empty value counts as absent. Values are not
+    stripped: ``require_user_id`` rejects padded ids instead of aliasing them."""
     lowered = name.lower()
     for k, v in headers.items():
         if k.lower() == lowered:
-            return v.strip() or None if isinstance(v, str) else v
+            return v or None
     return None
 
 
@@ -130,27 +136,37 @@ class MemoryPipeline:
             conversation_id=header(headers, CONVERSATION_HEADER),
             user_text=user_text,
         )
+        last_role = messages[-1].get("role") if messages and isinstance(messages[-1], dict) else None
         reason = skip_reason(
-            self.config, policy, model=model, user_id=user_id, headers=headers, last_user_message=user_text
+            self.config,
+            policy,
+            model=model,
+            user_id=user_id,
+            headers=headers,
+            last_user_message=user_text,
+            last_role=last_role,
         )
         if reason is not None:
             prepared.skipped = reason
             self.metrics.count("memory_skipped", {"reason": reason, "decision": policy.decision_name or ""})
             return prepared
         started = time.perf_counter()
+        query = user_text[:MAX_QUERY_CHARS]
         try:
-            batch = await self._embed([user_text])
+            batch = await self._embed([query])
             prepared.query_embedding = batch.embeddings[0]
             prepared.embedding_identity = batch.identity
             t_embed = time.perf_counter()
             candidates = await self._store.retrieve(
                 RetrieveOptions(
                     user_id=user_id,
-                    query=user_text,
+                    query=query,
                     embedding=prepared.query_embedding,
                     embedding_identity=batch.identity,
                     project_id=prepared.project_id,
-                    limit=policy.retrieval_limit,
+                    # over-fetch: the gate's dedup may drop near-copies that would otherwise
+                    # crowd distinct memories out of the limit
+                    limit=min(policy.retrieval_limit * OVERFETCH, 100),
                     threshold=policy.similarity_threshold,
                     hybrid=policy.hybrid,
                     lexical_weight=policy.lexical_weight,
@@ -158,16 +174,18 @@ class MemoryPipeline:
                 )
             )
             t_retrieve = time.perf_counter()
-        except Exception as e:  # memory must never fail the chat
+            kept = select_gate(policy.reflection).apply(candidates, policy.reflection, self._now())
+            injected = [c.memory for c in kept[: policy.retrieval_limit]]
+            new_body = body
+            if injected:
+                new_body = dict(body)
+                new_body["messages"] = inject_memories(messages, injected, policy.placement)
+        except Exception as e:  # memory must never fail the chat (steps 4–7)
             log.warning("memory retrieval failed for decision %s: %r", policy.decision_name, e)
             prepared.skipped = "error"
             self.metrics.count("memory_retrieval_errors", {"decision": policy.decision_name or ""})
             return prepared
-        kept = select_gate(policy.reflection).apply(candidates, policy.reflection, self._now())
-        prepared.injected = [c.memory for c in kept]
-        if prepared.injected:
-            prepared.body = dict(body)
-            prepared.body["messages"] = inject_memories(messages, prepared.injected, policy.placement)
+        prepared.injected, prepared.body = injected, new_body
         t_done = time.perf_counter()
         prepared.timings_ms = {
             "embed": (t_embed - started) * 1000,
@@ -221,8 +239,3 @@ def _assistant_text(response: Mapping[str, Any]) -> str:
     if isinstance(content, list):
         return "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
     return content or ""
-
-
-def copy_body(body: Mapping[str, Any]) -> dict[str, Any]:
-    """Deep copy of a request body (the forwarded body must never alias the caller's)."""
-    return copy.deepcopy(dict(body))

@@ -59,7 +59,7 @@ class Memory(BaseModel):
     created_by_user_id: str | None = None
     created_at: datetime | None = None
     updated_at: datetime | None = None
-    access_count: int = 0
+    access_count: int = Field(default=0, ge=0)
     last_accessed: datetime | None = None
     importance: float = Field(default=0.5, ge=0.0, le=1.0)
     metadata: dict[str, Any] = Field(default_factory=dict)

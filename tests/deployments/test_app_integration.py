@@ -181,3 +181,76 @@ def test_embeddings_endpoint_carries_identity(base_url):
     body = r.json()
     assert len(body["data"]) == 2 and len(body["data"][0]["embedding"]) == 384
     assert body["model_identity"] and r.headers["x-model-identity"] == body["model_identity"]
+
+
+def test_caller_identity_is_strict(base_url):
+    alice = user()
+    httpx.post(f"{base_url}/v1/memory", json={"memories": [{"content": "alice's secret"}]},
+               headers={"x-authz-user-id": alice}).raise_for_status()
+    duplicated = httpx.get(f"{base_url}/v1/memory", headers=[("x-authz-user-id", "mallory"), ("x-authz-user-id", alice)])
+    assert duplicated.status_code == 400 and duplicated.json()["error"]["code"] == "invalid_request"
+    # (plain spaces around a value are optional whitespace that HTTP parsers strip)
+    for padded in ((alice + "\u00a0").encode("utf-8"), ("\u2007" + alice).encode("utf-8"), (alice + "\u200b").encode("utf-8")):
+        r = httpx.get(f"{base_url}/v1/memory", headers={"x-authz-user-id": padded})
+        assert r.status_code == 400, (padded, r.text)
+
+
+def test_scope_delete_needs_an_explicit_scope(base_url):
+    alice = user()
+    h = {"x-authz-user-id": alice}
+    httpx.post(f"{base_url}/v1/memory", json={"memories": [{"content": "work note", "project_id": "work"},
+                                                          {"content": "home note", "project_id": "home"}]},
+               headers=h).raise_for_status()
+    for params in ({}, {"projectId": "work"}, {"type": ""}, {"type": "semantik"}):
+        r = httpx.delete(f"{base_url}/v1/memory", params=params, headers=h)
+        assert r.status_code == 400, (params, r.text)
+    assert httpx.get(f"{base_url}/v1/memory", headers=h).json()["total"] == 2
+    assert httpx.delete(f"{base_url}/v1/memory", params={"project_id": "work"}, headers=h).json() == {"deleted": 1}
+    assert httpx.delete(f"{base_url}/v1/memory", params={"all": "true"}, headers=h).json() == {"deleted": 1}
+
+
+def test_export_import_round_trip_keeps_every_memory(base_url):
+    alice = user()
+    h = {"x-authz-user-id": alice}
+    contents = ["plain", "line\u2028separator", "next\x85line", "日本語 ✓ 🎉"]
+    httpx.post(f"{base_url}/v1/memory", json={"memories": [{"content": c} for c in contents]},
+               headers=h).raise_for_status()
+    exported = httpx.get(f"{base_url}/v1/memory/export", headers=h)
+    assert exported.status_code == 200 and len(exported.text.splitlines()) == 4
+    httpx.delete(f"{base_url}/v1/memory", params={"all": "true"}, headers=h).raise_for_status()
+    report = httpx.post(f"{base_url}/v1/memory/import", content=exported.content, headers=h).json()
+    assert report["imported"] == 4 and report["failed"] == [], report
+    again = httpx.post(f"{base_url}/v1/memory/import", content=exported.content, headers=h).json()
+    assert again["imported"] == 0 and again["skipped_duplicates"] == 4
+    listed = httpx.get(f"{base_url}/v1/memory", headers=h).json()
+    assert sorted(m["content"] for m in listed["memories"]) == sorted(contents)
+
+
+def test_more_bad_input_is_4xx(base_url):
+    alice = user()
+    h = {"x-authz-user-id": alice}
+    r = httpx.post(f"{base_url}/v1/memory/import", content=b'{"content":"caf\xe9"}', headers=h)
+    assert r.status_code == 400
+    mid = httpx.post(f"{base_url}/v1/memory", json={"memories": [{"content": "x1"}]}, headers=h).json()["memories"][0]["id"]
+    for body in ({"type": None}, {"importance": None}, {"metadata": None}, {}):
+        assert httpx.patch(f"{base_url}/v1/memory/{mid}", json=body, headers=h).status_code == 400, body
+    big = httpx.post(f"{base_url}/v1/memory", json={"memories": [{"content": "m", "metadata": {"v": "x" * 20000}}]}, headers=h)
+    assert big.status_code == 400
+    bad_part = {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}
+    assert httpx.post(f"{base_url}/v1/chat/completions", json=bad_part, headers=h).status_code == 400
+    deep = b'{"model":"m","messages":[{"role":"user","content":"hi"}],"x":' + b"[" * 100000 + b"]" * 100000 + b"}"
+    assert httpx.post(f"{base_url}/v1/chat/completions", content=deep, headers=h).status_code == 400
+
+
+def test_tool_call_continuation_does_not_reinject_or_store(base_url):
+    alice = user()
+    h = {"x-authz-user-id": alice}
+    httpx.post(f"{base_url}/v1/memory", json={"memories": [{"content": "I love Sichuan food"}]}, headers=h).raise_for_status()
+    messages = [{"role": "user", "content": "find me a restaurant I would like"},
+                {"role": "assistant", "content": None,
+                 "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "3 restaurants found"}]
+    r = chat(base_url, alice, messages)
+    assert r.headers["x-memory-skipped"] == "not_user_turn"
+    time.sleep(1)
+    assert httpx.get(f"{base_url}/v1/memory", headers=h).json()["total"] == 1

@@ -62,10 +62,15 @@ def test_short_memory_does_not_remove_everything():
     assert remove_quoted(answer, injected) == answer
 
 
-def test_answer_entirely_quoting_gives_question_only():
+def test_answer_entirely_quoting_stores_nothing():
+    """A question answered only by quoting injected memories teaches nothing new; storing the
+    bare question would crowd that question's later retrievals."""
     injected = [mem("Locker code is 4817")]
-    assert turn_memory_content("what's my locker code?", "Locker code is 4817.", injected) == (
-        "Q: what's my locker code?")
+    assert turn_memory_content("what's my locker code?", "Locker code is 4817.", injected) is None
+
+
+def test_empty_answer_keeps_the_question():
+    assert turn_memory_content("remember my locker code is 4817", "", []) == "Q: remember my locker code is 4817"
 
 
 def test_none_when_nothing_of_the_user_remains():

@@ -260,4 +260,13 @@ def test_skip_reason_order():
 
 def test_skip_reasons_tuple():
     assert set(SKIP_REASONS) == {"header_disabled", "no_user", "decision_disabled", "model_disabled",
-                                 "plugin_disabled", "greeting", "empty_message"}
+                                 "plugin_disabled", "not_user_turn", "greeting", "empty_message"}
+
+
+def test_tool_call_continuation_is_skipped():
+    config = load_config({})
+    policy = effective_policy(config, None)
+    common = dict(model="m", user_id="u", headers={}, last_user_message="find restaurants")
+    assert skip_reason(config, policy, last_role="tool", **common) == "not_user_turn"
+    assert skip_reason(config, policy, last_role="assistant", **common) == "not_user_turn"
+    assert skip_reason(config, policy, last_role="user", **common) is None
