@@ -34,16 +34,19 @@ def clean_content(content: str, max_bytes: int = MAX_CONTENT_BYTES) -> str:
 
 def require_user_id(user_id: str | None, field: str = "user_id") -> str:
     """Validate an owner id and return it unchanged: non-empty, at most 256 characters, no
-    leading/trailing whitespace and no control, format or separator characters (Unicode
-    categories Cc, Cf, Zs, Zl, Zp — so ``"alice\u00a0"`` can never alias ``"alice"``).
+    leading/trailing whitespace and no control, format or separator characters other than an
+    inner ASCII space (Unicode categories Cc, Cf, Zs, Zl, Zp — so ``"alice\u00a0"`` or
+    ``"alice\u200b"`` can never alias ``"alice"``).
     Raises ``InvalidInput`` otherwise. An empty user id never means "all users".
     """
     if user_id is None or not isinstance(user_id, str) or not user_id:
         raise InvalidInput(f"{field} is required and must be non-empty")
     if len(user_id) > MAX_USER_ID_CHARS:
         raise InvalidInput(f"{field} is longer than {MAX_USER_ID_CHARS} characters")
-    if user_id != user_id.strip() or any(unicodedata.category(c) in _FORBIDDEN_ID_CATEGORIES for c in user_id):
-        raise InvalidInput(f"{field} contains whitespace, control or invisible characters")
+    if user_id != user_id.strip() or any(
+        c != " " and unicodedata.category(c) in _FORBIDDEN_ID_CATEGORIES for c in user_id
+    ):
+        raise InvalidInput(f"{field} has surrounding whitespace or control/invisible characters")
     return user_id
 
 

@@ -445,10 +445,13 @@ async def test_two_users_never_cross(store):
         assert await store.get_many([mine.id, theirs.id], user) == [await store.get(mine.id, user)]
         with pytest.raises(MemoryNotFound):
             await store.forget(theirs.id, user)
-    # case and whitespace variants are other users
-    for other in ("Alice", "ALICE", " alice", "alice "):
+    # case variants are other users; whitespace variants are refused (never aliased)
+    for other in ("Alice", "ALICE"):
         assert await store.retrieve(Q(user_id=other, query="apple", threshold=-1)) == []
         assert (await store.list(other)).total == 0
+    for padded in (" alice", "alice "):
+        with pytest.raises(InvalidInput):
+            await store.list(padded)
 
 
 async def test_concurrent_interleaved_writes_land_with_owners(store):
@@ -477,9 +480,18 @@ INJECTION_IDS = [
     "v*",
     "victim|x",
     "(victim)",
-    "victim\t",
+    "victim x",
     "用户 🔑",
 ]
+
+
+async def test_padded_or_invisible_user_ids_are_refused(store):
+    """Ids that would look like another user's are refused, never stored or stripped."""
+    for uid in ("victim\t", " victim", "victim\u00a0", "vic\u200btim", "victim\n"):
+        with pytest.raises(InvalidInput):
+            await store.store(mem(uid, "x"))
+        with pytest.raises(InvalidInput):
+            await store.list(uid)
 
 
 async def test_injection_looking_user_ids_are_literal(store):
