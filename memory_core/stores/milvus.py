@@ -23,11 +23,6 @@ final ``client.close()`` is queued behind any call still running). Transient err
 retried a bounded number of times with exponential backoff, then raise
 ``StoreUnavailable``. Results are converted to plain Python data right away (pymilvus
 result objects do not pickle).
-
-Access counts (``access_count``, ``last_accessed``) are kept in a side collection
-``<collection>__access`` and merged into every read: rewriting whole memory rows on each
-access (the contract's access tracking) re-inserted them into the growing segment, which
-Milvus Lite searches brute-force, and slowed every search.
 """
 
 from __future__ import annotations
@@ -68,9 +63,6 @@ _SCALAR_FIELDS = [
     "embedding_identity",
 ]
 _ALL_FIELDS = _SCALAR_FIELDS + [_VECTOR_FIELD]
-_STATS_SUFFIX = "__access"
-"""Side collection of access counts (``id``, ``access_count``, ``last_accessed``)."""
-_STATS_VECTOR = "unused_vector"
 _QUERY_BATCH = 4096
 _MAX_TOPK = 16384
 
@@ -217,7 +209,6 @@ class MilvusStore(MemoryStore):
         super().__init__(**kwargs)
         self.uri = uri
         self.collection = collection
-        self._stats_collection = f"{collection}{_STATS_SUFFIX}"
         self._retries = max(1, retries)
         self._backoff_s = backoff_s
         lite = not re.match(r"^(https?|tcp|grpc)://", uri)
@@ -309,19 +300,9 @@ class MilvusStore(MemoryStore):
                 params={"M": 16, "efConstruction": 200},
             )
             c.create_collection(name, schema=s, index_params=index, consistency_level="Strong")
-        if not c.has_collection(self._stats_collection):
-            st = c.create_schema(auto_id=False, enable_dynamic_field=False)
-            st.add_field("id", DataType.VARCHAR, is_primary=True, max_length=128)
-            st.add_field("access_count", DataType.INT64)
-            st.add_field("last_accessed", DataType.INT64)
-            st.add_field(_STATS_VECTOR, DataType.FLOAT_VECTOR, dim=2)  # Milvus requires one
-            st_index = c.prepare_index_params()
-            st_index.add_index(field_name=_STATS_VECTOR, index_type="FLAT", metric_type="L2")
-            c.create_collection(self._stats_collection, schema=st, index_params=st_index, consistency_level="Strong")
         # a collection reopened from disk (or released) must be loaded before search;
         # loading a loaded collection is a no-op
         c.load_collection(name)
-        c.load_collection(self._stats_collection)
 
     # ------------------------------------------------------------------ plumbing
     async def _call(self, fn: Callable[..., Any], *args, **kwargs) -> Any:
@@ -360,30 +341,7 @@ class MilvusStore(MemoryStore):
         out: list[dict[str, Any]] = []
         for start in range(0, len(ids), 1000):
             out.extend(dict(r) for r in self._client.get(self.collection, ids=ids[start : start + 1000], output_fields=fields))
-        if "access_count" in fields:
-            self._merge_access_sync(out)
         return out
-
-    def _access_sync(self, ids: list[str]) -> dict[str, dict[str, Any]]:
-        """Access stats rows by id (worker thread)."""
-        out: dict[str, dict[str, Any]] = {}
-        for start in range(0, len(ids), 1000):
-            for r in self._client.get(
-                self._stats_collection, ids=ids[start : start + 1000], output_fields=["id", "access_count", "last_accessed"]
-            ):
-                out[str(r["id"])] = dict(r)
-        return out
-
-    def _merge_access_sync(self, rows: list[dict[str, Any]]) -> None:
-        """Overwrite the access fields of memory ``rows`` with the side collection's."""
-        if not rows:
-            return
-        stats = self._access_sync([str(r["id"]) for r in rows])
-        for r in rows:
-            st = stats.get(str(r["id"]))
-            if st is not None:
-                r["access_count"] = int(st["access_count"])
-                r["last_accessed"] = int(st["last_accessed"])
 
     # ------------------------------------------------------------------ hooks
     async def _exists(self, memory_id: str) -> bool:
@@ -464,9 +422,7 @@ class MilvusStore(MemoryStore):
             output_fields=_SCALAR_FIELDS,  # the distance is the similarity: no vectors to ship
             search_params={"metric_type": "COSINE", "params": {"ef": max(64, k)}},
         )
-        hits = [(float(hit["distance"]), dict(hit["entity"])) for hit in res[0]]
-        self._merge_access_sync([entity for _, entity in hits])
-        return hits
+        return [(float(hit["distance"]), dict(hit["entity"])) for hit in res[0]]
 
     async def _search(self, options: RetrieveOptions, vector: list[float]) -> list[ScoredMemory]:
         k = candidate_count(options, _MAX_TOPK)
@@ -480,26 +436,17 @@ class MilvusStore(MemoryStore):
         return out
 
     async def _touch(self, increments: dict[str, int], when: datetime) -> None:
-        # Access counts live in the side collection ``<collection>__access``: rewriting whole
-        # memory rows (vector included) on every access made Milvus Lite search a growing
-        # segment of re-inserted rows and slowed every search. Only memories that still exist
-        # are counted (the base holds the user's write lock).
-        await self._call(self._touch_sync, increments, to_ms(when))
-
-    def _touch_sync(self, increments: dict[str, int], stamp: int) -> None:
-        existing = self._get_sync(list(increments), ["id", "access_count"])
-        if not existing:
+        # only rows that still exist are rewritten (the base holds the user's write lock)
+        rows = await self._call(self._get_sync, list(increments), _ALL_FIELDS)
+        if not rows:
             return
-        rows = [
-            {
-                "id": str(r["id"]),
-                "access_count": int(r.get("access_count") or 0) + increments.get(str(r["id"]), 0),
-                "last_accessed": stamp,
-                _STATS_VECTOR: [0.0, 0.0],
-            }
-            for r in existing
-        ]
-        self._client.upsert(self._stats_collection, rows)
+        stamp = to_ms(when)
+        for r in rows:
+            r["access_count"] = int(r.get("access_count") or 0) + increments.get(str(r["id"]), 0)
+            r["last_accessed"] = stamp
+            r[_VECTOR_FIELD] = [float(x) for x in r[_VECTOR_FIELD]]
+        await self._call(self._client.upsert, self.collection, rows)
+        await self._wrote(len(rows))
 
     async def _list(self, user_id, types, project_id, limit, offset) -> ListResult:
         pairs = await self._call(self._query_all, _filter(user_id, types, project_id), ["id", "created_at"])
@@ -518,7 +465,6 @@ class MilvusStore(MemoryStore):
         for start in range(0, len(memory_ids), 1000):
             batch = memory_ids[start : start + 1000]
             await self._call(self._client.delete, self.collection, ids=batch)
-            await self._call(self._client.delete, self._stats_collection, ids=batch)
             await self._wrote(len(batch))
 
     async def _check_connection(self) -> bool:
