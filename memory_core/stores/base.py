@@ -87,7 +87,7 @@ class MemoryStore(ABC):
         embed: EmbedFn | None,
         dimension: int,
         identity: str | None = None,
-        access_flush_s: float = 1.0,
+        access_flush_s: float = 5.0,
     ):
         if dimension <= 0:
             raise InvalidInput("dimension must be positive")

@@ -300,6 +300,7 @@ async def test_access_counts_reach_the_backend(store):
     assert {h.memory.id for h in hits} == {keep.id, gone.id}
     await store.forget(gone.id, "alice")
     backend = raw(store)
+    backend._flush_access_now.set()  # don't wait out access_flush_s
     deadline = asyncio.get_running_loop().time() + 10
     while backend._access_pending and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.05)
