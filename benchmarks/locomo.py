@@ -7,7 +7,8 @@ with evidence is searched as that user through ``POST /v1/memory/search``.
 
 Prints evidence recall@5 and @10 (definition: ``shared/README.md``), overall and per category,
 the number of questions, ingest throughput (memories/s) and search latency p50/p95 (ms,
-client-side, one request at a time).
+client-side, one request at a time), plus the server-side embed/retrieve split from the
+``Server-Timing`` response header.
 
     python benchmarks/locomo.py --url http://127.0.0.1:8000
 
@@ -93,7 +94,7 @@ def main(
                 ingest_s = time.perf_counter() - started
 
                 t_search = progress.add_task("search questions", total=len(qs))
-                rows, latencies = [], []
+                rows, latencies, server = [], [], {}
                 for sample_id, q in qs:
                     body = {"query": q.question, "limit": 10}
                     if search_threshold is not None:
@@ -102,15 +103,19 @@ def main(
                     r = await client.post("/v1/memory/search", json=body, headers={"x-authz-user-id": users[sample_id]})
                     latencies.append((time.perf_counter() - t0) * 1000)
                     r.raise_for_status()
+                    for part in r.headers.get("server-timing", "").split(","):
+                        name, _, dur = part.strip().partition(";dur=")
+                        if dur:
+                            server.setdefault(name, []).append(float(dur))
                     ranked = [dia_ids_of(m.get("metadata") or {}) for m in r.json()["memories"]]
                     rows.append((q.category, recall_at_k(ranked, q.evidence, 5), recall_at_k(ranked, q.evidence, 10)))
                     progress.advance(t_search)
             if not keep:
                 for user_id in users.values():
                     await client.delete("/v1/memory", params={"all": "true"}, headers={"x-authz-user-id": user_id})
-            return stored, ingest_s, rows, latencies
+            return stored, ingest_s, rows, latencies, server
 
-    stored, ingest_s, rows, latencies = asyncio.run(go())
+    stored, ingest_s, rows, latencies, server = asyncio.run(go())
     table = Table(title=f"LoCoMo evidence recall through {url} ({len(samples)} conversations, threshold {threshold})")
     for col in ("questions", "n", "recall@5", "recall@10"):
         table.add_column(col)
@@ -122,9 +127,14 @@ def main(
         f"(batch {batch}, {concurrency} conversations in parallel)"
     )
     console.print(
-        f"search latency over {len(latencies)} requests: p50 {statistics.median(latencies):.1f} ms, "
+        f"search latency over {len(latencies)} requests (client, end to end): p50 {statistics.median(latencies):.1f} ms, "
         f"p95 {percentile(latencies, 95):.1f} ms"
     )
+    for name, values in server.items():
+        console.print(
+            f"  server-side {name} (Server-Timing): p50 {statistics.median(values):.1f} ms, "
+            f"p95 {percentile(values, 95):.1f} ms"
+        )
 
 
 if __name__ == "__main__":
