@@ -1,9 +1,13 @@
-"""Helpers shared by the persistent backends: timestamps as epoch milliseconds, and the
-newest-first ordering of listings."""
+"""Helpers shared by the persistent backends: the flat record layout (``record_fields`` /
+``memory_from_fields``), timestamps as epoch milliseconds, and the newest-first ordering of
+listings."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from ..types import Memory, MemoryType
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MS = timedelta(milliseconds=1)
@@ -32,3 +36,49 @@ def newest_first(pairs: list[tuple[int, str]]) -> list[str]:
     """Ids of ``(created_at_ms, id)`` pairs sorted newest first, ties by id descending (the
     contract's deterministic order)."""
     return [i for _, i in sorted(pairs, reverse=True)]
+
+
+def record_fields(memory: Memory) -> dict[str, Any]:
+    """The scalar fields of ``memory`` as one flat record (Milvus row, Qdrant payload):
+    ``memory_type`` for the type, timestamps in epoch ms, no vector."""
+    return {
+        "id": memory.id,
+        "user_id": memory.user_id,
+        "project_id": memory.project_id,
+        "memory_type": memory.type.value,
+        "content": memory.content,
+        "source": memory.source,
+        "created_via": memory.created_via,
+        "conversation_id": memory.conversation_id,
+        "created_by_user_id": memory.created_by_user_id,
+        "created_at": to_ms(memory.created_at),
+        "updated_at": to_ms(memory.updated_at),
+        "last_accessed": to_ms(memory.last_accessed),
+        "access_count": int(memory.access_count),
+        "importance": float(memory.importance),
+        "metadata": memory.metadata or {},
+        "embedding_identity": memory.embedding_identity,
+    }
+
+
+def memory_from_fields(fields: dict[str, Any], vector: Any = None) -> Memory:
+    """The ``Memory`` of a ``record_fields`` record (and its vector, when fetched)."""
+    return Memory(
+        id=str(fields["id"]),
+        user_id=str(fields["user_id"]),
+        project_id=fields.get("project_id"),
+        type=MemoryType(fields["memory_type"]),
+        content=str(fields["content"]),
+        source=fields.get("source") or "api",
+        created_via=fields.get("created_via") or "api",
+        conversation_id=fields.get("conversation_id"),
+        created_by_user_id=fields.get("created_by_user_id"),
+        created_at=from_ms(fields.get("created_at")),
+        updated_at=from_ms(fields.get("updated_at")),
+        last_accessed=from_ms(fields.get("last_accessed")),
+        access_count=int(fields.get("access_count") or 0),
+        importance=float(fields["importance"]) if fields.get("importance") is not None else 0.5,
+        metadata=dict(fields.get("metadata") or {}),
+        embedding=[float(x) for x in vector] if vector is not None else None,
+        embedding_identity=fields.get("embedding_identity"),
+    )

@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 from ..errors import ConfigError, StoreUnavailable
 from ..types import ListResult, Memory, MemoryType, RetrieveOptions, ScoredMemory
-from ._records import from_ms, newest_first, to_ms
+from ._records import memory_from_fields, newest_first, record_fields, to_ms
 from .base import MemoryStore, candidate_count
 
 log = logging.getLogger(__name__)
@@ -112,48 +112,11 @@ def _is_transient(exc: BaseException) -> bool:
 
 
 def _to_row(memory: Memory) -> dict[str, Any]:
-    return {
-        "id": memory.id,
-        "user_id": memory.user_id,
-        "project_id": memory.project_id,
-        "memory_type": memory.type.value,
-        "content": memory.content,
-        "source": memory.source,
-        "created_via": memory.created_via,
-        "conversation_id": memory.conversation_id,
-        "created_by_user_id": memory.created_by_user_id,
-        "created_at": to_ms(memory.created_at),
-        "updated_at": to_ms(memory.updated_at),
-        "last_accessed": to_ms(memory.last_accessed),
-        "access_count": int(memory.access_count),
-        "importance": float(memory.importance),
-        "metadata": memory.metadata or {},
-        "embedding_identity": memory.embedding_identity,
-        _VECTOR_FIELD: [float(x) for x in memory.embedding or []],
-    }
+    return {**record_fields(memory), _VECTOR_FIELD: [float(x) for x in memory.embedding or []]}
 
 
 def _from_row(row: dict[str, Any]) -> Memory:
-    vector = row.get(_VECTOR_FIELD)
-    return Memory(
-        id=str(row["id"]),
-        user_id=str(row["user_id"]),
-        project_id=row.get("project_id"),
-        type=MemoryType(row["memory_type"]),
-        content=str(row["content"]),
-        source=row.get("source") or "api",
-        created_via=row.get("created_via") or "api",
-        conversation_id=row.get("conversation_id"),
-        created_by_user_id=row.get("created_by_user_id"),
-        created_at=from_ms(row.get("created_at")),
-        updated_at=from_ms(row.get("updated_at")),
-        last_accessed=from_ms(row.get("last_accessed")),
-        access_count=int(row.get("access_count") or 0),
-        importance=float(row.get("importance") if row.get("importance") is not None else 0.5),
-        metadata=dict(row.get("metadata") or {}),
-        embedding=[float(x) for x in vector] if vector is not None else None,
-        embedding_identity=row.get("embedding_identity"),
-    )
+    return memory_from_fields(row, row.get(_VECTOR_FIELD))
 
 
 class MilvusStore(MemoryStore):

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import ConfigError, StoreUnavailable
 from ..types import ListResult, Memory, MemoryType, RetrieveOptions, ScoredMemory
-from ._records import from_ms, newest_first, to_ms
+from ._records import memory_from_fields, newest_first, record_fields, to_ms
 from .base import MemoryStore, candidate_count
 
 POINT_NAMESPACE = uuid.UUID("6f1d4c1e-3b7a-5c2e-9a43-6d2b8f1e0c55")
@@ -47,48 +47,13 @@ def qdrant_filter(user_id: str, types: tuple[MemoryType, ...] | None = None, pro
 
 
 def _payload(memory: Memory) -> dict[str, Any]:
-    return {
-        "id": memory.id,
-        "user_id": memory.user_id,
-        "project_id": memory.project_id,
-        "memory_type": memory.type.value,
-        "content": memory.content,
-        "source": memory.source,
-        "created_via": memory.created_via,
-        "conversation_id": memory.conversation_id,
-        "created_by_user_id": memory.created_by_user_id,
-        "created_at": to_ms(memory.created_at),
-        "updated_at": to_ms(memory.updated_at),
-        "last_accessed": to_ms(memory.last_accessed),
-        "access_count": int(memory.access_count),
-        "importance": float(memory.importance),
-        "metadata": memory.metadata or {},
-        "embedding_identity": memory.embedding_identity,
-    }
+    return record_fields(memory)
 
 
 def _memory(payload: dict[str, Any], vector: Any) -> Memory:
     if isinstance(vector, dict):  # named vectors: ours is the unnamed default
         vector = vector.get("") or next(iter(vector.values()), None)
-    return Memory(
-        id=str(payload["id"]),
-        user_id=str(payload["user_id"]),
-        project_id=payload.get("project_id"),
-        type=MemoryType(payload["memory_type"]),
-        content=str(payload["content"]),
-        source=payload.get("source") or "api",
-        created_via=payload.get("created_via") or "api",
-        conversation_id=payload.get("conversation_id"),
-        created_by_user_id=payload.get("created_by_user_id"),
-        created_at=from_ms(payload.get("created_at")),
-        updated_at=from_ms(payload.get("updated_at")),
-        last_accessed=from_ms(payload.get("last_accessed")),
-        access_count=int(payload.get("access_count") or 0),
-        importance=float(payload["importance"]) if payload.get("importance") is not None else 0.5,
-        metadata=dict(payload.get("metadata") or {}),
-        embedding=[float(x) for x in vector] if vector is not None else None,
-        embedding_identity=payload.get("embedding_identity"),
-    )
+    return memory_from_fields(payload, vector)
 
 
 class QdrantStore(MemoryStore):
