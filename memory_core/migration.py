@@ -122,7 +122,9 @@ def parse_import_line(line: str, *, user_id: str | None) -> Memory:
 
     ``user_id`` is the importing user: a line without ``user_id`` is assigned to it, a line
     of another user is refused. With ``user_id=None`` the line must name its user. A line
-    without ``id`` gets a deterministic id; ``created_via`` defaults to ``import``. Unknown
+    without ``id`` gets a deterministic id. With an importing ``user_id``, ``created_via`` is
+    ``import`` and ``created_by_user_id`` that user (else ``created_via`` defaults to
+    ``import``). Unknown
     keys are ignored; ``embedding``/``embedding_identity`` are dropped.
 
     Raises ``InvalidInput`` (not JSON, not an object, missing/empty content, user mismatch,
@@ -148,7 +150,13 @@ def parse_import_line(line: str, *, user_id: str | None) -> Memory:
         raise InvalidInput("content must be a non-empty string")
     if not data.get("id"):
         data["id"] = _derived_id(data["user_id"], content, data.get("created_at"))
-    data.setdefault("created_via", "import")
+    if user_id is not None:
+        # provenance is what happened here: the importing user wrote it through the import
+        # pipeline (a line cannot claim another creator); ``source`` keeps where it came from
+        data["created_via"] = "import"
+        data["created_by_user_id"] = user_id
+    else:
+        data.setdefault("created_via", "import")
     try:
         memory = Memory.model_validate(data)
         # the same rules as POST /v1/memory

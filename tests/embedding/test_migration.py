@@ -68,9 +68,12 @@ def test_export_line_round_trip_without_vector():
     line = memory_to_export_line(m)
     assert "\n" not in line and "embedding" not in json.loads(line)
     back = parse_import_line(line, user_id="u1")
-    assert back.embedding is None and back.model_dump(exclude={"embedding", "embedding_identity"}) == m.model_dump(
-        exclude={"embedding", "embedding_identity"}
-    )
+    provenance = {"embedding", "embedding_identity", "created_via", "created_by_user_id"}
+    assert back.embedding is None and back.model_dump(exclude=provenance) == m.model_dump(exclude=provenance)
+    # the importing user and the import pipeline are the provenance, whatever the line claims
+    assert (back.created_via, back.created_by_user_id) == ("import", "u1")
+    forged = json.dumps({"content": "x", "created_by_user_id": "alice", "created_via": "auto_store"})
+    assert parse_import_line(forged, user_id="bob").created_by_user_id == "bob"
 
 
 @pytest.mark.parametrize(
