@@ -15,8 +15,9 @@ it never caches the deleted memory.
 
 Fail-open: when the cache cannot be reached, reads go to the store and ``counters`` count
 it. A user whose invalidation failed is remembered (in this process) and bypasses the
-cache until an invalidation succeeds. Cache hits do not update ``access_count`` /
-``last_accessed`` of the store (they are not store reads).
+cache until an invalidation succeeds. A cache hit counts as an access of the returned
+memories in the store (``record_access``); the cached copies themselves keep the counts
+they had when cached.
 
 Counters (plain ints in ``counters``; each increment is also reported to ``on_event`` under
 the name in ``EVENT_NAMES``, e.g. ``errors`` → ``cache_error``):
@@ -198,6 +199,8 @@ class CachingStore(StoreDecorator):
                 try:
                     results = [ScoredMemory.model_validate(r) for r in json.loads(cached)]
                     self._count("hits")
+                    if results:  # a hit is still an access (written behind by the store)
+                        await self.inner.record_access([r.memory.id for r in results], user)
                     return results
                 except (ValueError, TypeError):
                     log.warning("unreadable cache entry ignored")

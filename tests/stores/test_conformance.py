@@ -821,6 +821,19 @@ async def test_restart_persistence(rig):
 # ---------------------------------------------------------------------- hot cache
 
 
+async def test_cache_hit_counts_as_an_access(rig):
+    if not rig.cached:
+        pytest.skip("cache only")
+    store = rig.open()
+    m = await store.store(mem("alice", "cached fact about otters"))
+    q = Q(user_id="alice", query="otters", threshold=-1)
+    await store.retrieve(q)
+    hits = store.counters["hits"]
+    await store.retrieve(q)
+    assert store.counters["hits"] == hits + 1
+    assert (await store.get(m.id, "alice")).access_count == 2
+
+
 async def test_delete_after_cached_read(rig):
     if not rig.cached:
         pytest.skip("cache only")
