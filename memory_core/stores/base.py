@@ -585,6 +585,16 @@ class MemoryStore(ABC):
         Called once, before the first operation; called again later if it raised."""
         return None
 
+    async def _page(self, ordered_ids: list[str], offset: int, limit: int) -> ListResult:
+        """One ``list`` page from the full newest-first id list: the records of
+        ``ordered_ids[offset:offset + limit]`` in that order, ``total`` = all ids (for
+        backends that sort ids client-side)."""
+        page = ordered_ids[offset : offset + limit]
+        if not page:
+            return ListResult(memories=[], total=len(ordered_ids))
+        by_id = {m.id: m for m in await self._get_many(page)}
+        return ListResult(memories=[by_id[i] for i in page if i in by_id], total=len(ordered_ids))
+
     async def _check_connection(self) -> bool:
         return True
 

@@ -413,12 +413,7 @@ class MilvusStore(MemoryStore):
 
     async def _list(self, user_id, types, project_id, limit, offset) -> ListResult:
         pairs = await self._call(self._query_all, _filter(user_id, types, project_id), ["id", "created_at"])
-        ordered = newest_first([(int(r["created_at"]), str(r["id"])) for r in pairs])
-        page = ordered[offset : offset + limit]
-        if not page:
-            return ListResult(memories=[], total=len(ordered))
-        by_id = {m.id: m for m in await self._get_many(page)}
-        return ListResult(memories=[by_id[i] for i in page if i in by_id], total=len(ordered))
+        return await self._page(newest_first([(int(r["created_at"]), str(r["id"])) for r in pairs]), offset, limit)
 
     async def _scope_ids(self, user_id, types, project_id) -> list[str]:
         rows = await self._call(self._query_all, _filter(user_id, types, project_id), ["id"])
