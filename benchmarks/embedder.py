@@ -7,7 +7,7 @@
     ``--clients`` concurrent clients, each sending one sentence per call through a
     DeploymentHandle; (c) the same with batching disabled (``user_config.max_batch_size: 1``,
     applied by reconfigure). Prints sentences/s and the ratios (b)/(a) and (b)/(c).
-Sentences: the dialogue turns of /work/shared/data/locomo/locomo_dev.json, in file order.
+Sentences: the dialogue turns of ../shared/data/locomo/locomo_dev.json (``$LOCOMO_PATH``), in file order.
 Goal on CPU: (b) ≥ 0.8 × (a) and (b) ≥ 4 × (c). The machine is shared: figures are noisy.
 """
 
@@ -34,7 +34,9 @@ from rich.table import Table  # noqa: E402
 from memory_core.config import EmbeddingSettings  # noqa: E402
 from memory_core.embedding import compute_identity, resolve_model_path  # noqa: E402
 
-LOCOMO = Path("/work/shared/data/locomo/locomo_dev.json")
+from benchmarks.locomo_data import default_path  # noqa: E402
+
+LOCOMO = default_path()
 console = Console()
 
 

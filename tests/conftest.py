@@ -13,6 +13,23 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def wait_healthy(url: str, timeout: float = 120) -> None:
+    """Poll ``{url}/health`` until it answers 200; fail the test after ``timeout`` seconds."""
+    import time
+
+    import httpx
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    pytest.fail("application did not become healthy")
+
+
 def free_port() -> int:
     """A free TCP port on 127.0.0.1."""
     with socket.socket() as s:

@@ -12,6 +12,8 @@ import uuid
 import httpx
 import pytest
 
+from tests.conftest import wait_healthy
+
 pytestmark = pytest.mark.integration
 
 FACT = "Please remember this: my locker code is 4817."
@@ -51,16 +53,7 @@ def base_url(serve_http_port, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("app")
     serve.run(build_app({"config": config(tmp)}), name="memory-it", route_prefix="/", blocking=False)
     url = f"http://127.0.0.1:{serve_http_port}"
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    else:
-        pytest.fail("application did not become healthy")
+    wait_healthy(url)
     yield url
     serve.delete("memory-it")
 

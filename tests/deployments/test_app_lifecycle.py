@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
+
+from tests.conftest import wait_healthy
 
 pytestmark = pytest.mark.integration
 
@@ -18,18 +19,6 @@ def milvus_config(db: str, collection: str) -> dict:
         "global": {"stores": {"memory": {"backend": "milvus", "milvus": {"uri": db, "collection": collection}}}},
         "routing": {"decisions": [{"name": "default", "plugins": [{"type": "memory", "configuration": {"enabled": True}}]}]},
     }
-
-
-def wait_healthy(url: str, timeout: float = 120) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    pytest.fail("application did not become healthy")
 
 
 def test_memories_survive_an_application_restart(serve_http_port, tmp_path):
