@@ -366,24 +366,28 @@ class HybridStore(StoreDecorator):
             raise InvalidInput(f"limit must be in 1..{MAX_RETRIEVE_LIMIT}")
         if not math.isfinite(options.threshold):
             raise InvalidInput("threshold must be a finite number")
-        vector = await self.inner.embed_query(options)
-        pool = max(self.candidate_pool, options.limit)
-        vec_opts = options.model_copy(
-            update={"embedding": vector, "embedding_identity": None, "limit": min(pool, 1000), "hybrid": False}
-        )
         user_id = options.user_id
         if not self.index.has_user(user_id):
             await self._ensure_index(user_id)  # before the vector search: its hits are then current
-        if self._inner_touch_kw:
-            vec_hits = await self.inner.retrieve(vec_opts, touch=False)
-        else:  # a decorator without the hook: the vector pool gets its access counts bumped
-            vec_hits = await self.inner.retrieve(vec_opts)
-        corpus = self.index.corpus(user_id) or await self._ensure_index(user_id)
-
-        q_terms = tokenize(options.query)
+        pool = max(self.candidate_pool, options.limit)
+        # The vector side (embedding the query when no vector was given, then the inner
+        # store's search) runs concurrently with the lexical side (BM25 scoring here, then
+        # loading its candidates from the inner store): two store round trips overlap.
+        vector_side = asyncio.ensure_future(self._vector_side(options, pool))
+        try:
+            corpus = self.index.corpus(user_id) or await self._ensure_index(user_id)
+            q_terms = tokenize(options.query)
+            lex_all = dict(corpus.score_terms(q_terms, None, options.project_id, options.types))
+            lex_top = sorted(lex_all.items(), key=lambda kv: (-kv[1], kv[0]))[:pool]
+            lex_loaded = await self._load([i for i, _ in lex_top], user_id, corpus)
+        except BaseException:
+            vector_side.cancel()
+            await asyncio.wait({vector_side})  # never raises: a cancel of this caller still gets through
+            if not vector_side.cancelled():
+                vector_side.exception()  # retrieved: its outcome is moot now
+            raise
+        vector, vec_hits = await vector_side
         q_set = set(q_terms)
-        lex_all = dict(corpus.score_terms(q_terms, None, options.project_id, options.types))
-        lex_top = sorted(lex_all.items(), key=lambda kv: (-kv[1], kv[0]))[:pool]
         max_bm25 = lex_top[0][1] if lex_top else 0.0
 
         q = np.asarray(vector, dtype=np.float32)
@@ -391,8 +395,7 @@ class HybridStore(StoreDecorator):
         for hit in vec_hits:
             self._reconcile(user_id, corpus, hit.memory)
             cands[hit.memory.id] = (hit.memory, hit.similarity)
-        missing = [i for i, _ in lex_top if i not in cands]
-        await self._fetch(missing, options, q, corpus, cands)
+        self._admit([lex_loaded[i] for i, _ in lex_top if i not in cands and i in lex_loaded], options, q, cands)
 
         vec_rank = {h.memory.id: r for r, h in enumerate(vec_hits, 1)}
         lex_rank = {i: r for r, (i, _) in enumerate(lex_top, 1)}
@@ -469,27 +472,42 @@ class HybridStore(StoreDecorator):
         if timeline is not None and attrs is not None and attrs.get("key") != _content_key(memory.content):
             self._index_memory(corpus, timeline, memory)
 
-    async def _fetch(
-        self,
-        ids: Sequence[str],
-        options: RetrieveOptions,
-        q: np.ndarray,
-        corpus: BM25Corpus,
-        into: dict[str, tuple[Memory, float]],
-    ) -> None:
-        """Load ``ids`` from the inner store into ``into`` as (memory, cosine), keeping only the
-        user's memories that pass the filters; prunes ids the store no longer has and
-        re-indexes ones whose content changed behind this decorator."""
+    async def _vector_side(self, options: RetrieveOptions, pool: int) -> tuple[list[float], list[ScoredMemory]]:
+        """(query vector, the inner store's top ``pool`` by cosine, access counts untouched)."""
+        vector = await self.inner.embed_query(options)
+        vec_opts = options.model_copy(
+            update={"embedding": vector, "embedding_identity": None, "limit": min(pool, 1000), "hybrid": False}
+        )
+        if self._inner_touch_kw:
+            return vector, await self.inner.retrieve(vec_opts, touch=False)
+        return vector, await self.inner.retrieve(vec_opts)  # a decorator without the hook bumps the pool
+
+    async def _load(self, ids: Sequence[str], user_id: str, corpus: BM25Corpus) -> dict[str, Memory]:
+        """``ids`` loaded from the inner store (those that exist and belong to ``user_id``);
+        prunes from the index the ids the store no longer has and re-indexes the ones whose
+        content changed behind this decorator."""
         if not ids:
-            return
-        found = {m.id: m for m in await self.inner.get_many(ids, options.user_id)}
+            return {}
+        found = {m.id: m for m in await self.inner.get_many(ids, user_id)}
+        out: dict[str, Memory] = {}
         for memory_id in ids:
             m = found.get(memory_id)
-            if m is None or m.user_id != options.user_id:
-                if m is None:
-                    self._unindex(options.user_id, memory_id)
+            if m is None:
+                self._unindex(user_id, memory_id)
                 continue
-            self._reconcile(options.user_id, corpus, m)
+            if m.user_id != user_id:
+                continue
+            self._reconcile(user_id, corpus, m)
+            out[memory_id] = m
+        return out
+
+    @staticmethod
+    def _admit(
+        memories: Sequence[Memory], options: RetrieveOptions, q: np.ndarray, into: dict[str, tuple[Memory, float]]
+    ) -> None:
+        """Add to ``into`` as (memory, cosine with ``q``) those of ``memories`` that pass the
+        ``project_id``/``types`` filters and carry a finite vector."""
+        for m in memories:
             if options.project_id is not None and m.project_id != options.project_id:
                 continue
             if options.types and m.type not in options.types:
@@ -499,4 +517,17 @@ class HybridStore(StoreDecorator):
             cos = float(np.dot(np.asarray(m.embedding, dtype=np.float32), q))
             if not math.isfinite(cos):
                 continue
-            into[memory_id] = (m, cos)
+            cos = max(-1.0, min(1.0, cos))  # float32 rounding must not push it past a floor of -1
+            into[m.id] = (m, cos)
+
+    async def _fetch(
+        self,
+        ids: Sequence[str],
+        options: RetrieveOptions,
+        q: np.ndarray,
+        corpus: BM25Corpus,
+        into: dict[str, tuple[Memory, float]],
+    ) -> None:
+        """``_load`` then ``_admit``: ``ids`` into ``into`` as (memory, cosine)."""
+        loaded = await self._load(ids, options.user_id, corpus)
+        self._admit([loaded[i] for i in ids if i in loaded], options, q, into)

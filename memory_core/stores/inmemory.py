@@ -46,7 +46,7 @@ class InMemoryStore(MemoryStore):
         if not rows:
             return []
         matrix = np.asarray([m.embedding for m in rows], dtype=np.float32)
-        sims = matrix @ np.asarray(vector, dtype=np.float32)
+        sims = np.clip(matrix @ np.asarray(vector, dtype=np.float32), -1.0, 1.0)  # as the other backends
         order = np.argsort(-sims)[: max(options.limit * 4, 50)]
         return [
             ScoredMemory(memory=rows[i].model_copy(deep=True), score=float(sims[i]), similarity=float(sims[i]))

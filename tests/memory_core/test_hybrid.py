@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import pytest
 
-from memory_core.errors import DuplicateMemory, InvalidInput, MemoryNotFound
+from memory_core.errors import DuplicateMemory, InvalidInput, MemoryNotFound, StoreUnavailable
 from memory_core.hybrid import HybridStore
 from memory_core.lexical import tokenize
 from memory_core.stores import InMemoryStore
@@ -421,3 +421,67 @@ async def test_inner_decorator_without_touch_hook_still_works(inner):
     await put(h, "b", "heron nest")
     got = await h.retrieve(opts(query="heron river", limit=1))
     assert ids(got) == ["a"] and got[0].memory.access_count >= 1
+
+
+class GatedEmbedStore(InMemoryStore):
+    """The query embedding waits until the lexical candidates are being loaded
+    (``get_many``): a retrieve that ran the two sides one after the other would hang."""
+
+    def __init__(self, *, fail_load: Exception | None = None, fail_embed: Exception | None = None):
+        self.loading = asyncio.Event()
+        self.embed_cancelled = False
+        self.fail_load = fail_load
+        self.fail_embed = fail_embed
+        self.armed = False
+        super().__init__(embed=self._embed, dimension=DIM)
+
+    async def _embed(self, texts):
+        if self.armed:
+            try:
+                await self.loading.wait()
+            except asyncio.CancelledError:
+                self.embed_cancelled = True
+                raise
+            if self.fail_embed is not None:
+                raise self.fail_embed
+        return await fake_embed(texts)
+
+    async def _get_many(self, memory_ids):
+        if self.armed:
+            if self.fail_load is not None:
+                await asyncio.sleep(0.01)  # the query embedding is under way by now
+                raise self.fail_load
+            self.loading.set()
+        return await super()._get_many(memory_ids)
+
+
+async def test_query_embedding_overlaps_the_lexical_load():
+    inner = GatedEmbedStore()
+    h = HybridStore(inner, **plain())
+    await put(h, "a", "the walrus sleeps on ice")
+    await put(h, "b", "penguins eat fish")
+    await h.retrieve(opts(query="penguins"))  # builds the index
+    inner.armed = True
+    results = await asyncio.wait_for(h.retrieve(opts(query="where does the walrus sleep")), 5)
+    assert ids(results)[0] == "a" and inner.loading.is_set()
+
+
+async def test_failed_lexical_load_cancels_the_query_embedding():
+    inner = GatedEmbedStore(fail_load=StoreUnavailable("backend down"))
+    h = HybridStore(inner, **plain())
+    await put(h, "a", "the walrus sleeps on ice")
+    await h.retrieve(opts(query="penguins"))
+    inner.armed = True
+    with pytest.raises(StoreUnavailable):
+        await asyncio.wait_for(h.retrieve(opts(query="walrus")), 5)
+    assert inner.embed_cancelled
+
+
+async def test_failed_query_embedding_is_raised():
+    inner = GatedEmbedStore(fail_embed=InvalidInput("embedder refused"))
+    h = HybridStore(inner, **plain())
+    await put(h, "a", "the walrus sleeps on ice")
+    await h.retrieve(opts(query="penguins"))
+    inner.armed = True
+    with pytest.raises(InvalidInput, match="embedder refused"):
+        await asyncio.wait_for(h.retrieve(opts(query="walrus")), 5)
