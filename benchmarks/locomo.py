@@ -7,13 +7,15 @@ with evidence is searched as that user through ``POST /v1/memory/search``.
 
 Prints evidence recall@5 and @10 (definition: ``shared/README.md``), overall and per category,
 the number of questions, ingest throughput (memories/s) and search latency p50/p95 (ms,
-client-side, one request at a time), plus the server-side embed/retrieve split from the
-``Server-Timing`` response header.
+client-side, one request at a time), plus the server-side time from the ``Server-Timing``
+response header (``retrieve``: the store shard's work, query embedding included).
 
     python benchmarks/locomo.py --url http://127.0.0.1:8000
 
-``--threshold`` defaults to 0 (ranking quality: the top-k whatever their cosine); pass
-``--threshold default`` to use the service's configured default similarity threshold.
+By default (``--threshold none``) the searches send no ``threshold``: the service's default
+configuration (search applies no similarity floor, see ``memory_core.api_models.SearchRequest``). ``--threshold X``
+sends a cosine floor X (e.g. 0.425, the calibrated floor chat injection uses); ``none`` is the
+default.
 """
 
 from __future__ import annotations
@@ -65,13 +67,13 @@ def main(
     conversations: int = typer.Option(0, help="replay only the first N conversations (0 = all)"),
     batch: int = typer.Option(32, help="memories per POST /v1/memory"),
     concurrency: int = typer.Option(4, help="conversations ingested in parallel"),
-    threshold: str = typer.Option("0", help="search threshold, or 'default' for the service default"),
+    threshold: str = typer.Option("none", help="cosine floor sent with each search, or 'none' to send none"),
     keep: bool = typer.Option(False, help="keep the replayed memories (default: delete them at the end)"),
 ) -> None:
     samples = load_samples(data, conversations or None)
     run = uuid.uuid4().hex[:8]
     users = {s["sample_id"]: f"locomo-{run}-{s['sample_id']}" for s in samples}
-    search_threshold = None if threshold == "default" else float(threshold)
+    search_threshold = None if threshold == "none" else float(threshold)
     console = Console()
 
     async def go():

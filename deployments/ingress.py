@@ -19,6 +19,7 @@ from ray import serve
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from memory_core.api_models import (
+    NO_SIMILARITY_FLOOR,
     MAX_EMBEDDING_INPUTS,
     CreateMemoriesRequest,
     EmbeddingsRequest,
@@ -120,7 +121,7 @@ class MemoryIngress:
         self.http_upstream = HttpUpstream(upstream) if upstream.base_url else None
         self.echo = echo
         self.metrics = RayMetrics()
-        self.pipeline = MemoryPipeline(self.config, embed=self._embed, store=self.store, metrics=self.metrics)
+        self.pipeline = MemoryPipeline(self.config, store=self.store, metrics=self.metrics)
         self._background: set[asyncio.Task] = set()
 
     async def _embed(self, texts: list[str]) -> EmbeddingBatch:
@@ -199,18 +200,14 @@ class MemoryIngress:
         user_id = caller(request)
         settings = self.config.memory
         started = time.perf_counter()
-        batch = await self._embed([body.query])
-        embedded = time.perf_counter()
         results = await self.store.retrieve(
             RetrieveOptions(
                 user_id=user_id,
-                query=body.query,
-                embedding=batch.embeddings[0],
-                embedding_identity=batch.identity,
+                query=body.query,  # embedded by the store shard, overlapping its lexical search
                 project_id=body.project_id,
                 types=tuple(body.types) if body.types else None,
                 limit=body.limit or settings.default_retrieval_limit,
-                threshold=settings.default_similarity_threshold if body.threshold is None else body.threshold,
+                threshold=NO_SIMILARITY_FLOOR if body.threshold is None else body.threshold,  # see SearchRequest
                 hybrid=settings.retrieval.hybrid,
                 lexical_weight=settings.retrieval.lexical_weight,
                 temporal_boost=settings.retrieval.temporal_boost,
@@ -223,7 +220,7 @@ class MemoryIngress:
                     {**r.memory.public(), "score": r.score, "similarity": r.similarity} for r in results
                 ]
             },
-            headers={"server-timing": server_timing(embed=embedded - started, retrieve=done - embedded)},
+            headers={"server-timing": server_timing(retrieve=done - started)},
         )
 
     @app.get("/v1/memory")

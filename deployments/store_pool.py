@@ -24,7 +24,13 @@ from ray.exceptions import RayActorError
 from ray.util import metrics as ray_metrics
 
 from memory_core.config import MemoryStoreSettings
-from memory_core.errors import MemoryError_, StoreUnavailable, error_from_wire, error_to_wire
+from memory_core.errors import (
+    EmbeddingIdentityMismatch,
+    MemoryError_,
+    StoreUnavailable,
+    error_from_wire,
+    error_to_wire,
+)
 from memory_core.sharding import shard_for
 from memory_core.types import ListResult, Memory, RetrieveOptions, ScoredMemory
 
@@ -56,6 +62,7 @@ class StoreShard:
         from memory_core.stores.factory import make_store
 
         self._embedder = embedder
+        self._identity = identity
         # the hot cache reports hits, misses and fail-open reads; exported as a Ray metric
         # (shards are plain actors, so ray.util.metrics rather than ray.serve.metrics)
         self._cache_events = ray_metrics.Counter(
@@ -72,7 +79,15 @@ class StoreShard:
         )
 
     async def _embed(self, texts: list[str]) -> list[list[float]]:
+        """Vectors for ``texts`` from the Embedder deployment; raises
+        ``EmbeddingIdentityMismatch`` when it answers with another model identity than the
+        one this store was deployed for."""
         result = await self._embedder.embed.remote(texts)
+        if self._identity is not None and result.get("identity") != self._identity:
+            raise EmbeddingIdentityMismatch(
+                f"Embedder answered with model identity {result.get('identity')!r}; this store holds "
+                f"vectors of {self._identity!r}"
+            )
         return result["embeddings"]
 
     async def call(self, method: str, *args, **kwargs):

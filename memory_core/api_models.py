@@ -73,8 +73,19 @@ class CreateMemoriesRequest(_Body):
     memories: list[NewMemory] = Field(min_length=1, max_length=MAX_MEMORIES_PER_REQUEST)
 
 
+NO_SIMILARITY_FLOOR = -1.0
+"""The cosine floor of a search that names no ``threshold``: every candidate passes."""
+
+
 class SearchRequest(_Body):
-    """``POST /v1/memory/search``; unset ``limit``/``threshold`` use the global defaults."""
+    """``POST /v1/memory/search``: the caller's top ``limit`` memories for ``query``, ranked.
+
+    Unset ``limit`` → ``default_retrieval_limit``. Unset ``threshold`` → no similarity floor:
+    search is a ranking API and every hit reports its cosine ``similarity``, so a client cuts
+    where it wants. The configured cosine floors (``default_similarity_threshold``, a
+    decision's ``similarity_threshold``) gate what chat requests *inject*, where an irrelevant
+    memory costs prompt tokens; applied to search they would hide memories that hybrid
+    retrieval finds lexically with a low cosine (README, "Measured")."""
 
     query: str = Field(min_length=1, max_length=16384)
     limit: int | None = Field(None, gt=0, le=100)

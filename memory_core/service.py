@@ -1,8 +1,9 @@
 """The memory side of one chat request, independent of Ray and HTTP.
 
 ``MemoryPipeline.prepare`` does steps 2–7 of the request flow (DESIGN.md): match a decision,
-decide whether memory runs (and why not), embed the last user message, retrieve, pass the
-candidates through the reflection gate and inject them. ``MemoryPipeline.remember`` does step
+decide whether memory runs (and why not), retrieve with the last user message (the store
+embeds it, concurrently with its lexical search), pass the candidates through the reflection
+gate and inject them. ``MemoryPipeline.remember`` does step
 10 (auto-store of the turn). Both catch every store/embedder failure: memory must never fail
 a chat request; the outcome is reported to a ``MetricsSink``.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -43,11 +44,10 @@ class EmbeddingBatch:
     identity: str | None
 
 
-EmbedPort = Callable[[list[str]], Awaitable[EmbeddingBatch]]
-
-
 class StorePort(Protocol):
-    """What the pipeline needs of a store (a ``MemoryStore`` or a handle adapter)."""
+    """What the pipeline needs of a store (a ``MemoryStore`` or a handle adapter). The store
+    embeds the query text and the memories it is given without a vector (its own embedder, so
+    its model identity holds)."""
 
     async def retrieve(self, options: RetrieveOptions) -> list[ScoredMemory]: ...
 
@@ -84,8 +84,6 @@ class PreparedChat:
     user_text: str
     skipped: str | None = None
     injected: list[Memory] = field(default_factory=list)
-    query_embedding: list[float] | None = None
-    embedding_identity: str | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
 
 
@@ -101,20 +99,18 @@ def header(headers: Mapping[str, str], name: str) -> str | None:
 
 
 class MemoryPipeline:
-    """Memory for chat requests. ``embed`` and ``store`` are ports (Ray handles in the
-    service, plain objects in tests); ``now`` is injectable for tests."""
+    """Memory for chat requests. ``store`` is a port (the store pool client in the service, a
+    plain store in tests); ``now`` is injectable for tests."""
 
     def __init__(
         self,
         config: RouterConfig,
         *,
-        embed: EmbedPort,
         store: StorePort,
         metrics: MetricsSink | None = None,
         now: Callable[[], datetime] = utcnow,
     ):
         self.config = config
-        self._embed = embed
         self._store = store
         self.metrics = metrics or NullMetrics()
         self._now = now
@@ -153,16 +149,10 @@ class MemoryPipeline:
         started = time.perf_counter()
         query = user_text[:MAX_QUERY_CHARS]
         try:
-            batch = await self._embed([query])
-            prepared.query_embedding = batch.embeddings[0]
-            prepared.embedding_identity = batch.identity
-            t_embed = time.perf_counter()
             candidates = await self._store.retrieve(
                 RetrieveOptions(
                     user_id=user_id,
-                    query=query,
-                    embedding=prepared.query_embedding,
-                    embedding_identity=batch.identity,
+                    query=query,  # embedded by the store, overlapping its lexical search
                     project_id=prepared.project_id,
                     # over-fetch: the gate's dedup may drop near-copies that would otherwise
                     # crowd distinct memories out of the limit
@@ -188,8 +178,7 @@ class MemoryPipeline:
         prepared.injected, prepared.body = injected, new_body
         t_done = time.perf_counter()
         prepared.timings_ms = {
-            "embed": (t_embed - started) * 1000,
-            "retrieve": (t_retrieve - t_embed) * 1000,
+            "retrieve": (t_retrieve - started) * 1000,  # query embedding included
             "gate_inject": (t_done - t_retrieve) * 1000,
         }
         self.metrics.count("memory_injected_total", {"decision": policy.decision_name or ""})

@@ -128,7 +128,10 @@ def test_memory_rest_api_is_scoped_to_the_caller(base_url):
     assert [m["id"] for m in only_proc["memories"]] == [ids[1]]
 
     found = httpx.post(f"{base_url}/v1/memory/search", json={"query": "which seat do I like?", "threshold": 0.2}, headers=h).json()
-    assert found["memories"][0]["id"] == ids[0] and 0 < found["memories"][0]["similarity"] <= 1
+    assert [m["id"] for m in found["memories"]] == [ids[0]] and 0.2 <= found["memories"][0]["similarity"] <= 1
+    # no threshold given: no floor, the unrelated memory ranks last with its (low) similarity
+    ranked = httpx.post(f"{base_url}/v1/memory/search", json={"query": "which seat do I like?"}, headers=h).json()
+    assert [m["id"] for m in ranked["memories"]] == ids and ranked["memories"][1]["similarity"] < 0.2
 
     assert httpx.get(f"{base_url}/v1/memory/{ids[0]}", headers=h).json()["metadata"] == {"k": 1}
     other = httpx.get(f"{base_url}/v1/memory/{ids[0]}", headers={"x-authz-user-id": bob})

@@ -42,8 +42,9 @@ def test_memories_survive_an_application_restart(serve_http_port, tmp_path):
     try:
         wait_healthy(url)
         assert httpx.get(f"{url}/v1/memory/{memory_id}", headers=h).json()["content"] == "My locker code is 4817"
-        found = httpx.post(f"{url}/v1/memory/search", json={"query": "What is my locker code?"}, headers=h).json()
-        assert [m["id"] for m in found["memories"]] == [memory_id]
+        found = httpx.post(f"{url}/v1/memory/search", json={"query": "What is my locker code?"}, headers=h)
+        assert found.status_code == 200, found.text
+        assert [m["id"] for m in found.json()["memories"]] == [memory_id]
     finally:
         serve.delete("memory-restart")
 
