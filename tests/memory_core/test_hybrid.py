@@ -455,33 +455,32 @@ class GatedEmbedStore(InMemoryStore):
         return await super()._get_many(memory_ids)
 
 
-async def test_query_embedding_overlaps_the_lexical_load():
-    inner = GatedEmbedStore()
+async def armed_store(**kw) -> tuple[GatedEmbedStore, HybridStore]:
+    """A HybridStore over a ``GatedEmbedStore`` (``kw``) with two memories and a built index,
+    its gates armed."""
+    inner = GatedEmbedStore(**kw)
     h = HybridStore(inner, **plain())
     await put(h, "a", "the walrus sleeps on ice")
     await put(h, "b", "penguins eat fish")
     await h.retrieve(opts(query="penguins"))  # builds the index
     inner.armed = True
+    return inner, h
+
+
+async def test_query_embedding_overlaps_the_lexical_load():
+    inner, h = await armed_store()
     results = await asyncio.wait_for(h.retrieve(opts(query="where does the walrus sleep")), 5)
     assert ids(results)[0] == "a" and inner.loading.is_set()
 
 
 async def test_failed_lexical_load_cancels_the_query_embedding():
-    inner = GatedEmbedStore(fail_load=StoreUnavailable("backend down"))
-    h = HybridStore(inner, **plain())
-    await put(h, "a", "the walrus sleeps on ice")
-    await h.retrieve(opts(query="penguins"))
-    inner.armed = True
+    inner, h = await armed_store(fail_load=StoreUnavailable("backend down"))
     with pytest.raises(StoreUnavailable):
         await asyncio.wait_for(h.retrieve(opts(query="walrus")), 5)
     assert inner.embed_cancelled
 
 
 async def test_failed_query_embedding_is_raised():
-    inner = GatedEmbedStore(fail_embed=InvalidInput("embedder refused"))
-    h = HybridStore(inner, **plain())
-    await put(h, "a", "the walrus sleeps on ice")
-    await h.retrieve(opts(query="penguins"))
-    inner.armed = True
+    _, h = await armed_store(fail_embed=InvalidInput("embedder refused"))
     with pytest.raises(InvalidInput, match="embedder refused"):
         await asyncio.wait_for(h.retrieve(opts(query="walrus")), 5)
