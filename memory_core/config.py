@@ -161,7 +161,10 @@ class RetrievalSettings(_Strict):
     ``neighbor_max_gap_s`` apart); ``speaker_weight`` rewards memories whose
     ``metadata.speaker`` the query names; ``temporal_weight`` (with ``temporal_boost``) rewards
     memories that mention a time for queries asking when. ``bm25_k1``/``bm25_b``: BM25
-    parameters; ``max_index_users``: user indexes held in memory (LRU).
+    parameters; ``max_index_users``: user indexes held in memory (LRU); ``cache_vectors``: the
+    lexical index also holds each memory's vector (1.5 KB per memory at 384 dimensions), so
+    lexical and neighbour candidates cost no store round trip (only final results not found by
+    the vector search are read from the store).
     """
 
     hybrid: bool = True
@@ -177,6 +180,7 @@ class RetrievalSettings(_Strict):
     bm25_k1: float = Field(0.9, ge=0)
     bm25_b: float = Field(0.4, ge=0, le=1)
     max_index_users: int = Field(1024, ge=1)
+    cache_vectors: bool = True
 
 
 class InjectionSettings(_Strict):

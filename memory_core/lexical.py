@@ -137,6 +137,11 @@ class BM25Corpus:
         doc = self._docs.get(doc_id)
         return doc.attrs if doc is not None else None
 
+    def passes(self, doc_id: str, project_id: str | None = None, types: Iterable[Any] | None = None) -> bool:
+        """Whether ``doc_id`` is indexed and matches the optional ``project_id`` and ``types``."""
+        doc = self._docs.get(doc_id)
+        return doc is not None and _passes(doc, project_id, set(types) if types else None)
+
     def add(
         self,
         doc_id: str,

@@ -456,10 +456,10 @@ class GatedEmbedStore(InMemoryStore):
 
 
 async def armed_store(**kw) -> tuple[GatedEmbedStore, HybridStore]:
-    """A HybridStore over a ``GatedEmbedStore`` (``kw``) with two memories and a built index,
-    its gates armed."""
+    """A HybridStore (vectors not held, so lexical candidates are loaded from the store) over a
+    ``GatedEmbedStore`` (``kw``) with two memories and a built index, its gates armed."""
     inner = GatedEmbedStore(**kw)
-    h = HybridStore(inner, **plain())
+    h = HybridStore(inner, **plain(cache_vectors=False))  # lexical candidates are loaded
     await put(h, "a", "the walrus sleeps on ice")
     await put(h, "b", "penguins eat fish")
     await h.retrieve(opts(query="penguins"))  # builds the index
@@ -484,3 +484,75 @@ async def test_failed_query_embedding_is_raised():
     _, h = await armed_store(fail_embed=InvalidInput("embedder refused"))
     with pytest.raises(InvalidInput, match="embedder refused"):
         await asyncio.wait_for(h.retrieve(opts(query="walrus")), 5)
+
+
+class CountingStore(InMemoryStore):
+    """Counts the record loads (``get_many``) and vector searches that reach the store."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.loads: list[list[str]] = []
+        self.searches = 0
+
+    async def _get_many(self, memory_ids):
+        self.loads.append(list(memory_ids))
+        return await super()._get_many(memory_ids)
+
+    async def _search(self, options, vector):
+        self.searches += 1
+        return await super()._search(options, vector)
+
+
+def _conversation() -> list[Memory]:
+    texts = [
+        ("Ann", "what did you research last month?"), ("Bob", "adoption agencies mostly"),
+        ("Ann", "nice weather today for a walk"), ("Bob", "agencies are busy in spring"),
+        ("Ann", "my dog loves the beach"), ("Bob", "which beach do you go to?"),
+        ("Ann", "the one near the lighthouse"), ("Bob", "I painted that lighthouse once"),
+    ]
+    return [_turn(f"t{i}", who, text, i * 60, session=1 + i // 4) for i, (who, text) in enumerate(texts)]
+
+
+@pytest.mark.parametrize("query", ["what did you research", "lighthouse beach", "agencies", "when did Bob paint"])
+async def test_held_vectors_rank_exactly_as_loaded_ones_with_fewer_store_calls(query):
+    results, loads = {}, {}
+    for cache_vectors in (True, False):
+        inner = CountingStore(embed=fake_embed, dimension=DIM)
+        h = HybridStore(inner, cache_vectors=cache_vectors, candidate_pool=2)
+        for m in _conversation():
+            await h.store(m)
+        inner.loads.clear()
+        got = await h.retrieve(opts(query=query, limit=3))
+        results[cache_vectors] = [(r.memory.id, round(r.score, 9), round(r.similarity, 9), r.memory.content) for r in got]
+        loads[cache_vectors] = sum(len(batch) for batch in inner.loads)
+        assert inner.searches == 1
+    assert results[True] == results[False] and results[True]
+    assert loads[True] < loads[False]
+    assert loads[True] <= 3  # at most the winners the vector search did not return
+
+
+async def test_held_vector_winner_deleted_behind_the_decorator_gives_way_to_the_next():
+    inner = CountingStore(embed=fake_embed, dimension=DIM)
+    h = HybridStore(inner, **plain(candidate_pool=1))  # the vector side returns one memory
+    await put(h, "a", "volcano lair map")
+    await put(h, "b", "volcano lair")
+    await put(h, "c", "volcano")
+    await put(h, "d", "lunch")
+    first = await h.retrieve(opts(query="volcano lair map", limit=2))
+    assert ids(first) == ["a", "b"]
+    await inner.forget("b", "u1")  # bypasses the decorator: "b" is still indexed with its vector
+    again = await h.retrieve(opts(query="volcano lair map", limit=2))
+    assert ids(again) == ["a", "c"]
+    assert "b" not in {i for i, _ in h.index.search("u1", "volcano")}
+
+
+async def test_held_vector_winner_changed_behind_the_decorator_is_rescored_from_the_store():
+    inner = CountingStore(embed=fake_embed, dimension=DIM)
+    h = HybridStore(inner, **plain(candidate_pool=1))
+    await put(h, "a", "volcano lair map")
+    await put(h, "b", "volcano lair")
+    await h.retrieve(opts(query="volcano"))
+    await inner.update("b", "u1", {"content": "volcano cake recipe"})  # new vector in the store
+    got = {r.memory.id: r for r in await h.retrieve(opts(query="volcano lair map", limit=2, threshold=0.0))}
+    assert got["b"].memory.content == "volcano cake recipe"
+    assert got["b"].similarity == pytest.approx(cos("volcano lair map", "volcano cake recipe"), abs=1e-5)
