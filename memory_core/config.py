@@ -162,7 +162,9 @@ class RetrievalSettings(_Strict):
     ``metadata.speaker`` the query names; ``temporal_weight`` (with ``temporal_boost``) rewards
     memories that mention a time for queries asking when. ``bm25_k1``/``bm25_b``: BM25
     parameters; ``max_index_users``: user indexes held in memory (LRU); ``cache_vectors``: the
-    lexical index also holds each memory's vector (1.5 KB per memory at 384 dimensions), so
+    lexical index also holds each memory's vector (1.5 KB per memory at 384 dimensions, about
+    doubling an index entry; per shard the worst case is ``max_index_users`` × the largest
+    users' memory counts), so
     lexical and neighbour candidates cost no store round trip (only final results not found by
     the vector search are read from the store).
     """

@@ -44,7 +44,8 @@ Candidates: the inner store's vector top ``candidate_pool`` (≥ ``limit``), the
 ``2 · limit`` best of those. With ``cache_vectors`` (default) the index holds each memory's
 vector, so lexical and neighbour candidates are scored without a store round trip: a search
 costs the inner store one vector search plus one ``get_many`` of the winners the vector
-search did not return (Milvus Lite, LoCoMo: p50 32 → 11 ms). Without it, they are loaded
+search did not return (one more round per time a winner turns out deleted or changed behind
+this decorator; see ``_winners``). Milvus Lite, LoCoMo: p50 32 → 11 ms. Without it, they are loaded
 (one ``get_many`` for the lexical side, overlapping the query embedding, one for the
 neighbours). Only the returned memories get their access counts bumped: the
 vector pool is read with ``inner.retrieve(..., touch=False)`` and the final top ``limit`` go
@@ -61,7 +62,7 @@ import bisect
 import hashlib
 import inspect
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -111,13 +112,15 @@ def _types_or_none(types) -> tuple[MemoryType, ...] | None:
 
 
 def _as_vector(embedding) -> np.ndarray | None:
-    """``embedding`` as a finite 1-D float32 array, else None."""
+    """``embedding`` as a finite 1-D float32 unit vector (cosine = dot product, as a COSINE
+    metric backend computes it whether or not it normalised what it stored), else None."""
     if embedding is None:
         return None
     vec = np.asarray(embedding, dtype=np.float32)
     if vec.ndim != 1 or not vec.size or not np.isfinite(vec).all():
         return None
-    return vec
+    norm = float(np.linalg.norm(vec))
+    return vec / norm if norm > 0 else None
 
 
 def _group_of(memory: Memory) -> tuple | None:
@@ -418,7 +421,9 @@ class HybridStore(StoreDecorator):
         q_set = set(q_terms)
         max_bm25 = lex_top[0][1] if lex_top else 0.0
 
-        q = np.asarray(vector, dtype=np.float32)
+        q = _as_vector(vector)
+        if q is None:
+            raise InvalidInput("query vector must be finite and non-zero")
         # id → (record, cosine); the record is None until loaded (candidates scored from the
         # index's vector are loaded only if they make the final top ``limit``)
         cands: dict[str, tuple[Memory | None, float]] = {}
@@ -465,10 +470,7 @@ class HybridStore(StoreDecorator):
                     if i in cands and i not in base:
                         base[i] = base_of(i, cands[i][1])
 
-        ranked: list[tuple[float, str]] = []
-        for memory_id, (_, cos) in cands.items():
-            if cos < options.threshold:
-                continue
+        def score_of(memory_id: str) -> float:
             score = base[memory_id]
             if self.neighbor_weight > 0:
                 nb = [base[n] for n in neighbours(memory_id) if n in base]
@@ -478,9 +480,18 @@ class HybridStore(StoreDecorator):
                 a = corpus.attrs(memory_id)
                 if a and a.get("speaker_terms") and a["speaker_terms"] & q_set:
                     score += self.speaker_weight
-            ranked.append((score, memory_id))
-        ranked.sort(key=lambda t: (-t[0], t[1]))
-        results = await self._winners(ranked, cands, options, q, corpus)
+            return score
+
+        def rescore(memory_id: str, cos: float) -> float:
+            """The score of a candidate whose stored vector turned out to differ from the held one."""
+            base[memory_id] = base_of(memory_id, cos)
+            return score_of(memory_id)
+
+        ranked = sorted(
+            ((score_of(i), i) for i, (_, cos) in cands.items() if cos >= options.threshold),
+            key=lambda t: (-t[0], t[1]),
+        )
+        results = await self._winners(ranked, cands, options, q, corpus, rescore)
         if results and touch:
             now = await self.inner.record_access([r.memory.id for r in results], user_id)
             results = [
@@ -497,11 +508,15 @@ class HybridStore(StoreDecorator):
 
     def _reconcile(self, user_id: str, corpus: BM25Corpus, memory: Memory) -> None:
         """Re-index ``memory`` when the index holds another version of its content (the store's
-        record is the truth). A memory the index lacks is not added here: a read that raced a
-        delete must not bring it back."""
+        record is the truth), or no vector while ``memory`` carries one. A memory the index
+        lacks is not added here: a read that raced a delete must not bring it back."""
         attrs = corpus.attrs(memory.id)
         timeline = self._timelines.get(user_id)
-        if timeline is not None and attrs is not None and attrs.get("key") != _content_key(memory.content):
+        if timeline is None or attrs is None:
+            return
+        changed = attrs.get("key") != _content_key(memory.content)
+        vector_missing = self.cache_vectors and attrs.get("vec") is None and memory.embedding is not None
+        if changed or vector_missing:
             self._index_memory(corpus, timeline, memory)
 
     async def _vector_side(self, options: RetrieveOptions, pool: int) -> tuple[list[float], list[ScoredMemory]]:
@@ -546,7 +561,10 @@ class HybridStore(StoreDecorator):
                 continue
             if m.embedding is None:
                 continue
-            cos = float(np.dot(np.asarray(m.embedding, dtype=np.float32), q))
+            vec = _as_vector(m.embedding)
+            if vec is None or vec.shape != q.shape:
+                continue
+            cos = float(np.dot(vec, q))
             if not math.isfinite(cos):
                 continue
             cos = max(-1.0, min(1.0, cos))  # float32 rounding must not push it past a floor of -1
@@ -600,27 +618,41 @@ class HybridStore(StoreDecorator):
         options: RetrieveOptions,
         q: np.ndarray,
         corpus: BM25Corpus,
+        rescore: Callable[[str, float], float],
     ) -> list[ScoredMemory]:
-        """The top ``options.limit`` of ``ranked`` ((score, id), best first) as results. Records
-        not loaded yet are read from the inner store in one call per round; a memory the store
-        no longer has (deleted behind this decorator) or that no longer passes the filters or
-        the threshold (changed behind it; similarity recomputed from the stored vector) is
-        skipped and the next ranked candidate takes its place."""
+        """The top ``options.limit`` of ``ranked`` ((score, id), best first) as results.
+
+        Candidates scored from a held vector are read from the inner store (one ``get_many``
+        per round, for the leading ones) before they are returned. One the store no longer has
+        (deleted behind this decorator), or that fails the filters now, is dropped and the next
+        ranked candidate moves up; one whose stored vector differs from the held one (changed
+        behind this decorator, then re-indexed by ``_load``) gets its cosine from the stored
+        vector and its score from ``rescore``, and is ranked again."""
+        pending = list(ranked)
         out: list[ScoredMemory] = []
-        pos = 0
-        while len(out) < options.limit and pos < len(ranked):
-            chunk = ranked[pos : pos + options.limit - len(out)]
-            pos += len(chunk)
-            need = [i for _, i in chunk if cands[i][0] is None]
-            loaded = await self._load(need, options.user_id, corpus) if need else {}
-            for score, memory_id in chunk:
+        while pending and len(out) < options.limit:
+            while pending and len(out) < options.limit and cands[pending[0][1]][0] is not None:
+                score, memory_id = pending.pop(0)
                 memory, cos = cands[memory_id]
-                if memory is None:
-                    fresh: dict[str, tuple[Memory | None, float]] = {}
-                    if memory_id in loaded:
-                        self._admit([loaded[memory_id]], options, q, fresh)
-                    if memory_id not in fresh or fresh[memory_id][1] < options.threshold:
-                        continue
-                    memory, cos = fresh[memory_id]
-                out.append(ScoredMemory(memory=memory, score=score, similarity=cos))
+                if cos >= options.threshold:
+                    out.append(ScoredMemory(memory=memory, score=score, similarity=cos))
+            if not pending or len(out) >= options.limit:
+                break
+            need = [i for _, i in pending[: options.limit - len(out)] if cands[i][0] is None]
+            loaded = await self._load(need, options.user_id, corpus)
+            rescored: dict[str, float] = {}
+            for memory_id in need:
+                fresh: dict[str, tuple[Memory | None, float]] = {}
+                if memory_id in loaded:
+                    self._admit([loaded[memory_id]], options, q, fresh)
+                if memory_id not in fresh:
+                    del cands[memory_id]
+                    continue
+                held = cands[memory_id][1]
+                cands[memory_id] = fresh[memory_id]
+                if abs(fresh[memory_id][1] - held) > 1e-6:
+                    rescored[memory_id] = rescore(memory_id, fresh[memory_id][1])
+            pending = sorted(
+                ((rescored.get(i, score), i) for score, i in pending if i in cands), key=lambda t: (-t[0], t[1])
+            )
         return out

@@ -546,13 +546,69 @@ async def test_held_vector_winner_deleted_behind_the_decorator_gives_way_to_the_
     assert "b" not in {i for i, _ in h.index.search("u1", "volcano")}
 
 
+async def _changed_behind(cache_vectors: bool):
+    inner = CountingStore(embed=fake_embed, dimension=DIM)
+    h = HybridStore(inner, **plain(candidate_pool=2, cache_vectors=cache_vectors))
+    for mid, text in (("a", "volcano lair map"), ("b", "volcano lair"), ("c", "what is on the map"), ("d", "a map of it")):
+        await put(h, mid, text)
+    await h.retrieve(opts(query="volcano"))
+    await inner.update("b", "u1", {"content": "volcano cake recipe"})  # new vector in the store only
+    # "b" comes in through its stale index entry (held vector of "volcano lair"): it must be
+    # rescored from the stored vector, which drops it below "c"
+    return await h.retrieve(opts(query="volcano lair map is on the", limit=2, threshold=0.0))
+
+
 async def test_held_vector_winner_changed_behind_the_decorator_is_rescored_from_the_store():
+    held, loaded = await _changed_behind(True), await _changed_behind(False)
+    assert ids(held) == ["a", "c"]
+    # the same order and scores as when every candidate is loaded from the store
+    assert [(r.memory.id, pytest.approx(r.score, abs=1e-6)) for r in held] == [(r.memory.id, r.score) for r in loaded]
+
+
+@pytest.mark.parametrize("cache_vectors", [True, False])
+async def test_update_through_the_decorator_ranks_like_a_fresh_index(cache_vectors):
+    inner = InMemoryStore(embed=fake_embed, dimension=DIM)
+    h = HybridStore(inner, **plain(candidate_pool=1, cache_vectors=cache_vectors))
+    for mid, text in (("a", "harbour ferry times"), ("b", "ferry"), ("c", "train times")):
+        await put(h, mid, text)
+    await h.retrieve(opts(query="ferry"))
+    await h.update("b", "u1", {"content": "ferry times harbour schedule"})
+    got = await h.retrieve(opts(query="harbour ferry times", limit=3))
+    fresh = HybridStore(inner, **plain(candidate_pool=1, cache_vectors=False))  # built from the store
+    want = await fresh.retrieve(opts(query="harbour ferry times", limit=3))
+    assert [(r.memory.id, r.memory.content, round(r.score, 6)) for r in got] == [
+        (r.memory.id, r.memory.content, round(r.score, 6)) for r in want
+    ]
+    held = h.index.corpus("u1").attrs("b")["vec"]
+    if cache_vectors:
+        assert np.allclose(held, fake_vector("ferry times harbour schedule"), atol=1e-6)
+    else:
+        assert held is None
+
+
+async def test_held_vector_winner_moved_to_another_project_or_owned_by_another_user_is_not_returned():
     inner = CountingStore(embed=fake_embed, dimension=DIM)
     h = HybridStore(inner, **plain(candidate_pool=1))
-    await put(h, "a", "volcano lair map")
-    await put(h, "b", "volcano lair")
+    await put(h, "a", "volcano lair map", project_id="p")
+    await put(h, "b", "volcano lair", project_id="p")
+    await put(h, "c", "volcano", project_id="p")
+    await put(h, "x", "volcano lair map", user="u2", project_id="p")
+    await h.retrieve(opts(query="volcano", project_id="p"))
+    await inner.update("b", "u1", {"project_id": "q"})  # behind the decorator: the index still says "p"
+    got = await h.retrieve(opts(query="volcano lair map", limit=3, project_id="p"))
+    assert ids(got) == ["a", "c"]
+    assert all(r.memory.user_id == "u1" and r.memory.project_id == "p" for r in got)
+
+
+async def test_a_vector_hit_without_a_held_vector_gets_it_back_when_loaded():
+    inner = InMemoryStore(embed=fake_embed, dimension=DIM)
+    h = HybridStore(inner, **plain())
+    await put(h, "a", "volcano lair")
     await h.retrieve(opts(query="volcano"))
-    await inner.update("b", "u1", {"content": "volcano cake recipe"})  # new vector in the store
-    got = {r.memory.id: r for r in await h.retrieve(opts(query="volcano lair map", limit=2, threshold=0.0))}
-    assert got["b"].memory.content == "volcano cake recipe"
-    assert got["b"].similarity == pytest.approx(cos("volcano lair map", "volcano cake recipe"), abs=1e-5)
+    await inner.update("a", "u1", {"content": "volcano lair map"})  # behind the decorator
+    corpus = h.index.corpus("u1")
+    (hit,) = await inner.retrieve(opts(query="volcano lair map", hybrid=False, limit=1))
+    h._reconcile("u1", corpus, hit.memory)  # as a vector hit does: its record carries no vector
+    assert corpus.attrs("a")["vec"] is None and [i for i, _ in h.index.search("u1", "map")] == ["a"]
+    await h._load(["a"], "u1", corpus)
+    assert np.allclose(corpus.attrs("a")["vec"], fake_vector("volcano lair map"), atol=1e-6)
