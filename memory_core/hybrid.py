@@ -123,6 +123,15 @@ def _as_vector(embedding) -> np.ndarray | None:
     return vec / norm if norm > 0 else None
 
 
+def _cosine(vec: np.ndarray | None, q: np.ndarray) -> float | None:
+    """Cosine of unit vectors ``vec`` and ``q``, clamped to [-1, 1] (float32 rounding must not
+    push it past a floor of -1); None when ``vec`` is missing, of another shape or not finite."""
+    if vec is None or vec.shape != q.shape:
+        return None
+    cos = float(np.dot(vec, q))
+    return max(-1.0, min(1.0, cos)) if math.isfinite(cos) else None
+
+
 def _group_of(memory: Memory) -> tuple | None:
     session = memory.metadata.get("session") if isinstance(memory.metadata, dict) else None
     if memory.conversation_id is None and session is None:
@@ -559,16 +568,9 @@ class HybridStore(StoreDecorator):
                 continue
             if options.types and m.type not in options.types:
                 continue
-            if m.embedding is None:
-                continue
-            vec = _as_vector(m.embedding)
-            if vec is None or vec.shape != q.shape:
-                continue
-            cos = float(np.dot(vec, q))
-            if not math.isfinite(cos):
-                continue
-            cos = max(-1.0, min(1.0, cos))  # float32 rounding must not push it past a floor of -1
-            into[m.id] = (m, cos)
+            cos = _cosine(_as_vector(m.embedding), q)
+            if cos is not None:
+                into[m.id] = (m, cos)
 
     @staticmethod
     def _cached_vector(corpus: BM25Corpus, memory_id: str) -> np.ndarray | None:
@@ -602,11 +604,9 @@ class HybridStore(StoreDecorator):
                 if loaded is None:
                     need.append(memory_id)
                 continue
-            if not corpus.passes(memory_id, options.project_id, options.types) or vec.shape != q.shape:
-                continue
-            cos = float(np.dot(vec, q))
-            if math.isfinite(cos):
-                into[memory_id] = (None, max(-1.0, min(1.0, cos)))
+            cos = _cosine(vec, q)
+            if cos is not None and corpus.passes(memory_id, options.project_id, options.types):
+                into[memory_id] = (None, cos)
         if need:
             fetched = await self._load(need, options.user_id, corpus)
             self._admit([fetched[i] for i in need if i in fetched], options, q, into)
