@@ -163,6 +163,7 @@ def retrieval_settings(args) -> RetrievalSettings:
         temporal_weight=args.temporal_weight,
         bm25_k1=args.k1,
         bm25_b=args.b,
+        held_search_max=args.held_search_max,
     )
 
 
@@ -292,6 +293,8 @@ async def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--no-temporal-boost", action="store_true")
     ap.add_argument("--k1", type=float, default=d.bm25_k1)
     ap.add_argument("--b", type=float, default=d.bm25_b)
+    ap.add_argument("--held-search-max", type=int, default=d.held_search_max,
+                    help="users with at most this many memories: exact search of the held vectors (0: the store searches)")
     args = ap.parse_args(argv)
     backends = list(BACKENDS) if args.backend == "all" else [args.backend]
 
@@ -305,7 +308,8 @@ async def main(argv: list[str] | None = None) -> dict:
           f"(categories 1-4 with evidence), threshold {args.threshold}")
     print(f"hybrid: fusion={args.fusion} lexical_weight={args.lexical_weight} pool={args.candidate_pool} "
           f"neighbor={args.neighbor_weight} speaker={args.speaker_weight} "
-          f"temporal={0 if args.no_temporal_boost else args.temporal_weight} k1={args.k1} b={args.b}")
+          f"temporal={0 if args.no_temporal_boost else args.temporal_weight} k1={args.k1} b={args.b} "
+          f"held_search_max={args.held_search_max}")
     bm25 = bm25_rows(samples, qs, args)
 
     server = None

@@ -51,10 +51,11 @@ from memory_core.embedding import (
     LocalEncoder,
     RemoteEncoder,
     batch_cost,
-    compute_identity,
+    check_identity,
     model_label,
+    open_local_encoder,
 )
-from memory_core.errors import EmbeddingIdentityMismatch, InvalidInput
+from memory_core.errors import InvalidInput
 
 logger = logging.getLogger("ray.serve")
 
@@ -147,23 +148,15 @@ class Embedder:
 
     def __init__(self, settings: dict, identity: str, num_threads: int | None = None):
         self.settings = EmbeddingSettings.model_validate(settings)
-        self.identity = compute_identity(self.settings)
-        if self.identity.digest != identity:
-            raise EmbeddingIdentityMismatch(
-                f"Embedder was deployed for model identity {identity[:12]}… but the configured model "
-                f"{self.settings.model!r} has identity {self.identity.short} (files or settings changed): "
-                "rebuild the application so the new identity enters its args"
-            )
         if self.settings.remote is not None:
+            self.identity = check_identity(self.settings, identity, who="Embedder")
             self.encoder: LocalEncoder | RemoteEncoder = RemoteEncoder(
                 self.settings.remote, normalize=self.settings.normalize
             )
         else:
-            self.encoder = LocalEncoder(self.settings, num_threads=num_threads or _default_threads())
-            if self.encoder.dimension != self.identity.dimension:
-                raise EmbeddingIdentityMismatch(
-                    f"model loaded with dimension {self.encoder.dimension}, files declare {self.identity.dimension}"
-                )
+            self.encoder, self.identity = open_local_encoder(
+                self.settings, identity, who="Embedder", num_threads=num_threads or _default_threads()
+            )
         self.model = model_label(self.settings)
         self.max_seq_length = self.encoder.max_seq_length
         self._batch_sizes: deque[int] = deque(maxlen=STATS_WINDOW)

@@ -46,7 +46,7 @@ import httpx
 import numpy as np
 
 from .config import EmbeddingSettings, RemoteEmbeddingSettings
-from .errors import ConfigError, InvalidInput, MemoryError_
+from .errors import ConfigError, EmbeddingIdentityMismatch, InvalidInput, MemoryError_
 
 BUNDLED_PREFIX = "bundled:"
 BUNDLED_MODELS = ("all-MiniLM-L6-v2",)
@@ -557,6 +557,42 @@ class LocalEncoder:
             truncated=[c > self.max_seq_length for c in counts],
             token_counts=counts,
         )
+
+
+def check_identity(settings: EmbeddingSettings, expected_identity: str, *, who: str) -> ModelIdentity:
+    """The identity of the model ``settings`` describe (``compute_identity``), which must be
+    ``expected_identity`` (the digest the application was built with); ``who`` names the
+    caller in the error. Raises ``EmbeddingIdentityMismatch`` when it is not, ``ConfigError``
+    as ``compute_identity``."""
+    identity = compute_identity(settings)
+    if identity.digest != expected_identity:
+        raise EmbeddingIdentityMismatch(
+            f"{who} was deployed for model identity {expected_identity[:12]}… but the configured model "
+            f"{model_label(settings)!r} has identity {identity.short} (files or settings changed): "
+            "rebuild the application so the new identity enters its args"
+        )
+    return identity
+
+
+def open_local_encoder(
+    settings: EmbeddingSettings, expected_identity: str, *, who: str, num_threads: int | None = None
+) -> tuple[LocalEncoder, ModelIdentity]:
+    """Load the local model ``settings`` describe, refusing one whose identity is not
+    ``expected_identity`` (the digest the application was built with).
+
+    ``who`` names the loader in error messages (``"Embedder"``, ``"store shard"``).
+    Returns ``(encoder, identity)``. Raises ``EmbeddingIdentityMismatch`` when the files (or
+    settings) now give another identity, or the loaded model's dimension differs from the one
+    its files declare; ``ConfigError`` when the model cannot be found or loaded or
+    ``settings.remote`` is set.
+    """
+    identity = check_identity(settings, expected_identity, who=who)
+    encoder = LocalEncoder(settings, num_threads=num_threads)
+    if encoder.dimension != identity.dimension:
+        raise EmbeddingIdentityMismatch(
+            f"model loaded with dimension {encoder.dimension}, files declare {identity.dimension}"
+        )
+    return encoder, identity
 
 
 def _embeddings_url(base_url: str) -> str:

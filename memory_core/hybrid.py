@@ -39,15 +39,21 @@ indexes the content without a leading ``"<speaker>: "`` when ``metadata["speaker
 query separately (``speaker_weight``). ``similarity`` of every result is its cosine, and
 ``threshold`` is a cosine floor for every candidate whichever side found it.
 
-Candidates: the inner store's vector top ``candidate_pool`` (≥ ``limit``), the lexical top
+Candidates: the vector top ``candidate_pool`` (≥ ``limit``), the lexical top
 ``candidate_pool`` (honouring ``project_id``/``types``), and the neighbours of the
 ``2 · limit`` best of those. With ``cache_vectors`` (default) the index holds each memory's
-vector, so lexical and neighbour candidates are scored without a store round trip: a search
-costs the inner store one vector search plus one ``get_many`` of the winners the vector
-search did not return (one more round per time a winner turns out deleted or changed behind
-this decorator; see ``_winners``). Milvus Lite, LoCoMo: p50 32 → 11 ms. Without it, they are loaded
-(one ``get_many`` for the lexical side, overlapping the query embedding, one for the
-neighbours). Only the returned memories get their access counts bumped: the
+vector (``memory_core.held_vectors``), so lexical and neighbour candidates are scored without a
+store round trip, and for a user with at most ``held_search_max`` memories the vector top is
+an exact cosine search of the held vectors here (one matrix-vector product) instead of the
+inner store's search. A search then costs the inner store one ``get_many`` of the winners
+(one more round per time a winner turns out deleted or changed behind this decorator, see
+``_winners``; when a held-vector candidate turns out deleted, the ranking is redone without
+it, at most ``_PRUNED_RERANKS`` times, so the pool is what a store search would give).
+Milvus Lite, LoCoMo, query vector given: hybrid retrieve p50 32 ms (everything loaded) → 13 ms
+(held vectors, store vector search) → 8 ms (held search). Larger users: the inner store's
+vector search plus one ``get_many`` of the winners it did not return. Without
+``cache_vectors`` every candidate is loaded (one ``get_many`` for the lexical side,
+overlapping the query embedding, one for the neighbours). Only the returned memories get their access counts bumped: the
 vector pool is read with ``inner.retrieve(..., touch=False)`` and the final top ``limit`` go
 through ``inner.record_access`` (hooks of ``MemoryStore``/``StoreDecorator``). Compose a hot
 cache (``CachingStore``) *outside* this decorator — it caches final answers; an inner decorator
@@ -69,6 +75,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .config import RetrievalSettings
+from .held_vectors import HeldVectors, clamp_cosine, unit_vector
 from .lexical import BM25Corpus, LexicalIndex, tokenize
 from .errors import InvalidInput, StoreClosed
 from .sanitize import require_user_id
@@ -78,6 +85,9 @@ from .types import Memory, MemoryType, RetrieveOptions, ScoredMemory
 
 Fusion = Literal["score", "rrf"]
 _D = RetrievalSettings()  # constructor defaults = the configuration defaults
+_PRUNED_RERANKS = 2
+"""Most extra rankings of one retrieve after finding held-vector candidates deleted behind
+the decorator (each ranking prunes what it found)."""
 
 
 def _content_key(content: str) -> str:
@@ -111,25 +121,12 @@ def _types_or_none(types) -> tuple[MemoryType, ...] | None:
     return tuple(out)
 
 
-def _as_vector(embedding) -> np.ndarray | None:
-    """``embedding`` as a finite 1-D float32 unit vector (cosine = dot product, as a COSINE
-    metric backend computes it whether or not it normalised what it stored), else None."""
-    if embedding is None:
-        return None
-    vec = np.asarray(embedding, dtype=np.float32)
-    if vec.ndim != 1 or not vec.size or not np.isfinite(vec).all():
-        return None
-    norm = float(np.linalg.norm(vec))
-    return vec / norm if norm > 0 else None
-
-
 def _cosine(vec: np.ndarray | None, q: np.ndarray) -> float | None:
-    """Cosine of unit vectors ``vec`` and ``q``, clamped to [-1, 1] (float32 rounding must not
-    push it past a floor of -1); None when ``vec`` is missing, of another shape or not finite."""
+    """Cosine of unit vectors ``vec`` and ``q``, clamped to [-1, 1]; None when ``vec`` is
+    missing, of another shape or not finite."""
     if vec is None or vec.shape != q.shape:
         return None
-    cos = float(np.dot(vec, q))
-    return max(-1.0, min(1.0, cos)) if math.isfinite(cos) else None
+    return clamp_cosine(float(np.dot(vec, q)))
 
 
 def _group_of(memory: Memory) -> tuple | None:
@@ -194,6 +191,9 @@ class HybridStore(StoreDecorator):
         cache_vectors: hold each indexed memory's vector (float32, 4 bytes × dimension) with
             its index entry, so lexical and neighbour candidates are scored without a store
             round trip; off: they are loaded from the inner store (two more round trips).
+        held_search_max: users with at most this many indexed memories get the vector side
+            from an exact search of their held vectors, not from the inner store (needs
+            ``cache_vectors``; 0: always the inner store).
         Defaults are those of ``RetrievalSettings``.
     Raises ``ValueError`` for parameters out of range.
     """
@@ -213,6 +213,7 @@ class HybridStore(StoreDecorator):
         b: float = _D.bm25_b,
         max_users: int = _D.max_index_users,
         cache_vectors: bool = _D.cache_vectors,
+        held_search_max: int = _D.held_search_max,
     ):
         super().__init__(inner)
         if candidate_pool < 1 or rrf_k < 1:
@@ -221,6 +222,8 @@ class HybridStore(StoreDecorator):
             raise ValueError(f"unknown fusion {fusion!r}")
         if min(neighbor_weight, speaker_weight, temporal_weight, neighbor_max_gap_s) < 0:
             raise ValueError("weights and gaps must be ≥ 0")
+        if held_search_max < 0:
+            raise ValueError("held_search_max must be ≥ 0")
         self.candidate_pool = candidate_pool
         self.fusion = fusion
         self.rrf_k = rrf_k
@@ -229,8 +232,11 @@ class HybridStore(StoreDecorator):
         self.speaker_weight = speaker_weight
         self.temporal_weight = temporal_weight
         self.cache_vectors = cache_vectors
+        self.held_search_max = held_search_max
         self.index = LexicalIndex(max_users=max_users, k1=k1, b=b, on_evict=self._evicted)
         self._timelines: dict[str, _Timeline] = {}
+        self._held: dict[str, HeldVectors] = {}
+        self._pruned = 0  # index entries found deleted behind this decorator (see retrieve)
         self._building: dict[str, list[tuple[str, Any]]] = {}
         self._build_tasks: dict[str, asyncio.Future] = {}
         try:
@@ -254,13 +260,20 @@ class HybridStore(StoreDecorator):
             b=settings.bm25_b,
             max_users=settings.max_index_users,
             cache_vectors=settings.cache_vectors,
+            held_search_max=settings.held_search_max,
         )
 
     # ------------------------------------------------------------------ index upkeep
     def _evicted(self, user_id: str) -> None:
         self._timelines.pop(user_id, None)
+        self._held.pop(user_id, None)
 
-    def _index_memory(self, corpus: BM25Corpus, timeline: _Timeline, memory: Memory) -> None:
+    def held_vector(self, user_id: str, memory_id: str) -> np.ndarray | None:
+        """A copy of the unit vector held for ``memory_id`` of a loaded user, else None."""
+        held = self._held.get(user_id)
+        return held.get(memory_id) if held is not None else None
+
+    def _index_memory(self, corpus: BM25Corpus, timeline: _Timeline, held: HeldVectors, memory: Memory) -> None:
         old = corpus.attrs(memory.id)
         if old:
             timeline.remove(old.get("group"), old.get("ts", 0.0), memory.id)
@@ -268,19 +281,21 @@ class HybridStore(StoreDecorator):
         ts = memory.created_at.timestamp() if memory.created_at else 0.0
         group = _group_of(memory)
         key = _content_key(memory.content)
-        vec = _as_vector(memory.embedding) if self.cache_vectors else None
-        if vec is None and old and old.get("key") == key:
-            vec = old.get("vec")  # same content, same vector: keep the one held
         attrs = {
             "key": key,
             "speaker_terms": frozenset(tokenize(speaker)) if speaker else frozenset(),
             "temporal": has_time_expression(body),
             "group": group,
             "ts": ts,
-            "vec": vec,
         }
         corpus.add(memory.id, body, project_id=memory.project_id, type=memory.type, attrs=attrs)
         timeline.add(group, ts, memory.id)
+        if not self.cache_vectors:
+            return
+        if memory.embedding is not None:
+            held.put(memory.id, memory.embedding)  # an unusable vector drops the held one
+        elif not (old and old.get("key") == key):
+            held.remove(memory.id)  # same content keeps the vector held; new content has none yet
 
     def _unindex(self, user_id: str, memory_id: str) -> None:
         corpus = self.index.corpus(user_id)
@@ -290,6 +305,8 @@ class HybridStore(StoreDecorator):
         if old and user_id in self._timelines:
             self._timelines[user_id].remove(old.get("group"), old.get("ts", 0.0), memory_id)
         corpus.remove(memory_id)
+        if user_id in self._held:
+            self._held[user_id].remove(memory_id)
 
     def _apply(self, user_id: str, op: str, arg: Any) -> None:
         """Apply a write to a loaded index, queue it for an index being built, or drop it
@@ -300,13 +317,14 @@ class HybridStore(StoreDecorator):
         if corpus is None:
             return
         if op == "add":
-            self._index_memory(corpus, self._timelines[user_id], arg)
+            self._index_memory(corpus, self._timelines[user_id], self._held[user_id], arg)
         elif op == "remove":
             self._unindex(user_id, arg)
         elif op == "scope":
             if arg[1] == ():
                 return
-            corpus.remove_where(*arg)
+            for memory_id in corpus.remove_where(*arg):
+                self._held[user_id].remove(memory_id)
             self._rebuild_timeline(user_id, corpus)
 
     def _rebuild_timeline(self, user_id: str, corpus: BM25Corpus) -> None:
@@ -333,26 +351,30 @@ class HybridStore(StoreDecorator):
         try:
             corpus = BM25Corpus(self.index.k1, self.index.b)
             timeline = _Timeline()
+            held = HeldVectors()
             offset = 0
             while True:
                 page = await self.inner.list(user_id, limit=MAX_LIST_LIMIT, offset=offset)
                 for m in page.memories:
                     if m.user_id == user_id:
-                        self._index_memory(corpus, timeline, m)
+                        self._index_memory(corpus, timeline, held, m)
                 offset += len(page.memories)
                 if not page.memories or offset >= page.total:
                     break
             for op, arg in self._building[user_id]:
                 if op == "add":
-                    self._index_memory(corpus, timeline, arg)
+                    self._index_memory(corpus, timeline, held, arg)
                 elif op == "remove":
                     old = corpus.attrs(arg)
                     if old:
                         timeline.remove(old.get("group"), old.get("ts", 0.0), arg)
                     corpus.remove(arg)
+                    held.remove(arg)
                 elif op == "scope" and arg[1] != ():
-                    corpus.remove_where(*arg)
+                    for memory_id in corpus.remove_where(*arg):
+                        held.remove(memory_id)
             self._timelines[user_id] = timeline
+            self._held[user_id] = held
             self.index.load_user(user_id, corpus)
             if any(op == "scope" for op, _ in self._building[user_id]):
                 self._rebuild_timeline(user_id, corpus)
@@ -406,19 +428,49 @@ class HybridStore(StoreDecorator):
         if not math.isfinite(options.threshold):
             raise InvalidInput("threshold must be a finite number")
         user_id = options.user_id
+        for _ in range(_PRUNED_RERANKS + 1):
+            pruned = self._pruned
+            results, held_search, vector = await self._ranked(options)
+            if not held_search or self._pruned == pruned:
+                break
+            # Memories deleted behind this decorator were pruned from the index while they
+            # held places in the held-vector candidate pool: rank again without them (as a
+            # store search would have), reusing the query vector.
+            options = options.model_copy(update={"embedding": vector, "embedding_identity": None})
+        if results and touch:
+            now = await self.inner.record_access([r.memory.id for r in results], user_id)
+            results = [
+                r.model_copy(
+                    update={
+                        "memory": r.memory.model_copy(
+                            update={"access_count": r.memory.access_count + 1, "last_accessed": now, "embedding": None}
+                        )
+                    }
+                )
+                for r in results
+            ]
+        return results
+
+    async def _ranked(self, options: RetrieveOptions) -> tuple[list[ScoredMemory], bool, list[float]]:
+        """(the hybrid top ``limit``, access counts untouched; whether the held vectors were
+        searched; the query vector)."""
+        user_id = options.user_id
         if not self.index.has_user(user_id):
             await self._ensure_index(user_id)  # before the vector search: its hits are then current
         pool = max(self.candidate_pool, options.limit)
-        # The vector side (embedding the query when no vector was given, then the inner
-        # store's search) runs concurrently with the lexical side (BM25 scoring here, then
-        # loading the candidates whose vector the index does not hold): the round trips overlap.
-        vector_side = asyncio.ensure_future(self._vector_side(options, pool))
+        corpus = self.index.corpus(user_id) or await self._ensure_index(user_id)
+        # small enough to search the held vectors exactly, here, instead of the inner store
+        held_search = self.cache_vectors and 0 < self.held_search_max and len(corpus) <= self.held_search_max
+        # The vector side (embedding the query when no vector was given, then, unless the held
+        # vectors are searched, the inner store's search) runs concurrently with the lexical
+        # side (BM25 scoring here, then loading the candidates whose vector is not held): the
+        # round trips overlap.
+        vector_side = asyncio.ensure_future(self._vector_side(options, pool, search_store=not held_search))
         try:
-            corpus = self.index.corpus(user_id) or await self._ensure_index(user_id)
             q_terms = tokenize(options.query)
             lex_all = dict(corpus.score_terms(q_terms, None, options.project_id, options.types))
             lex_top = sorted(lex_all.items(), key=lambda kv: (-kv[1], kv[0]))[:pool]
-            uncached = [i for i, _ in lex_top if self._cached_vector(corpus, i) is None]
+            uncached = [i for i, _ in lex_top if self._cached_vector(user_id, i) is None]
             lex_loaded = await self._load(uncached, user_id, corpus)
         except BaseException:
             vector_side.cancel()
@@ -426,24 +478,29 @@ class HybridStore(StoreDecorator):
             if not vector_side.cancelled():
                 vector_side.exception()  # retrieved: its outcome is moot now
             raise
-        vector, vec_hits = await vector_side
+        vector, store_hits = await vector_side
         q_set = set(q_terms)
         max_bm25 = lex_top[0][1] if lex_top else 0.0
 
-        q = _as_vector(vector)
+        q = unit_vector(vector)
         if q is None:
             raise InvalidInput("query vector must be finite and non-zero")
-        # id → (record, cosine); the record is None until loaded (candidates scored from the
-        # index's vector are loaded only if they make the final top ``limit``)
-        cands: dict[str, tuple[Memory | None, float]] = {}
-        for hit in vec_hits:
-            self._reconcile(user_id, corpus, hit.memory)
-            cands[hit.memory.id] = (hit.memory, hit.similarity)
+        vec_top = await self._held_side(user_id, corpus, q, pool, options) if held_search else None
+        if vec_top is None:  # the inner store's vector search (asked for now if it was not)
+            if held_search:
+                store_hits = await self._store_search(options, vector, pool)
+            vec_top = []
+            for hit in store_hits:
+                self._reconcile(user_id, corpus, hit.memory)
+                vec_top.append((hit.memory.id, hit.memory, hit.similarity))
+        # id → (record, cosine); the record is None until loaded (candidates scored from a
+        # held vector are loaded only if they make the final top ``limit``)
+        cands: dict[str, tuple[Memory | None, float]] = {i: (m, cos) for i, m, cos in vec_top}
         await self._add_candidates(
             [i for i, _ in lex_top if i not in cands], options, q, corpus, cands, loaded=lex_loaded
         )
 
-        vec_rank = {h.memory.id: r for r, h in enumerate(vec_hits, 1)}
+        vec_rank = {i: r for r, (i, _, _) in enumerate(vec_top, 1)}
         lex_rank = {i: r for r, (i, _) in enumerate(lex_top, 1)}
         when_q = options.temporal_boost and self.temporal_weight > 0 and temporal_intent(options.query)
         w = min(max(options.lexical_weight, 0.0), 1.0)
@@ -500,20 +557,7 @@ class HybridStore(StoreDecorator):
             ((score_of(i), i) for i, (_, cos) in cands.items() if cos >= options.threshold),
             key=lambda t: (-t[0], t[1]),
         )
-        results = await self._winners(ranked, cands, options, q, corpus, rescore)
-        if results and touch:
-            now = await self.inner.record_access([r.memory.id for r in results], user_id)
-            results = [
-                r.model_copy(
-                    update={
-                        "memory": r.memory.model_copy(
-                            update={"access_count": r.memory.access_count + 1, "last_accessed": now, "embedding": None}
-                        )
-                    }
-                )
-                for r in results
-            ]
-        return results
+        return await self._winners(ranked, cands, options, q, corpus, rescore), held_search, vector
 
     def _reconcile(self, user_id: str, corpus: BM25Corpus, memory: Memory) -> None:
         """Re-index ``memory`` when the index holds another version of its content (the store's
@@ -521,22 +565,53 @@ class HybridStore(StoreDecorator):
         lacks is not added here: a read that raced a delete must not bring it back."""
         attrs = corpus.attrs(memory.id)
         timeline = self._timelines.get(user_id)
-        if timeline is None or attrs is None:
+        held = self._held.get(user_id)
+        if timeline is None or held is None or attrs is None:
             return
-        changed = attrs.get("key") != _content_key(memory.content)
-        vector_missing = self.cache_vectors and attrs.get("vec") is None and memory.embedding is not None
-        if changed or vector_missing:
-            self._index_memory(corpus, timeline, memory)
+        if attrs.get("key") != _content_key(memory.content):
+            self._index_memory(corpus, timeline, held, memory)
+        elif self.cache_vectors and memory.embedding is not None:
+            held.put(memory.id, memory.embedding)  # the stored vector is the truth
 
-    async def _vector_side(self, options: RetrieveOptions, pool: int) -> tuple[list[float], list[ScoredMemory]]:
-        """(query vector, the inner store's top ``pool`` by cosine, access counts untouched)."""
+    async def _vector_side(
+        self, options: RetrieveOptions, pool: int, *, search_store: bool
+    ) -> tuple[list[float], list[ScoredMemory]]:
+        """(query vector, the inner store's top ``pool`` by cosine when ``search_store``, else
+        ``[]``)."""
         vector = await self.inner.embed_query(options)
+        return vector, (await self._store_search(options, vector, pool) if search_store else [])
+
+    async def _store_search(self, options: RetrieveOptions, vector: list[float], pool: int) -> list[ScoredMemory]:
+        """The inner store's top ``pool`` by cosine to ``vector``, access counts untouched."""
         vec_opts = options.model_copy(
             update={"embedding": vector, "embedding_identity": None, "limit": min(pool, 1000), "hybrid": False}
         )
         if self._inner_touch_kw:
-            return vector, await self.inner.retrieve(vec_opts, touch=False)
-        return vector, await self.inner.retrieve(vec_opts)  # a decorator without the hook bumps the pool
+            return await self.inner.retrieve(vec_opts, touch=False)
+        return await self.inner.retrieve(vec_opts)  # a decorator without the hook bumps the pool
+
+    async def _held_side(
+        self, user_id: str, corpus: BM25Corpus, q: np.ndarray, pool: int, options: RetrieveOptions
+    ) -> list[tuple[str, None, float]] | None:
+        """The top ``pool`` of the user's held vectors by cosine with ``q`` (exact), honouring
+        ``project_id``/``types``, as (id, None, cosine) best first; None when the inner
+        store must be searched instead (the index was evicted meanwhile, or more than
+        ``MAX_LIST_LIMIT`` memories lack a held vector). Indexed memories without a held
+        vector are read from the inner store first (one ``get_many``), which holds theirs."""
+        held = self._held.get(user_id)
+        if held is None or self.index.corpus(user_id) is not corpus:
+            return None
+        if len(held) < len(corpus):
+            missing = [i for i in corpus.ids() if i not in held]
+            if len(missing) > MAX_LIST_LIMIT:
+                return None
+            await self._load(missing, user_id, corpus)
+            if self._held.get(user_id) is not held:
+                return None
+        keep = None
+        if options.project_id is not None or options.types:
+            keep = lambda i: corpus.passes(i, options.project_id, options.types)  # noqa: E731
+        return [(i, None, cos) for i, cos in held.top(q, pool, keep)]
 
     async def _load(self, ids: Sequence[str], user_id: str, corpus: BM25Corpus) -> dict[str, Memory]:
         """``ids`` loaded from the inner store (those that exist and belong to ``user_id``);
@@ -550,6 +625,7 @@ class HybridStore(StoreDecorator):
             m = found.get(memory_id)
             if m is None:
                 self._unindex(user_id, memory_id)
+                self._pruned += 1
                 continue
             if m.user_id != user_id:
                 continue
@@ -568,14 +644,13 @@ class HybridStore(StoreDecorator):
                 continue
             if options.types and m.type not in options.types:
                 continue
-            cos = _cosine(_as_vector(m.embedding), q)
+            cos = _cosine(unit_vector(m.embedding), q)
             if cos is not None:
                 into[m.id] = (m, cos)
 
-    @staticmethod
-    def _cached_vector(corpus: BM25Corpus, memory_id: str) -> np.ndarray | None:
-        attrs = corpus.attrs(memory_id)
-        return attrs.get("vec") if attrs else None
+    def _cached_vector(self, user_id: str, memory_id: str) -> np.ndarray | None:
+        held = self._held.get(user_id)
+        return held.get(memory_id) if held is not None else None
 
     async def _add_candidates(
         self,
@@ -599,7 +674,7 @@ class HybridStore(StoreDecorator):
             if loaded is not None and memory_id in loaded:
                 self._admit([loaded[memory_id]], options, q, into)
                 continue
-            vec = self._cached_vector(corpus, memory_id)
+            vec = self._cached_vector(options.user_id, memory_id)
             if vec is None:
                 if loaded is None:
                     need.append(memory_id)

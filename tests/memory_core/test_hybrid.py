@@ -513,27 +513,79 @@ def _conversation() -> list[Memory]:
     return [_turn(f"t{i}", who, text, i * 60, session=1 + i // 4) for i, (who, text) in enumerate(texts)]
 
 
+# (cache_vectors, held_search_max) → vector searches that reach the store
+MODES = {"held search": ((True, 10000), 0), "store search, held vectors": ((True, 0), 1), "load all": ((False, 10000), 1)}
+
+
 @pytest.mark.parametrize("query", ["what did you research", "lighthouse beach", "agencies", "when did Bob paint"])
 async def test_held_vectors_rank_exactly_as_loaded_ones_with_fewer_store_calls(query):
     results, loads = {}, {}
-    for cache_vectors in (True, False):
+    for mode, ((cache_vectors, held_search_max), searches) in MODES.items():
         inner = CountingStore(embed=fake_embed, dimension=DIM)
-        h = HybridStore(inner, cache_vectors=cache_vectors, candidate_pool=2)
+        h = HybridStore(inner, cache_vectors=cache_vectors, held_search_max=held_search_max, candidate_pool=2)
         for m in _conversation():
             await h.store(m)
         inner.loads.clear()
         got = await h.retrieve(opts(query=query, limit=3))
-        results[cache_vectors] = [(r.memory.id, round(r.score, 9), round(r.similarity, 9), r.memory.content) for r in got]
-        loads[cache_vectors] = sum(len(batch) for batch in inner.loads)
-        assert inner.searches == 1
-    assert results[True] == results[False] and results[True]
-    assert loads[True] < loads[False]
-    assert loads[True] <= 3  # at most the winners the vector search did not return
+        results[mode] = [(r.memory.id, r.memory.content, r.score, r.similarity) for r in got]
+        loads[mode] = sum(len(batch) for batch in inner.loads)
+        assert inner.searches == searches, mode
+    assert results["held search"]
+    for mode in ("store search, held vectors", "load all"):
+        # float32 dot products here against the store's cosine: equal to 1e-6
+        assert [(i, c, pytest.approx(s, abs=1e-6), pytest.approx(sim, abs=1e-6)) for i, c, s, sim in results[mode]] == (
+            results["held search"]
+        )
+    assert loads["store search, held vectors"] < loads["load all"]
+    assert loads["store search, held vectors"] <= 3  # at most the winners the vector search did not return
+    assert loads["held search"] == 3  # held search: one read, of the 3 winners
 
 
-async def test_held_vector_winner_deleted_behind_the_decorator_gives_way_to_the_next():
+@pytest.mark.parametrize("held_search_max", [10000, 0])
+async def test_held_search_honours_project_and_type_filters(held_search_max):
     inner = CountingStore(embed=fake_embed, dimension=DIM)
-    h = HybridStore(inner, **plain(candidate_pool=1))  # the vector side returns one memory
+    h = HybridStore(inner, **plain(held_search_max=held_search_max))
+    await put(h, "a", "volcano lair map", project_id="p")
+    await put(h, "b", "volcano lair map", project_id="q")
+    await put(h, "c", "volcano lair", project_id="p", type=MemoryType.PROCEDURAL)
+    assert ids(await h.retrieve(opts(query="volcano lair map", project_id="p"))) == ["a", "c"]
+    assert ids(await h.retrieve(opts(query="volcano lair map", project_id="q"))) == ["b"]
+    assert ids(await h.retrieve(opts(query="volcano", types=[MemoryType.PROCEDURAL]))) == ["c"]
+
+
+async def test_held_search_reads_the_memories_whose_vector_is_not_held_and_holds_them():
+    inner = CountingStore(embed=fake_embed, dimension=DIM)
+    h = HybridStore(inner, **plain())
+    await put(h, "a", "volcano lair map")
+    await put(h, "b", "sunny beach")
+    await h.retrieve(opts(query="beach"))
+    h._held["u1"].remove("a")  # as after an index entry written without a vector
+    inner.loads.clear()
+    got = await h.retrieve(opts(query="volcano lair map", limit=1))
+    assert ids(got) == ["a"] and inner.searches == 0
+    assert inner.loads[0] == ["a"]  # read once to hold its vector ...
+    assert np.allclose(h.held_vector("u1", "a"), fake_vector("volcano lair map"), atol=1e-6)
+    inner.loads.clear()
+    await h.retrieve(opts(query="volcano lair map", limit=1))
+    assert inner.loads == [["a"]]  # ... then only as the winner
+
+
+async def test_users_above_held_search_max_are_searched_by_the_store():
+    inner = CountingStore(embed=fake_embed, dimension=DIM)
+    h = HybridStore(inner, **plain(held_search_max=2))
+    await put(h, "a", "volcano lair map")
+    await put(h, "b", "sunny beach")
+    await h.retrieve(opts(query="volcano"))
+    assert inner.searches == 0
+    await put(h, "c", "volcano")
+    assert ids(await h.retrieve(opts(query="volcano lair map", limit=2))) == ["a", "c"]
+    assert inner.searches == 1
+
+
+@pytest.mark.parametrize("held_search_max", [10000, 0])
+async def test_held_vector_winner_deleted_behind_the_decorator_gives_way_to_the_next(held_search_max):
+    inner = CountingStore(embed=fake_embed, dimension=DIM)
+    h = HybridStore(inner, **plain(candidate_pool=1, held_search_max=held_search_max))  # a pool of 2 (limit)
     await put(h, "a", "volcano lair map")
     await put(h, "b", "volcano lair")
     await put(h, "c", "volcano")
@@ -546,9 +598,9 @@ async def test_held_vector_winner_deleted_behind_the_decorator_gives_way_to_the_
     assert "b" not in {i for i, _ in h.index.search("u1", "volcano")}
 
 
-async def _changed_behind(cache_vectors: bool):
+async def _changed_behind(cache_vectors: bool, held_search_max: int = 10000):
     inner = CountingStore(embed=fake_embed, dimension=DIM)
-    h = HybridStore(inner, **plain(candidate_pool=2, cache_vectors=cache_vectors))
+    h = HybridStore(inner, **plain(candidate_pool=2, cache_vectors=cache_vectors, held_search_max=held_search_max))
     for mid, text in (("a", "volcano lair map"), ("b", "volcano lair"), ("c", "what is on the map"), ("d", "a map of it")):
         await put(h, mid, text)
     await h.retrieve(opts(query="volcano"))
@@ -558,8 +610,9 @@ async def _changed_behind(cache_vectors: bool):
     return await h.retrieve(opts(query="volcano lair map is on the", limit=2, threshold=0.0))
 
 
-async def test_held_vector_winner_changed_behind_the_decorator_is_rescored_from_the_store():
-    held, loaded = await _changed_behind(True), await _changed_behind(False)
+@pytest.mark.parametrize("held_search_max", [10000, 0])
+async def test_held_vector_winner_changed_behind_the_decorator_is_rescored_from_the_store(held_search_max):
+    held, loaded = await _changed_behind(True, held_search_max), await _changed_behind(False)
     assert ids(held) == ["a", "c"]
     # the same order and scores as when every candidate is loaded from the store
     assert [(r.memory.id, pytest.approx(r.score, abs=1e-6)) for r in held] == [(r.memory.id, r.score) for r in loaded]
@@ -579,16 +632,17 @@ async def test_update_through_the_decorator_ranks_like_a_fresh_index(cache_vecto
     assert [(r.memory.id, r.memory.content, round(r.score, 6)) for r in got] == [
         (r.memory.id, r.memory.content, round(r.score, 6)) for r in want
     ]
-    held = h.index.corpus("u1").attrs("b")["vec"]
+    held = h.held_vector("u1", "b")
     if cache_vectors:
         assert np.allclose(held, fake_vector("ferry times harbour schedule"), atol=1e-6)
     else:
         assert held is None
 
 
-async def test_held_vector_winner_moved_to_another_project_or_owned_by_another_user_is_not_returned():
+@pytest.mark.parametrize("held_search_max", [10000, 0])
+async def test_held_vector_winner_moved_to_another_project_or_owned_by_another_user_is_not_returned(held_search_max):
     inner = CountingStore(embed=fake_embed, dimension=DIM)
-    h = HybridStore(inner, **plain(candidate_pool=1))
+    h = HybridStore(inner, **plain(candidate_pool=1, held_search_max=held_search_max))
     await put(h, "a", "volcano lair map", project_id="p")
     await put(h, "b", "volcano lair", project_id="p")
     await put(h, "c", "volcano", project_id="p")
@@ -609,6 +663,6 @@ async def test_a_vector_hit_without_a_held_vector_gets_it_back_when_loaded():
     corpus = h.index.corpus("u1")
     (hit,) = await inner.retrieve(opts(query="volcano lair map", hybrid=False, limit=1))
     h._reconcile("u1", corpus, hit.memory)  # as a vector hit does: its record carries no vector
-    assert corpus.attrs("a")["vec"] is None and [i for i, _ in h.index.search("u1", "map")] == ["a"]
+    assert h.held_vector("u1", "a") is None and [i for i, _ in h.index.search("u1", "map")] == ["a"]
     await h._load(["a"], "u1", corpus)
-    assert np.allclose(corpus.attrs("a")["vec"], fake_vector("volcano lair map"), atol=1e-6)
+    assert np.allclose(h.held_vector("u1", "a"), fake_vector("volcano lair map"), atol=1e-6)
