@@ -24,6 +24,7 @@ from ray.exceptions import RayActorError
 from ray.util import metrics as ray_metrics
 
 from memory_core.config import MemoryStoreSettings
+from memory_core.embedding import CoalescingEmbedFn, compute_identity, open_local_encoder
 from memory_core.errors import (
     EmbeddingIdentityMismatch,
     MemoryError_,
@@ -53,16 +54,33 @@ STORE_METHODS = frozenset(
 READ_METHODS = frozenset({"retrieve", "get", "get_many", "list", "check_connection"})
 
 
+def _in_shard_query_embedder(settings: MemoryStoreSettings, identity: str | None) -> CoalescingEmbedFn:
+    """``pool.query_embedding: in_shard``: this process's CPU copy of the local model (one
+    torch thread), refused unless its identity is the application's; concurrent queries share
+    forward passes. Raises ``EmbeddingIdentityMismatch``/``ConfigError`` (the shard, and so the
+    deployment, fails at start)."""
+    embedding = settings.embedding.model_copy(update={"device": "cpu"})  # the device is not part of the identity
+    expected = identity if identity is not None else compute_identity(embedding).digest
+    encoder, _ = open_local_encoder(embedding, expected, who="store shard (pool.query_embedding: in_shard)", num_threads=1)
+    return CoalescingEmbedFn(encoder, max_batch=64, wait_s=0.0)
+
+
 @ray.remote(num_cpus=0, max_concurrency=1000)
 class StoreShard:
     """One store client. ``call(method, *args)`` runs a store-contract method and returns
-    ``("ok", result)`` or ``("error", {"code", "message"})``."""
+    ``("ok", result)`` or ``("error", {"code", "message"})``. Documents are embedded by the
+    Embedder deployment (``embedder`` handle); query texts too, unless
+    ``pool.query_embedding`` is ``in_shard`` (then by this shard's own copy of the model)."""
 
     def __init__(self, settings: dict, dimension: int, identity: str | None, collection_suffix: str | None, embedder):
         from memory_core.stores.factory import make_store
 
+        parsed = MemoryStoreSettings.model_validate(settings)
         self._embedder = embedder
         self._identity = identity
+        embed_query = None
+        if parsed.pool.query_embedding == "in_shard":
+            embed_query = _in_shard_query_embedder(parsed, identity)
         # the hot cache reports hits, misses and fail-open reads; exported as a Ray metric
         # (shards are plain actors, so ray.util.metrics rather than ray.serve.metrics)
         self._cache_events = ray_metrics.Counter(
@@ -70,8 +88,9 @@ class StoreShard:
             tag_keys=("event",),
         )
         self.store = make_store(
-            MemoryStoreSettings.model_validate(settings),
+            parsed,
             embed=self._embed,
+            embed_query=embed_query,
             dimension=dimension,
             identity=identity,
             collection_suffix=collection_suffix,

@@ -703,8 +703,10 @@ class CoalescingEmbedFn:
     """Async ``EmbedFn`` (``list[str]`` → n unit vectors) over an encoder that merges
     concurrent calls into one ``encode`` of up to ``max_batch`` texts (a larger call goes alone),
     so per-memory ``store()`` calls running concurrently share forward passes. Local encoders
-    run in a worker thread. Used in-process (CLI migration); the service uses the Embedder
-    deployment instead. Errors of ``encode`` propagate to every caller of that batch."""
+    run in a worker thread, one ``encode`` at a time. Used in-process: the CLI migration, and a
+    store shard's query embedding with ``pool.query_embedding: in_shard`` (``wait_s=0``); the
+    service otherwise embeds through the Embedder deployment. Errors of ``encode`` propagate
+    to every caller of that batch."""
 
     def __init__(self, encoder: "LocalEncoder | RemoteEncoder", *, max_batch: int = 64, wait_s: float = 0.002):
         self.encoder = encoder

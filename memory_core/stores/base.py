@@ -71,6 +71,8 @@ class MemoryStore(ABC):
     Args:
         embed: async text→vector function used when a memory or query has no vector;
             ``None`` means vectors must always be supplied.
+        embed_query: the function used for query texts instead of ``embed`` (same model
+            identity; e.g. an in-process copy of the model); ``None``: ``embed``.
         dimension: vector dimension; vectors of another length raise ``InvalidInput``.
         identity: embedding model identity digest of the vectors this store holds; a
             vector tagged with another identity raises ``EmbeddingIdentityMismatch``.
@@ -88,10 +90,12 @@ class MemoryStore(ABC):
         dimension: int,
         identity: str | None = None,
         access_flush_s: float = 5.0,
+        embed_query: EmbedFn | None = None,
     ):
         if dimension <= 0:
             raise InvalidInput("dimension must be positive")
         self._embed = embed
+        self._embed_query = embed_query
         self.dimension = dimension
         self.identity = identity
         self._closed = False
@@ -167,10 +171,11 @@ class MemoryStore(ABC):
             return await self._check_connection()
 
     # ------------------------------------------------------------------ helpers
-    async def _vectors(self, texts: list[str]) -> list[list[float]]:
-        if self._embed is None:
+    async def _vectors(self, texts: list[str], *, query: bool = False) -> list[list[float]]:
+        embed = (self._embed_query or self._embed) if query else self._embed
+        if embed is None:
             raise InvalidInput("no embedding supplied and this store has no embedder")
-        vectors = await self._embed(texts)
+        vectors = await embed(texts)
         self._still_open()  # no data work after close, even if embedding was slow
         return [self._check_vector(v) for v in vectors]
 
@@ -342,7 +347,7 @@ class MemoryStore(ABC):
         if options.embedding is None:
             if not options.query.strip():
                 raise InvalidInput("query text or embedding is required")
-            (vector,) = await self._vectors([options.query])
+            (vector,) = await self._vectors([options.query], query=True)
             return vector
         return self._check_vector(options.embedding, options.embedding_identity)
 

@@ -23,6 +23,7 @@ def make_store(
     identity: str | None = None,
     collection_suffix: str | None = None,
     on_event: Callable[[str], None] | None = None,
+    embed_query: EmbedFn | None = None,
 ) -> MemoryStore | StoreDecorator:
     """The backend named by ``settings.backend`` (``milvus`` | ``qdrant`` | ``valkey`` |
     ``inmemory``), wrapped by :class:`~memory_core.hybrid.HybridStore` when
@@ -31,13 +32,14 @@ def make_store(
 
     The collection (Milvus/Qdrant), index and key prefix (Valkey) and cache key prefix are
     the configured logical names + ``"__" + collection_suffix`` when given. ``on_event`` is
-    passed to the cache (counter names such as ``cache_hit``, ``cache_error``).
+    passed to the cache (counter names such as ``cache_hit``, ``cache_error``). ``embed_query``
+    embeds query texts instead of ``embed`` when given (see ``MemoryStore``).
 
     Building does no I/O; ``await store.open()`` (or the first operation) connects and
     creates or checks the collection/index, raising ``ConfigError`` (e.g. an existing
     collection of another vector dimension) or ``StoreUnavailable`` (unreachable).
     """
-    common = {"embed": embed, "dimension": dimension, "identity": identity}
+    common = {"embed": embed, "embed_query": embed_query, "dimension": dimension, "identity": identity}
     backend = settings.backend
     store: MemoryStore
     if backend == "milvus":

@@ -27,6 +27,7 @@ def config(tmp_path) -> dict:
                 "memory": {
                     "backend": "milvus",
                     "milvus": {"uri": str(tmp_path / "memory.db"), "collection": "it_memory"},
+                    "pool": {"query_embedding": "in_shard"},  # as serve_config.yaml
                 }
             }
         },
@@ -177,6 +178,40 @@ def test_embeddings_endpoint_carries_identity(base_url):
     body = r.json()
     assert len(body["data"]) == 2 and len(body["data"][0]["embedding"]) == 384
     assert body["model_identity"] and r.headers["x-model-identity"] == body["model_identity"]
+
+
+def _embedder_texts_when_quiet() -> int:
+    """Texts the Embedder embedded so far, read once no other request is in flight (earlier
+    tests' background auto-stores)."""
+    from ray import serve
+
+    handle = serve.get_deployment_handle("Embedder", app_name="memory-it")
+    last = None
+    for _ in range(100):
+        texts = handle.stats.remote().result()["texts"]
+        if texts == last:
+            return texts
+        last = texts
+        time.sleep(0.3)
+    raise AssertionError("the Embedder never went quiet")
+
+
+def test_search_queries_are_embedded_in_the_store_shard_with_the_same_model(base_url):
+    alice = user()
+    h = {"x-authz-user-id": alice}
+    content = "The spare key hangs behind the blue door"
+    created = httpx.post(f"{base_url}/v1/memory", json={"memories": [{"content": content}]}, headers=h)
+    assert created.status_code == 201, created.text
+    before = _embedder_texts_when_quiet()
+    found = httpx.post(f"{base_url}/v1/memory/search", json={"query": "where is the spare key?"}, headers=h)
+    assert found.status_code == 200, found.text
+    assert _embedder_texts_when_quiet() == before  # the query never reached the Embedder
+    (hit,) = found.json()["memories"]
+    assert hit["content"] == content
+    # the shard's copy of the model gives the Embedder's vectors: same cosine
+    vectors = httpx.post(f"{base_url}/v1/embeddings", json={"input": ["where is the spare key?", content]}).json()
+    q, d = (item["embedding"] for item in vectors["data"])
+    assert hit["similarity"] == pytest.approx(sum(a * b for a, b in zip(q, d)), abs=1e-4)
 
 
 def test_caller_identity_is_strict(base_url):

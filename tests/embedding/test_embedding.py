@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 from pathlib import Path
@@ -185,6 +186,21 @@ def test_embedder_refuses_a_different_identity(bundled_settings):
 
     with pytest.raises(EmbeddingIdentityMismatch, match="rebuild"):
         Embedder.func_or_class(bundled_settings.model_dump(mode="json"), "0" * 64)
+
+
+def test_store_shard_query_encoder_refuses_a_different_identity_and_matches_the_model(bundled_settings, local_encoder):
+    from deployments.store_pool import _in_shard_query_embedder
+    from memory_core.config import MemoryStoreSettings
+    from memory_core.embedding import compute_identity
+
+    settings = MemoryStoreSettings.model_validate(
+        {"embedding": bundled_settings.model_dump(mode="json"), "pool": {"query_embedding": "in_shard"}}
+    )
+    with pytest.raises(EmbeddingIdentityMismatch, match="store shard .*rebuild"):
+        _in_shard_query_embedder(settings, "0" * 64)
+    embed = _in_shard_query_embedder(settings, compute_identity(bundled_settings).digest)
+    (got,) = asyncio.run(embed(["where is the spare key?"]))
+    assert np.allclose(got, local_encoder.encode(["where is the spare key?"]).vectors[0], atol=1e-5)
 
 
 # ---------------------------------------------------------------- local encoder
