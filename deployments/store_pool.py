@@ -24,8 +24,9 @@ from ray.exceptions import RayActorError
 from ray.util import metrics as ray_metrics
 
 from memory_core.config import MemoryStoreSettings
-from memory_core.embedding import CoalescingEmbedFn, compute_identity, open_local_encoder
+from memory_core.embedding import CoalescingEmbedFn, open_local_encoder
 from memory_core.errors import (
+    ConfigError,
     EmbeddingIdentityMismatch,
     MemoryError_,
     StoreUnavailable,
@@ -55,13 +56,17 @@ READ_METHODS = frozenset({"retrieve", "get", "get_many", "list", "check_connecti
 
 
 def _in_shard_query_embedder(settings: MemoryStoreSettings, identity: str | None) -> CoalescingEmbedFn:
-    """``pool.query_embedding: in_shard``: this process's CPU copy of the local model (one
-    torch thread), refused unless its identity is the application's; concurrent queries share
-    forward passes. Raises ``EmbeddingIdentityMismatch``/``ConfigError`` (the shard, and so the
-    deployment, fails at start)."""
+    """``pool.query_embedding: in_shard``: an async ``EmbedFn`` (n texts → n unit vectors of
+    the model's dimension) over this process's CPU copy of the local model. Torch is set to
+    one intra-op thread for the whole shard process; one forward pass runs at a time in a
+    worker thread, and queries arriving meanwhile share the next one (``CoalescingEmbedFn``).
+    Raises ``ConfigError`` (no application identity to check against, a remote model, a model
+    that cannot be loaded) or ``EmbeddingIdentityMismatch`` (the files give another identity
+    than the application's): the shard, and so the deployment, fails at start."""
+    if identity is None:
+        raise ConfigError("pool.query_embedding: in_shard needs the application's model identity to check against")
     embedding = settings.embedding.model_copy(update={"device": "cpu"})  # the device is not part of the identity
-    expected = identity if identity is not None else compute_identity(embedding).digest
-    encoder, _ = open_local_encoder(embedding, expected, who="store shard (pool.query_embedding: in_shard)", num_threads=1)
+    encoder, _ = open_local_encoder(embedding, identity, who="store shard (pool.query_embedding: in_shard)", num_threads=1)
     return CoalescingEmbedFn(encoder, max_batch=64, wait_s=0.0)
 
 

@@ -163,12 +163,13 @@ class RetrievalSettings(_Strict):
     memories that mention a time for queries asking when. ``bm25_k1``/``bm25_b``: BM25
     parameters; ``max_index_users``: user indexes held in memory (LRU); ``cache_vectors``: the
     lexical index also holds each memory's vector (1.5 KB per memory at 384 dimensions, about
-    doubling an index entry; per shard the worst case is ``max_index_users`` × the largest
-    users' memory counts), so
+    doubling an index entry; the per-user matrix keeps up to 2 rows per memory after growth
+    and up to 4 after deletes, see ``memory_core.held_vectors``; per shard the worst case is
+    ``max_index_users`` × the largest users' memory counts), so
     lexical and neighbour candidates cost no store round trip (only final results not found by
     the vector search are read from the store); ``held_search_max``: users with at most this
     many memories get their vector candidates from an exact cosine search of the held vectors
-    in the store shard (about 1 ms for 10 000 memories at 384 dimensions) rather than from the
+    in the store shard (about 0.4 ms for 10 000 memories at 384 dimensions) rather than from the
     backend's vector search (10–20 ms a round trip with Milvus Lite); 0 always asks the backend.
     Needs ``cache_vectors``. Either way the returned memories are read from the backend.
     """

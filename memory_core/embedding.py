@@ -580,12 +580,15 @@ def open_local_encoder(
     """Load the local model ``settings`` describe, refusing one whose identity is not
     ``expected_identity`` (the digest the application was built with).
 
-    ``who`` names the loader in error messages (``"Embedder"``, ``"store shard"``).
+    ``who`` names the loader in error messages (``"Embedder"``, ``"store shard"``);
+    ``num_threads`` sets torch's intra-op threads for the whole process (``None``: unchanged).
     Returns ``(encoder, identity)``. Raises ``EmbeddingIdentityMismatch`` when the files (or
     settings) now give another identity, or the loaded model's dimension differs from the one
     its files declare; ``ConfigError`` when the model cannot be found or loaded or
     ``settings.remote`` is set.
     """
+    if settings.remote is not None:
+        raise ConfigError(f"{who} needs a local embedding model; embedding.remote is set")
     identity = check_identity(settings, expected_identity, who=who)
     encoder = LocalEncoder(settings, num_threads=num_threads)
     if encoder.dimension != identity.dimension:

@@ -47,8 +47,14 @@ store round trip, and for a user with at most ``held_search_max`` memories the v
 an exact cosine search of the held vectors here (one matrix-vector product) instead of the
 inner store's search. A search then costs the inner store one ``get_many`` of the winners
 (one more round per time a winner turns out deleted or changed behind this decorator, see
-``_winners``; when a held-vector candidate turns out deleted, the ranking is redone without
-it, at most ``_PRUNED_RERANKS`` times, so the pool is what a store search would give).
+``_winners``; when a held-vector winner turns out deleted, the ranking is redone without it,
+at most ``_PRUNED_RERANKS`` times, so that it does not keep a place in the candidate pool; a
+deleted candidate that never reaches the top is not detected and costs a pool place, never a
+result). Memories written behind this decorator are not seen by the held search at all until
+the user's index is rebuilt (restart, LRU eviction), where a store search would find them: the
+decorator must see every write (it does in the service: a user is pinned to one shard). A read
+of the store that overlapped a write through this decorator for the same user answers but does
+not re-index (it may be older than that write).
 Milvus Lite, LoCoMo, query vector given: hybrid retrieve p50 32 ms (everything loaded) → 13 ms
 (held vectors, store vector search) → 8 ms (held search). Larger users: the inner store's
 vector search plus one ``get_many`` of the winners it did not return. Without
@@ -67,6 +73,7 @@ import asyncio
 import bisect
 import hashlib
 import inspect
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -236,7 +243,10 @@ class HybridStore(StoreDecorator):
         self.index = LexicalIndex(max_users=max_users, k1=k1, b=b, on_evict=self._evicted)
         self._timelines: dict[str, _Timeline] = {}
         self._held: dict[str, HeldVectors] = {}
-        self._pruned = 0  # index entries found deleted behind this decorator (see retrieve)
+        # write generation of each loaded user (a fresh value of one counter per write through
+        # this decorator): a read that overlapped a write must not re-index what it read
+        self._seq = itertools.count(1)
+        self._gen: dict[str, int] = {}
         self._building: dict[str, list[tuple[str, Any]]] = {}
         self._build_tasks: dict[str, asyncio.Future] = {}
         try:
@@ -267,6 +277,7 @@ class HybridStore(StoreDecorator):
     def _evicted(self, user_id: str) -> None:
         self._timelines.pop(user_id, None)
         self._held.pop(user_id, None)
+        self._gen.pop(user_id, None)
 
     def held_vector(self, user_id: str, memory_id: str) -> np.ndarray | None:
         """A copy of the unit vector held for ``memory_id`` of a loaded user, else None."""
@@ -316,6 +327,7 @@ class HybridStore(StoreDecorator):
         corpus = self.index.corpus(user_id)
         if corpus is None:
             return
+        self._gen[user_id] = next(self._seq)
         if op == "add":
             self._index_memory(corpus, self._timelines[user_id], self._held[user_id], arg)
         elif op == "remove":
@@ -375,6 +387,7 @@ class HybridStore(StoreDecorator):
                         held.remove(memory_id)
             self._timelines[user_id] = timeline
             self._held[user_id] = held
+            self._gen[user_id] = next(self._seq)
             self.index.load_user(user_id, corpus)
             if any(op == "scope" for op, _ in self._building[user_id]):
                 self._rebuild_timeline(user_id, corpus)
@@ -429,13 +442,12 @@ class HybridStore(StoreDecorator):
             raise InvalidInput("threshold must be a finite number")
         user_id = options.user_id
         for _ in range(_PRUNED_RERANKS + 1):
-            pruned = self._pruned
-            results, held_search, vector = await self._ranked(options)
-            if not held_search or self._pruned == pruned:
+            results, rank_again, vector = await self._ranked(options)
+            if not rank_again:
                 break
-            # Memories deleted behind this decorator were pruned from the index while they
-            # held places in the held-vector candidate pool: rank again without them (as a
-            # store search would have), reusing the query vector.
+            # Held-vector candidates turned out deleted (or moved) behind this decorator while
+            # they held places in the candidate pool: rank again without them (as a store
+            # search would have), reusing the query vector.
             options = options.model_copy(update={"embedding": vector, "embedding_identity": None})
         if results and touch:
             now = await self.inner.record_access([r.memory.id for r in results], user_id)
@@ -452,13 +464,18 @@ class HybridStore(StoreDecorator):
         return results
 
     async def _ranked(self, options: RetrieveOptions) -> tuple[list[ScoredMemory], bool, list[float]]:
-        """(the hybrid top ``limit``, access counts untouched; whether the held vectors were
-        searched; the query vector)."""
+        """(the hybrid top ``limit``, access counts untouched; whether to rank again: the held
+        vectors were searched and a candidate read for the top turned out gone; the query
+        vector)."""
         user_id = options.user_id
         if not self.index.has_user(user_id):
             await self._ensure_index(user_id)  # before the vector search: its hits are then current
         pool = max(self.candidate_pool, options.limit)
         corpus = self.index.corpus(user_id) or await self._ensure_index(user_id)
+        # this user's index objects as of now: an eviction while this ranking awaits must not
+        # take the held vectors from under it
+        held = self._held.get(user_id) or HeldVectors()
+        gen = self._gen.get(user_id)
         # small enough to search the held vectors exactly, here, instead of the inner store
         held_search = self.cache_vectors and 0 < self.held_search_max and len(corpus) <= self.held_search_max
         # The vector side (embedding the query when no vector was given, then, unless the held
@@ -470,7 +487,7 @@ class HybridStore(StoreDecorator):
             q_terms = tokenize(options.query)
             lex_all = dict(corpus.score_terms(q_terms, None, options.project_id, options.types))
             lex_top = sorted(lex_all.items(), key=lambda kv: (-kv[1], kv[0]))[:pool]
-            uncached = [i for i, _ in lex_top if self._cached_vector(user_id, i) is None]
+            uncached = [i for i in (i for i, _ in lex_top) if i not in held]
             lex_loaded = await self._load(uncached, user_id, corpus)
         except BaseException:
             vector_side.cancel()
@@ -485,19 +502,22 @@ class HybridStore(StoreDecorator):
         q = unit_vector(vector)
         if q is None:
             raise InvalidInput("query vector must be finite and non-zero")
-        vec_top = await self._held_side(user_id, corpus, q, pool, options) if held_search else None
+        vec_top = await self._held_side(user_id, corpus, held, q, pool, options) if held_search else None
+        held_used = vec_top is not None
         if vec_top is None:  # the inner store's vector search (asked for now if it was not)
             if held_search:
                 store_hits = await self._store_search(options, vector, pool)
             vec_top = []
+            unchanged = gen is not None and self._gen.get(user_id) == gen
             for hit in store_hits:
-                self._reconcile(user_id, corpus, hit.memory)
+                if unchanged:  # else a write through this decorator may be newer than the hit
+                    self._reconcile(user_id, corpus, hit.memory)
                 vec_top.append((hit.memory.id, hit.memory, hit.similarity))
         # id → (record, cosine); the record is None until loaded (candidates scored from a
         # held vector are loaded only if they make the final top ``limit``)
         cands: dict[str, tuple[Memory | None, float]] = {i: (m, cos) for i, m, cos in vec_top}
         await self._add_candidates(
-            [i for i, _ in lex_top if i not in cands], options, q, corpus, cands, loaded=lex_loaded
+            [i for i, _ in lex_top if i not in cands], options, q, corpus, held, cands, loaded=lex_loaded
         )
 
         vec_rank = {i: r for r, (i, _, _) in enumerate(vec_top, 1)}
@@ -531,7 +551,7 @@ class HybridStore(StoreDecorator):
             top = sorted(base, key=lambda i: -base[i])[: 2 * options.limit]
             extra = list(dict.fromkeys(n for i in top for n in neighbours(i) if n not in cands))
             if extra:
-                await self._add_candidates(extra, options, q, corpus, cands)
+                await self._add_candidates(extra, options, q, corpus, held, cands)
                 for i in extra:
                     if i in cands and i not in base:
                         base[i] = base_of(i, cands[i][1])
@@ -557,7 +577,8 @@ class HybridStore(StoreDecorator):
             ((score_of(i), i) for i, (_, cos) in cands.items() if cos >= options.threshold),
             key=lambda t: (-t[0], t[1]),
         )
-        return await self._winners(ranked, cands, options, q, corpus, rescore), held_search, vector
+        results, dropped = await self._winners(ranked, cands, options, q, corpus, rescore)
+        return results, held_used and dropped, vector
 
     def _reconcile(self, user_id: str, corpus: BM25Corpus, memory: Memory) -> None:
         """Re-index ``memory`` when the index holds another version of its content (the store's
@@ -591,16 +612,15 @@ class HybridStore(StoreDecorator):
         return await self.inner.retrieve(vec_opts)  # a decorator without the hook bumps the pool
 
     async def _held_side(
-        self, user_id: str, corpus: BM25Corpus, q: np.ndarray, pool: int, options: RetrieveOptions
+        self, user_id: str, corpus: BM25Corpus, held: HeldVectors, q: np.ndarray, pool: int, options: RetrieveOptions
     ) -> list[tuple[str, None, float]] | None:
         """The top ``pool`` of the user's held vectors by cosine with ``q`` (exact), honouring
         ``project_id``/``types``, as (id, None, cosine) best first; None when the inner
         store must be searched instead (the index was evicted meanwhile, or more than
         ``MAX_LIST_LIMIT`` memories lack a held vector). Indexed memories without a held
         vector are read from the inner store first (one ``get_many``), which holds theirs."""
-        held = self._held.get(user_id)
-        if held is None or self.index.corpus(user_id) is not corpus:
-            return None
+        if self._held.get(user_id) is not held or self.index.corpus(user_id) is not corpus:
+            return None  # evicted meanwhile: writes since then are not in these objects
         if len(held) < len(corpus):
             missing = [i for i in corpus.ids() if i not in held]
             if len(missing) > MAX_LIST_LIMIT:
@@ -610,7 +630,7 @@ class HybridStore(StoreDecorator):
                 return None
         keep = None
         if options.project_id is not None or options.types:
-            keep = lambda i: corpus.passes(i, options.project_id, options.types)  # noqa: E731
+            keep = corpus.matching(options.project_id, options.types).__contains__
         return [(i, None, cos) for i, cos in held.top(q, pool, keep)]
 
     async def _load(self, ids: Sequence[str], user_id: str, corpus: BM25Corpus) -> dict[str, Memory]:
@@ -619,17 +639,22 @@ class HybridStore(StoreDecorator):
         content changed behind this decorator."""
         if not ids:
             return {}
+        gen = self._gen.get(user_id)
         found = {m.id: m for m in await self.inner.get_many(ids, user_id)}
+        # a write through this decorator while the read was out may be newer than what it
+        # read: then the read only answers, it does not touch the index
+        upkeep = gen is not None and self._gen.get(user_id) == gen
         out: dict[str, Memory] = {}
         for memory_id in ids:
             m = found.get(memory_id)
             if m is None:
-                self._unindex(user_id, memory_id)
-                self._pruned += 1
+                if upkeep:
+                    self._unindex(user_id, memory_id)
                 continue
             if m.user_id != user_id:
                 continue
-            self._reconcile(user_id, corpus, m)
+            if upkeep:
+                self._reconcile(user_id, corpus, m)
             out[memory_id] = m
         return out
 
@@ -648,16 +673,13 @@ class HybridStore(StoreDecorator):
             if cos is not None:
                 into[m.id] = (m, cos)
 
-    def _cached_vector(self, user_id: str, memory_id: str) -> np.ndarray | None:
-        held = self._held.get(user_id)
-        return held.get(memory_id) if held is not None else None
-
     async def _add_candidates(
         self,
         ids: Sequence[str],
         options: RetrieveOptions,
         q: np.ndarray,
         corpus: BM25Corpus,
+        held: HeldVectors,
         into: dict[str, tuple[Memory | None, float]],
         *,
         loaded: dict[str, Memory] | None = None,
@@ -674,7 +696,7 @@ class HybridStore(StoreDecorator):
             if loaded is not None and memory_id in loaded:
                 self._admit([loaded[memory_id]], options, q, into)
                 continue
-            vec = self._cached_vector(options.user_id, memory_id)
+            vec = held.get(memory_id)
             if vec is None:
                 if loaded is None:
                     need.append(memory_id)
@@ -694,8 +716,9 @@ class HybridStore(StoreDecorator):
         q: np.ndarray,
         corpus: BM25Corpus,
         rescore: Callable[[str, float], float],
-    ) -> list[ScoredMemory]:
-        """The top ``options.limit`` of ``ranked`` ((score, id), best first) as results.
+    ) -> tuple[list[ScoredMemory], bool]:
+        """(the top ``options.limit`` of ``ranked`` ((score, id), best first) as results,
+        whether a candidate read for them was dropped).
 
         Candidates scored from a held vector are read from the inner store (one ``get_many``
         per round, for the leading ones) before they are returned. One the store no longer has
@@ -705,6 +728,7 @@ class HybridStore(StoreDecorator):
         vector and its score from ``rescore``, and is ranked again."""
         pending = list(ranked)
         out: list[ScoredMemory] = []
+        dropped = False
         while pending and len(out) < options.limit:
             while pending and len(out) < options.limit and cands[pending[0][1]][0] is not None:
                 score, memory_id = pending.pop(0)
@@ -722,6 +746,7 @@ class HybridStore(StoreDecorator):
                     self._admit([loaded[memory_id]], options, q, fresh)
                 if memory_id not in fresh:
                     del cands[memory_id]
+                    dropped = True
                     continue
                 held = cands[memory_id][1]
                 cands[memory_id] = fresh[memory_id]
@@ -730,4 +755,4 @@ class HybridStore(StoreDecorator):
             pending = sorted(
                 ((rescored.get(i, score), i) for score, i in pending if i in cands), key=lambda t: (-t[0], t[1])
             )
-        return out
+        return out, dropped

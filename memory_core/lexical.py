@@ -142,6 +142,11 @@ class BM25Corpus:
         doc = self._docs.get(doc_id)
         return doc is not None and _passes(doc, project_id, set(types) if types else None)
 
+    def matching(self, project_id: str | None = None, types: Iterable[Any] | None = None) -> set[str]:
+        """The ids of the documents matching the optional ``project_id`` and ``types``."""
+        types = set(types) if types else None
+        return {i for i, d in self._docs.items() if _passes(d, project_id, types)}
+
     def add(
         self,
         doc_id: str,

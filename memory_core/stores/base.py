@@ -71,8 +71,10 @@ class MemoryStore(ABC):
     Args:
         embed: async text→vector function used when a memory or query has no vector;
             ``None`` means vectors must always be supplied.
-        embed_query: the function used for query texts instead of ``embed`` (same model
-            identity; e.g. an in-process copy of the model); ``None``: ``embed``.
+        embed_query: the function used for query texts instead of ``embed`` (e.g. an
+            in-process copy of the model); ``None``: ``embed``. It must produce vectors of
+            the same model identity as ``embed``: the store checks only their dimension, so
+            the caller checks the identity (``StoreShard`` does, at start).
         dimension: vector dimension; vectors of another length raise ``InvalidInput``.
         identity: embedding model identity digest of the vectors this store holds; a
             vector tagged with another identity raises ``EmbeddingIdentityMismatch``.

@@ -198,6 +198,8 @@ def test_store_shard_query_encoder_refuses_a_different_identity_and_matches_the_
     )
     with pytest.raises(EmbeddingIdentityMismatch, match="store shard .*rebuild"):
         _in_shard_query_embedder(settings, "0" * 64)
+    with pytest.raises(ConfigError, match="needs the application's model identity"):
+        _in_shard_query_embedder(settings, None)
     embed = _in_shard_query_embedder(settings, compute_identity(bundled_settings).digest)
     (got,) = asyncio.run(embed(["where is the spare key?"]))
     assert np.allclose(got, local_encoder.encode(["where is the spare key?"]).vectors[0], atol=1e-5)

@@ -1,0 +1,144 @@
+"""HybridStore under interleavings: an LRU eviction while a retrieve awaits, and writes
+through the decorator landing while a retrieve's read of the store is out (found by review)."""
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from memory_core.hybrid import HybridStore
+from memory_core.stores import InMemoryStore
+from tests.memory_core.test_hybrid import DIM, fake_embed, fake_vector, ids, opts, plain, put
+
+
+class GatedQueryStore(InMemoryStore):
+    """The query embedding of ``gate_user``'s next retrieve waits for ``release``."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.gate_user = None
+        self.waiting = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def embed_query(self, options):
+        if options.user_id == self.gate_user:
+            self.gate_user = None
+            self.waiting.set()
+            await self.release.wait()
+        return await super().embed_query(options)
+
+
+def zebra_query():
+    return opts(query="quantum", embedding=fake_vector("zebra stripes pattern"), limit=2, lexical_weight=0.8)
+
+
+@pytest.mark.parametrize("held_search_max", [10000, 0])
+async def test_lexical_candidates_survive_an_eviction_during_the_query_embedding(held_search_max):
+    inner = GatedQueryStore(embed=fake_embed, dimension=DIM)
+    h = HybridStore(inner, **plain(candidate_pool=1, max_users=1, held_search_max=held_search_max))
+    await put(h, "a", "zebra stripes pattern")
+    await put(h, "b", "quantum flux capacitor")
+    await put(h, "c", "zebra stripes")  # the vector pool (2) is a and c: b comes from the lexical side
+    await put(h, "x", "other user", user="u2")
+    assert ids(await h.retrieve(zebra_query())) == ["b", "a"]
+    inner.gate_user = "u1"
+    task = asyncio.ensure_future(h.retrieve(zebra_query()))
+    await asyncio.wait_for(inner.waiting.wait(), 3)
+    await h.retrieve(opts(user="u2", query="other"))  # builds u2's index: evicts u1 (max_users=1)
+    assert not h.index.has_user("u1")
+    inner.release.set()
+    assert ids(await asyncio.wait_for(task, 3)) == ["b", "a"]
+
+
+class GatedReadStore(InMemoryStore):
+    """The next armed ``get_many`` waits for ``before``, reads (a snapshot, as a backend
+    returns), signals ``read`` and waits for ``after``."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.armed = False
+        self.reached, self.before, self.read, self.after = (asyncio.Event() for _ in range(4))
+
+    async def _get_many(self, memory_ids):
+        if not self.armed:
+            return await super()._get_many(memory_ids)
+        self.armed = False
+        self.reached.set()
+        await self.before.wait()
+        found = [m.model_copy(deep=True) for m in await super()._get_many(memory_ids)]
+        self.read.set()
+        await self.after.wait()
+        return found
+
+
+async def _update_during_a_winner_read(**kw) -> HybridStore:
+    inner = GatedReadStore(embed=fake_embed, dimension=DIM)
+    h = HybridStore(inner, **plain(candidate_pool=1, **kw))
+    await put(h, "a", "volcano lair map")
+    await put(h, "b", "penguin")
+    await h.retrieve(opts(query="volcano"))  # builds the index
+    inner.armed = True
+    inner.before.set()
+    task = asyncio.ensure_future(h.retrieve(opts(query="volcano lair map", limit=1)))
+    await asyncio.wait_for(inner.read.wait(), 3)  # the winner "a" was read with its old content
+    await h.update("a", "u1", {"content": "penguin colony"})  # through the decorator, done
+    inner.after.set()
+    await asyncio.wait_for(task, 3)
+    return h
+
+
+async def test_a_read_older_than_an_update_through_the_decorator_does_not_reindex_the_old_version():
+    h = await _update_during_a_winner_read()
+    assert np.allclose(h.held_vector("u1", "a"), fake_vector("penguin colony"), atol=1e-6)
+    assert ids(await h.retrieve(opts(query="penguin colony", limit=1))) == ["a"]
+    loaded_all = await _update_during_a_winner_read(cache_vectors=False)
+    assert ids(await loaded_all.retrieve(opts(query="penguin colony", limit=1))) == ["a"]
+
+
+async def test_forget_then_store_of_the_same_id_during_a_winner_read_keeps_the_new_memory():
+    inner = GatedReadStore(embed=fake_embed, dimension=DIM)
+    h = HybridStore(inner, **plain(candidate_pool=1))
+    await put(h, "a", "volcano lair map")
+    await put(h, "b", "penguin")
+    await h.retrieve(opts(query="volcano"))
+    inner.armed = True
+    task = asyncio.ensure_future(h.retrieve(opts(query="volcano lair map", limit=1)))
+    await asyncio.wait_for(inner.reached.wait(), 3)
+    await h.forget("a", "u1")
+    inner.before.set()
+    await asyncio.wait_for(inner.read.wait(), 3)  # the read saw no "a"
+    await put(h, "a", "penguin colony")  # the id stored again, through the decorator
+    inner.after.set()
+    got = await asyncio.wait_for(task, 3)
+    assert [r.memory.content for r in got if r.memory.id == "a"] in ([], ["penguin colony"])  # never the old one
+    assert "a" in {i for i, _ in h.index.search("u1", "penguin colony")}
+    assert ids(await h.retrieve(opts(query="penguin colony", limit=1))) == ["a"]
+
+
+class CountingSearches(InMemoryStore):
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.reads = 0
+
+    async def _get_many(self, memory_ids):
+        self.reads += 1
+        return await super()._get_many(memory_ids)
+
+
+async def test_only_a_dropped_held_candidate_makes_a_retrieve_rank_again():
+    inner = CountingSearches(embed=fake_embed, dimension=DIM)
+    h = HybridStore(inner, **plain(candidate_pool=1))
+    for mid, text in (("a", "volcano lair map"), ("b", "volcano lair"), ("c", "volcano")):
+        await put(h, mid, text)
+    await put(h, "x", "volcano lair map", user="u2")
+    await h.retrieve(opts(query="volcano"))
+    await h.retrieve(opts(user="u2", query="volcano"))
+    await inner.forget("x", "u2")  # another user's memory deleted behind the decorator
+    assert ids(await h.retrieve(opts(user="u2", query="volcano lair map"))) == []
+    inner.reads = 0
+    assert ids(await h.retrieve(opts(query="volcano lair map", limit=2))) == ["a", "b"]
+    assert inner.reads == 1  # one read of the winners, no second ranking
+    await inner.forget("b", "u1")
+    inner.reads = 0
+    assert ids(await h.retrieve(opts(query="volcano lair map", limit=2))) == ["a", "c"]
+    assert inner.reads == 2  # the winners, then the winners of the second ranking
