@@ -24,7 +24,7 @@ from ray.exceptions import RayActorError
 from ray.util import metrics as ray_metrics
 
 from memory_core.config import MemoryStoreSettings
-from memory_core.embedding import CoalescingEmbedFn, open_local_encoder
+from memory_core.embedding import CoalescingEmbedFn, OnnxEncoder, open_local_encoder
 from memory_core.errors import (
     ConfigError,
     EmbeddingIdentityMismatch,
@@ -57,16 +57,21 @@ READ_METHODS = frozenset({"retrieve", "get", "get_many", "list", "check_connecti
 
 def _in_shard_query_embedder(settings: MemoryStoreSettings, identity: str | None) -> CoalescingEmbedFn:
     """``pool.query_embedding: in_shard``: an async ``EmbedFn`` (n texts → n unit vectors of
-    the model's dimension) over this process's CPU copy of the local model. Torch is set to
-    one intra-op thread for the whole shard process; one forward pass runs at a time in a
-    worker thread, and queries arriving meanwhile share the next one (``CoalescingEmbedFn``).
+    the model's dimension) over this process's CPU copy of the local model, run by ONNX Runtime
+    (``pool.in_shard_runtime: onnxruntime``, checked against the torch model on probe texts)
+    or torch. One intra-op thread (torch's setting is process-wide); one forward pass runs at a
+    time in a worker thread, and queries arriving meanwhile share the next one
+    (``CoalescingEmbedFn``).
     Raises ``ConfigError`` (no application identity to check against, a remote model, a model
-    that cannot be loaded) or ``EmbeddingIdentityMismatch`` (the files give another identity
+    that cannot be loaded, an ONNX copy that cannot be made or does not match) or ``EmbeddingIdentityMismatch`` (the files give another identity
     than the application's): the shard, and so the deployment, fails at start."""
     if identity is None:
         raise ConfigError("pool.query_embedding: in_shard needs the application's model identity to check against")
     embedding = settings.embedding.model_copy(update={"device": "cpu"})  # the device is not part of the identity
     encoder, _ = open_local_encoder(embedding, identity, who="store shard (pool.query_embedding: in_shard)", num_threads=1)
+    if settings.pool.in_shard_runtime == "onnxruntime":
+        # the torch model is only needed to export and check the ONNX copy
+        return CoalescingEmbedFn(OnnxEncoder.from_local(encoder, num_threads=1), max_batch=64, wait_s=0.0)
     return CoalescingEmbedFn(encoder, max_batch=64, wait_s=0.0)
 
 

@@ -200,9 +200,37 @@ def test_store_shard_query_encoder_refuses_a_different_identity_and_matches_the_
         _in_shard_query_embedder(settings, "0" * 64)
     with pytest.raises(ConfigError, match="needs the application's model identity"):
         _in_shard_query_embedder(settings, None)
-    embed = _in_shard_query_embedder(settings, compute_identity(bundled_settings).digest)
-    (got,) = asyncio.run(embed(["where is the spare key?"]))
-    assert np.allclose(got, local_encoder.encode(["where is the spare key?"]).vectors[0], atol=1e-5)
+    for runtime in ("onnxruntime", "torch"):
+        runtime_settings = MemoryStoreSettings.model_validate(
+            {"embedding": bundled_settings.model_dump(mode="json"),
+             "pool": {"query_embedding": "in_shard", "in_shard_runtime": runtime}}
+        )
+        embed = _in_shard_query_embedder(runtime_settings, compute_identity(bundled_settings).digest)
+        (got,) = asyncio.run(embed(["where is the spare key?"]))
+        assert np.allclose(got, local_encoder.encode(["where is the spare key?"]).vectors[0], atol=1e-5), runtime
+
+
+def test_onnx_copy_reproduces_the_torch_vectors_and_truncation(local_encoder):
+    from memory_core.embedding import OnnxEncoder
+
+    onnx = OnnxEncoder.from_local(local_encoder)
+    texts = ["short one", "word " * 5000, "北京大学的图书馆很大", "a medium sentence about lunch in Paris"]
+    got, want = onnx.encode(texts), local_encoder.encode(texts)
+    assert got.vectors.shape == (4, 384) and got.vectors.dtype == np.float32
+    assert np.abs(got.vectors - want.vectors).max() <= 1e-5
+    assert got.truncated == want.truncated == [False, True, False, False]
+    assert got.token_counts == want.token_counts
+    assert onnx.encode([]).vectors.shape == (0, 384)
+    with pytest.raises(InvalidInput):
+        onnx.encode("not a list")
+
+
+def test_onnx_copy_that_does_not_match_is_refused(local_encoder, monkeypatch):
+    from memory_core import embedding
+
+    monkeypatch.setattr(embedding, "ONNX_MAX_ABS_DIFF", -1.0)  # no copy can be this close
+    with pytest.raises(ConfigError, match="differs from the torch model"):
+        embedding.OnnxEncoder.from_local(local_encoder)
 
 
 # ---------------------------------------------------------------- local encoder
