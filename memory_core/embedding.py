@@ -636,6 +636,8 @@ class OnnxEncoder:
         self.session = session
         self.tokenizer = tokenizer
         self._counter = counter  # tokenizers.Tokenizer without truncation, for token counts
+        self.max_batch_size = DEFAULT_MAX_BATCH_SIZE
+        self.max_batch_tokens = DEFAULT_MAX_BATCH_TOKENS
         self.input_names = input_names
         self.dimension = dimension
         self.max_seq_length = max_seq_length
@@ -697,10 +699,14 @@ class OnnxEncoder:
             max_seq_length=local.max_seq_length,
             normalize=local.normalize,
         )
+        encoder.max_batch_size, encoder.max_batch_tokens = local.max_batch_size, local.max_batch_tokens
         probes = list(ONNX_PROBE_TEXTS)
         want = local.encode(probes).vectors
-        got = np.vstack([encoder.encode([t]).vectors for t in probes] + [encoder.encode(probes).vectors])
-        diff = float(np.abs(got - np.vstack([want, want])).max())
+        try:
+            got = np.vstack([encoder.encode([t]).vectors for t in probes] + [encoder.encode(probes).vectors])
+            diff = float(np.abs(got - np.vstack([want, want])).max())
+        except Exception as e:  # noqa: BLE001 - e.g. an output of another shape: refuse the copy
+            raise ConfigError(f"the ONNX copy of the embedding model cannot be checked: {e}") from e
         if not diff <= ONNX_MAX_ABS_DIFF:
             raise ConfigError(
                 f"the ONNX copy of the embedding model differs from the torch model by {diff:.2e} "
@@ -709,9 +715,11 @@ class OnnxEncoder:
         return encoder
 
     def encode(self, texts: Sequence[str], token_counts: Sequence[int] | None = None) -> EncodeResult:
-        """Embed ``texts`` (n strings) in one batch padded to the longest → ``EncodeResult``
-        with float32 vectors ``[n, dim]``; text beyond ``max_seq_length`` tokens is truncated
-        and flagged. Raises ``InvalidInput`` when ``texts`` is not a list of strings."""
+        """Embed ``texts`` (n strings) → ``EncodeResult`` with float32 vectors ``[n, dim]``,
+        grouped into forward passes as ``LocalEncoder.encode`` does (``plan_batches``: count
+        and padded-token bounds); text beyond ``max_seq_length`` tokens is truncated and
+        flagged. Raises ``InvalidInput`` when ``texts`` is not a list of strings or
+        ``token_counts`` does not have one entry per text."""
         texts = _check_texts(texts)
         if not texts:
             return EncodeResult(vectors=np.empty((0, self.dimension), dtype=np.float32))
@@ -719,12 +727,18 @@ class OnnxEncoder:
             counts = list(token_counts)
         else:
             counts = [len(e.ids) for e in self._counter.encode_batch(texts, add_special_tokens=True)]
-        features = self.tokenizer(
-            texts, padding=True, truncation=True, max_length=self.max_seq_length, return_tensors="np"
-        )
-        feed = {name: np.asarray(features[name], dtype=np.int64) for name in self.input_names}
-        (vectors,) = self.session.run(["sentence_embedding"], feed)
-        vectors = np.asarray(vectors, dtype=np.float32)
+        if len(counts) != len(texts):
+            raise InvalidInput("token_counts must have one entry per text")
+        vectors = np.empty((len(texts), self.dimension), dtype=np.float32)
+        effective = [min(c, self.max_seq_length) for c in counts]
+        for group in plan_batches(effective, self.max_batch_size, self.max_batch_tokens):
+            features = self.tokenizer(
+                [texts[i] for i in group], padding=True, truncation=True, max_length=self.max_seq_length,
+                return_tensors="np",
+            )
+            feed = {name: np.asarray(features[name], dtype=np.int64) for name in self.input_names}
+            (out,) = self.session.run(["sentence_embedding"], feed)
+            vectors[group] = np.asarray(out, dtype=np.float32)
         if self.normalize:
             vectors = _normalize_rows(vectors)
         return EncodeResult(

@@ -471,10 +471,15 @@ class HybridStore(StoreDecorator):
         if not self.index.has_user(user_id):
             await self._ensure_index(user_id)  # before the vector search: its hits are then current
         pool = max(self.candidate_pool, options.limit)
-        corpus = self.index.corpus(user_id) or await self._ensure_index(user_id)
+        corpus = self.index.corpus(user_id)
+        if corpus is None:  # evicted since the check above
+            corpus = await self._ensure_index(user_id)
         # this user's index objects as of now: an eviction while this ranking awaits must not
-        # take the held vectors from under it
-        held = self._held.get(user_id) or HeldVectors()
+        # take the held vectors or the timeline from under it
+        held = self._held.get(user_id)
+        timeline = self._timelines.get(user_id)
+        if held is None or timeline is None:  # pragma: no cover - set with every loaded corpus
+            held, timeline = HeldVectors(), _Timeline()
         gen = self._gen.get(user_id)
         # small enough to search the held vectors exactly, here, instead of the inner store
         held_search = self.cache_vectors and 0 < self.held_search_max and len(corpus) <= self.held_search_max
@@ -541,7 +546,6 @@ class HybridStore(StoreDecorator):
             return s
 
         base = {i: base_of(i, cos) for i, (_, cos) in cands.items()}
-        timeline = self._timelines.get(user_id, _Timeline())
 
         def neighbours(memory_id: str) -> list[str]:
             a = corpus.attrs(memory_id)
@@ -746,7 +750,9 @@ class HybridStore(StoreDecorator):
                     self._admit([loaded[memory_id]], options, q, fresh)
                 if memory_id not in fresh:
                     del cands[memory_id]
-                    dropped = True
+                    # pruned from the index (deleted behind this decorator): a new ranking
+                    # fills its place in the pool; a memory still indexed would come back
+                    dropped = dropped or memory_id not in corpus
                     continue
                 held = cands[memory_id][1]
                 cands[memory_id] = fresh[memory_id]

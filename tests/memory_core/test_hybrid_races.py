@@ -8,7 +8,7 @@ import pytest
 
 from memory_core.hybrid import HybridStore
 from memory_core.stores import InMemoryStore
-from tests.memory_core.test_hybrid import DIM, fake_embed, fake_vector, ids, opts, plain, put
+from tests.memory_core.test_hybrid import DIM, _turn, fake_embed, fake_vector, ids, opts, plain, put
 
 
 class GatedQueryStore(InMemoryStore):
@@ -142,3 +142,71 @@ async def test_only_a_dropped_held_candidate_makes_a_retrieve_rank_again():
     inner.reads = 0
     assert ids(await h.retrieve(opts(query="volcano lair map", limit=2))) == ["a", "c"]
     assert inner.reads == 2  # the winners, then the winners of the second ranking
+
+
+@pytest.mark.parametrize("held_search_max", [10000, 0])
+async def test_neighbour_boost_survives_an_eviction_during_the_query_embedding(held_search_max):
+    inner = GatedQueryStore(embed=fake_embed, dimension=DIM)
+    h = HybridStore(inner, **plain(neighbor_weight=0.5, max_users=1, held_search_max=held_search_max))
+    for t in (
+        _turn("t1", "Ann", "what did you research last month?", 0),
+        _turn("t2", "Bob", "adoption agencies mostly", 1),
+        _turn("t3", "Ann", "nice weather today", 2),
+    ):
+        await h.store(t)
+    await put(h, "x", "other user", user="u2")
+    q = opts(query="what did you research", limit=3)
+    want = {r.memory.id: r.score for r in await h.retrieve(q, touch=False)}
+    inner.gate_user = "u1"
+    task = asyncio.ensure_future(h.retrieve(q, touch=False))
+    await asyncio.wait_for(inner.waiting.wait(), 3)
+    await h.retrieve(opts(user="u2", query="other"))  # evicts u1 (max_users=1)
+    assert not h.index.has_user("u1")
+    inner.release.set()
+    got = {r.memory.id: r.score for r in await asyncio.wait_for(task, 3)}
+    assert got == pytest.approx(want, abs=1e-6)
+
+
+class CountingReads(InMemoryStore):
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.reads = 0
+
+    async def _get_many(self, memory_ids):
+        self.reads += 1
+        return await super()._get_many(memory_ids)
+
+
+async def test_a_dropped_winner_that_prunes_nothing_does_not_rank_again_every_retrieve():
+    # a winner moved to another project behind the decorator, same content: nothing is pruned
+    # from the index, so ranking again would give the same answer
+    inner = CountingReads(embed=fake_embed, dimension=DIM)
+    h = HybridStore(inner, **plain(candidate_pool=3))
+    await put(h, "a", "volcano lair map", project_id="p1")
+    await put(h, "b", "volcano lair", project_id="p1")
+    await h.retrieve(opts(query="volcano", project_id="p1"))
+    await inner.update("a", "u1", {"project_id": "p2"})  # behind the decorator, same content
+    q = opts(query="volcano lair map", project_id="p1", limit=1)
+    assert ids(await h.retrieve(q)) == ["b"]
+    inner.reads = 0
+    assert ids(await h.retrieve(q)) == ["b"]
+    assert inner.reads <= 2  # the winner "a" (dropped) and then "b": one ranking
+
+
+class CountingVectorSearches(InMemoryStore):
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.searches = 0
+
+    async def _search(self, options, vector):
+        self.searches += 1
+        return await super()._search(options, vector)
+
+
+async def test_a_user_with_no_held_vectors_uses_the_held_search_not_the_backend():
+    inner = CountingVectorSearches(embed=fake_embed, dimension=DIM)
+    h = HybridStore(inner, **plain())
+    assert await h.retrieve(opts(user="new", query="anything")) == []
+    inner.searches = 0
+    assert await h.retrieve(opts(user="new", query="anything")) == []
+    assert inner.searches == 0

@@ -1,0 +1,30 @@
+"""OnnxEncoder: parity with LocalEncoder on hard inputs (empty, emoji, mixed scripts, the
+max_seq_length boundary, 64+ texts of very different lengths), and its input checks."""
+
+import numpy as np
+import pytest
+
+from memory_core.errors import InvalidInput
+
+
+@pytest.fixture(scope="module")
+def onnx(local_encoder):
+    from memory_core.embedding import OnnxEncoder
+
+    return OnnxEncoder.from_local(local_encoder)
+
+
+def test_onnx_matches_torch_on_hard_inputs(onnx, local_encoder):
+    edge = ["", "  \t\n ", "🎉🔥👍🏽 ok 🇫🇷", "Hello мир 世界 مرحبا שלום नमस्ते", "\x00 a\u200b b \ufeff", "lorem " * 3000]
+    boundary = [t for t in ("x " * n for n in range(250, 258)) if abs(local_encoder.count_tokens([t])[0] - 256) <= 1]
+    batch = edge + boundary + [("word " * (i % 300)) for i in range(70)]  # 64+ texts, very different lengths
+    got, want = onnx.encode(batch), local_encoder.encode(batch)
+    assert np.abs(got.vectors - want.vectors).max() <= 1e-5
+    assert got.truncated == want.truncated and got.token_counts == want.token_counts
+
+
+def test_onnx_encode_checks_token_counts_like_local_encoder(onnx, local_encoder):
+    with pytest.raises(InvalidInput):
+        local_encoder.encode(["a", "b"], token_counts=[3])
+    with pytest.raises(InvalidInput):
+        onnx.encode(["a", "b"], token_counts=[3])
