@@ -115,7 +115,9 @@ async def test_forget_then_store_of_the_same_id_during_a_winner_read_keeps_the_n
     assert ids(await h.retrieve(opts(query="penguin colony", limit=1))) == ["a"]
 
 
-class CountingSearches(InMemoryStore):
+class CountingReads(InMemoryStore):
+    """Counts the record reads (``get_many``) that reach the store."""
+
     def __init__(self, **kw):
         super().__init__(**kw)
         self.reads = 0
@@ -126,7 +128,7 @@ class CountingSearches(InMemoryStore):
 
 
 async def test_only_a_dropped_held_candidate_makes_a_retrieve_rank_again():
-    inner = CountingSearches(embed=fake_embed, dimension=DIM)
+    inner = CountingReads(embed=fake_embed, dimension=DIM)
     h = HybridStore(inner, **plain(candidate_pool=1))
     for mid, text in (("a", "volcano lair map"), ("b", "volcano lair"), ("c", "volcano")):
         await put(h, mid, text)
@@ -165,16 +167,6 @@ async def test_neighbour_boost_survives_an_eviction_during_the_query_embedding(h
     inner.release.set()
     got = {r.memory.id: r.score for r in await asyncio.wait_for(task, 3)}
     assert got == pytest.approx(want, abs=1e-6)
-
-
-class CountingReads(InMemoryStore):
-    def __init__(self, **kw):
-        super().__init__(**kw)
-        self.reads = 0
-
-    async def _get_many(self, memory_ids):
-        self.reads += 1
-        return await super()._get_many(memory_ids)
 
 
 async def test_a_dropped_winner_that_prunes_nothing_does_not_rank_again_every_retrieve():
