@@ -631,13 +631,23 @@ class OnnxEncoder:
     """
 
     def __init__(
-        self, session, tokenizer, counter, input_names: list[str], *, dimension: int, max_seq_length: int, normalize: bool
+        self,
+        session,
+        tokenizer,
+        counter,
+        input_names: list[str],
+        *,
+        dimension: int,
+        max_seq_length: int,
+        normalize: bool,
+        max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+        max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
     ):
         self.session = session
         self.tokenizer = tokenizer
         self._counter = counter  # tokenizers.Tokenizer without truncation, for token counts
-        self.max_batch_size = DEFAULT_MAX_BATCH_SIZE
-        self.max_batch_tokens = DEFAULT_MAX_BATCH_TOKENS
+        self.max_batch_size = max_batch_size
+        self.max_batch_tokens = max_batch_tokens
         self.input_names = input_names
         self.dimension = dimension
         self.max_seq_length = max_seq_length
@@ -698,8 +708,9 @@ class OnnxEncoder:
             dimension=local.dimension,
             max_seq_length=local.max_seq_length,
             normalize=local.normalize,
+            max_batch_size=local.max_batch_size,
+            max_batch_tokens=local.max_batch_tokens,
         )
-        encoder.max_batch_size, encoder.max_batch_tokens = local.max_batch_size, local.max_batch_tokens
         probes = list(ONNX_PROBE_TEXTS)
         want = local.encode(probes).vectors
         try:

@@ -492,7 +492,7 @@ class HybridStore(StoreDecorator):
             q_terms = tokenize(options.query)
             lex_all = dict(corpus.score_terms(q_terms, None, options.project_id, options.types))
             lex_top = sorted(lex_all.items(), key=lambda kv: (-kv[1], kv[0]))[:pool]
-            uncached = [i for i in (i for i, _ in lex_top) if i not in held]
+            uncached = [i for i, _ in lex_top if i not in held]
             lex_loaded = await self._load(uncached, user_id, corpus)
         except BaseException:
             vector_side.cancel()
