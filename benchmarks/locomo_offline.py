@@ -55,7 +55,9 @@ from memory_core.config import (  # noqa: E402
     RetrievalSettings,
     ValkeySettings,
 )
+from memory_core.embedding import TokenizerCoverage  # noqa: E402
 from memory_core.lexical import BM25Corpus  # noqa: E402
+from memory_core.sanitize import scoped_memory_id  # noqa: E402
 from memory_core.stores import base as store_base  # noqa: E402
 from memory_core.stores import make_store  # noqa: E402
 from memory_core.types import Memory, MemoryType, RetrieveOptions  # noqa: E402
@@ -119,7 +121,7 @@ def turn_memories(sample: dict, cache: EmbedCache) -> list[Memory]:
     """The memories of one conversation (one per turn, precomputed vector), in turn order."""
     return [
         Memory(
-            id=f"{sample['sample_id']}:{t.dia_id}",
+            id=scoped_memory_id(sample["sample_id"], f"{sample['sample_id']}:{t.dia_id}"),
             user_id=sample["sample_id"],
             type=MemoryType.EPISODIC,
             content=t.content,
@@ -177,7 +179,9 @@ def build_store(backend: str, args, cache: EmbedCache, workdir: Path, valkey_url
         valkey=ValkeySettings(url=valkey_url or ValkeySettings().url, prefix="locomo:", index="locomo"),
         retrieval=retrieval_settings(args),
     )
-    return make_store(settings, embed=cache.embed, dimension=384)
+    # as in the service (StoreShard): text the model cannot represent is ranked lexically only
+    coverage = TokenizerCoverage.from_settings(settings.embedding)
+    return make_store(settings, embed=cache.embed, dimension=384, represents=coverage.represents if coverage else None)
 
 
 async def evaluate(store, qs, cache: EmbedCache, args) -> tuple[dict[str, list], dict[str, list[float]]]:

@@ -43,6 +43,7 @@ from memory_core.config import (  # noqa: E402
     RetrievalSettings,
     ValkeySettings,
 )
+from memory_core.sanitize import scoped_memory_id  # noqa: E402
 from memory_core.stores import make_store  # noqa: E402
 from memory_core.types import Memory, RetrieveOptions  # noqa: E402
 
@@ -60,7 +61,7 @@ def memories(rng, start: int, n: int, dim: int, users: int, t0: datetime) -> lis
     vecs = unit_rows(rng, n, dim)
     return [
         Memory(
-            id=f"m{start + i:08d}",
+            id=scoped_memory_id(f"user{(start + i) % users:03d}", f"m{start + i:08d}"),
             user_id=f"user{(start + i) % users:03d}",
             content=f"synthetic memory {start + i}",
             created_at=t0 + timedelta(seconds=start + i),

@@ -16,21 +16,31 @@ from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ray import serve
+from ray.exceptions import RayError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from memory_core.api_models import (
     NO_SIMILARITY_FLOOR,
     MAX_EMBEDDING_INPUTS,
     CreateMemoriesRequest,
+    DeletedOut,
+    EmbeddingsOut,
     EmbeddingsRequest,
+    ErrorBody,
+    HealthOut,
+    MemoriesOut,
+    MemoryOut,
+    MemoryPage,
+    SearchOut,
     SearchRequest,
     UpdateMemoryRequest,
 )
 from memory_core.config import load_config
-from memory_core.errors import InvalidInput, MemoryError_
-from memory_core.migration import export_user, import_lines
+from memory_core.embedding import EmbeddingUnavailable
+from memory_core.errors import InvalidInput, MemoryError_, MemoryNotFound
+from memory_core.migration import ImportReport, export_user, import_lines
 from memory_core.openai_schema import ChatCompletionRequest
-from memory_core.sanitize import clean_content, normalize_headers, require_user_id
+from memory_core.sanitize import check_json_text, check_project_id, is_memory_id, normalize_headers, require_user_id
 from memory_core.service import USER_HEADER, EmbeddingBatch, MemoryPipeline, header
 from memory_core.types import Memory, MemoryType, RetrieveOptions
 from memory_core.upstream import HttpUpstream, UpstreamError
@@ -39,11 +49,24 @@ from .metrics import RayMetrics
 from .store_pool import StorePoolClient
 
 log = logging.getLogger("ray.serve")
-app = FastAPI(title="memory-router", version="0.1.0")
+
+RETRY_AFTER_S = 1
+"""``Retry-After`` (seconds) of every 503: a store shard or Embedder replica restarting."""
+_ERRORS = {status: {"model": ErrorBody, "description": text} for status, text in (
+    (400, "Invalid input (the message names the field)"),
+    (401, "No caller identity (x-authz-user-id missing)"),
+    (404, "No such memory of the caller"),
+    (409, "Conflict (an id in use, vectors of another model identity)"),
+    (429, "Overloaded: the ingress queue is full (Retry-After)"),
+    (503, "A store shard or the embedder is unavailable for a moment (Retry-After)"),
+)}  # fmt: skip
+app = FastAPI(title="memory-router", version="0.1.0", responses=_ERRORS)
 
 
 def error_response(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"error": {"code": code, "message": message}})
+    """``{"error": {"code", "message"}}`` with ``status``; a 503 carries ``Retry-After``."""
+    headers = {"retry-after": str(RETRY_AFTER_S)} if status == 503 else None
+    return JSONResponse(status_code=status, content={"error": {"code": code, "message": message}}, headers=headers)
 
 
 @app.exception_handler(RequestValidationError)
@@ -51,7 +74,8 @@ async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
     parts = []
     for e in exc.errors():
         loc = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
-        parts.append(f"{loc}: {e.get('msg')}" if loc else str(e.get("msg")))
+        msg = str(e.get("msg")).removeprefix("Value error, ")  # our rules' messages name the field
+        parts.append(f"{loc}: {msg}" if loc and not msg.startswith(("body.", loc)) else msg)
     return error_response(400, "invalid_request", "; ".join(parts) or "invalid request")
 
 
@@ -63,13 +87,66 @@ async def _memory_error(_: Request, exc: MemoryError_) -> JSONResponse:
 @app.exception_handler(StarletteHTTPException)
 async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
     code = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    if exc.status_code == 400:  # e.g. a body Starlette could not parse
+        code = "invalid_request"
     return error_response(exc.status_code, code, str(exc.detail))
+
+
+@app.exception_handler(RayError)
+async def _ray_error(request: Request, exc: RayError) -> JSONResponse:
+    """A Ray failure on the way to a store shard or the Embedder (an actor restarting, a
+    replica replaced): 503 with ``Retry-After``. An error raised by our own code in another
+    process arrives as a ``RayTaskError`` that is also that error: it keeps its own status."""
+    if isinstance(exc, MemoryError_):
+        return await _memory_error(request, exc)
+    log.warning("backend unavailable: %r", exc)
+    return error_response(503, "service_unavailable", f"a backend is unavailable ({type(exc).__name__}); retry")
 
 
 @app.exception_handler(Exception)
 async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
     log.exception("unexpected error")
     return error_response(500, "internal_error", "internal error")
+
+
+def _header(name: str, description: str) -> dict:
+    return {"name": name, "in": "header", "required": False, "schema": {"type": "string"}, "description": description}
+
+
+_CALLER_HEADERS = [_header(USER_HEADER, "The caller, set by the gateway from its authentication (memory endpoints: required)")]
+_CHAT_HEADERS = [
+    _header("x-project-id", "Project scope of the memories read and written (project id rule, ≤ 256 characters)"),
+    _header("x-conversation-id", "Conversation of the turn (conversation id rule, ≤ 256 characters)"),
+    _header("x-disable-router-memory", "true/1/yes: no memory for this request"),
+]
+_CHAT_SCHEMA = ChatCompletionRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+_CHAT_DEFS = _CHAT_SCHEMA.pop("$defs", {})
+
+
+def _openapi_without_422() -> dict:
+    """The OpenAPI document without FastAPI's default 422 responses: validation errors are
+    answered with 400 and the ``ErrorBody`` shape, which every operation declares. The chat
+    request schema (the endpoint reads its body itself, to forward unknown fields) is added
+    to the components."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    from fastapi.openapi.utils import get_openapi
+
+    schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+    schema.setdefault("components", {}).setdefault("schemas", {}).update(_CHAT_DEFS)
+    for route, path in schema.get("paths", {}).items():
+        for operation in path.values():
+            if isinstance(operation, dict):
+                operation.get("responses", {}).pop("422", None)
+                headers = _CALLER_HEADERS + (_CHAT_HEADERS if route == "/v1/chat/completions" else [])
+                operation.setdefault("parameters", []).extend(headers)
+    for name in ("HTTPValidationError", "ValidationError"):
+        schema.get("components", {}).get("schemas", {}).pop(name, None)
+    app.openapi_schema = schema
+    return schema
+
+
+app.openapi = _openapi_without_422
 
 
 def server_timing(**seconds: float) -> str:
@@ -92,6 +169,14 @@ def caller(request: Request) -> str:
     return require_user_id(user_id, USER_HEADER)
 
 
+def path_memory_id(memory_id: str) -> str:
+    """A memory id from a URL path: returned when it has the memory id format; anything else
+    is "not found" (404) before any store call."""
+    if not is_memory_id(memory_id):
+        raise MemoryNotFound("memory not found")
+    return memory_id
+
+
 def parse_types(values: list[str] | None) -> list[MemoryType] | None:
     """``?type=a,b&type=c`` → memory types; absent → None (no filter). An empty or unknown
     value is an error, never "no filter" (a typo must not widen a delete)."""
@@ -106,11 +191,21 @@ def parse_types(values: list[str] | None) -> list[MemoryType] | None:
         raise InvalidInput(f"type must be one of {[t.value for t in MemoryType]}") from e
 
 
-@serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=256)
+@serve.deployment(
+    ray_actor_options={"num_cpus": 0},
+    max_ongoing_requests=256,
+    max_queued_requests=512,
+    backpressure_config={"status_code": 429, "retry_after_s": 1},
+)
 @serve.ingress(app)
 class MemoryIngress:
     """Args: ``config`` (the validated config document), handles of ``Embedder``, ``StorePool``
-    and (when no upstream URL is configured) ``EchoUpstream``."""
+    and (when no upstream URL is configured) ``EchoUpstream``.
+
+    Overload is refused, not queued without bound: each replica runs at most
+    ``max_ongoing_requests`` requests, and beyond ``max_queued_requests`` waiting in the
+    proxy's queue Ray Serve answers 429 with ``Retry-After`` (``backpressure_config``; the
+    values of ``serve_config.yaml`` override these defaults)."""
 
     def __init__(self, config: dict, embedder, store_pool, echo=None):
         self.config = load_config(config)
@@ -124,8 +219,18 @@ class MemoryIngress:
         self.pipeline = MemoryPipeline(self.config, store=self.store, metrics=self.metrics)
         self._background: set[asyncio.Task] = set()
 
+    async def _embed_call(self, texts: list[str]) -> dict:
+        """The Embedder's answer for ``texts``; a Ray failure (the replica restarting) raises
+        ``EmbeddingUnavailable`` (503), an error of the Embedder's own keeps its status."""
+        try:
+            return await self.embedder.embed.remote(texts)
+        except MemoryError_:
+            raise
+        except RayError as e:
+            raise EmbeddingUnavailable(f"the embedder is unavailable ({type(e).__name__}); retry") from e
+
     async def _embed(self, texts: list[str]) -> EmbeddingBatch:
-        result = await self.embedder.embed.remote(texts)
+        result = await self._embed_call(texts)
         return EmbeddingBatch(embeddings=result["embeddings"], identity=result["identity"])
 
     def _in_background(self, coro) -> None:
@@ -134,14 +239,25 @@ class MemoryIngress:
         task.add_done_callback(self._background.discard)
 
     # ------------------------------------------------------------------ chat
-    @app.post("/v1/chat/completions")
+    @app.post(
+        "/v1/chat/completions",
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _CHAT_SCHEMA}},
+            }
+        },
+        responses={200: {"description": "The upstream's chat.completion, unchanged", "content": {"application/json": {"schema": {"type": "object"}}}}},
+    )
     async def chat_completions(self, request: Request) -> Response:
+        """OpenAI chat completions with memory (see the README). Unknown fields are forwarded."""
         try:
             raw = await request.json()
         except (ValueError, RecursionError):
             return error_response(400, "invalid_request", "body must be JSON (UTF-8, reasonably nested)")
         if not isinstance(raw, dict):
             return error_response(400, "invalid_request", "body must be a JSON object")
+        check_json_text(raw, "body")  # every string, any field: valid Unicode (else 400)
         try:
             parsed = ChatCompletionRequest.model_validate(raw)
         except Exception as e:
@@ -169,10 +285,10 @@ class MemoryIngress:
         return JSONResponse(status_code=status, content=body, headers=headers)
 
     # ------------------------------------------------------------------ memory REST
-    @app.post("/v1/memory", status_code=201)
+    @app.post("/v1/memory", status_code=201, responses={201: {"model": MemoriesOut}})
     async def create_memories(self, body: CreateMemoriesRequest, request: Request) -> JSONResponse:
         user_id = caller(request)
-        contents = [clean_content(m.content) for m in body.memories]  # validate all before writing any
+        contents = [m.content for m in body.memories]  # cleaned and checked by the body model
         batch = await self._embed(contents)
         memories = [
             Memory(
@@ -195,7 +311,7 @@ class MemoryIngress:
         stored = await self.store.store_many(memories)  # all-or-nothing, one round trip
         return JSONResponse(status_code=201, content={"memories": [m.public() for m in stored]})
 
-    @app.post("/v1/memory/search")
+    @app.post("/v1/memory/search", responses={200: {"model": SearchOut}})
     async def search_memories(self, body: SearchRequest, request: Request) -> JSONResponse:
         user_id = caller(request)
         settings = self.config.memory
@@ -223,7 +339,7 @@ class MemoryIngress:
             headers={"server-timing": server_timing(retrieve=done - started)},
         )
 
-    @app.get("/v1/memory")
+    @app.get("/v1/memory", response_model=MemoryPage)
     async def list_memories(
         self,
         request: Request,
@@ -233,10 +349,11 @@ class MemoryIngress:
         project_id: str | None = Query(None, min_length=1),
     ) -> dict:
         user_id = caller(request)
+        check_project_id(project_id)
         page = await self.store.list(user_id, types=parse_types(type), project_id=project_id, limit=limit, offset=offset)
         return {"memories": [m.public() for m in page.memories], "total": page.total, "limit": limit, "offset": offset}
 
-    @app.delete("/v1/memory")
+    @app.delete("/v1/memory", response_model=DeletedOut, response_model_exclude_none=True)
     async def delete_scope(
         self,
         request: Request,
@@ -252,17 +369,31 @@ class MemoryIngress:
         if unknown:
             raise InvalidInput(f"unknown query parameters: {sorted(unknown)}")
         types = parse_types(type)
+        check_project_id(project_id)
         if types is None and project_id is None and not all:
             raise InvalidInput("give type and/or project_id, or all=true to delete every memory of the caller")
         deleted = await self.store.forget_by_scope(user_id, project_id=project_id, types=types)
         return {"deleted": deleted}
 
-    @app.get("/v1/memory/export")
+    @app.get(
+        "/v1/memory/export",
+        response_class=StreamingResponse,
+        responses={200: {"description": "JSONL, one memory per line", "content": {"application/x-ndjson": {"schema": {"type": "string"}}}}},
+    )
     async def export_memories(self, request: Request) -> StreamingResponse:
         """The caller's memories as JSONL (``migration.memory_to_export_line``, no vectors)."""
         return StreamingResponse(export_user(self.store, caller(request)), media_type="application/x-ndjson")
 
-    @app.post("/v1/memory/import")
+    @app.post(
+        "/v1/memory/import",
+        response_model=ImportReport,
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/x-ndjson": {"schema": {"type": "string", "description": "export lines (JSONL)"}}},
+            }
+        },
+    )
     async def import_memories(self, request: Request) -> dict:
         user_id = caller(request)
         try:
@@ -273,32 +404,35 @@ class MemoryIngress:
         report = await import_lines(self.store, text.split("\n"), user_id=user_id)
         return report.model_dump()
 
-    @app.get("/v1/memory/{memory_id}")
+    @app.get("/v1/memory/{memory_id}", response_model=MemoryOut)
     async def get_memory(self, memory_id: str, request: Request) -> dict:
-        return (await self.store.get(memory_id, caller(request))).public()
+        user_id = caller(request)
+        return (await self.store.get(path_memory_id(memory_id), user_id)).public()
 
-    @app.patch("/v1/memory/{memory_id}")
+    @app.patch("/v1/memory/{memory_id}", response_model=MemoryOut)
     async def update_memory(self, memory_id: str, body: UpdateMemoryRequest, request: Request) -> dict:
         user_id = caller(request)
+        memory_id = path_memory_id(memory_id)
         changes = body.changes()
         if not changes:
             raise InvalidInput("no fields to update")
         return (await self.store.update(memory_id, user_id, changes)).public()
 
-    @app.delete("/v1/memory/{memory_id}")
+    @app.delete("/v1/memory/{memory_id}", response_model=DeletedOut)
     async def delete_memory(self, memory_id: str, request: Request) -> dict:
-        await self.store.forget(memory_id, caller(request))
+        user_id = caller(request)
+        await self.store.forget(path_memory_id(memory_id), user_id)
         return {"deleted": 1, "id": memory_id}
 
     # ------------------------------------------------------------------ embeddings, health
-    @app.post("/v1/embeddings")
+    @app.post("/v1/embeddings", responses={200: {"model": EmbeddingsOut}})
     async def embeddings(self, body: EmbeddingsRequest) -> JSONResponse:
         texts = body.texts()
         if not texts or len(texts) > MAX_EMBEDDING_INPUTS:
             raise InvalidInput(f"input must hold 1..{MAX_EMBEDDING_INPUTS} strings")
         if any(not t for t in texts):
             raise InvalidInput("input strings must be non-empty")
-        result = await self.embedder.embed.remote(texts)
+        result = await self._embed_call(texts)
         return JSONResponse(
             content={
                 "object": "list",
@@ -313,7 +447,7 @@ class MemoryIngress:
             headers={"x-model-identity": result["identity"]},
         )
 
-    @app.get("/health")
+    @app.get("/health", responses={200: {"model": HealthOut}, 503: {"model": HealthOut}})
     async def health(self) -> JSONResponse:
         checks: dict[str, Any] = {}
         try:

@@ -12,6 +12,7 @@ _COUNTERS = {
     "memory_injected_total": ("Chat requests that went through retrieval and injection", ("decision",)),
     "memory_auto_stored_total": ("Turns auto-stored as episodic memories", ("decision",)),
     "memory_store_errors": ("Auto-store failures (the chat still succeeded)", ("decision",)),
+    "memory_requests_refused": ("Chat requests refused before memory ran, by reason (invalid_header)", ("reason",)),
 }
 _HISTOGRAMS = {
     "memory_injected_count": ("Memories injected per chat request (bucket bounds between integers)", (0.5, 1.5, 2.5, 3.5, 5.5, 8.5, 13.5, 21.5), ()),

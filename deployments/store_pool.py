@@ -13,6 +13,8 @@ into memory_core errors by ``StorePoolClient``.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -20,14 +22,15 @@ from typing import Any
 
 import ray
 from ray import serve
-from ray.exceptions import RayActorError
+from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError, RayError
 from ray.util import metrics as ray_metrics
 
 from memory_core.config import MemoryStoreSettings
-from memory_core.embedding import CoalescingEmbedFn, OnnxEncoder, open_local_encoder
+from memory_core.embedding import CoalescingEmbedFn, OnnxEncoder, TokenizerCoverage, open_local_encoder
 from memory_core.errors import (
     ConfigError,
     EmbeddingIdentityMismatch,
+    EmbeddingUnavailable,
     MemoryError_,
     StoreUnavailable,
     error_from_wire,
@@ -75,12 +78,18 @@ def _in_shard_query_embedder(settings: MemoryStoreSettings, identity: str | None
     return CoalescingEmbedFn(encoder, max_batch=64, wait_s=0.0)
 
 
-@ray.remote(num_cpus=0, max_concurrency=1000)
+@ray.remote(num_cpus=0, max_concurrency=1000, max_restarts=-1, max_task_retries=0)
 class StoreShard:
     """One store client. ``call(method, *args)`` runs a store-contract method and returns
     ``("ok", result)`` or ``("error", {"code", "message"})``. Documents are embedded by the
     Embedder deployment (``embedder`` handle); query texts too, unless
-    ``pool.query_embedding`` is ``in_shard`` (then by this shard's own copy of the model)."""
+    ``pool.query_embedding`` is ``in_shard`` (then by this shard's own copy of the model).
+
+    Self-healing: a shard whose process dies is restarted by Ray (``max_restarts=-1``) with
+    the same arguments and reopens its store (an acknowledged write was written to the
+    backend before the call returned, so it is there after the restart). Calls are not
+    retried by Ray (``max_task_retries=0``: a write must not run twice behind the caller's
+    back); callers get ``StoreUnavailable`` (503 + ``Retry-After``) while it restarts."""
 
     def __init__(self, settings: dict, dimension: int, identity: str | None, collection_suffix: str | None, embedder):
         from memory_core.stores.factory import make_store
@@ -97,10 +106,13 @@ class StoreShard:
             "memory_cache_events", description="Hot cache events (cache_hit, cache_miss, cache_error: fail-open read, ...)",
             tag_keys=("event",),
         )
+        # text the model cannot represent (mostly [UNK]) is ranked lexically only
+        coverage = TokenizerCoverage.from_settings(parsed.embedding)
         self.store = make_store(
             parsed,
             embed=self._embed,
             embed_query=embed_query,
+            represents=coverage.represents if coverage is not None else None,
             dimension=dimension,
             identity=identity,
             collection_suffix=collection_suffix,
@@ -111,7 +123,12 @@ class StoreShard:
         """Vectors for ``texts`` from the Embedder deployment; raises
         ``EmbeddingIdentityMismatch`` when it answers with another model identity than the
         one this store was deployed for."""
-        result = await self._embedder.embed.remote(texts)
+        try:
+            result = await self._embedder.embed.remote(texts)
+        except MemoryError_:
+            raise
+        except RayError as e:
+            raise EmbeddingUnavailable(f"the embedder is unavailable ({type(e).__name__}); retry") from e
         if self._identity is not None and result.get("identity") != self._identity:
             raise EmbeddingIdentityMismatch(
                 f"Embedder answered with model identity {result.get('identity')!r}; this store holds "
@@ -136,8 +153,15 @@ class StoreShard:
     async def close(self) -> None:
         await self.store.close()
 
+    def ping(self) -> bool:
+        """Liveness probe of ``StorePool.check_health`` (answers while the actor runs)."""
+        return True
 
-@serve.deployment(ray_actor_options={"num_cpus": 0})
+
+SHARD_PROBE_TIMEOUT_S = 10.0
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0}, health_check_period_s=5, health_check_timeout_s=30)
 class StorePool:
     """Routes store calls to the shard of the user. Args: ``settings`` (MemoryStoreSettings
     dump), ``dimension`` and ``identity`` of the embedding model, ``collection_suffix`` (the
@@ -164,8 +188,27 @@ class StorePool:
         return list(self.shards)
 
     async def check_connection(self) -> bool:
-        results = [await s.call.remote("check_connection") for s in self.shards]
+        """True when every shard answers and its backend is reachable (False while a shard
+        restarts)."""
+        try:
+            results = [await s.call.remote("check_connection") for s in self.shards]
+        except RayError as e:
+            log.warning("store shard unavailable: %r", e)
+            return False
         return all(status == "ok" and value for status, value in results)
+
+    async def check_health(self) -> None:
+        """Serve health check: raises when a shard is gone for good (``ActorDiedError``: Ray
+        could not restart it), so Serve replaces this replica, whose new shards reopen the
+        store. A shard that is restarting (``ActorUnavailableError``) or slow is not a
+        failure."""
+        for shard in self.shards:
+            try:
+                await asyncio.wait_for(shard.ping.remote(), timeout=SHARD_PROBE_TIMEOUT_S)
+            except ActorDiedError:
+                raise
+            except (ActorUnavailableError, GetTimeoutError, asyncio.TimeoutError):
+                continue
 
     async def __del__(self):
         for s in self.shards:
@@ -189,16 +232,29 @@ class StorePoolClient:
         return self._shards[shard_for(user_id, len(self._shards))]
 
     async def _call(self, user_id: str, method: str, *args, **kwargs) -> Any:
-        """Call ``method`` on the shard of ``user_id`` directly. If the shard actor died (its
-        StorePool replica was replaced), fetch the new shard handles; a read is retried once,
-        a write raises ``StoreUnavailable`` (it may or may not have landed: the caller decides)."""
+        """Call ``method`` on the shard of ``user_id`` directly.
+
+        If the shard is unreachable (its process died and Ray is restarting it, or its
+        StorePool replica was replaced), the shard handles are fetched again; a read is
+        retried once, a write raises ``StoreUnavailable`` (503 + ``Retry-After``: it may or may
+        not have landed, and a retried write must not run twice behind the caller's back).
+        Any other Ray failure on the way is ``StoreUnavailable`` too, never a 500."""
         try:
             status, value = await (await self._shard(user_id)).call.remote(method, *args, **kwargs)
         except RayActorError as e:
-            shard = await self._shard(user_id, refresh=True)
             if method not in READ_METHODS:
-                raise StoreUnavailable(f"store shard restarted during {method}; retry the request") from e
-            status, value = await shard.call.remote(method, *args, **kwargs)
+                with contextlib.suppress(RayError):
+                    await self._shard(user_id, refresh=True)
+                raise StoreUnavailable(f"store shard unavailable during {method} ({type(e).__name__}); retry") from e
+            try:
+                shard = await self._shard(user_id, refresh=True)
+                status, value = await shard.call.remote(method, *args, **kwargs)
+            except RayError as again:
+                raise StoreUnavailable(f"store shard unavailable ({type(again).__name__}); retry") from again
+        except RayError as e:
+            if isinstance(e, MemoryError_):
+                raise
+            raise StoreUnavailable(f"store unavailable ({type(e).__name__}); retry") from e
         if status == "error":
             raise error_from_wire(value)
         return value

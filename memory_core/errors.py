@@ -55,6 +55,21 @@ class EmbeddingIdentityMismatch(MemoryError_, ValueError):
     http_status = 409
 
 
+class EmbeddingUnavailable(MemoryError_, RuntimeError):
+    """The embedding model could not be reached (a remote endpoint, or the Embedder
+    deployment while a replica restarts) or answered an error."""
+
+    code = "embedding_unavailable"
+    http_status = 503
+
+
+class MigrationError(MemoryError_, RuntimeError):
+    """A migration could not be completed or verified (e.g. counts differ afterwards)."""
+
+    code = "migration_failed"
+    http_status = 500
+
+
 class ConfigError(MemoryError_, ValueError):
     """Invalid configuration; the message names the offending key."""
 
@@ -62,10 +77,19 @@ class ConfigError(MemoryError_, ValueError):
     http_status = 500
 
 
-_BY_CODE = {
-    cls.code: cls
-    for cls in (InvalidInput, MemoryNotFound, DuplicateMemory, StoreClosed, StoreUnavailable, EmbeddingIdentityMismatch, ConfigError)
-}
+ERROR_CLASSES: tuple[type[MemoryError_], ...] = (
+    InvalidInput,
+    MemoryNotFound,
+    DuplicateMemory,
+    StoreClosed,
+    StoreUnavailable,
+    EmbeddingIdentityMismatch,
+    EmbeddingUnavailable,
+    MigrationError,
+    ConfigError,
+)
+"""Every concrete error of memory_core: the registry ``error_from_wire`` rebuilds from."""
+_BY_CODE = {cls.code: cls for cls in ERROR_CLASSES}
 
 
 def error_to_wire(error: MemoryError_) -> dict[str, str]:

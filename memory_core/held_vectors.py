@@ -20,6 +20,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .types import as_float32
+
 _MIN_CAPACITY = 16
 
 
@@ -37,9 +39,19 @@ def unit_vector(embedding) -> np.ndarray | None:
 
 
 def clamp_cosine(cos: float) -> float | None:
-    """``cos`` clamped to [-1, 1] (float32 rounding must not push it past a floor of -1);
-    None when it is not finite."""
-    return max(-1.0, min(1.0, cos)) if math.isfinite(cos) else None
+    """``cos`` clamped to [-1, 1] (float32 rounding must not push it past a floor of -1) and
+    rounded to float32; None when it is not finite."""
+    return as_float32(max(-1.0, min(1.0, cos))) if math.isfinite(cos) else None
+
+
+def cosine(vec: np.ndarray | None, q: np.ndarray) -> float | None:
+    """The one cosine of two unit float32 vectors (``np.dot``, clamped, float32), used for
+    every cosine that is compared with a floor or reported, so the same pair always gets the
+    same value whichever path found it; None when ``vec`` is missing, of another shape or not
+    finite."""
+    if vec is None or vec.shape != q.shape:
+        return None
+    return clamp_cosine(float(np.dot(vec, q)))
 
 
 class HeldVectors:
@@ -128,7 +140,11 @@ class HeldVectors:
         # one more than k when the k-th score is tied beyond the partition: ties go by id
         kth = sims[part].min()
         tied = np.flatnonzero(sims >= kth)
-        out = [(self._ids[r], clamp_cosine(float(sims[r]))) for r in tied if np.isfinite(sims[r])]
+        # the matrix product ranks; the reported cosine is ``cosine`` of the row (the same
+        # value a loaded copy of the vector gets, to the bit)
+        q = query.astype(np.float32, copy=False)
+        out = [(self._ids[r], cosine(self._rows[r], q)) for r in tied if np.isfinite(sims[r])]
+        out = [(i, c) for i, c in out if c is not None]
         out.sort(key=lambda t: (-t[1], t[0]))
         return out[:k]
 

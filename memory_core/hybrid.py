@@ -82,13 +82,13 @@ from typing import Any, Literal
 import numpy as np
 
 from .config import RetrievalSettings
-from .held_vectors import HeldVectors, clamp_cosine, unit_vector
+from .held_vectors import HeldVectors, cosine, unit_vector
 from .lexical import BM25Corpus, LexicalIndex, tokenize
 from .errors import InvalidInput, StoreClosed
 from .sanitize import require_user_id
 from .stores.base import MAX_LIST_LIMIT, MAX_RETRIEVE_LIMIT, StoreDecorator
 from .timeparse import has_time_expression, temporal_intent
-from .types import Memory, MemoryType, RetrieveOptions, ScoredMemory
+from .types import Memory, MemoryType, RetrieveOptions, ScoredMemory, as_float32, passes_floor
 
 Fusion = Literal["score", "rrf"]
 _D = RetrievalSettings()  # constructor defaults = the configuration defaults
@@ -126,14 +126,6 @@ def _types_or_none(types) -> tuple[MemoryType, ...] | None:
         except ValueError:
             continue
     return tuple(out)
-
-
-def _cosine(vec: np.ndarray | None, q: np.ndarray) -> float | None:
-    """Cosine of unit vectors ``vec`` and ``q``, clamped to [-1, 1]; None when ``vec`` is
-    missing, of another shape or not finite."""
-    if vec is None or vec.shape != q.shape:
-        return None
-    return clamp_cosine(float(np.dot(vec, q)))
 
 
 def _group_of(memory: Memory) -> tuple | None:
@@ -178,6 +170,28 @@ class _Timeline:
         if i + 1 < len(seq) and seq[i + 1][0] - ts <= max_gap_s:
             out.append(seq[i + 1][1])
         return out
+
+
+@dataclass
+class _Similarity:
+    """The similarity of the query with each candidate, for one ranking: the cosine of the
+    two vectors (``held_vectors.cosine``), except for a pair where either text is
+    unrepresentable by the embedding model (``q`` is None, or the memory's index entry says
+    ``represented: False``), whose cosine means nothing: then the lexical coverage
+    (``BM25Corpus.coverage``: the IDF-weighted share of the query's terms in the memory)."""
+
+    q: np.ndarray | None
+    terms: list[str]
+    corpus: BM25Corpus
+
+    def lexical_only(self, memory_id: str) -> bool:
+        attrs = self.corpus.attrs(memory_id)
+        return self.q is None or (attrs is not None and attrs.get("represented") is False)
+
+    def of(self, memory_id: str, vec: np.ndarray | None) -> float | None:
+        if self.lexical_only(memory_id):
+            return as_float32(self.corpus.coverage(self.terms, memory_id))
+        return cosine(vec, self.q)
 
 
 class HybridStore(StoreDecorator):
@@ -274,6 +288,10 @@ class HybridStore(StoreDecorator):
         )
 
     # ------------------------------------------------------------------ index upkeep
+    def _represents(self, text: str) -> bool:
+        check = getattr(self.inner, "represents", None)
+        return True if check is None else bool(check(text))
+
     def _evicted(self, user_id: str) -> None:
         self._timelines.pop(user_id, None)
         self._held.pop(user_id, None)
@@ -298,6 +316,8 @@ class HybridStore(StoreDecorator):
             "temporal": has_time_expression(body),
             "group": group,
             "ts": ts,
+            # the embedding model can represent the content (else its cosine means nothing)
+            "represented": self._represents(memory.content),
         }
         corpus.add(memory.id, body, project_id=memory.project_id, type=memory.type, attrs=attrs)
         timeline.add(group, ts, memory.id)
@@ -487,29 +507,41 @@ class HybridStore(StoreDecorator):
         # vectors are searched, the inner store's search) runs concurrently with the lexical
         # side (BM25 scoring here, then loading the candidates whose vector is not held): the
         # round trips overlap.
-        vector_side = asyncio.ensure_future(self._vector_side(options, pool, search_store=not held_search))
+        q_terms = tokenize(options.query)
+        # a query the model cannot represent is ranked lexically only: no vector side at all
+        q_represented = not options.query or self._represents(options.query)
+        vector_side = (
+            asyncio.ensure_future(self._vector_side(options, pool, search_store=not held_search))
+            if q_represented
+            else None
+        )
         try:
-            q_terms = tokenize(options.query)
             lex_all = dict(corpus.score_terms(q_terms, None, options.project_id, options.types))
             lex_top = sorted(lex_all.items(), key=lambda kv: (-kv[1], kv[0]))[:pool]
             uncached = [i for i, _ in lex_top if i not in held]
             lex_loaded = await self._load(uncached, user_id, corpus)
         except BaseException:
-            vector_side.cancel()
-            await asyncio.wait({vector_side})  # never raises: a cancel of this caller still gets through
-            if not vector_side.cancelled():
-                vector_side.exception()  # retrieved: its outcome is moot now
+            if vector_side is not None:
+                vector_side.cancel()
+                await asyncio.wait({vector_side})  # never raises: a cancel of this caller still gets through
+                if not vector_side.cancelled():
+                    vector_side.exception()  # retrieved: its outcome is moot now
             raise
-        vector, store_hits = await vector_side
+        vector, store_hits = (await vector_side) if vector_side is not None else (None, [])
         q_set = set(q_terms)
         max_bm25 = lex_top[0][1] if lex_top else 0.0
 
-        q = unit_vector(vector)
-        if q is None:
-            raise InvalidInput("query vector must be finite and non-zero")
-        vec_top = await self._held_side(user_id, corpus, held, q, pool, options) if held_search else None
+        q = None
+        if vector is not None:
+            q = unit_vector(vector)
+            if q is None:
+                raise InvalidInput("query vector must be finite and non-zero")
+        sim = _Similarity(q, q_terms, corpus)
+        vec_top = None
+        if q is not None and held_search:
+            vec_top = await self._held_side(user_id, corpus, held, q, pool, options)
         held_used = vec_top is not None
-        if vec_top is None:  # the inner store's vector search (asked for now if it was not)
+        if vec_top is None and q is not None:  # the inner store's vector search (asked for now if it was not)
             if held_search:
                 store_hits = await self._store_search(options, vector, pool)
             vec_top = []
@@ -517,12 +549,15 @@ class HybridStore(StoreDecorator):
             for hit in store_hits:
                 if unchanged:  # else a write through this decorator may be newer than the hit
                     self._reconcile(user_id, corpus, hit.memory)
-                vec_top.append((hit.memory.id, hit.memory, hit.similarity))
-        # id → (record, cosine); the record is None until loaded (candidates scored from a
+                if sim.lexical_only(hit.memory.id):
+                    continue  # a meaningless cosine: found lexically or not at all
+                vec_top.append((hit.memory.id, hit.memory, cosine(unit_vector(hit.memory.embedding), q) or hit.similarity))
+        vec_top = vec_top or []
+        # id → (record, similarity); the record is None until loaded (candidates scored from a
         # held vector are loaded only if they make the final top ``limit``)
         cands: dict[str, tuple[Memory | None, float]] = {i: (m, cos) for i, m, cos in vec_top}
         await self._add_candidates(
-            [i for i, _ in lex_top if i not in cands], options, q, corpus, held, cands, loaded=lex_loaded
+            [i for i, _ in lex_top if i not in cands], options, sim, corpus, held, cands, loaded=lex_loaded
         )
 
         vec_rank = {i: r for r, (i, _, _) in enumerate(vec_top, 1)}
@@ -555,7 +590,7 @@ class HybridStore(StoreDecorator):
             top = sorted(base, key=lambda i: -base[i])[: 2 * options.limit]
             extra = list(dict.fromkeys(n for i in top for n in neighbours(i) if n not in cands))
             if extra:
-                await self._add_candidates(extra, options, q, corpus, held, cands)
+                await self._add_candidates(extra, options, sim, corpus, held, cands)
                 for i in extra:
                     if i in cands and i not in base:
                         base[i] = base_of(i, cands[i][1])
@@ -578,10 +613,10 @@ class HybridStore(StoreDecorator):
             return score_of(memory_id)
 
         ranked = sorted(
-            ((score_of(i), i) for i, (_, cos) in cands.items() if cos >= options.threshold),
+            ((score_of(i), i) for i, (_, cos) in cands.items() if passes_floor(cos, options.threshold)),
             key=lambda t: (-t[0], t[1]),
         )
-        results, dropped = await self._winners(ranked, cands, options, q, corpus, rescore)
+        results, dropped = await self._winners(ranked, cands, options, sim, corpus, rescore)
         return results, held_used and dropped, vector
 
     def _reconcile(self, user_id: str, corpus: BM25Corpus, memory: Memory) -> None:
@@ -632,9 +667,9 @@ class HybridStore(StoreDecorator):
             await self._load(missing, user_id, corpus)
             if self._held.get(user_id) is not held:
                 return None
-        keep = None
-        if options.project_id is not None or options.types:
-            keep = corpus.matching(options.project_id, options.types).__contains__
+        wanted = corpus.matching(options.project_id, options.types)
+        # memories the model cannot represent have meaningless cosines: never a vector candidate
+        keep = {i for i in wanted if (corpus.attrs(i) or {}).get("represented") is not False}.__contains__
         return [(i, None, cos) for i, cos in held.top(q, pool, keep)]
 
     async def _load(self, ids: Sequence[str], user_id: str, corpus: BM25Corpus) -> dict[str, Memory]:
@@ -664,16 +699,16 @@ class HybridStore(StoreDecorator):
 
     @staticmethod
     def _admit(
-        memories: Sequence[Memory], options: RetrieveOptions, q: np.ndarray, into: dict[str, tuple[Memory, float]]
+        memories: Sequence[Memory], options: RetrieveOptions, sim: _Similarity, into: dict[str, tuple[Memory, float]]
     ) -> None:
-        """Add to ``into`` as (memory, cosine with ``q``) those of ``memories`` that pass the
-        ``project_id``/``types`` filters and carry a finite vector."""
+        """Add to ``into`` as (memory, similarity with the query, ``sim``) those of ``memories``
+        that pass the ``project_id``/``types`` filters and carry a finite vector."""
         for m in memories:
             if options.project_id is not None and m.project_id != options.project_id:
                 continue
             if options.types and m.type not in options.types:
                 continue
-            cos = _cosine(unit_vector(m.embedding), q)
+            cos = sim.of(m.id, unit_vector(m.embedding))
             if cos is not None:
                 into[m.id] = (m, cos)
 
@@ -681,7 +716,7 @@ class HybridStore(StoreDecorator):
         self,
         ids: Sequence[str],
         options: RetrieveOptions,
-        q: np.ndarray,
+        sim: _Similarity,
         corpus: BM25Corpus,
         held: HeldVectors,
         into: dict[str, tuple[Memory | None, float]],
@@ -698,26 +733,26 @@ class HybridStore(StoreDecorator):
             if memory_id in into:
                 continue
             if loaded is not None and memory_id in loaded:
-                self._admit([loaded[memory_id]], options, q, into)
+                self._admit([loaded[memory_id]], options, sim, into)
                 continue
             vec = held.get(memory_id)
             if vec is None:
                 if loaded is None:
                     need.append(memory_id)
                 continue
-            cos = _cosine(vec, q)
+            cos = sim.of(memory_id, vec)
             if cos is not None and corpus.passes(memory_id, options.project_id, options.types):
                 into[memory_id] = (None, cos)
         if need:
             fetched = await self._load(need, options.user_id, corpus)
-            self._admit([fetched[i] for i in need if i in fetched], options, q, into)
+            self._admit([fetched[i] for i in need if i in fetched], options, sim, into)
 
     async def _winners(
         self,
         ranked: Sequence[tuple[float, str]],
         cands: dict[str, tuple[Memory | None, float]],
         options: RetrieveOptions,
-        q: np.ndarray,
+        sim: _Similarity,
         corpus: BM25Corpus,
         rescore: Callable[[str, float], float],
     ) -> tuple[list[ScoredMemory], bool]:
@@ -737,7 +772,7 @@ class HybridStore(StoreDecorator):
             while pending and len(out) < options.limit and cands[pending[0][1]][0] is not None:
                 score, memory_id = pending.pop(0)
                 memory, cos = cands[memory_id]
-                if cos >= options.threshold:
+                if passes_floor(cos, options.threshold):
                     out.append(ScoredMemory(memory=memory, score=score, similarity=cos))
             if not pending or len(out) >= options.limit:
                 break
@@ -747,7 +782,7 @@ class HybridStore(StoreDecorator):
             for memory_id in need:
                 fresh: dict[str, tuple[Memory | None, float]] = {}
                 if memory_id in loaded:
-                    self._admit([loaded[memory_id]], options, q, fresh)
+                    self._admit([loaded[memory_id]], options, sim, fresh)
                 if memory_id not in fresh:
                     del cands[memory_id]
                     # pruned from the index (deleted behind this decorator): a new ranking

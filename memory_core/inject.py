@@ -20,6 +20,15 @@ Placements (``InjectionSettings.placement``):
   after the last ``system``/``developer`` message (at index 0 when there is none). Memories
   changing between turns then invalidate the cached prefix from that point on.
 
+Rendering a memory (``render_memory_text``): whatever characters a memory holds, it cannot end
+the block or start a message of its own. Each memory is one line (every line break and
+separator folded into a space), control and format characters are dropped, and ``&``, ``<``,
+``>`` and every look-alike of the angle brackets are written as ``&amp;``/``&lt;``/``&gt;``,
+so no ``</memory_context>`` variant (spacing, case, full-width or other look-alike brackets,
+zero-width characters inside) and no chat-template control token (``<|im_start|>``,
+``</s>``, ``<start_of_turn>``; bracketed ``[INST]``-style tokens are written with
+``&#91;``/``&#93;``) survives into the block.
+
 Message shapes: ``{"role": str, "content": str | list[part] | None, ...}`` where a part is an
 OpenAI content part such as ``{"type": "text", "text": str}`` or ``{"type": "image_url", ...}``.
 Functions never mutate their inputs; changed messages are deep copies.
@@ -29,6 +38,7 @@ from __future__ import annotations
 
 import copy
 import re
+import unicodedata
 from typing import Any, Iterable, Sequence
 
 from .types import Memory
@@ -41,7 +51,6 @@ BLOCK_HEADER = (
 )
 PLACEMENTS = ("current_turn", "after_system")
 
-_MARKER = re.compile(r"</?\s*memory_context\s*>", re.IGNORECASE)
 # An injected block, with the blank line that separates it from the user's text; a block
 # whose end marker is missing (e.g. a truncated echo) runs to the end of the text.
 _BLOCK = re.compile(
@@ -50,11 +59,37 @@ _BLOCK = re.compile(
 )
 
 
+LESS_THAN_LOOKALIKES = "<\u02c2\u1438\u16b2\u2039\u2329\u226e\u276e\u27e8\u3008\ufe64\uff1c\U0001d236"
+GREATER_THAN_LOOKALIKES = ">\u02c3\u1433\u203a\u232a\u226f\u276f\u27e9\u3009\ufe65\uff1e\U0001d237\U00016f3f"
+"""``<``/``>`` and their look-alikes: every code point whose NFKC or NFD form holds the
+bracket (U+FE64/FE65 small, U+FF1C/FF1E full-width, U+226E/226F negated) and the angle
+brackets of Unicode's confusables list (confusables.txt for U+003C/U+003E)."""
+_ESCAPES = {
+    "&": "&amp;",
+    **{c: "&lt;" for c in LESS_THAN_LOOKALIKES},
+    **{c: "&gt;" for c in GREATER_THAN_LOOKALIKES},
+}
+_ESCAPE = re.compile("[" + re.escape("".join(_ESCAPES)) + "]")
+_CONTROL_TOKEN = re.compile(r"\[(/?[A-Z][A-Z_]+)\]")
+"""Bracketed control tokens of chat templates (``[INST]``, ``[/INST]``, ``[SYSTEM_PROMPT]``,
+``[TOOL_CALLS]`` ...), which some tokenizers turn into special tokens even inside text."""
+
+
+def render_memory_text(content: str) -> str:
+    """``content`` as one inert line of the memory block: control (Cc) and format (Cf)
+    characters dropped (a zero-width space cannot split a marker or hide one), every run of
+    whitespace and line/paragraph separators folded into one space, ``&``/``<``/``>`` and
+    their look-alikes escaped as HTML entities, bracketed upper-case control tokens written
+    with ``&#91;``/``&#93;``. The result holds no ``<``, ``>`` or look-alike and no line break,
+    so it can neither close the block nor start a message or a chat-template turn."""
+    visible = "".join(c for c in content if unicodedata.category(c) not in ("Cc", "Cf") or c.isspace())
+    text = " ".join(visible.split())
+    text = _ESCAPE.sub(lambda m: _ESCAPES[m.group()], text)
+    return _CONTROL_TOKEN.sub(lambda m: f"&#91;{m.group(1)}&#93;", text)
+
+
 def _memory_line(content: str) -> str:
-    # Markers inside a memory would let stored text close the block early (or survive
-    # stripping), so they are neutralised; inner newlines are folded into one line per memory.
-    text = _MARKER.sub("[memory_context]", content)
-    return "- " + " ".join(text.split())
+    return "- " + render_memory_text(content)
 
 
 def format_memory_block(memories: Iterable[Memory]) -> str:

@@ -15,7 +15,8 @@ Robertson & Zaragoza report as robust).
 Tokenizer (``tokenize``): Unicode NFKC, lowercase; Latin/Cyrillic/Greek/digit words lose a
 possessive ``'s``, English stop words are dropped and the rest are Snowball-stemmed (Porter2,
 ``snowballstemmer``); runs of CJK ideographs / kana / hangul become character unigrams plus
-bigrams (the usual dictionary-free CJK indexing: Chinese "北京大学" → 北 京 大 学 北京 京大 大学).
+bigrams (the usual dictionary-free CJK indexing: Chinese "北京大学" → 北 京 大 学 北京 京大 大学);
+Thai, Lao, Myanmar and Khmer, also written without spaces, are indexed the same way.
 
 Memory: one posting map per loaded user; ``LexicalIndex`` keeps at most ``max_users`` users (LRU)
 and calls ``on_evict(user_id)`` when it drops one.
@@ -55,7 +56,12 @@ STOP_WORDS = frozenset(
     """.split()
 )
 
-_CJK_CLASS = r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\u1100-\u11ff\u3130-\u318f]"
+_CJK_CLASS = (
+    r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\u1100-\u11ff\u3130-\u318f"
+    r"\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff]"
+)
+"""Scripts written without spaces between words: CJK ideographs, kana, hangul, and Thai,
+Lao, Myanmar and Khmer (their combining vowel marks included), indexed as characters."""
 _ALNUM = rf"(?:(?!{_CJK_CLASS})[^\W_])"  # a letter or digit that is not CJK
 _WORD = re.compile(rf"{_CJK_CLASS}+|{_ALNUM}+(?:['’]{_ALNUM}+)*")
 _CJK = re.compile(_CJK_CLASS)
@@ -224,6 +230,19 @@ class BM25Corpus:
             scores = {i: s for i, s in scores.items() if _passes(self._docs[i], project_id, types)}
         ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
         return ranked[:limit] if limit is not None else ranked
+
+    def coverage(self, terms: Sequence[str], doc_id: str) -> float:
+        """IDF-weighted share in [0, 1] of the distinct ``terms`` that ``doc_id`` contains:
+        Σ idf(t) over the terms in the document / Σ idf(t) over all the terms (0 when the
+        document is not indexed or no term has weight). The similarity reported for a pair
+        whose cosine means nothing (``embedding.TokenizerCoverage``)."""
+        doc = self._docs.get(doc_id)
+        distinct = list(dict.fromkeys(terms))
+        if doc is None or not distinct:
+            return 0.0
+        weights = [(self.idf(t), t in doc.tf) for t in distinct]
+        total = sum(w for w, _ in weights)
+        return sum(w for w, hit in weights if hit) / total if total > 0 else 0.0
 
     def search(self, query: str, limit: int | None = None, project_id=None, types=None) -> list[tuple[str, float]]:
         """``score_terms(tokenize(query), ...)``."""

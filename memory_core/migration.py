@@ -7,9 +7,13 @@ conversation_id, created_by_user_id, created_at, updated_at, access_count, last_
 importance, metadata``). Vectors are left out on purpose: they belong to one model identity and
 the importing side re-embeds with its own model.
 
-Import is idempotent: a line whose ``id`` already exists for the user counts as a skipped
-duplicate. A line without ``id`` gets a deterministic one (sha256 of user, content and
-``created_at``), so re-importing the same file does not duplicate it either.
+Import is idempotent and scoped to the importing user: a line keeps its ``id`` when that id
+was issued for the importing user (their own export), and otherwise gets a deterministic id
+scoped to the importing user (``import_id``; reported in ``renamed``); a line without ``id``
+gets one derived from its content and ``created_at``. A line whose memory the user already
+holds (under either id) counts as a skipped duplicate, so re-importing a file changes
+nothing. What the importer is told never depends on another user's memories: ids of two
+users never coincide (``sanitize.new_memory_id``).
 
 Enumerating users: the store contract has no "list all users" (a backend-specific scan would
 break the contract and leak across tenants), so ``migrate`` takes an explicit list of user ids.
@@ -27,12 +31,22 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from datetime import datetime
 
-from .api_models import check_metadata, check_not_future
-from .errors import DuplicateMemory, InvalidInput, MemoryError_, StoreClosed, StoreUnavailable
-from .sanitize import require_user_id
-from .types import Memory
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .api_models import Content, ConversationId, Metadata, PastTime, ProjectId, Source
+from .errors import DuplicateMemory, InvalidInput, MemoryError_, MigrationError, StoreClosed, StoreUnavailable
+from .sanitize import (
+    INT64_MAX,
+    check_json_text,
+    is_memory_id,
+    is_scoped_to,
+    require_memory_id,
+    require_user_id,
+    scoped_memory_id,
+)
+from .types import Memory, MemoryType
 
 EXPORT_MEDIA_TYPE = "application/x-ndjson"
 PAGE_SIZE = 500
@@ -43,13 +57,6 @@ _FATAL = (StoreClosed, StoreUnavailable)
 """Errors that abort an import/migration instead of failing one line."""
 
 
-class MigrationError(MemoryError_, RuntimeError):
-    """A migration could not be completed or verified (e.g. counts differ afterwards)."""
-
-    code = "migration_failed"
-    http_status = 500
-
-
 # --------------------------------------------------------------------------- reports
 class ImportFailure(BaseModel):
     """One line that could not be imported (``line`` is 1-based)."""
@@ -58,13 +65,25 @@ class ImportFailure(BaseModel):
     error: str
 
 
+class ImportRenamed(BaseModel):
+    """A line whose memory was stored under another id than the line gave (``line`` 1-based):
+    the line's id was not issued for the importing user (``import_id``)."""
+
+    line: int
+    id: str
+    new_id: str
+
+
 class ImportReport(BaseModel):
     """Result of ``import_lines``; ``model_dump()`` is the HTTP response body of
-    ``POST /v1/memory/import``."""
+    ``POST /v1/memory/import``. ``imported`` + ``skipped_duplicates`` + ``len(failed)`` = the
+    non-blank lines; ``renamed`` lists the imported or skipped lines whose memory has another
+    id than the line gave."""
 
     imported: int = 0
     skipped_duplicates: int = 0
     failed: list[ImportFailure] = Field(default_factory=list)
+    renamed: list[ImportRenamed] = Field(default_factory=list)
 
 
 class UserMigration(BaseModel):
@@ -113,22 +132,67 @@ def memory_to_export_line(memory: Memory) -> str:
     return line.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029").replace("\x85", "\\u0085")
 
 
-def _derived_id(user_id: str, content: str, created_at: Any) -> str:
-    return hashlib.sha256(json.dumps([user_id, content, created_at]).encode()).hexdigest()[:32]
+class ImportLine(BaseModel):
+    """The fields of one export line, checked by the same rules as ``POST /v1/memory``
+    (``api_models``); unknown keys (and ``embedding``/``embedding_identity``) are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str | None = None
+    type: MemoryType = MemoryType.SEMANTIC
+    content: Content
+    user_id: str | None = None
+    project_id: ProjectId | None = None
+    source: Source = "api"
+    created_via: Source | None = None
+    conversation_id: ConversationId | None = None
+    created_by_user_id: str | None = None
+    created_at: PastTime | None = None
+    updated_at: datetime | None = None
+    access_count: int = Field(0, ge=0, le=INT64_MAX)
+    last_accessed: datetime | None = None
+    importance: float = Field(0.5, ge=0, le=1)
+    metadata: Metadata = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data: Any) -> Any:
+        return check_json_text(data, "line")
 
 
-def parse_import_line(line: str, *, user_id: str | None) -> Memory:
+class ParsedLine(BaseModel):
+    """An import line: the ``memory`` to store (its ``id`` already the one it gets, see
+    ``import_id``) and the id the line gave (``None`` when it gave none)."""
+
+    memory: Memory
+    given_id: str | None = None
+
+
+def import_id(user_id: str, given_id: str | None, content: str, created_at: Any) -> str:
+    """The id an imported memory of ``user_id`` gets: the line's own id when it was issued for
+    this user (``sanitize.is_scoped_to``: a user's export re-imported keeps its ids), else the
+    id scoped to this user derived from the line's id (an id of another user, or from before
+    owner tags), or, for a line without id, from its content and date. Deterministic (a
+    re-import finds what it imported before) and independent of what other users hold."""
+    if given_id is not None:
+        return given_id if is_scoped_to(given_id, user_id) else scoped_memory_id(user_id, "id:" + given_id)
+    return scoped_memory_id(user_id, "content:" + json.dumps([content, created_at], ensure_ascii=False))
+
+
+def parse_import_line(line: str, *, user_id: str | None) -> ParsedLine:
     """The memory described by one export line (without vector; the store re-embeds it).
 
     ``user_id`` is the importing user: a line without ``user_id`` is assigned to it, a line
-    of another user is refused. With ``user_id=None`` the line must name its user. A line
-    without ``id`` gets a deterministic id. With an importing ``user_id``, ``created_via`` is
-    ``import`` and ``created_by_user_id`` that user (else ``created_via`` defaults to
-    ``import``). Unknown
-    keys are ignored; ``embedding``/``embedding_identity`` are dropped.
+    of another user is refused. With ``user_id=None`` the line must name its user. The
+    memory's id is ``import_id`` of the line's id (which must have the memory id format when
+    given). With an importing ``user_id``, ``created_via`` is ``import`` and
+    ``created_by_user_id`` that user (a line cannot claim another creator); without one,
+    ``created_via`` defaults to ``import``. Field values follow the rules of
+    ``POST /v1/memory``.
 
-    Raises ``InvalidInput`` (not JSON, not an object, missing/empty content, user mismatch,
-    invalid field values). Callers prefix the message with the line number.
+    Raises ``InvalidInput`` (not JSON, not an object, a malformed id, missing/empty content,
+    user mismatch, invalid field values, naming the field). Callers prefix the message with
+    the line number.
     """
     try:
         data = json.loads(line)
@@ -136,39 +200,39 @@ def parse_import_line(line: str, *, user_id: str | None) -> Memory:
         raise InvalidInput(f"not valid JSON: {e}") from e
     if not isinstance(data, dict):
         raise InvalidInput("each line must be a JSON object")
-    data = {k: v for k, v in data.items() if k in EXPORT_FIELDS}
-    line_user = data.get("user_id")
+    try:
+        fields = ImportLine.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        raise InvalidInput(f"{loc}: {first['msg']}" if loc else str(first["msg"])) from e
+    except ValueError as e:  # a rule raised outside a field (InvalidInput)
+        raise InvalidInput(str(e)) from e
+    given_id = fields.id
+    if given_id is not None:
+        require_memory_id(given_id)
+    line_user = fields.user_id
     if user_id is not None:
         require_user_id(user_id)
         if line_user not in (None, "", user_id):
-            raise InvalidInput(f"line belongs to user {line_user!r}, not to the importing user")
-        data["user_id"] = user_id
+            raise InvalidInput("line belongs to another user than the importing user")
+        owner = user_id
     elif not line_user:
         raise InvalidInput("user_id is missing")
-    content = data.get("content")
-    if not isinstance(content, str) or not content.strip():
-        raise InvalidInput("content must be a non-empty string")
-    if not data.get("id"):
-        data["id"] = _derived_id(data["user_id"], content, data.get("created_at"))
-    if user_id is not None:
-        # provenance is what happened here: the importing user wrote it through the import
-        # pipeline (a line cannot claim another creator); ``source`` keeps where it came from
-        data["created_via"] = "import"
-        data["created_by_user_id"] = user_id
     else:
-        data.setdefault("created_via", "import")
-    try:
-        memory = Memory.model_validate(data)
-        # the same rules as POST /v1/memory
-        check_not_future(memory.created_at)
-        check_metadata(memory.metadata)
-        return memory
-    except ValueError as e:
-        if not isinstance(e, ValidationError):
-            raise InvalidInput(str(e)) from e
-        first = e.errors()[0]
-        loc = ".".join(str(x) for x in first["loc"])
-        raise InvalidInput(f"{loc}: {first['msg']}") from e
+        owner = require_user_id(line_user)
+    values = fields.model_dump(exclude={"id", "user_id", "created_via", "created_by_user_id"})
+    created = data.get("created_at")
+    memory = Memory(
+        **values,
+        id=import_id(owner, given_id, fields.content, created if isinstance(created, str) else None),
+        user_id=owner,
+        # provenance is what happened here: the importing user wrote it through the import
+        # pipeline; ``source`` keeps where it came from
+        created_via="import" if user_id is not None else (fields.created_via or "import"),
+        created_by_user_id=user_id if user_id is not None else fields.created_by_user_id,
+    )
+    return ParsedLine(memory=memory, given_id=given_id)
 
 
 # --------------------------------------------------------------------------- export
@@ -222,10 +286,13 @@ async def import_lines(
 ) -> ImportReport:
     """Import export lines into ``store`` (which embeds each memory with its own model).
 
-    Blank lines are ignored; line numbers in ``failed`` are 1-based positions in ``lines``.
-    An id already stored for the user → ``skipped_duplicates``; an id taken by another user,
-    a bad line or content the store refuses → ``failed``. ``on_progress(report)`` is called
-    after each line. Up to ``concurrency`` memories are stored at once.
+    Blank lines are ignored; line numbers in ``failed``/``renamed`` are 1-based positions in
+    ``lines``. Each line's memory gets ``import_id`` (its own id when issued for the user,
+    else an id scoped to the user, listed in ``renamed``). A memory the user already holds
+    under the line's id or that id → ``skipped_duplicates``; a bad line or content the store
+    refuses → ``failed`` (with the reason). Nothing here depends on other users' memories.
+    ``on_progress(report)`` is called after each line. Up to ``concurrency`` memories are
+    stored at once.
 
     Raises ``StoreClosed`` / ``StoreUnavailable`` (the import stops; lines already stored stay,
     and rerunning the import is safe).
@@ -238,16 +305,28 @@ async def import_lines(
         if on_progress is not None:
             on_progress(report)
 
-    async def one(number: int, memory: Memory) -> None:
+    def renamed(number: int, parsed: ParsedLine) -> None:
+        if parsed.given_id is not None and parsed.given_id != parsed.memory.id:
+            report.renamed.append(ImportRenamed(line=number, id=parsed.given_id, new_id=parsed.memory.id))
+
+    async def one(number: int, parsed: ParsedLine) -> None:
+        memory = parsed.memory
         try:
-            await store.store(memory)
-            report.imported += 1
-        except DuplicateMemory:
-            mine = await store.get_many([memory.id], memory.user_id)
-            if mine:
+            ids = [memory.id] + ([parsed.given_id] if parsed.given_id not in (None, memory.id) else [])
+            if await store.get_many(ids, memory.user_id):  # the user's own memories only
                 report.skipped_duplicates += 1
             else:
-                report.failed.append(ImportFailure(line=number, error=f"id {memory.id!r} is already in use"))
+                await store.store(memory)
+                report.imported += 1
+            renamed(number, parsed)
+        except DuplicateMemory:
+            # written meanwhile by this user (a concurrent import), or the astronomically
+            # unlikely collision of two scoped ids: either way not this line's doing
+            if await store.get_many([memory.id], memory.user_id):
+                report.skipped_duplicates += 1
+                renamed(number, parsed)
+            else:
+                report.failed.append(ImportFailure(line=number, error="id conflict: import the line without its id"))
         except _FATAL:
             raise
         except MemoryError_ as e:
@@ -263,13 +342,13 @@ async def import_lines(
             if not raw.strip():
                 continue
             try:
-                memory = parse_import_line(raw, user_id=user_id)
+                parsed = parse_import_line(raw, user_id=user_id)
             except InvalidInput as e:
                 report.failed.append(ImportFailure(line=number, error=str(e)))
                 progress()
                 continue
             await sem.acquire()
-            task = asyncio.create_task(one(number, memory))
+            task = asyncio.create_task(one(number, parsed))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
             # surface fatal errors early
@@ -281,6 +360,7 @@ async def import_lines(
         for t in tasks:
             t.cancel()
     report.failed.sort(key=lambda f: f.line)
+    report.renamed.sort(key=lambda r: r.line)
     return report
 
 
@@ -329,7 +409,10 @@ async def migrate(
     report = MigrationReport(reembedded=reembed)
     async for user_id in _aiter(user_ids):
         require_user_id(user_id)
-        memories = await _all_memories(source_store, user_id)
+        memories = [
+            m if is_memory_id(m.id) else m.model_copy(update={"id": scoped_memory_id(user_id, "id:" + m.id)})
+            for m in await _all_memories(source_store, user_id)
+        ]  # a record from before the id format gets its scoped id (the target refuses others)
         result = UserMigration(user_id=user_id, source=len(memories))
         existing: set[str] = set()
         ids = [m.id for m in memories]

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .sanitize import check_json_text
 
 
 class ChatMessage(BaseModel):
@@ -29,9 +31,15 @@ class ChatMessage(BaseModel):
 
 
 class ChatCompletionRequest(BaseModel):
-    """``POST /v1/chat/completions`` body. Streaming is not supported by this service yet."""
+    """``POST /v1/chat/completions`` body. Streaming is not supported by this service yet.
+    Every string of the body, in any field, must be valid Unicode (no lone surrogate)."""
 
     model_config = ConfigDict(extra="allow")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data: Any) -> Any:
+        return check_json_text(data, "body")
 
     model: str = Field(min_length=1)
     messages: list[ChatMessage] = Field(min_length=1)

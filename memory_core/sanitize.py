@@ -1,10 +1,40 @@
-"""Input sanitizing shared by every store and the HTTP API (one place for these rules)."""
+"""Input rules shared by every store and the HTTP API (the one place for them).
+
+Every value a caller controls passes one of these rules before it reaches a store, and the
+backend adapters then pass it as data (Qdrant filters, Valkey key names and hex TAG values)
+or escape it (Milvus expression literals) as well. The rules:
+
+- **Text** (every string of a request body, at any depth): valid Unicode, i.e. no lone
+  UTF-16 surrogate (``"\\ud800"`` parses from JSON but cannot be encoded as UTF-8, stored
+  or sent anywhere). ``check_json_text`` walks a parsed JSON body.
+- **Memory content**: control characters other than tab/newline/CR removed, outer whitespace
+  stripped, at least one *visible* character (whitespace-only and invisible-only content,
+  e.g. ``"\\u200b\\u200c\\u200d"``, are both refused), at most ``MAX_CONTENT_BYTES``.
+- **Owner, project and conversation ids** (``require_user_id`` / ``check_project_id`` /
+  ``check_conversation_id``): 1..256 characters, no surrounding whitespace, no control,
+  format or separator characters other than an inner ASCII space, so ``"alice\\u200b"`` can
+  never alias ``"alice"``. The same rule for the ``x-project-id``/``x-conversation-id``
+  headers of a chat request as for the REST fields.
+- **Memory ids** (``MEMORY_ID_PATTERN``): 32 lowercase hex characters, the only format the
+  service issues. A path id of another shape is "not found" before any store call; an import
+  line with one is a per-line error. Ids are *scoped to their owner*: the last 16 hex
+  characters are a tag derived from the owner's id and the first 16 (``new_memory_id`` /
+  ``scoped_memory_id``), so an id issued for one user is never valid for another and two
+  users never hold the same id (see ``migration.import_lines``).
+- **JSON values** (``check_json_value``, metadata): strings as above, integers within signed
+  64 bits (what every backend stores losslessly), finite floats, object keys 1..256
+  characters without control characters, nesting at most ``MAX_JSON_DEPTH``.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import math
 import re
+import secrets
 import unicodedata
 from collections.abc import Iterable
+from typing import Any
 
 from .errors import InvalidInput
 
@@ -12,37 +42,101 @@ MAX_CONTENT_BYTES = 16 * 1024
 """Largest memory content accepted, in UTF-8 bytes. Larger content is rejected, never cut."""
 
 MAX_USER_ID_CHARS = 256
+MAX_SCOPE_ID_CHARS = 256
+"""Longest project id and conversation id, in characters (REST fields and chat headers)."""
+MAX_JSON_DEPTH = 32
+"""Deepest nesting of a metadata value (an object or list inside another counts one level)."""
+MAX_JSON_KEY_CHARS = 256
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_CONTROL_ALL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_FORBIDDEN_ID_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp", "Cs"})
+"""Categories of characters that show nothing (controls, format characters such as the
+zero-width space and joiners, separators, surrogates)."""
+_BLANK = re.compile(
+    "[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u2800\u3164\ufe00-\ufe0f\uffa0\U000e0100-\U000e01ef]"
+)
+"""Default-ignorable or blank code points outside those categories (Unicode's
+Default_Ignorable_Code_Point property: Hangul fillers, variation selectors, the combining
+grapheme joiner, Khmer inherent vowels; and the blank braille pattern U+2800)."""
 
 
-def clean_content(content: str, max_bytes: int = MAX_CONTENT_BYTES) -> str:
+# --------------------------------------------------------------------------- text
+def check_text(value: str, field: str) -> str:
+    """``value`` unchanged when it is valid Unicode (no lone surrogate); raises
+    ``InvalidInput`` naming ``field`` and the position otherwise."""
+    m = _SURROGATE.search(value)
+    if m is not None:
+        raise InvalidInput(
+            f"{field}: text must be valid Unicode (lone surrogate U+{ord(m.group()):04X} at index {m.start()})"
+        )
+    return value
+
+
+def check_json_text(value: Any, field: str = "body") -> Any:
+    """Walk a parsed JSON value and refuse (``InvalidInput`` naming the path, e.g.
+    ``messages.0.content``) any string or object key that is not valid Unicode. Returns
+    ``value`` unchanged. Iterative, so any nesting ``json.loads`` accepted is walked."""
+    stack: list[tuple[Any, str]] = [(value, field)]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str):
+            check_text(item, path)
+        elif isinstance(item, dict):
+            for k, v in item.items():
+                if isinstance(k, str):
+                    check_text(k, f"{path} (a key)")
+                stack.append((v, f"{path}.{k}"))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((v, f"{path}.{i}") for i, v in enumerate(item))
+    return value
+
+
+def is_visible(text: str) -> bool:
+    """True when ``text`` has at least one character that shows something: not whitespace,
+    not a control, format, separator or surrogate character, not a default-ignorable or blank
+    code point (``_BLANK``)."""
+    return any(
+        not c.isspace() and unicodedata.category(c) not in _INVISIBLE_CATEGORIES and not _BLANK.match(c) for c in text
+    )
+
+
+def clean_content(content: str, max_bytes: int = MAX_CONTENT_BYTES, field: str = "content") -> str:
     """Return ``content`` with C0 control characters (except tab/newline/CR) removed and outer
     whitespace stripped. Unicode is otherwise kept byte-exact (no normalisation).
 
-    Raises ``InvalidInput`` when the result is empty or longer than ``max_bytes`` UTF-8 bytes.
+    Raises ``InvalidInput`` when the content is not a string, is not valid Unicode, has no
+    visible character (empty, whitespace-only and invisible-only content alike) or is longer
+    than ``max_bytes`` UTF-8 bytes.
     """
     if not isinstance(content, str):
-        raise InvalidInput("content must be a string")
+        raise InvalidInput(f"{field} must be a string")
+    check_text(content, field)
     cleaned = _CONTROL.sub("", content).strip()
-    if not cleaned:
-        raise InvalidInput("content must not be empty")
+    if not is_visible(cleaned):
+        raise InvalidInput(f"{field} must not be empty (it has no visible character)")
     size = len(cleaned.encode("utf-8"))
     if size > max_bytes:
-        raise InvalidInput(f"content is {size} bytes; the limit is {max_bytes} bytes (UTF-8)")
+        raise InvalidInput(f"{field} is {size} bytes; the limit is {max_bytes} bytes (UTF-8)")
     return cleaned
 
 
-def require_user_id(user_id: str | None, field: str = "user_id") -> str:
-    """Validate an owner id and return it unchanged: non-empty, at most 256 characters, no
-    leading/trailing whitespace and no control, format or separator characters other than an
-    inner ASCII space (Unicode categories Cc, Cf, Zs, Zl, Zp — so ``"alice\u00a0"`` or
-    ``"alice\u200b"`` can never alias ``"alice"``).
-    Raises ``InvalidInput`` otherwise. An empty user id never means "all users".
-    """
+# --------------------------------------------------------------------------- ids
+def require_user_id(user_id: str | None, field: str = "user_id", max_chars: int = MAX_USER_ID_CHARS) -> str:
+    """Validate an owner id (and, with ``field``, any id of the same rule) and return it
+    unchanged: non-empty, at most ``max_chars`` characters, no leading/trailing whitespace and
+    no control, format or separator characters other than an inner ASCII space (Unicode
+    categories Cc, Cf, Zs, Zl, Zp — so ``"alice\\u00a0"`` or ``"alice\\u200b"`` can never
+    alias ``"alice"``), valid Unicode. Raises ``InvalidInput`` otherwise. An empty user id
+    never means "all users"."""
     if user_id is None or not isinstance(user_id, str) or not user_id:
         raise InvalidInput(f"{field} is required and must be non-empty")
-    if len(user_id) > MAX_USER_ID_CHARS:
-        raise InvalidInput(f"{field} is longer than {MAX_USER_ID_CHARS} characters")
+    if len(user_id) > max_chars:
+        raise InvalidInput(f"{field} is longer than {max_chars} characters")
+    check_text(user_id, field)
     if user_id != user_id.strip() or any(
         c != " " and unicodedata.category(c) in _FORBIDDEN_ID_CATEGORIES for c in user_id
     ):
@@ -50,8 +144,118 @@ def require_user_id(user_id: str | None, field: str = "user_id") -> str:
     return user_id
 
 
-_FORBIDDEN_ID_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+def check_project_id(project_id: str | None, field: str = "project_id") -> str | None:
+    """``None`` (no project) or a project id following the id rule (see ``require_user_id``,
+    at most ``MAX_SCOPE_ID_CHARS``). Raises ``InvalidInput``."""
+    if project_id is None:
+        return None
+    return require_user_id(project_id, field, MAX_SCOPE_ID_CHARS)
 
+
+def check_conversation_id(conversation_id: str | None, field: str = "conversation_id") -> str | None:
+    """``None`` or a conversation id following the id rule (at most ``MAX_SCOPE_ID_CHARS``).
+    Raises ``InvalidInput``."""
+    if conversation_id is None:
+        return None
+    return require_user_id(conversation_id, field, MAX_SCOPE_ID_CHARS)
+
+
+MAX_LABEL_CHARS = 64
+
+
+def check_label(value: Any, field: str) -> str:
+    """A provenance label (``source``, ``created_via``): a string of 1..``MAX_LABEL_CHARS``
+    characters with a visible character and no control characters. Raises ``InvalidInput``."""
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_LABEL_CHARS:
+        raise InvalidInput(f"{field} must be a string of 1..{MAX_LABEL_CHARS} characters")
+    check_text(value, field)
+    if _CONTROL_ALL.search(value) or not is_visible(value):
+        raise InvalidInput(f"{field} must be visible text without control characters")
+    return value
+
+
+MEMORY_ID_PATTERN = r"^[0-9a-f]{32}$"
+"""The one memory id format: 32 lowercase hex characters."""
+_MEMORY_ID = re.compile(MEMORY_ID_PATTERN)
+_ID_TAG_DOMAIN = b"memory-router/memory-id/v1\x00"
+
+
+def is_memory_id(value: Any) -> bool:
+    """True when ``value`` has the memory id format (``MEMORY_ID_PATTERN``)."""
+    return isinstance(value, str) and _MEMORY_ID.fullmatch(value) is not None
+
+
+def _id_tag(user_id: str, body: str) -> str:
+    digest = hashlib.sha256(_ID_TAG_DOMAIN + user_id.encode("utf-8") + b"\x00" + body.encode("ascii"))
+    return digest.hexdigest()[:16]
+
+
+def new_memory_id(user_id: str) -> str:
+    """A fresh id for a memory of ``user_id``: 16 random hex characters (64 bits) followed by
+    their 16-hex owner tag (``is_scoped_to(id, user_id)`` is true)."""
+    body = secrets.token_hex(8)
+    return body + _id_tag(user_id, body)
+
+
+def scoped_memory_id(user_id: str, seed: str) -> str:
+    """The deterministic id of ``user_id`` derived from ``seed`` (e.g. an import line's own id,
+    or its content and date): the same seed always gives the same id for the same user, and
+    ids of two users never coincide (each carries its owner's tag)."""
+    body = hashlib.sha256(_ID_TAG_DOMAIN + seed.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return body + _id_tag(user_id, body)
+
+
+def is_scoped_to(memory_id: str, user_id: str) -> bool:
+    """True when ``memory_id`` has the id format and carries ``user_id``'s owner tag (it was
+    issued for that user). Ids issued before owner tags existed (plain UUID4 hex) are not."""
+    return is_memory_id(memory_id) and secrets.compare_digest(memory_id[16:], _id_tag(user_id, memory_id[:16]))
+
+
+def require_memory_id(memory_id: Any, field: str = "id") -> str:
+    """``memory_id`` unchanged when it has the memory id format; raises ``InvalidInput``."""
+    if not is_memory_id(memory_id):
+        raise InvalidInput(f"{field} must be 32 lowercase hex characters (a memory id issued by this service)")
+    return memory_id
+
+
+# --------------------------------------------------------------------------- JSON values
+def check_json_value(value: Any, field: str = "metadata") -> Any:
+    """``value`` unchanged when every part of it is stored losslessly by every backend:
+    strings valid Unicode, integers within signed 64 bits, floats finite, object keys strings
+    of 1..``MAX_JSON_KEY_CHARS`` characters without control characters, nesting at most
+    ``MAX_JSON_DEPTH``. Raises ``InvalidInput`` naming the path (``metadata.a.0``)."""
+    stack: list[tuple[Any, str, int]] = [(value, field, 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        if isinstance(item, bool) or item is None:
+            continue
+        if isinstance(item, str):
+            check_text(item, path)
+        elif isinstance(item, int):
+            if not INT64_MIN <= item <= INT64_MAX:
+                raise InvalidInput(f"{path}: integer outside the signed 64-bit range")
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise InvalidInput(f"{path}: number must be finite")
+        elif isinstance(item, (dict, list, tuple)):
+            if depth >= MAX_JSON_DEPTH:
+                raise InvalidInput(f"{path}: nested deeper than {MAX_JSON_DEPTH} levels")
+            if isinstance(item, dict):
+                for k, v in item.items():
+                    if not isinstance(k, str) or not 0 < len(k) <= MAX_JSON_KEY_CHARS:
+                        raise InvalidInput(f"{path}: keys must be strings of 1..{MAX_JSON_KEY_CHARS} characters")
+                    check_text(k, f"{path} (a key)")
+                    if _CONTROL_ALL.search(k):
+                        raise InvalidInput(f"{path}: key {k!r} has control characters")
+                    stack.append((v, f"{path}.{k}", depth + 1))
+            else:
+                stack.extend((v, f"{path}.{i}", depth + 1) for i, v in enumerate(item))
+        else:
+            raise InvalidInput(f"{path}: {type(item).__name__} is not a JSON value")
+    return value
+
+
+# --------------------------------------------------------------------------- headers
 CONTROLLED_HEADERS = frozenset({"x-authz-user-id", "x-project-id", "x-conversation-id", "x-disable-router-memory"})
 """Headers this service acts on; each may appear at most once in a request."""
 

@@ -21,7 +21,9 @@ from .config import RouterConfig
 from .extract import turn_memory_content
 from .gate import select_gate
 from .inject import inject_memories, last_user_text
+from .errors import InvalidInput
 from .routing import MemoryPolicy, effective_policy, select_decision, skip_reason
+from .sanitize import check_conversation_id, check_project_id, require_user_id
 from .types import Memory, MemoryType, RetrieveOptions, ScoredMemory, utcnow
 
 log = logging.getLogger(__name__)
@@ -98,6 +100,18 @@ def header(headers: Mapping[str, str], name: str) -> str | None:
     return None
 
 
+def check_chat_headers(headers: Mapping[str, str]) -> None:
+    """The memory headers of a chat request follow the rules of the REST API
+    (``sanitize``): ``x-authz-user-id`` (when present) the owner id rule, ``x-project-id`` and
+    ``x-conversation-id`` the project and conversation id rules (at most 256 characters
+    each). Raises ``InvalidInput`` naming the header."""
+    user_id = header(headers, USER_HEADER)
+    if user_id is not None:
+        require_user_id(user_id, USER_HEADER)
+    check_project_id(header(headers, PROJECT_HEADER), PROJECT_HEADER)
+    check_conversation_id(header(headers, CONVERSATION_HEADER), CONVERSATION_HEADER)
+
+
 class MemoryPipeline:
     """Memory for chat requests. ``store`` is a port (the store pool client in the service, a
     plain store in tests); ``now`` is injectable for tests."""
@@ -117,7 +131,15 @@ class MemoryPipeline:
 
     async def prepare(self, body: dict[str, Any], headers: Mapping[str, str]) -> PreparedChat:
         """Steps 2–7 for a validated chat body. Never raises for store/embedder failures
-        (the request then goes out without memory, outcome ``error``)."""
+        (the request then goes out without memory, outcome ``error``). Raises
+        ``InvalidInput`` when a memory header breaks its rule (``check_chat_headers``: the
+        request is refused as the REST API would refuse the value, counted in
+        ``memory_requests_refused{reason="invalid_header"}``)."""
+        try:
+            check_chat_headers(headers)
+        except InvalidInput:
+            self.metrics.count("memory_requests_refused", {"reason": "invalid_header"})
+            raise
         messages = body.get("messages") or []
         user_text = last_user_text(messages)
         model = body.get("model")

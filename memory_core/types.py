@@ -6,22 +6,19 @@ model's dimension, L2-normalised; scores are cosine similarity in [-1, 1].
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .sanitize import new_memory_id
 
 
 def utcnow() -> datetime:
     """Current time, timezone-aware UTC."""
     return datetime.now(timezone.utc)
-
-
-def new_memory_id() -> str:
-    """A fresh random memory id (UUID4 hex, 32 chars)."""
-    return uuid.uuid4().hex
 
 
 class MemoryType(str, Enum):
@@ -44,11 +41,14 @@ class Memory(BaseModel):
     ``created_via`` (which pipeline wrote it, e.g. ``auto_store``, ``api``, ``import``),
     ``conversation_id`` and ``created_by_user_id`` (who created it: an operator may write
     on behalf of a user). ``embedding`` is never returned by the HTTP API.
+
+    ``id``: when not given, a fresh id scoped to ``user_id`` (``sanitize.new_memory_id``: 32
+    lowercase hex). Stores refuse ids of another format (``sanitize.MEMORY_ID_PATTERN``).
     """
 
     model_config = ConfigDict(use_enum_values=False, validate_assignment=False)
 
-    id: str = Field(default_factory=new_memory_id, min_length=1, max_length=128)
+    id: str = Field(min_length=1, max_length=128)
     type: MemoryType = MemoryType.SEMANTIC
     content: str
     user_id: str
@@ -66,6 +66,13 @@ class Memory(BaseModel):
     embedding: list[float] | None = None
     embedding_identity: str | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _issue_id(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "id" not in data and isinstance(data.get("user_id"), str):
+            return {**data, "id": new_memory_id(data["user_id"])}
+        return data
+
     @field_validator("created_at", "updated_at", "last_accessed")
     @classmethod
     def _aware(cls, v: datetime | None) -> datetime | None:
@@ -76,6 +83,19 @@ class Memory(BaseModel):
     def public(self) -> dict[str, Any]:
         """JSON-ready dict for the HTTP API (no vector)."""
         return self.model_dump(mode="json", exclude={"embedding", "embedding_identity"})
+
+
+def as_float32(value: float) -> float:
+    """``value`` rounded to the nearest float32 (the precision of stored vectors), as a
+    Python float. Every reported similarity is such a value."""
+    return float(np.float32(value))
+
+
+def passes_floor(similarity: float, threshold: float) -> bool:
+    """Whether ``similarity`` reaches the inclusive floor ``threshold``, both compared as
+    float32: a search repeated with ``threshold`` equal to a similarity it reported keeps
+    that memory."""
+    return as_float32(similarity) >= as_float32(threshold)
 
 
 class RetrieveOptions(BaseModel):

@@ -23,12 +23,13 @@ def to_ms(when: datetime | None) -> int | None:
 
 
 def from_ms(ms: int | float | str | bytes | None) -> datetime | None:
-    """Aware UTC datetime of epoch milliseconds; ``None``/negative means absent."""
+    """Aware UTC datetime of epoch milliseconds (negative: before 1970); ``None`` stays
+    ``None``."""
     if ms is None:
         return None
-    value = int(float(ms))
-    if value < 0:
-        return None
+    if isinstance(ms, bytes):
+        ms = ms.decode()
+    value = int(ms) if isinstance(ms, int) or (isinstance(ms, str) and ms.lstrip("-").isdigit()) else int(float(ms))
     return EPOCH + timedelta(milliseconds=value)
 
 

@@ -27,8 +27,17 @@ from ..errors import (
     StoreClosed,
     StoreUnavailable,
 )
-from ..sanitize import clean_content, require_user_id
-from ..types import ListResult, Memory, MemoryType, RetrieveOptions, ScoredMemory
+from ..sanitize import (
+    check_conversation_id,
+    check_json_value,
+    check_label,
+    check_project_id,
+    clean_content,
+    is_memory_id,
+    require_memory_id,
+    require_user_id,
+)
+from ..types import ListResult, Memory, MemoryType, RetrieveOptions, ScoredMemory, as_float32, passes_floor
 from ..types import utcnow as _utcnow
 
 log = logging.getLogger(__name__)
@@ -57,14 +66,6 @@ def utcnow() -> datetime:
     return to_millis(_utcnow())
 
 
-def check_project_id(project_id: str | None) -> str | None:
-    """``None`` (no project) or a project id following the user id rules (non-empty, ≤ 256
-    characters, no control characters). Raises ``InvalidInput``."""
-    if project_id is None:
-        return None
-    return require_user_id(project_id, "project_id")
-
-
 class MemoryStore(ABC):
     """Async memory store. See the module docstring for which rules live here.
 
@@ -78,6 +79,11 @@ class MemoryStore(ABC):
         dimension: vector dimension; vectors of another length raise ``InvalidInput``.
         identity: embedding model identity digest of the vectors this store holds; a
             vector tagged with another identity raises ``EmbeddingIdentityMismatch``.
+        represents: whether the embedding model can represent a text
+            (``embedding.TokenizerCoverage.represents``); ``None``: every text. A query it
+            cannot represent finds nothing by vector, and a memory it cannot represent is
+            never returned by vector search (its cosine means nothing): hybrid retrieval
+            ranks such text lexically.
     """
 
     name = "abstract"
@@ -93,11 +99,13 @@ class MemoryStore(ABC):
         identity: str | None = None,
         access_flush_s: float = 5.0,
         embed_query: EmbedFn | None = None,
+        represents: Callable[[str], bool] | None = None,
     ):
         if dimension <= 0:
             raise InvalidInput("dimension must be positive")
         self._embed = embed
         self._embed_query = embed_query
+        self._represents = represents
         self.dimension = dimension
         self.identity = identity
         self._closed = False
@@ -167,6 +175,11 @@ class MemoryStore(ABC):
         async with self._open_lock:  # never release while a (failed) open is running
             await self._close()
 
+    def represents(self, text: str) -> bool:
+        """Whether the embedding model can represent ``text`` (see ``represents`` in the class
+        docstring); True when no check is configured."""
+        return self._represents is None or self._represents(text)
+
     async def check_connection(self) -> bool:
         """True when the backend answers. Raises ``StoreClosed`` after close."""
         async with self._op():
@@ -223,9 +236,12 @@ class MemoryStore(ABC):
         with this store's identity. A memory without a vector keeps ``embedding=None``
         (``_embed_missing`` fills it). Raises ``InvalidInput``, ``EmbeddingIdentityMismatch``."""
         require_user_id(memory.user_id)
-        if not memory.id:
-            raise InvalidInput("id is required")
+        require_memory_id(memory.id)
         check_project_id(memory.project_id)
+        check_conversation_id(memory.conversation_id)
+        check_label(memory.source, "source")
+        check_label(memory.created_via, "created_via")
+        check_json_value(memory.metadata)
         content = clean_content(memory.content)
         now = utcnow()
         created = to_millis(memory.created_at) if memory.created_at else now
@@ -331,9 +347,18 @@ class MemoryStore(ABC):
                 raise InvalidInput(f"limit must be in 1..{MAX_RETRIEVE_LIMIT}")
             if not math.isfinite(options.threshold):
                 raise InvalidInput("threshold must be a finite number")
+            if options.query and not self.represents(options.query):
+                return []  # its vector means nothing: no vector search on it
             vector = await self._query_vector(options)
             results = await self._search(options, vector)
-            results = [r for r in results if r.similarity >= options.threshold]
+            results = [
+                r for r in results if self._represents is None or self._represents(r.memory.content)
+            ]  # a memory the model cannot represent has a meaningless cosine
+            results = [
+                r.model_copy(update={"similarity": as_float32(r.similarity), "score": as_float32(r.score)})
+                for r in results
+                if passes_floor(r.similarity, options.threshold)
+            ]
             results.sort(key=lambda r: (-r.score, r.memory.id))
             results = results[: options.limit]
             if results and touch:
@@ -413,7 +438,7 @@ class MemoryStore(ABC):
             async with self._lock(user_id):
                 pending = self._access_pending.get(user_id, {})
                 if pending:
-                    owned = {m.id for m in await self._get_many(list(pending)) if m.user_id == user_id}
+                    owned = {m.id for m in await self._get_many(list(pending), user_id) if m.user_id == user_id}
                     increments = {i: e[0] for i, e in pending.items() if i in owned}
                     latest = max(e[1] for e in pending.values())
                     if increments:
@@ -444,7 +469,9 @@ class MemoryStore(ABC):
         owned by another user (indistinguishable on purpose), ``StoreClosed``."""
         async with self._op():
             require_user_id(user_id)
-            found = await self._get_many([memory_id])
+            if not is_memory_id(memory_id):  # never sent to a backend
+                raise MemoryNotFound("memory not found")
+            found = await self._get_many([memory_id], user_id)
             if not found or found[0].user_id != user_id:
                 raise MemoryNotFound(f"memory {memory_id!r} not found")
             self._overlay_access(user_id, found[:1])
@@ -454,10 +481,10 @@ class MemoryStore(ABC):
         """The memories among ``memory_ids`` that exist and belong to ``user_id`` (any order)."""
         async with self._op():
             require_user_id(user_id)
-            ids = list(dict.fromkeys(memory_ids))
+            ids = [i for i in dict.fromkeys(memory_ids) if is_memory_id(i)]  # others cannot exist
             if not ids:
                 return []
-            owned = [m for m in await self._get_many(ids) if m.user_id == user_id]
+            owned = [m for m in await self._get_many(ids, user_id) if m.user_id == user_id]
             self._overlay_access(user_id, owned)
             return owned
 
@@ -479,9 +506,17 @@ class MemoryStore(ABC):
                 changes["type"] = MemoryType(changes["type"])
             if "project_id" in changes:
                 check_project_id(changes["project_id"])
+            if "conversation_id" in changes:
+                check_conversation_id(changes["conversation_id"])
+            if "source" in changes:
+                check_label(changes["source"], "source")
+            if "metadata" in changes:
+                check_json_value(changes["metadata"])
+            if not is_memory_id(memory_id):
+                raise MemoryNotFound("memory not found")
             async with self._lock(user_id):
                 self._still_open()
-                found = await self._get_many([memory_id])
+                found = await self._get_many([memory_id], user_id)
                 if not found or found[0].user_id != user_id:
                     raise MemoryNotFound(f"memory {memory_id!r} not found")
                 current = found[0]
@@ -519,12 +554,14 @@ class MemoryStore(ABC):
         user's), ``StoreClosed``."""
         async with self._op():
             require_user_id(user_id)
+            if not is_memory_id(memory_id):
+                raise MemoryNotFound("memory not found")
             async with self._lock(user_id):
                 self._still_open()
-                found = await self._get_many([memory_id])
+                found = await self._get_many([memory_id], user_id)
                 if not found or found[0].user_id != user_id:
                     raise MemoryNotFound(f"memory {memory_id!r} not found")
-                await self._delete([memory_id])
+                await self._delete([memory_id], user_id)
 
     async def forget_by_scope(
         self, user_id: str, project_id: str | None = None, types: Sequence[MemoryType] | None = None
@@ -538,7 +575,7 @@ class MemoryStore(ABC):
                 self._still_open()
                 ids = await self._scope_ids(user_id, tuple(types) if types else None, project_id)
                 if ids:
-                    await self._delete(ids)
+                    await self._delete(ids, user_id)
                 return len(ids)
 
     # ------------------------------------------------------------------ backend hooks
@@ -561,8 +598,11 @@ class MemoryStore(ABC):
         """Overwrite an existing record (embedding set)."""
 
     @abstractmethod
-    async def _get_many(self, memory_ids: list[str]) -> list[Memory]:
-        """Records for the ids that exist (any user), with embeddings."""
+    async def _get_many(self, memory_ids: list[str], user_id: str | None = None) -> list[Memory]:
+        """Records for the ids that exist, with embeddings: of ``user_id`` only when given (the
+        backend filters by the owner too), of any user when ``None`` (existence checks).
+        Ids from a listing may predate the id format: adapters pass every id as data or
+        escape it, whatever it holds."""
 
     @abstractmethod
     async def _search(self, options: RetrieveOptions, vector: list[float]) -> list[ScoredMemory]:
@@ -585,21 +625,23 @@ class MemoryStore(ABC):
     ) -> list[str]: ...
 
     @abstractmethod
-    async def _delete(self, memory_ids: list[str]) -> None: ...
+    async def _delete(self, memory_ids: list[str], user_id: str) -> None:
+        """Delete the records of ``memory_ids`` that belong to ``user_id`` (the backend filters
+        by the owner as well: a record of another user is never deleted)."""
 
     async def _open(self) -> None:
         """Connect; create the collection/index when absent, else check it (dimension).
         Called once, before the first operation; called again later if it raised."""
         return None
 
-    async def _page(self, ordered_ids: list[str], offset: int, limit: int) -> ListResult:
-        """One ``list`` page from the full newest-first id list: the records of
+    async def _page(self, ordered_ids: list[str], offset: int, limit: int, user_id: str) -> ListResult:
+        """One ``list`` page of ``user_id`` from the full newest-first id list: the records of
         ``ordered_ids[offset:offset + limit]`` in that order, ``total`` = all ids (for
         backends that sort ids client-side)."""
         page = ordered_ids[offset : offset + limit]
         if not page:
             return ListResult(memories=[], total=len(ordered_ids))
-        by_id = {m.id: m for m in await self._get_many(page)}
+        by_id = {m.id: m for m in await self._get_many(page, user_id)}
         return ListResult(memories=[by_id[i] for i in page if i in by_id], total=len(ordered_ids))
 
     async def _check_connection(self) -> bool:
@@ -685,6 +727,10 @@ class StoreDecorator:
 
     async def embed_query(self, options: RetrieveOptions) -> list[float]:
         return await self.inner.embed_query(options)
+
+    def represents(self, text: str) -> bool:
+        """See ``MemoryStore.represents``."""
+        return self.inner.represents(text)
 
     async def record_access(self, memory_ids, user_id: str) -> datetime:
         return await self.inner.record_access(memory_ids, user_id)

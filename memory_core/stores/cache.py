@@ -15,7 +15,10 @@ it never caches the deleted memory.
 
 Fail-open: when the cache cannot be reached, reads go to the store and ``counters`` count
 it. A user whose invalidation failed is remembered (in this process) and bypasses the
-cache until an invalidation succeeds. A cache hit counts as an access of the returned
+cache until an invalidation succeeds. Entry keys carry this process's ``epoch`` (random per
+``CachingStore``), so a restarted shard, which no longer knows whose invalidation failed,
+starts from an empty cache instead of reading what its predecessor cached (the old entries
+expire by their TTL). A cache hit counts as an access of the returned
 memories in the store (``record_access``); the cached copies themselves keep the counts
 they had when cached.
 
@@ -32,6 +35,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import secrets
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -123,6 +127,10 @@ class CachingStore(StoreDecorator):
         self._write_script = self._client.register_script(_WRITE_LUA)
         self._invalidate_script = self._client.register_script(_INVALIDATE_LUA)
         self._dirty: set[str] = set()
+        # entries are read only by the process that wrote them: a restarted process (which
+        # lost ``_dirty``) never reads what its predecessor cached, so a write whose
+        # invalidation failed before the restart cannot resurface as a stale entry
+        self.epoch = secrets.token_hex(6)
         self._closed = False
         self._inflight = 0
         self._drained = asyncio.Event()
@@ -156,7 +164,7 @@ class CachingStore(StoreDecorator):
 
     def _user_keys(self, user_id: str) -> tuple[str, str, str]:
         u = hashlib.sha256(user_id.encode("utf-8")).hexdigest()[:32]
-        return f"{self.prefix}g:{u}", f"{self.prefix}s:{u}", f"{self.prefix}r:{u}:"
+        return f"{self.prefix}g:{u}", f"{self.prefix}s:{u}", f"{self.prefix}r:{u}:{self.epoch}:"
 
     async def _invalidate(self, user_id: Any) -> None:
         if not isinstance(user_id, str) or not user_id.strip():

@@ -24,6 +24,7 @@ def make_store(
     collection_suffix: str | None = None,
     on_event: Callable[[str], None] | None = None,
     embed_query: EmbedFn | None = None,
+    represents: Callable[[str], bool] | None = None,
 ) -> MemoryStore | StoreDecorator:
     """The backend named by ``settings.backend`` (``milvus`` | ``qdrant`` | ``valkey`` |
     ``inmemory``), wrapped by :class:`~memory_core.hybrid.HybridStore` when
@@ -33,13 +34,20 @@ def make_store(
     The collection (Milvus/Qdrant), index and key prefix (Valkey) and cache key prefix are
     the configured logical names + ``"__" + collection_suffix`` when given. ``on_event`` is
     passed to the cache (counter names such as ``cache_hit``, ``cache_error``). ``embed_query``
-    embeds query texts instead of ``embed`` when given (see ``MemoryStore``).
+    embeds query texts instead of ``embed`` when given; ``represents`` tells which texts the
+    embedding model can represent (see ``MemoryStore``).
 
     Building does no I/O; ``await store.open()`` (or the first operation) connects and
     creates or checks the collection/index, raising ``ConfigError`` (e.g. an existing
     collection of another vector dimension) or ``StoreUnavailable`` (unreachable).
     """
-    common = {"embed": embed, "embed_query": embed_query, "dimension": dimension, "identity": identity}
+    common = {
+        "embed": embed,
+        "embed_query": embed_query,
+        "dimension": dimension,
+        "identity": identity,
+        "represents": represents,
+    }
     backend = settings.backend
     store: MemoryStore
     if backend == "milvus":

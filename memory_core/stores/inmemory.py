@@ -38,8 +38,12 @@ class InMemoryStore(MemoryStore):
     async def _replace(self, memory: Memory) -> None:
         self._rows[memory.id] = memory.model_copy(deep=True)
 
-    async def _get_many(self, memory_ids: list[str]) -> list[Memory]:
-        return [self._rows[i].model_copy(deep=True) for i in memory_ids if i in self._rows]
+    async def _get_many(self, memory_ids: list[str], user_id: str | None = None) -> list[Memory]:
+        return [
+            self._rows[i].model_copy(deep=True)
+            for i in memory_ids
+            if i in self._rows and (user_id is None or self._rows[i].user_id == user_id)
+        ]
 
     async def _search(self, options: RetrieveOptions, vector: list[float]) -> list[ScoredMemory]:
         rows = [m for m in self._rows.values() if matches(m, options.user_id, options.types, options.project_id)]
@@ -71,6 +75,7 @@ class InMemoryStore(MemoryStore):
     async def _scope_ids(self, user_id, types, project_id) -> list[str]:
         return [m.id for m in self._rows.values() if matches(m, user_id, types, project_id)]
 
-    async def _delete(self, memory_ids: list[str]) -> None:
+    async def _delete(self, memory_ids: list[str], user_id: str) -> None:
         for i in memory_ids:
-            self._rows.pop(i, None)
+            if i in self._rows and self._rows[i].user_id == user_id:
+                del self._rows[i]

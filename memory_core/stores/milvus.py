@@ -16,8 +16,11 @@ metadata       JSON
 embedding      FLOAT_VECTOR     HNSW index, COSINE metric (Milvus Lite 3.2 accepts both)
 ============== ================ =====================================================
 
-Every filter value goes through :func:`milvus_literal` (the one escaping helper of this
-backend). pymilvus is synchronous and one client is not documented as thread-safe, so all
+Every value that enters a Milvus expression goes through :func:`milvus_literal` (the one
+escaping helper of this backend; Milvus Lite has no expression templates), ids included:
+reads and deletes by id use ``id in [...]`` expressions built here (with the owner's
+``user_id`` too), never ``MilvusClient.get(ids=...)``/``delete(ids=...)``, which splice the
+ids into an expression unescaped. pymilvus is synchronous and one client is not documented as thread-safe, so all
 client calls run on one dedicated worker thread (off the event loop, serialized, FIFO: the
 final ``client.close()`` is queued behind any call still running). Transient errors are
 retried a bounded number of times with exponential backoff, then raise
@@ -91,8 +94,10 @@ def _filter(user_id: str, types: tuple[MemoryType, ...] | None, project_id: str 
     return " and ".join(parts)
 
 
-def _ids_filter(ids: list[str]) -> str:
-    return "id in [" + ", ".join(milvus_literal(i) for i in ids) + "]"
+def _ids_filter(ids: list[str], user_id: str | None = None) -> str:
+    """``id in [...]`` over escaped literals, and the owner when ``user_id`` is given."""
+    expr = "id in [" + ", ".join(milvus_literal(i) for i in ids) + "]"
+    return expr if user_id is None else f"{expr} and user_id == {milvus_literal(user_id)}"
 
 
 def _is_transient(exc: BaseException) -> bool:
@@ -300,10 +305,14 @@ class MilvusStore(MemoryStore):
             it.close()
         return rows
 
-    def _get_sync(self, ids: list[str], fields: list[str]) -> list[dict[str, Any]]:
+    def _get_sync(self, ids: list[str], fields: list[str], user_id: str | None = None) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for start in range(0, len(ids), 1000):
-            out.extend(dict(r) for r in self._client.get(self.collection, ids=ids[start : start + 1000], output_fields=fields))
+            batch = ids[start : start + 1000]
+            rows = self._client.query(
+                self.collection, filter=_ids_filter(batch, user_id), output_fields=fields, limit=len(batch)
+            )
+            out.extend(dict(r) for r in rows)
         return out
 
     # ------------------------------------------------------------------ hooks
@@ -371,8 +380,8 @@ class MilvusStore(MemoryStore):
         await self._call(self._client.upsert, self.collection, [_to_row(memory)])
         await self._wrote(1)
 
-    async def _get_many(self, memory_ids: list[str]) -> list[Memory]:
-        rows = await self._call(self._get_sync, memory_ids, _ALL_FIELDS)
+    async def _get_many(self, memory_ids: list[str], user_id: str | None = None) -> list[Memory]:
+        rows = await self._call(self._get_sync, memory_ids, _ALL_FIELDS, user_id)
         return [_from_row(r) for r in rows]
 
     def _search_sync(self, expr: str, vector: list[float], k: int) -> list[tuple[float, dict[str, Any]]]:
@@ -413,16 +422,18 @@ class MilvusStore(MemoryStore):
 
     async def _list(self, user_id, types, project_id, limit, offset) -> ListResult:
         pairs = await self._call(self._query_all, _filter(user_id, types, project_id), ["id", "created_at"])
-        return await self._page(newest_first([(int(r["created_at"]), str(r["id"])) for r in pairs]), offset, limit)
+        return await self._page(
+            newest_first([(int(r["created_at"]), str(r["id"])) for r in pairs]), offset, limit, user_id
+        )
 
     async def _scope_ids(self, user_id, types, project_id) -> list[str]:
         rows = await self._call(self._query_all, _filter(user_id, types, project_id), ["id"])
         return [str(r["id"]) for r in rows]
 
-    async def _delete(self, memory_ids: list[str]) -> None:
+    async def _delete(self, memory_ids: list[str], user_id: str) -> None:
         for start in range(0, len(memory_ids), 1000):
             batch = memory_ids[start : start + 1000]
-            await self._call(self._client.delete, self.collection, ids=batch)
+            await self._call(self._client.delete, self.collection, filter=_ids_filter(batch, user_id))
             await self._wrote(len(batch))
 
     async def _check_connection(self) -> bool:

@@ -155,11 +155,12 @@ class QdrantStore(MemoryStore):
     async def _replace(self, memory: Memory) -> None:
         await self._upsert([memory])
 
-    async def _get_many(self, memory_ids: list[str]) -> list[Memory]:
+    async def _get_many(self, memory_ids: list[str], user_id: str | None = None) -> list[Memory]:
         points = await self._client.retrieve(
             self.collection, ids=[point_id(i) for i in memory_ids], with_payload=True, with_vectors=True
         )
-        return [_memory(p.payload, p.vector) for p in points]
+        out = [_memory(p.payload, p.vector) for p in points]
+        return out if user_id is None else [m for m in out if m.user_id == user_id]
 
     async def _search(self, options: RetrieveOptions, vector: list[float]) -> list[ScoredMemory]:
         k = candidate_count(options, _MAX_TOPK)
@@ -202,18 +203,22 @@ class QdrantStore(MemoryStore):
 
     async def _list(self, user_id, types, project_id, limit, offset) -> ListResult:
         rows = await self._scroll(qdrant_filter(user_id, types, project_id), ["id", "created_at"])
-        return await self._page(newest_first([(int(r["created_at"]), str(r["id"])) for r in rows]), offset, limit)
+        return await self._page(
+            newest_first([(int(r["created_at"]), str(r["id"])) for r in rows]), offset, limit, user_id
+        )
 
     async def _scope_ids(self, user_id, types, project_id) -> list[str]:
         rows = await self._scroll(qdrant_filter(user_id, types, project_id), ["id"])
         return [str(r["id"]) for r in rows]
 
-    async def _delete(self, memory_ids: list[str]) -> None:
+    async def _delete(self, memory_ids: list[str], user_id: str) -> None:
         from qdrant_client import models as qm
 
         for start in range(0, len(memory_ids), 1000):
             ids = [point_id(i) for i in memory_ids[start : start + 1000]]
-            await self._client.delete(self.collection, points_selector=qm.PointIdsList(points=ids), wait=True)
+            owned = qdrant_filter(user_id)
+            owned.must.append(qm.HasIdCondition(has_id=ids))  # only the owner's points are deleted
+            await self._client.delete(self.collection, points_selector=qm.FilterSelector(filter=owned), wait=True)
 
     async def _check_connection(self) -> bool:
         try:

@@ -310,8 +310,9 @@ class ValkeyStore(MemoryStore):
                 p.hgetall(self._key(i))
             return await p.execute()
 
-    async def _get_many(self, memory_ids: list[str]) -> list[Memory]:
-        return [self._memory(h) for h in await self._hgetall(memory_ids) if h]
+    async def _get_many(self, memory_ids: list[str], user_id: str | None = None) -> list[Memory]:
+        out = [self._memory(h) for h in await self._hgetall(memory_ids) if h]
+        return out if user_id is None else [m for m in out if m.user_id == user_id]
 
     async def _search(self, options: RetrieveOptions, vector: list[float]) -> list[ScoredMemory]:
         k = candidate_count(options, _MAX_TOPK)
@@ -383,22 +384,23 @@ class ValkeyStore(MemoryStore):
             page = ordered[offset : offset + limit]
         if not page:
             return ListResult(memories=[], total=int(total))
-        by_id = {m.id: m for m in await self._get_many(page)}
+        by_id = {m.id: m for m in await self._get_many(page, user_id)}
         return ListResult(memories=[by_id[i] for i in page if i in by_id], total=int(total))
 
     async def _scope_ids(self, user_id, types, project_id) -> list[str]:
         return [mid for _, mid in await self._user_ids_filtered(user_id, types, project_id)]
 
-    async def _delete(self, memory_ids: list[str]) -> None:
+    async def _delete(self, memory_ids: list[str], user_id: str) -> None:
         async with self._client.pipeline(transaction=False) as p:
             for i in memory_ids:
                 p.hget(self._key(i), "user_id")
             owners = await p.execute()
         async with self._client.pipeline(transaction=True) as p:
             for i, owner in zip(memory_ids, owners):
+                if owner is not None and _s(owner) != user_id:
+                    continue  # another user's record is never deleted
                 p.delete(self._key(i))
-                if owner is not None:
-                    p.zrem(self._user_key(_s(owner)), i)
+                p.zrem(self._user_key(user_id), i)
             await p.execute()
 
     async def _check_connection(self) -> bool:

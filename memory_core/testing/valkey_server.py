@@ -57,11 +57,15 @@ def free_port() -> int:
 
 @dataclass
 class ValkeyServer:
-    """A running server: ``url`` (``valkey://127.0.0.1:<port>``) and ``port``."""
+    """A running server: ``url`` (``valkey://127.0.0.1:<port>``) and ``port``. With
+    ``persistent`` it writes an append-only file in ``workdir``, so ``restart`` (or a new
+    server started on the same ``workdir``) serves the same data."""
 
     port: int
     process: subprocess.Popen
     workdir: Path
+    search: bool = True
+    persistent: bool = False
 
     @property
     def url(self) -> str:
@@ -71,8 +75,9 @@ class ValkeyServer:
         """URL of logical database ``db``."""
         return f"{self.url}/{db}"
 
-    def stop(self) -> None:
-        """Terminate the server (kill after 5 s) and remove its directory."""
+    def halt(self) -> None:
+        """Terminate the server (SIGTERM, which writes its append-only file; kill after 5 s),
+        keeping its directory."""
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -80,33 +85,59 @@ class ValkeyServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=5)
+
+    def restart(self, timeout_s: float = 20.0) -> "ValkeyServer":
+        """Start the server again on the same port and directory (halting it first if it
+        runs); with ``persistent`` it serves the data it had. Returns ``self``."""
+        self.halt()
+        fresh = start_valkey_server(
+            search=self.search, persistent=self.persistent, workdir=self.workdir, port=self.port, timeout_s=timeout_s
+        )
+        self.process = fresh.process
+        return self
+
+    def stop(self) -> None:
+        """Terminate the server (kill after 5 s) and remove its directory."""
+        self.halt()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def start_valkey_server(*, search: bool = True, timeout_s: float = 20.0) -> ValkeyServer:
-    """Start ``valkey-server`` on a free loopback port with no persistence, in a temporary
-    directory, loading the search module when ``search``; returns once PING answers.
-    Raises ``RuntimeError`` when it does not come up within ``timeout_s`` (its log is in
-    the message)."""
-    workdir = Path(tempfile.mkdtemp(prefix="valkey-"))
-    port = free_port()
+def start_valkey_server(
+    *,
+    search: bool = True,
+    timeout_s: float = 20.0,
+    persistent: bool = False,
+    workdir: Path | None = None,
+    port: int | None = None,
+) -> ValkeyServer:
+    """Start ``valkey-server`` on a loopback port (``port`` or a free one), in ``workdir`` (or
+    a new temporary directory), loading the search module when ``search``; with
+    ``persistent`` every write goes to an append-only file there (``appendfsync always``),
+    else nothing is persisted. Returns once PING answers. Raises ``RuntimeError`` when it
+    does not come up within ``timeout_s`` (its log is in the message)."""
+    workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="valkey-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = port or free_port()
     cmd = [
         str(valkey_server_binary()),
         "--port", str(port),
         "--bind", "127.0.0.1",
         "--save", "",
-        "--appendonly", "no",
         "--dir", str(workdir),
         "--databases", "16",
     ]
+    if persistent:
+        cmd += ["--appendonly", "yes", "--appendfsync", "always"]
+    else:
+        cmd += ["--appendonly", "no"]
     if search:
         cmd += ["--loadmodule", str(search_module_path())]
-    log = open(workdir / "server.log", "wb")
+    log = open(workdir / "server.log", "ab")
     try:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, env={**os.environ})
     finally:
         log.close()  # the child keeps its own descriptor
-    server = ValkeyServer(port=port, process=proc, workdir=workdir)
+    server = ValkeyServer(port=port, process=proc, workdir=workdir, search=search, persistent=persistent)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:

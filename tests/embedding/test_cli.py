@@ -78,6 +78,7 @@ def test_migrate_command_reembeds_into_new_collection(tmp_path, local_encoder, b
     from memory_core.stores.milvus import MilvusStore
     from memory_core.types import Memory
     from tests.embedding.test_migration import fake_embed
+    from tests.ids import tid
 
     db = tmp_path / "memory.db"
     old_digest = "a" * 64
@@ -85,8 +86,8 @@ def test_migrate_command_reembeds_into_new_collection(tmp_path, local_encoder, b
     async def seed():
         store = MilvusStore(uri=str(db), collection=f"agentic_memory__{'a' * 12}", embed=fake_embed(8), dimension=8, identity=old_digest)
         for i in range(5):
-            await store.store(Memory(id=f"m{i}", content=f"alice likes topic {i}", user_id="alice"))
-        await store.store(Memory(id="b0", content="bob's note", user_id="bob"))
+            await store.store(Memory(id=tid(f"m{i}"), content=f"alice likes topic {i}", user_id="alice"))
+        await store.store(Memory(id=tid("b0"), content="bob's note", user_id="bob"))
         await store.close()
 
     asyncio.run(seed())
@@ -105,7 +106,7 @@ def test_migrate_command_reembeds_into_new_collection(tmp_path, local_encoder, b
 
     async def check():
         store = MilvusStore(uri=str(db), collection=f"agentic_memory__{new.short}", embed=None, dimension=384, identity=new.digest)
-        got = await store.get("m3", "alice")
+        got = await store.get(tid("m3"), "alice")
         await store.close()
         return got
 

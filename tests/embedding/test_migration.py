@@ -19,8 +19,10 @@ from memory_core.migration import (
     migrate,
     parse_import_line,
 )
+from memory_core.sanitize import is_scoped_to, scoped_memory_id
 from memory_core.stores import InMemoryStore
 from memory_core.types import Memory, MemoryType
+from tests.ids import tid
 
 
 def fake_embed(dim: int, calls: list[int] | None = None):
@@ -67,13 +69,16 @@ def test_export_line_round_trip_without_vector():
     m = Memory(content="likes tea", user_id="u1", metadata={"k": [1, 2]}, embedding=[1.0, 0.0], embedding_identity="A")
     line = memory_to_export_line(m)
     assert "\n" not in line and "embedding" not in json.loads(line)
-    back = parse_import_line(line, user_id="u1")
+    parsed = parse_import_line(line, user_id="u1")
+    back = parsed.memory
     provenance = {"embedding", "embedding_identity", "created_via", "created_by_user_id"}
+    # the id was issued for u1 (``Memory()``), so u1's import keeps it
+    assert parsed.given_id == m.id and back.id == m.id
     assert back.embedding is None and back.model_dump(exclude=provenance) == m.model_dump(exclude=provenance)
     # the importing user and the import pipeline are the provenance, whatever the line claims
     assert (back.created_via, back.created_by_user_id) == ("import", "u1")
     forged = json.dumps({"content": "x", "created_by_user_id": "alice", "created_via": "auto_store"})
-    assert parse_import_line(forged, user_id="bob").created_by_user_id == "bob"
+    assert parse_import_line(forged, user_id="bob").memory.created_by_user_id == "bob"
 
 
 @pytest.mark.parametrize(
@@ -82,7 +87,10 @@ def test_export_line_round_trip_without_vector():
         ("{not json", "not valid JSON"),
         ("[1, 2]", "JSON object"),
         ('{"content": "  "}', "content"),
-        ('{"content": "x", "user_id": "someone-else"}', "belongs to user"),
+        ('{"content": "\\u200b\\u200c"}', "content"),  # invisible-only content, like whitespace-only
+        ('{"content": "x", "user_id": "someone-else"}', "belongs to another user"),
+        ('{"content": "x", "id": "dup-1"}', "32 lowercase hex"),  # not the memory id format
+        ('{"content": "x", "id": "6100000000000000000000000000000A"}', "32 lowercase hex"),  # upper-case hex
         ('{"content": "x", "importance": 7}', "importance"),
         ('{"content": "x", "type": "dream"}', "type"),
     ],
@@ -93,12 +101,27 @@ def test_parse_import_line_rejects_bad_lines(line, match):
 
 
 def test_parse_import_line_user_and_id_rules():
-    m = parse_import_line('{"content": "x"}', user_id="u1")
-    assert m.user_id == "u1" and m.created_via == "import"
-    assert parse_import_line('{"content": "x"}', user_id="u1").id == m.id  # deterministic id
+    parsed = parse_import_line('{"content": "x"}', user_id="u1")
+    m = parsed.memory
+    assert m.user_id == "u1" and m.created_via == "import" and parsed.given_id is None
+    assert parse_import_line('{"content": "x"}', user_id="u1").memory.id == m.id  # deterministic id
+    assert is_scoped_to(m.id, "u1")
+    assert parse_import_line('{"content": "x"}', user_id="u2").memory.id != m.id  # scoped to the user
     with pytest.raises(InvalidInput, match="user_id"):
         parse_import_line('{"content": "x"}', user_id=None)
-    assert parse_import_line('{"content": "x", "user_id": "u9"}', user_id=None).user_id == "u9"
+    assert parse_import_line('{"content": "x", "user_id": "u9"}', user_id=None).memory.user_id == "u9"
+    # a line's id issued for the importing user is kept ...
+    own = Memory(content="x", user_id="u1").id
+    kept = parse_import_line(json.dumps({"id": own, "content": "x"}), user_id="u1")
+    assert (kept.given_id, kept.memory.id) == (own, own)
+    # ... any other id of the format (another user's, or one without an owner tag) is replaced by
+    # the importing user's deterministic scoped id
+    for given in (Memory(content="x", user_id="u2").id, tid("shared")):
+        renamed = parse_import_line(json.dumps({"id": given, "content": "x"}), user_id="u1")
+        assert renamed.given_id == given and renamed.memory.id == scoped_memory_id("u1", "id:" + given)
+        assert is_scoped_to(renamed.memory.id, "u1") and not is_scoped_to(renamed.memory.id, "u2")
+        again = parse_import_line(json.dumps({"id": given, "content": "other text"}), user_id="u1")
+        assert again.memory.id == renamed.memory.id  # derived from the id, not the content
 
 
 # ---------------------------------------------------------------- export / import
@@ -116,11 +139,12 @@ async def test_export_then_import_is_idempotent():
     bad = ["", '{"content": "ok", "user_id": "mallory"}', "garbage"]
     report = await import_lines(dst, lines + bad, user_id="alice", on_progress=lambda r: seen.append(r.imported))
     assert report.imported == 23 and report.skipped_duplicates == 0
-    assert [f.line for f in report.failed] == [25, 26] and "belongs to user" in report.failed[0].error
+    assert [f.line for f in report.failed] == [25, 26] and "belongs to another user" in report.failed[0].error
+    assert report.renamed == []  # alice's own ids are kept
     assert seen and max(seen) == 23 and len(calls) == 23
 
     again = await import_lines(dst, iter(lines), user_id="alice")
-    assert again.imported == 0 and again.skipped_duplicates == 23 and again.failed == []
+    assert again.imported == 0 and again.skipped_duplicates == 23 and again.failed == [] and again.renamed == []
     stored = (await dst.list("alice", limit=100)).memories
     assert {m.id for m in stored} == {m.id for m in mems}
     by_id = {m.id: m for m in mems}
@@ -133,12 +157,35 @@ async def test_export_then_import_is_idempotent():
     assert (await dst.list("bob", limit=10)).total == 0
 
 
-async def test_import_id_of_another_user_fails_the_line():
-    dst = old_store()
-    await dst.store(Memory(id="shared", content="bob's", user_id="bob"))
-    report = await import_lines(dst, ['{"id": "shared", "content": "mine"}'], user_id="alice")
-    assert report.imported == 0 and report.skipped_duplicates == 0 and report.failed[0].line == 1
-    assert (await dst.get("shared", "bob")).content == "bob's"
+async def test_import_id_of_another_user_is_renamed_whether_or_not_it_is_held():
+    """A line whose id another user holds is imported under alice's scoped id (listed in
+    ``renamed``), and alice's report is the same whether or not another user holds the id:
+    an import tells nothing about other users' memories, and never touches them."""
+    bobs = Memory(content="bob's", user_id="bob")  # an id issued for bob
+    lines = [
+        json.dumps({"id": bobs.id, "content": "mine"}),
+        json.dumps({"id": tid("shared"), "content": "mine too"}),  # the format, but no owner tag
+    ]
+    held, empty = old_store(), old_store()
+    await held.store(bobs)
+    await held.store(Memory(id=tid("shared"), content="bob's shared", user_id="bob"))
+    reports = [await import_lines(store, lines, user_id="alice") for store in (held, empty)]
+    assert reports[0].model_dump() == reports[1].model_dump()
+    report = reports[0]
+    assert report.imported == 2 and report.skipped_duplicates == 0 and report.failed == []
+    new_ids = [scoped_memory_id("alice", "id:" + bobs.id), scoped_memory_id("alice", "id:" + tid("shared"))]
+    assert [(r.line, r.id, r.new_id) for r in report.renamed] == [(1, bobs.id, new_ids[0]), (2, tid("shared"), new_ids[1])]
+    for store in (held, empty):
+        assert [(await store.get(i, "alice")).content for i in new_ids] == ["mine", "mine too"]
+        assert (await store.list("alice")).total == 2
+    assert (await held.get(bobs.id, "bob")).content == "bob's"
+    assert (await held.get(tid("shared"), "bob")).content == "bob's shared"
+    assert (await held.list("bob")).total == 2
+    # re-importing changes nothing and says the same thing again
+    again = await import_lines(held, lines, user_id="alice")
+    assert again.imported == 0 and again.skipped_duplicates == 2 and again.failed == []
+    assert again.renamed == report.renamed
+    assert (await held.list("alice")).total == 2 and (await held.list("bob")).total == 2
 
 
 # ---------------------------------------------------------------- migration

@@ -14,6 +14,7 @@ from memory_core.hybrid import HybridStore
 from memory_core.lexical import tokenize
 from memory_core.stores import InMemoryStore
 from memory_core.types import Memory, MemoryType, RetrieveOptions
+from tests.ids import tid, tname, tnames
 
 DIM = 256
 
@@ -55,11 +56,23 @@ def inner():
 
 
 async def put(store, mid, content, user="u1", **kw):
-    return await store.store(Memory(id=mid, user_id=user, content=content, **kw))
+    """Store a memory under the test name ``mid`` (its id is ``tid(mid)``)."""
+    return await store.store(Memory(id=tid(mid), user_id=user, content=content, **kw))
 
 
 def ids(results):
-    return [r.memory.id for r in results]
+    """The test names of the results' ids, in order."""
+    return [tname(r.memory.id) for r in results]
+
+
+def found(h, user, query, *args):
+    """The test names of the lexical index's hits for ``query``, in order."""
+    return [tname(i) for i, _ in h.index.search(user, query, *args)]
+
+
+def by_name(results) -> dict:
+    """``{test name: score}`` of the results."""
+    return {tname(r.memory.id): r.score for r in results}
 
 
 async def test_passthrough_when_not_hybrid(inner):
@@ -75,16 +88,16 @@ async def test_index_follows_store_update_forget(inner):
     await put(h, "a", "my zebra collection")
     await put(h, "b", "a quiet evening")
     assert "a" in ids(await h.retrieve(opts(query="zebra", threshold=0.01)))  # builds the index
-    await h.update("a", "u1", {"content": "my giraffe collection"})
+    await h.update(tid("a"), "u1", {"content": "my giraffe collection"})
     assert h.index.search("u1", "zebra") == []
-    assert [i for i, _ in h.index.search("u1", "giraffe")] == ["a"]
+    assert found(h, "u1", "giraffe") == ["a"]
     await put(h, "c", "zebra stripes everywhere")  # added to the loaded index
-    assert [i for i, _ in h.index.search("u1", "zebra")] == ["c"]
-    await h.forget("c", "u1")
+    assert found(h, "u1", "zebra") == ["c"]
+    await h.forget(tid("c"), "u1")
     assert h.index.search("u1", "zebra") == []
     assert "c" not in ids(await h.retrieve(opts(query="zebra stripes")))
     with pytest.raises(MemoryNotFound):
-        await h.forget("c", "u1")
+        await h.forget(tid("c"), "u1")
 
 
 async def test_forget_by_scope_removes_from_index(inner):
@@ -94,9 +107,9 @@ async def test_forget_by_scope_removes_from_index(inner):
     await put(h, "e", "garden shed", type=MemoryType.EPISODIC)
     await h.retrieve(opts(query="garden"))
     assert await h.forget_by_scope("u1", project_id="p1") == 1
-    assert {i for i, _ in h.index.search("u1", "garden")} == {"p2", "e"}
+    assert set(found(h, "u1", "garden")) == {"p2", "e"}
     assert await h.forget_by_scope("u1", types=[MemoryType.EPISODIC]) == 1
-    assert {i for i, _ in h.index.search("u1", "garden")} == {"p2"}
+    assert set(found(h, "u1", "garden")) == {"p2"}
     assert ids(await h.retrieve(opts(query="garden"))) == ["p2"]
 
 
@@ -105,8 +118,8 @@ async def test_deleted_behind_the_decorator_is_never_returned_and_is_pruned(inne
     await put(h, "a", "secret volcano lair")
     await put(h, "b", "ordinary lunch")
     await h.retrieve(opts(query="volcano"))
-    await inner.forget("a", "u1")  # bypasses the decorator: the index still has "a"
-    assert [i for i, _ in h.index.search("u1", "volcano")] == ["a"]
+    await inner.forget(tid("a"), "u1")  # bypasses the decorator: the index still has "a"
+    assert found(h, "u1", "volcano") == ["a"]
     assert "a" not in ids(await h.retrieve(opts(query="volcano lair")))
     assert h.index.search("u1", "volcano") == []
 
@@ -115,11 +128,11 @@ async def test_content_changed_behind_the_decorator_is_reindexed(inner):
     h = HybridStore(inner, **plain())
     await put(h, "a", "alpha bravo")
     await h.retrieve(opts(query="alpha"))
-    await inner.update("a", "u1", {"content": "charlie delta"})
+    await inner.update(tid("a"), "u1", {"content": "charlie delta"})
     got = await h.retrieve(opts(query="alpha"))
     assert got and got[0].memory.content == "charlie delta"  # the record is always the store's
     assert h.index.search("u1", "alpha") == []
-    assert [i for i, _ in h.index.search("u1", "charlie")] == ["a"]
+    assert found(h, "u1", "charlie") == ["a"]
 
 
 async def test_lazy_rebuild_after_restart(inner):
@@ -133,7 +146,7 @@ async def test_lazy_rebuild_after_restart(inner):
     assert ids(got)[0] == "target"
     assert second.index.has_user("u1")
     assert len(second.index.corpus("u1")) == 1206
-    assert [i for i, _ in second.index.search("u1", "item7")] == ["m0007"]
+    assert found(second, "u1", "item7") == ["m0007"]
 
 
 class SlowListStore(InMemoryStore):
@@ -159,10 +172,10 @@ async def test_writes_during_a_build_are_replayed():
     task = asyncio.create_task(h.retrieve(opts(query="walrus")))
     await inner.listing.wait()  # the page was read without "new"
     await put(h, "new", "walrus tusks")
-    await h.forget("gone", "u1")  # the page had "gone"
+    await h.forget(tid("gone"), "u1")  # the page had "gone"
     inner.release.set()
     await task
-    assert {i for i, _ in h.index.search("u1", "walrus")} == {"old", "new"}
+    assert set(found(h, "u1", "walrus")) == {"old", "new"}
 
 
 async def test_store_many_is_indexed(inner):
@@ -170,12 +183,12 @@ async def test_store_many_is_indexed(inner):
     await put(h, "a", "my zebra collection")
     await h.retrieve(opts(query="zebra"))  # index loaded
     out = await h.store_many(
-        [Memory(id=f"b{i}", user_id="u1", content=f"walrus number {i}") for i in range(3)]
-        + [Memory(id="z", user_id="u1", content="zebra crossing", project_id="p")]
+        [Memory(id=tid(f"b{i}"), user_id="u1", content=f"walrus number {i}") for i in range(3)]
+        + [Memory(id=tid("z"), user_id="u1", content="zebra crossing", project_id="p")]
     )
-    assert [m.id for m in out] == ["b0", "b1", "b2", "z"]
-    assert {i for i, _ in h.index.search("u1", "walrus")} == {"b0", "b1", "b2"}
-    assert {i for i, _ in h.index.search("u1", "zebra")} == {"a", "z"}
+    assert tnames(m.id for m in out) == ["b0", "b1", "b2", "z"]
+    assert set(found(h, "u1", "walrus")) == {"b0", "b1", "b2"}
+    assert set(found(h, "u1", "zebra")) == {"a", "z"}
     got = await h.retrieve(opts(query="walrus", threshold=0.01))
     assert set(ids(got)) == {"b0", "b1", "b2"}
     assert ids(await h.retrieve(opts(query="zebra", project_id="p", threshold=0.01))) == ["z"]
@@ -187,13 +200,13 @@ async def test_refused_store_many_indexes_nothing(inner):
     await h.retrieve(opts(query="walrus"))
     with pytest.raises(DuplicateMemory):
         await h.store_many(
-            [Memory(id="n1", user_id="u1", content="new walrus"), Memory(id="taken", user_id="u1", content="x")]
+            [Memory(id=tid("n1"), user_id="u1", content="new walrus"), Memory(id=tid("taken"), user_id="u1", content="x")]
         )
     with pytest.raises(InvalidInput):
         await h.store_many(
-            [Memory(id="n1", user_id="u1", content="new walrus"), Memory(id="n2", user_id="u2", content="y")]
+            [Memory(id=tid("n1"), user_id="u1", content="new walrus"), Memory(id=tid("n2"), user_id="u2", content="y")]
         )
-    assert [i for i, _ in h.index.search("u1", "walrus")] == ["taken"]
+    assert found(h, "u1", "walrus") == ["taken"]
     assert not h.index.has_user("u2")
     assert ids(await h.retrieve(opts(query="new walrus", threshold=-1))) == ["taken"]
 
@@ -205,11 +218,14 @@ async def test_store_many_during_a_build_is_replayed():
     task = asyncio.create_task(h.retrieve(opts(query="walrus")))
     await inner.listing.wait()  # the page was read without the batch
     await h.store_many(
-        [Memory(id="n1", user_id="u1", content="walrus tusks"), Memory(id="n2", user_id="u1", content="walrus pups")]
+        [
+            Memory(id=tid("n1"), user_id="u1", content="walrus tusks"),
+            Memory(id=tid("n2"), user_id="u1", content="walrus pups"),
+        ]
     )
     inner.release.set()
     await task
-    assert {i for i, _ in h.index.search("u1", "walrus")} == {"old", "n1", "n2"}
+    assert set(found(h, "u1", "walrus")) == {"old", "n1", "n2"}
 
 
 async def test_user_isolation(inner):
@@ -220,7 +236,7 @@ async def test_user_isolation(inner):
     assert ids(got) == ["a1"]
     assert all(r.memory.user_id == "alice" for r in got)
     # even a corrupted index entry pointing at another user's memory is not returned
-    h.index.add("alice", "b1", "blue bicycle")
+    h.index.add("alice", tid("b1"), "blue bicycle")
     assert ids(await h.retrieve(opts(user="alice", query="blue bicycle"))) == ["a1"]
     assert ids(await h.retrieve(opts(user="bob", query="blue bicycle"))) == ["b1"]
 
@@ -269,12 +285,12 @@ async def test_score_fusion_matches_the_formula_and_orders(inner):
     query = "orchid greenhouse"
     w = 0.6
     got = await h.retrieve(opts(query=query, lexical_weight=w))
-    bm = dict(h.index.search("u1", query, 10))
+    bm = {tname(i): score for i, score in h.index.search("u1", query, 10)}
     top = max(bm.values())
     expected = {k: (1 - w) * cos(query, v) + w * bm.get(k, 0.0) / top for k, v in docs.items()}
     assert ids(got) == sorted(expected, key=lambda k: (-expected[k], k))
     for r in got:
-        assert r.score == pytest.approx(expected[r.memory.id], abs=1e-5)
+        assert r.score == pytest.approx(expected[tname(r.memory.id)], abs=1e-5)
     # the weight moves the order: pure vector vs pure lexical
     vec_only = await h.retrieve(opts(query=query, lexical_weight=0.0))
     assert ids(vec_only)[0] == max(docs, key=lambda k: cos(query, docs[k]))
@@ -290,12 +306,13 @@ async def test_rrf_fusion(inner):
     got = await h.retrieve(opts(query="lighthouse keeper", lexical_weight=0.5))
     assert ids(got)[0] in {"both", "vec"}
     assert got[0].score <= 1.0 + 1e-9  # ranks 1/1 → (k+1)/(k+1)
-    assert got[-1].memory.id == "other"
+    assert ids(got)[-1] == "other"
 
 
 def _turn(mid, speaker, text, i, session=1, conv="c1"):
+    """A conversation turn stored under the test name ``mid`` (id ``tid(mid)``)."""
     return Memory(
-        id=mid,
+        id=tid(mid),
         user_id="u1",
         content=f"{speaker}: {text}",
         conversation_id=conv,
@@ -321,8 +338,8 @@ async def test_neighbour_expansion_lifts_the_answer_after_a_matching_question(in
     rank = lambda res, i: ids(res).index(i) if i in ids(res) else 99  # noqa: E731
     assert rank(boosted, "t2") < rank(base, "t2") or rank(base, "t2") == 1
     assert rank(boosted, "t2") == 1
-    s = {r.memory.id: r.score for r in boosted}
-    b = {r.memory.id: r.score for r in base}
+    s = by_name(boosted)
+    b = by_name(base)
     assert s["t2"] == pytest.approx(b.get("t2", 0.0) + 0.5 * b["t1"], abs=1e-6)
     assert s.get("t4", 0.0) == pytest.approx(b.get("t4", 0.0), abs=1e-6)
 
@@ -335,7 +352,7 @@ async def test_speaker_prefix_is_a_field_and_named_speaker_is_boosted(inner):
     assert "carolin" not in tokenize("I went hiking")
     got = await h.retrieve(opts(query="Where did Caroline go hiking?", lexical_weight=0.4))
     assert ids(got)[0] == "a"
-    by = {r.memory.id: r.score for r in got}
+    by = by_name(got)
     assert by["a"] - by["b"] == pytest.approx(0.3 + (got[0].similarity - got[1].similarity) * 0.6, abs=1e-6)
     assert h.index.search("u1", "Caroline") == []
 
@@ -349,8 +366,8 @@ async def test_temporal_boost_only_for_when_questions(inner):
     what = await h.retrieve(opts(query="What did she paint with sunrise oranges?", temporal_boost=True))
     assert ids(what)[0] == "n"
     off = await h.retrieve(opts(query="When did she paint a sunrise?", temporal_boost=False))
-    s_on = {r.memory.id: r.score for r in when}
-    s_off = {r.memory.id: r.score for r in off}
+    s_on = by_name(when)
+    s_off = by_name(off)
     assert s_on["t"] - s_off["t"] == pytest.approx(0.2)
     assert s_on["n"] == pytest.approx(s_off["n"])
 
@@ -363,7 +380,7 @@ async def test_only_returned_memories_get_access_counts(inner):
     assert len(got) == 2 and all(r.memory.access_count == 1 for r in got)
     stored = {m.id: m for m in (await inner.list("u1", limit=10)).memories}
     for mid, m in stored.items():
-        assert m.access_count == (1 if mid in ids(got) else 0), mid
+        assert m.access_count == (1 if tname(mid) in ids(got) else 0), tname(mid)
     await h.retrieve(opts(query="otter", limit=2), touch=False)
     stored2 = {m.id: m.access_count for m in (await inner.list("u1", limit=10)).memories}
     assert stored2 == {mid: m.access_count for mid, m in stored.items()}
@@ -446,13 +463,13 @@ class GatedEmbedStore(InMemoryStore):
                 raise self.fail_embed
         return await fake_embed(texts)
 
-    async def _get_many(self, memory_ids):
+    async def _get_many(self, memory_ids, user_id=None):
         if self.armed:
             if self.fail_load is not None:
                 await asyncio.sleep(0.01)  # the query embedding is under way by now
                 raise self.fail_load
             self.loading.set()
-        return await super()._get_many(memory_ids)
+        return await super()._get_many(memory_ids, user_id)
 
 
 async def armed_store(**kw) -> tuple[GatedEmbedStore, HybridStore]:
@@ -487,16 +504,17 @@ async def test_failed_query_embedding_is_raised():
 
 
 class CountingStore(InMemoryStore):
-    """Counts the record loads (``get_many``) and vector searches that reach the store."""
+    """Counts the record loads (``get_many``, each batch recorded as test names) and vector
+    searches that reach the store."""
 
     def __init__(self, **kw):
         super().__init__(**kw)
         self.loads: list[list[str]] = []
         self.searches = 0
 
-    async def _get_many(self, memory_ids):
-        self.loads.append(list(memory_ids))
-        return await super()._get_many(memory_ids)
+    async def _get_many(self, memory_ids, user_id=None):
+        self.loads.append(tnames(memory_ids))
+        return await super()._get_many(memory_ids, user_id)
 
     async def _search(self, options, vector):
         self.searches += 1
@@ -559,12 +577,12 @@ async def test_held_search_reads_the_memories_whose_vector_is_not_held_and_holds
     await put(h, "a", "volcano lair map")
     await put(h, "b", "sunny beach")
     await h.retrieve(opts(query="beach"))
-    h._held["u1"].remove("a")  # as after an index entry written without a vector
+    h._held["u1"].remove(tid("a"))  # as after an index entry written without a vector
     inner.loads.clear()
     got = await h.retrieve(opts(query="volcano lair map", limit=1))
     assert ids(got) == ["a"] and inner.searches == 0
     assert inner.loads[0] == ["a"]  # read once to hold its vector ...
-    assert np.allclose(h.held_vector("u1", "a"), fake_vector("volcano lair map"), atol=1e-6)
+    assert np.allclose(h.held_vector("u1", tid("a")), fake_vector("volcano lair map"), atol=1e-6)
     inner.loads.clear()
     await h.retrieve(opts(query="volcano lair map", limit=1))
     assert inner.loads == [["a"]]  # ... then only as the winner
@@ -592,10 +610,10 @@ async def test_held_vector_winner_deleted_behind_the_decorator_gives_way_to_the_
     await put(h, "d", "lunch")
     first = await h.retrieve(opts(query="volcano lair map", limit=2))
     assert ids(first) == ["a", "b"]
-    await inner.forget("b", "u1")  # bypasses the decorator: "b" is still indexed with its vector
+    await inner.forget(tid("b"), "u1")  # bypasses the decorator: "b" is still indexed with its vector
     again = await h.retrieve(opts(query="volcano lair map", limit=2))
     assert ids(again) == ["a", "c"]
-    assert "b" not in {i for i, _ in h.index.search("u1", "volcano")}
+    assert "b" not in found(h, "u1", "volcano")
 
 
 async def _changed_behind(cache_vectors: bool, held_search_max: int = 10000):
@@ -604,7 +622,7 @@ async def _changed_behind(cache_vectors: bool, held_search_max: int = 10000):
     for mid, text in (("a", "volcano lair map"), ("b", "volcano lair"), ("c", "what is on the map"), ("d", "a map of it")):
         await put(h, mid, text)
     await h.retrieve(opts(query="volcano"))
-    await inner.update("b", "u1", {"content": "volcano cake recipe"})  # new vector in the store only
+    await inner.update(tid("b"), "u1", {"content": "volcano cake recipe"})  # new vector in the store only
     # "b" comes in through its stale index entry (held vector of "volcano lair"): it must be
     # rescored from the stored vector, which drops it below "c"
     return await h.retrieve(opts(query="volcano lair map is on the", limit=2, threshold=0.0))
@@ -625,14 +643,14 @@ async def test_update_through_the_decorator_ranks_like_a_fresh_index(cache_vecto
     for mid, text in (("a", "harbour ferry times"), ("b", "ferry"), ("c", "train times")):
         await put(h, mid, text)
     await h.retrieve(opts(query="ferry"))
-    await h.update("b", "u1", {"content": "ferry times harbour schedule"})
+    await h.update(tid("b"), "u1", {"content": "ferry times harbour schedule"})
     got = await h.retrieve(opts(query="harbour ferry times", limit=3))
     fresh = HybridStore(inner, **plain(candidate_pool=1, cache_vectors=False))  # built from the store
     want = await fresh.retrieve(opts(query="harbour ferry times", limit=3))
     assert [(r.memory.id, r.memory.content, round(r.score, 6)) for r in got] == [
         (r.memory.id, r.memory.content, round(r.score, 6)) for r in want
     ]
-    held = h.held_vector("u1", "b")
+    held = h.held_vector("u1", tid("b"))
     if cache_vectors:
         assert np.allclose(held, fake_vector("ferry times harbour schedule"), atol=1e-6)
     else:
@@ -648,7 +666,7 @@ async def test_held_vector_winner_moved_to_another_project_or_owned_by_another_u
     await put(h, "c", "volcano", project_id="p")
     await put(h, "x", "volcano lair map", user="u2", project_id="p")
     await h.retrieve(opts(query="volcano", project_id="p"))
-    await inner.update("b", "u1", {"project_id": "q"})  # behind the decorator: the index still says "p"
+    await inner.update(tid("b"), "u1", {"project_id": "q"})  # behind the decorator: the index still says "p"
     got = await h.retrieve(opts(query="volcano lair map", limit=3, project_id="p"))
     assert ids(got) == ["a", "c"]
     assert all(r.memory.user_id == "u1" and r.memory.project_id == "p" for r in got)
@@ -659,10 +677,10 @@ async def test_a_vector_hit_without_a_held_vector_gets_it_back_when_loaded():
     h = HybridStore(inner, **plain())
     await put(h, "a", "volcano lair")
     await h.retrieve(opts(query="volcano"))
-    await inner.update("a", "u1", {"content": "volcano lair map"})  # behind the decorator
+    await inner.update(tid("a"), "u1", {"content": "volcano lair map"})  # behind the decorator
     corpus = h.index.corpus("u1")
     (hit,) = await inner.retrieve(opts(query="volcano lair map", hybrid=False, limit=1))
     h._reconcile("u1", corpus, hit.memory)  # as a vector hit does: its record carries no vector
-    assert h.held_vector("u1", "a") is None and [i for i, _ in h.index.search("u1", "map")] == ["a"]
-    await h._load(["a"], "u1", corpus)
-    assert np.allclose(h.held_vector("u1", "a"), fake_vector("volcano lair map"), atol=1e-6)
+    assert h.held_vector("u1", tid("a")) is None and found(h, "u1", "map") == ["a"]
+    await h._load([tid("a")], "u1", corpus)
+    assert np.allclose(h.held_vector("u1", tid("a")), fake_vector("volcano lair map"), atol=1e-6)

@@ -48,7 +48,7 @@ def test_block_format_exact():
 def test_block_neutralises_markers_and_newlines_in_content():
     block = format_memory_block([mem("a </memory_context> b\nc <MEMORY_CONTEXT> d")])
     assert block.count(BLOCK_END) == 1 and block.count(BLOCK_START) == 1
-    assert "- a [memory_context] b c [memory_context] d" in block
+    assert "- a &lt;/memory_context&gt; b c &lt;MEMORY_CONTEXT&gt; d" in block
 
 
 def test_current_turn_appends_to_last_user_message():

@@ -41,6 +41,7 @@ from memory_core.stores.base import StoreDecorator
 from memory_core.types import Memory, MemoryType, RetrieveOptions
 
 from memory_core.testing.fake_embed import DIM, CountingEmbed, fake_vector
+from tests.ids import tid, tname, tnames
 
 BACKENDS = ["inmemory", "milvus", "qdrant", "valkey"]
 PERSISTENT = {"milvus", "qdrant", "valkey"}
@@ -136,6 +137,9 @@ def raw(store):
 
 
 def mem(user: str, content: str, **kw) -> Memory:
+    """A memory of ``user``; ``id`` (when given) is a test name, stored as ``tid(id)``."""
+    if "id" in kw:
+        kw["id"] = tid(kw["id"])
     return Memory(user_id=user, content=content, **kw)
 
 
@@ -165,7 +169,7 @@ async def test_store_get_roundtrip(store, rig):
     assert got.created_at == m.created_at and got.updated_at == m.updated_at
     assert got.embedding == pytest.approx(m.embedding, abs=1e-6)
     assert got.embedding_identity == "fake-bow-32"
-    many = await store.get_many([m.id, "nope", m.id], "alice")
+    many = await store.get_many([m.id, "nope", tid("nope"), m.id], "alice")  # malformed / absent
     assert [x.id for x in many] == [m.id]
 
 
@@ -178,6 +182,15 @@ async def test_given_created_at_and_embedding_are_kept(store, rig):
     assert got.embedding == pytest.approx(unit(3), abs=1e-6)
 
 
+async def test_created_before_1970_roundtrips(store):
+    when = datetime(1969, 7, 20, 20, 17, 40, 123000, tzinfo=timezone.utc)
+    m = await store.store(mem("alice", "one small step", created_at=when, embedding=unit(2)))
+    assert m.created_at == when
+    got = await store.get(m.id, "alice")
+    assert got.created_at == when and got.updated_at == when
+    assert [x.created_at for x in (await store.list("alice")).memories] == [when]
+
+
 async def test_required_fields(store):
     with pytest.raises(InvalidInput):
         await store.store(mem("", "content"))
@@ -185,8 +198,16 @@ async def test_required_fields(store):
         await store.store(mem("   ", "content"))
     with pytest.raises(InvalidInput):
         await store.store(mem("alice", "   "))
+    with pytest.raises(InvalidInput):  # invisible-only content is refused like whitespace-only
+        await store.store(mem("alice", "\u200b\u200c\u200d"))
     with pytest.raises(InvalidInput):
         await store.store(Memory.model_construct(**{**mem("alice", "x").model_dump(), "id": ""}))
+    # the one id format (32 lowercase hex): any other id is refused, alone or in a batch
+    for bad_id in ("dup-1", tid("dup-1").upper(), tid("dup-1") + "0", tid("dup-1")[:-1], " " + tid("dup-1")[1:]):
+        with pytest.raises(InvalidInput):
+            await store.store(Memory(id=bad_id, user_id="alice", content="x", embedding=unit(0)))
+        with pytest.raises(InvalidInput):
+            await store.store_many([mem("alice", "fine", id="ok-1"), Memory(id=bad_id, user_id="alice", content="x")])
     with pytest.raises(InvalidInput):
         await store.store(mem("alice", "x", embedding=[1.0, 0.0]))  # wrong dimension
     assert (await store.list("alice")).total == 0
@@ -198,9 +219,9 @@ async def test_duplicate_id_keeps_original(store):
         await store.store(mem("alice", "replacement", id="dup-1"))
     with pytest.raises(DuplicateMemory):
         await store.store(mem("bob", "other user same id", id="dup-1"))
-    assert (await store.get("dup-1", "alice")).content == "original"
+    assert (await store.get(tid("dup-1"), "alice")).content == "original"
     with pytest.raises(MemoryNotFound):
-        await store.get("dup-1", "bob")
+        await store.get(tid("dup-1"), "bob")
     assert m.content == "original"
 
 
@@ -212,7 +233,7 @@ async def test_concurrent_same_id_two_users_one_wins(store):
     ok = [r for r in results if isinstance(r, Memory)]
     assert len(ok) == 1
     assert all(isinstance(r, DuplicateMemory) for r in results if not isinstance(r, Memory))
-    assert (await store.get("race-id", ok[0].user_id)).content == ok[0].content
+    assert (await store.get(tid("race-id"), ok[0].user_id)).content == ok[0].content
 
 
 # ---------------------------------------------------------------------- retrieve
@@ -244,7 +265,7 @@ async def test_retrieve_cosine_scale_sorted_threshold_inclusive(store):
         await store.store(mem("alice", f"memory {k}", id=f"cos-{k}", embedding=v))
     opts = Q(user_id="alice", embedding=unit(0), limit=10, threshold=-1.0)
     res = await store.retrieve(opts)
-    got = {r.memory.id.removeprefix("cos-"): r for r in res}
+    got = {tname(r.memory.id).removeprefix("cos-"): r for r in res}
     assert set(got) == set(expected)
     # hybrid, without query text (no lexical side): score = (1 - lexical_weight) · cosine
     scale = (1 - opts.lexical_weight) if opts.hybrid else 1.0
@@ -256,9 +277,9 @@ async def test_retrieve_cosine_scale_sorted_threshold_inclusive(store):
     # threshold is inclusive: use the exact similarity the backend reported
     edge = got["diag"].similarity
     res2 = await store.retrieve(Q(user_id="alice", embedding=unit(0), limit=10, threshold=edge))
-    assert {r.memory.id for r in res2} == {"cos-same", "cos-close", "cos-diag"}
+    assert set(tnames(r.memory.id for r in res2)) == {"cos-same", "cos-close", "cos-diag"}
     res3 = await store.retrieve(Q(user_id="alice", embedding=unit(0), limit=2, threshold=-1.0))
-    assert [r.memory.id for r in res3] == ["cos-same", "cos-close"]
+    assert tnames(r.memory.id for r in res3) == ["cos-same", "cos-close"]
 
 
 async def test_retrieve_filters_project_and_types(store):
@@ -353,7 +374,9 @@ async def test_update_errors(store):
     with pytest.raises(MemoryNotFound):
         await store.update(m.id, "bob", {"content": "hijack"})
     with pytest.raises(MemoryNotFound):
-        await store.update("missing", "alice", {"content": "y"})
+        await store.update(tid("missing"), "alice", {"content": "y"})
+    with pytest.raises(MemoryNotFound):
+        await store.update("missing", "alice", {"content": "y"})  # malformed: never found
     with pytest.raises(InvalidInput):
         await store.update(m.id, "alice", {"user_id": "bob"})
     assert (await store.get(m.id, "alice")).content == "x"
@@ -378,15 +401,15 @@ async def test_list_newest_first_tiebreak_exact_total(store):
     page2 = await store.list("alice", limit=5, offset=5)
     page3 = await store.list("alice", limit=5, offset=10)
     assert page1.total == page2.total == page3.total == 12
-    assert [m.id for m in page1.memories + page2.memories + page3.memories] == expected
+    assert tnames(m.id for m in page1.memories + page2.memories + page3.memories) == expected
     beyond = await store.list("alice", limit=5, offset=50)
     assert beyond.memories == [] and beyond.total == 12
     proj = await store.list("alice", project_id="p", limit=100)
-    assert proj.total == 6 and [m.id for m in proj.memories] == [i for i in expected if int(i[1:]) % 2]
+    assert proj.total == 6 and tnames(m.id for m in proj.memories) == [i for i in expected if int(i[1:]) % 2]
     epi = await store.list("alice", types=[MemoryType.EPISODIC], limit=100)
     assert epi.total == 4 and all(m.type == MemoryType.EPISODIC for m in epi.memories)
     both = await store.list("alice", types=[MemoryType.EPISODIC], project_id="p", limit=100)
-    assert [m.id for m in both.memories] == [i for i in expected if int(i[1:]) % 6 == 3]
+    assert tnames(m.id for m in both.memories) == [i for i in expected if int(i[1:]) % 6 == 3]
     with pytest.raises(InvalidInput):
         await store.list("alice", limit=0)
     with pytest.raises(InvalidInput):
@@ -408,6 +431,11 @@ async def test_forget(store):
         await store.get(a.id, "alice")
     with pytest.raises(MemoryNotFound):
         await store.forget(a.id, "alice")
+    for malformed in ("dup-1", b.id.upper(), b.id + "0"):  # never found, never sent to a backend
+        with pytest.raises(MemoryNotFound):
+            await store.get(malformed, "bob")
+        with pytest.raises(MemoryNotFound):
+            await store.forget(malformed, "bob")
     assert (await store.get(b.id, "bob")).content == "keep me"
 
 
@@ -463,7 +491,7 @@ async def test_concurrent_interleaved_writes_land_with_owners(store):
         lst = await store.list(u, limit=1000)
         assert lst.total == 50
         assert all(m.user_id == u and m.content.endswith(f"from {u}") for m in lst.memories)
-        assert {m.id for m in lst.memories} == {f"cw{i:03d}" for i in range(100) if users[i % 2] == u}
+        assert set(tnames(m.id for m in lst.memories)) == {f"cw{i:03d}" for i in range(100) if users[i % 2] == u}
 
 
 INJECTION_IDS = [
@@ -534,7 +562,7 @@ async def test_store_many_happy_path(store, rig):
     ]
     out = await store.store_many(batch)
     assert rig.embed.calls == 1  # one embed call for the two memories without a vector
-    assert [m.id for m in out] == ["b1", "b2", "b3"]
+    assert tnames(m.id for m in out) == ["b1", "b2", "b3"]
     assert out[0].content == "batch one: otters hold hands"  # cleaned as by store()
     assert all(m.user_id == "alice" and m.embedding_identity == "fake-bow-32" for m in out)
     assert all(m.created_at is not None and m.updated_at is not None for m in out)
@@ -547,27 +575,27 @@ async def test_store_many_happy_path(store, rig):
         assert got.content == m.content and got.created_at == m.created_at and got.project_id == m.project_id
         assert got.embedding == pytest.approx(m.embedding, abs=1e-6)
     lst = await store.list("alice", limit=100)
-    assert lst.total == 3 and {m.id for m in lst.memories} == {"b1", "b2", "b3"}
-    assert [m.id for m in (await store.list("alice", project_id="p")).memories] == ["b1"]
+    assert lst.total == 3 and set(tnames(m.id for m in lst.memories)) == {"b1", "b2", "b3"}
+    assert tnames(m.id for m in (await store.list("alice", project_id="p")).memories) == ["b1"]
     res = await store.retrieve(Q(user_id="alice", query="walrus tusks", limit=10, threshold=-1))
-    assert {r.memory.id for r in res} == {"b1", "b2", "b3"}
+    assert set(tnames(r.memory.id for r in res)) == {"b1", "b2", "b3"}
     res = await store.retrieve(Q(user_id="alice", query="batch three: puffin beaks", limit=1, threshold=0.99))
-    assert [r.memory.id for r in res] == ["b3"]
+    assert tnames(r.memory.id for r in res) == ["b3"]
     hyb = await store.retrieve(
         Q(user_id="alice", query="batch one: otters hold hands", limit=1, threshold=0.99, hybrid=True)
     )
-    assert [r.memory.id for r in hyb] == ["b1"]
+    assert tnames(r.memory.id for r in hyb) == ["b1"]
     assert await store.store_many([]) == []
     assert (await store.list("alice", limit=100)).total == 3
 
 
 async def test_store_many_duplicate_inside_batch(store, rig):
     batch = [mem("alice", "first", id="same"), mem("alice", "second", id="other"), mem("alice", "third", id="same")]
-    with pytest.raises(DuplicateMemory, match="same"):
+    with pytest.raises(DuplicateMemory, match=tid("same")):
         await store.store_many(batch)
     assert rig.embed.calls == 0  # refused before any embedding work
     assert (await store.list("alice")).total == 0
-    assert await store.get_many(["same", "other"], "alice") == []
+    assert await store.get_many([tid("same"), tid("other")], "alice") == []
 
 
 async def test_store_many_duplicate_of_existing_writes_nothing(store):
@@ -575,20 +603,20 @@ async def test_store_many_duplicate_of_existing_writes_nothing(store):
     await store.store(mem("bob", "original bob", id="taken-b"))
     q = Q(user_id="alice", query="fresh", limit=10, threshold=-1)
     before = await store.retrieve(q)  # (cached rigs: an entry that must not survive)
-    assert [r.memory.id for r in before] == ["taken-a"]
+    assert tnames(r.memory.id for r in before) == ["taken-a"]
     for taken in ("taken-a", "taken-b"):  # an id of the same user, or of another user
         batch = [mem("alice", "fresh one", id="fresh-1"), mem("alice", "fresh dup", id=taken),
                  mem("alice", "fresh two", id="fresh-2")]
-        with pytest.raises(DuplicateMemory, match=taken):
+        with pytest.raises(DuplicateMemory, match=tid(taken)):
             await store.store_many(batch)
-        assert await store.get_many(["fresh-1", "fresh-2"], "alice") == []
+        assert await store.get_many([tid("fresh-1"), tid("fresh-2")], "alice") == []
         assert (await store.list("alice", limit=100)).total == 1
-    assert (await store.get("taken-a", "alice")).content == "original alice"
-    assert (await store.get("taken-b", "bob")).content == "original bob"
+    assert (await store.get(tid("taken-a"), "alice")).content == "original alice"
+    assert (await store.get(tid("taken-b"), "bob")).content == "original bob"
     with pytest.raises(MemoryNotFound):
-        await store.get("taken-b", "alice")
-    assert [r.memory.id for r in await store.retrieve(q)] == ["taken-a"]
-    assert [r.memory.id for r in await store.retrieve(q.model_copy(update={"hybrid": True}))] == ["taken-a"]
+        await store.get(tid("taken-b"), "alice")
+    assert tnames(r.memory.id for r in await store.retrieve(q)) == ["taken-a"]
+    assert tnames(r.memory.id for r in await store.retrieve(q.model_copy(update={"hybrid": True}))) == ["taken-a"]
 
 
 async def test_store_many_rejects_mixed_and_invalid(store, rig):
@@ -633,7 +661,7 @@ async def test_store_many_large_batch(store, rig):
     lst = await store.list("alice", limit=1000)
     assert lst.total == 300 and {m.id for m in lst.memories} == {m.id for m in batch}
     res = await store.retrieve(Q(user_id="alice", query="bulk memory number 123", limit=300, threshold=0.99))
-    assert "bulk-0123" in {r.memory.id for r in res}  # (32-d hashed test vectors collide)
+    assert "bulk-0123" in tnames(r.memory.id for r in res)  # (32-d hashed test vectors collide)
 
 
 # ---------------------------------------------------------------------- hybrid retrieval follows writes
@@ -653,25 +681,25 @@ async def test_hybrid_retrieve_follows_writes(store, rig):
     await store.store(mem("bob", "bob zebra walrus notes", id="h-bob", embedding=unit(0)))
     got = await store.retrieve(q("alice", "zebra"))  # builds alice's index
     if rig.hybrid:
-        assert [r.memory.id for r in got] == ["h-a"] and got[0].score > got[0].similarity
+        assert tnames(r.memory.id for r in got) == ["h-a"] and got[0].score > got[0].similarity
     await store.store_many([
         mem("alice", "gamma walrus", id="h-c", embedding=unit(0)),
         mem("alice", "delta walrus notes", id="h-d", project_id="p2", embedding=unit(0)),
     ])
     got = await store.retrieve(q("alice", "walrus", limit=2))
     if rig.hybrid:
-        assert {r.memory.id for r in got} == {"h-c", "h-d"}
+        assert set(tnames(r.memory.id for r in got)) == {"h-c", "h-d"}
     assert all(r.memory.user_id == "alice" for r in got)
-    await store.forget("h-a", "alice")
+    await store.forget(tid("h-a"), "alice")
     got = await store.retrieve(q("alice", "zebra", limit=10))
-    assert {r.memory.id for r in got} == {"h-b", "h-c", "h-d"}
+    assert set(tnames(r.memory.id for r in got)) == {"h-b", "h-c", "h-d"}
     assert await store.forget_by_scope("alice", project_id="p2") == 1
     got = await store.retrieve(q("alice", "walrus", limit=10))
-    assert {r.memory.id for r in got} == {"h-b", "h-c"}
+    assert set(tnames(r.memory.id for r in got)) == {"h-b", "h-c"}
     if rig.hybrid:
-        assert got[0].memory.id == "h-c"
+        assert tname(got[0].memory.id) == "h-c"
     got = await store.retrieve(q("bob", "zebra walrus", limit=10))
-    assert [r.memory.id for r in got] == ["h-bob"]
+    assert tnames(r.memory.id for r in got) == ["h-bob"]
     got = await store.retrieve(q("Alice", "zebra walrus", limit=10))
     assert got == []
 

@@ -28,9 +28,14 @@ class FakeClient:
         self.flush_gate: threading.Event | None = None
         self.flush_started = threading.Event()
 
-    def get(self, collection, ids, output_fields):
-        self.events.append("get")
+    def query(self, collection, filter, output_fields, limit=None):
+        # reads by id are ``id in [...]`` expressions of escaped literals (``_ids_filter``)
+        assert filter.startswith("id in [")
+        self.events.append("query")
         return []
+
+    def get(self, collection, ids, output_fields):  # pragma: no cover - must not be used
+        raise AssertionError("reads by id go through query() with escaped ids, never get(ids=...)")
 
     def upsert(self, collection, rows):
         self.events.append("upsert")
@@ -149,7 +154,7 @@ async def test_flush_every_still_applies(tmp_path):
 async def test_store_many_is_one_lookup_and_one_upsert_per_1000(tmp_path):
     store, client = fake_store(tmp_path, flush_every=0, flush_idle_s=0)
     await store.store_many([mem("u", f"m{i}") for i in range(1000)])
-    assert client.events.count("get") == 1 and client.upserts == [1000]
+    assert client.events.count("query") == 1 and client.upserts == [1000]
     rows = [mem("u", f"x{i}") for i in range(2500)]
     await store._insert_many(rows)  # the hook itself splits larger inputs
     assert client.upserts[1:] == [1000, 1000, 500]

@@ -9,6 +9,7 @@ from memory_core.hybrid import HybridStore
 from memory_core.stores import InMemoryStore
 from memory_core.testing.fake_embed import DIM, CountingEmbed
 from memory_core.types import Memory, RetrieveOptions
+from tests.ids import tid
 
 
 @pytest.mark.parametrize("hybrid", [False, True])
@@ -17,18 +18,18 @@ async def test_queries_use_embed_query_and_documents_use_embed(hybrid):
     store = InMemoryStore(embed=documents, embed_query=queries, dimension=DIM)
     if hybrid:
         store = HybridStore(store)
-    await store.store(Memory(id="a", user_id="u", content="the spare key hangs behind the blue door"))
-    await store.update("a", "u", {"content": "the spare key hangs behind the red door"})
+    await store.store(Memory(id=tid("a"), user_id="u", content="the spare key hangs behind the blue door"))
+    await store.update(tid("a"), "u", {"content": "the spare key hangs behind the red door"})
     assert (documents.calls, queries.calls) == (2, 0)
     (hit,) = await store.retrieve(RetrieveOptions(user_id="u", query="spare key door", hybrid=hybrid))
-    assert hit.memory.id == "a"
+    assert hit.memory.id == tid("a")
     assert (documents.calls, queries.calls) == (2, 1)
 
 
 async def test_without_embed_query_queries_use_embed():
     embed = CountingEmbed()
     store = InMemoryStore(embed=embed, dimension=DIM)
-    await store.store(Memory(id="a", user_id="u", content="blue door"))
+    await store.store(Memory(id=tid("a"), user_id="u", content="blue door"))
     await store.retrieve(RetrieveOptions(user_id="u", query="door"))
     assert embed.calls == 2
 

@@ -17,6 +17,7 @@ from memory_core.stores.base import WRITE_METHODS, MemoryStore, StoreDecorator
 from memory_core.stores.cache import CachingStore
 from memory_core.testing.fake_embed import DIM, CountingEmbed
 from memory_core.types import Memory
+from tests.ids import tid, tnames
 
 # public contract methods that do not change which memories exist or what they contain
 NON_WRITE_METHODS = {
@@ -33,6 +34,9 @@ NON_WRITE_METHODS = {
 
 
 def mem(user: str, content: str, **kw) -> Memory:
+    """A memory of ``user``; ``id`` (when given) is a test name, stored as ``tid(id)``."""
+    if "id" in kw:
+        kw["id"] = tid(kw["id"])
     return Memory(user_id=user, content=content, **kw)
 
 
@@ -48,11 +52,11 @@ class SpyStore(InMemoryStore):
         self.hooks.append("_exists")
         return await super()._exists(memory_id)
 
-    async def _get_many(self, memory_ids):
+    async def _get_many(self, memory_ids, user_id=None):
         self.hooks.append("_get_many")
         if self.get_many_delay:
             await asyncio.sleep(self.get_many_delay)
-        return await super()._get_many(memory_ids)
+        return await super()._get_many(memory_ids, user_id)
 
     async def _insert(self, memory):
         self.hooks.append("_insert")
@@ -63,7 +67,7 @@ async def test_one_lookup_one_embed_default_insert_many_loops_insert():
     embed = CountingEmbed()
     s = SpyStore(embed=embed, dimension=DIM)
     out = await s.store_many([mem("u", f"memory {i}", id=f"m{i}") for i in range(5)])
-    assert [m.id for m in out] == [f"m{i}" for i in range(5)]
+    assert tnames(m.id for m in out) == [f"m{i}" for i in range(5)]
     assert embed.calls == 1
     # one existence lookup for the batch; the default _insert_many writes each record
     assert s.hooks == ["_get_many"] + ["_insert"] * 5
@@ -78,7 +82,7 @@ async def test_insert_many_override_receives_whole_batch():
             raise AssertionError("store_many must go through _insert_many")
 
         async def _insert_many(self, memories):
-            self.batches.append([m.id for m in memories])
+            self.batches.append(tnames(m.id for m in memories))
             for m in memories:
                 self._rows[m.id] = m
 
@@ -163,7 +167,7 @@ async def test_passthrough_decorator_delegates_store_many():
     inner = InMemoryStore(embed=CountingEmbed(), dimension=DIM)
     d = Passthrough(inner)
     out = await d.store_many([mem("u", "via decorator", id="d1")])
-    assert [m.id for m in out] == ["d1"] and (await inner.get("d1", "u")).content == "via decorator"
+    assert tnames(m.id for m in out) == ["d1"] and (await inner.get(tid("d1"), "u")).content == "via decorator"
     await d.close()
 
 
@@ -185,16 +189,16 @@ async def test_valkey_insert_many_is_all_or_nothing(valkey_server):
             for m in (mem("u", "one", id="v1"), mem("u", "two", id="v2"), mem("u", "three", id="v3"))
         ]
         batch = [s._normalise(m) for m in batch]
-        with pytest.raises(DuplicateMemory, match="v2"):
+        with pytest.raises(DuplicateMemory, match=tid("v2")):
             await s._insert_many(batch)  # what a racing writer would meet
-        assert [m.id for m in await s.get_many(["v1", "v2", "v3"], "u")] == ["v2"]
-        assert (await s.get("v2", "u")).content == first.content
+        assert tnames(m.id for m in await s.get_many([tid("v1"), tid("v2"), tid("v3")], "u")) == ["v2"]
+        assert (await s.get(tid("v2"), "u")).content == first.content
         assert (await s.list("u")).total == 1
-        fresh = [s._normalise(m) for m in (b.model_copy(update={"id": f"w{i}"}) for i, b in enumerate(batch))]
+        fresh = [s._normalise(m) for m in (b.model_copy(update={"id": tid(f"w{i}")}) for i, b in enumerate(batch))]
         await s._insert_many(fresh)
         lst = await s.list("u", limit=10)
-        assert lst.total == 4 and {m.id for m in lst.memories} == {"v2", "w0", "w1", "w2"}
-        assert (await s.get("w1", "u")).content == "two"
+        assert lst.total == 4 and set(tnames(m.id for m in lst.memories)) == {"v2", "w0", "w1", "w2"}
+        assert (await s.get(tid("w1"), "u")).content == "two"
     finally:
         await s.forget_by_scope("u")
         await s.close()
@@ -239,7 +243,7 @@ async def test_store_pool_client_store_many_routes_by_first_user():
     for user in ("alice", "bob", "carol"):
         batch = [mem(user, "a", id=f"{user}-a"), mem(user, "b", id=f"{user}-b")]
         out = await client.store_many(iter(batch))
-        assert [m.id for m in out] == [f"{user}-a", f"{user}-b"]
+        assert tnames(m.id for m in out) == [f"{user}-a", f"{user}-b"]
         assert calls[-1] == (shard_for(user, 4), "store_many", (batch,))
     with pytest.raises(DuplicateMemory):
         await client.store_many([mem("bob", "boom", id="x")])
