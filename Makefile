@@ -1,6 +1,7 @@
 # Two entry points for a newcomer on a fresh machine (see README):
 #   make run   — install and start the service (serve run serve_config.yaml)
-#   make test  — install and run the test suites (unit + integration, then e2e against `serve run`)
+#   make test  — install, lint (ruff, mypy on memory_core), run the test suites (unit +
+#                integration, then e2e against `serve run`)
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -19,8 +20,13 @@ install: $(BIN)/.installed
 run: install
 	$(BIN)/serve run serve_config.yaml
 
-test: install
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: lint
 	$(BIN)/pytest -q -p no:cacheprovider
 	bash e2e/run_against_serve.sh
 
-.PHONY: install run test
+.PHONY: install run lint test

@@ -53,13 +53,15 @@ def main() -> None:
     table = Table(title="cosine: question vs its own fact / best other fact")
     for col in ("question", "own", "best other"):
         table.add_column(col)
-    for (_, q), a, b in zip(PAIRS, own, others):
+    for (_, q), a, b in zip(PAIRS, own, others, strict=True):
         table.add_row(q, f"{a:.3f}", f"{b:.3f}")
     console = Console()
     console.print(table)
     low_match, high_other = float(own.min()), float(others.max())
     console.print(f"matching:     min {low_match:.3f}  p10 {np.percentile(own, 10):.3f}  median {np.median(own):.3f}")
-    console.print(f"non-matching: max {high_other:.3f}  p90 {np.percentile(others, 90):.3f}  median {np.median(others):.3f}")
+    console.print(
+        f"non-matching: max {high_other:.3f}  p90 {np.percentile(others, 90):.3f}  median {np.median(others):.3f}"
+    )
     if low_match > high_other:
         console.print(f"separable: suggested threshold {(low_match + high_other) / 2:.3f}")
     else:

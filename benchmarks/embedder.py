@@ -28,13 +28,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+from rich.console import Console
+from rich.table import Table
 
-from memory_core.config import EmbeddingSettings  # noqa: E402
-from memory_core.embedding import compute_identity, resolve_model_path  # noqa: E402
-
-from benchmarks.locomo_data import default_path  # noqa: E402
+from benchmarks.locomo_data import default_path
+from memory_core.config import EmbeddingSettings
+from memory_core.embedding import compute_identity, resolve_model_path
 
 LOCOMO = default_path()
 console = Console()
@@ -61,7 +60,9 @@ def bench_raw(sentences: list[str], batch_sizes: list[int], repeats: int) -> dic
     """sentences/s of in-process encode per batch size (median of ``repeats``)."""
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(str(resolve_model_path("bundled:all-MiniLM-L6-v2")), device="cpu", local_files_only=True)
+    model = SentenceTransformer(
+        str(resolve_model_path("bundled:all-MiniLM-L6-v2")), device="cpu", local_files_only=True
+    )
     model.encode(sentences[:64], batch_size=32, show_progress_bar=False)  # warm-up
     out = {}
     for bs in batch_sizes:
@@ -82,7 +83,7 @@ async def drive(handle, sentences: list[str], clients: int) -> float:
     async def client():
         for i in it:
             res = await handle.embed.remote([sentences[i]])
-            assert len(res["embeddings"]) == 1
+            assert len(res.embeddings) == 1
 
     t = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(clients)))
@@ -93,7 +94,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sentences", type=int, default=1024)
     ap.add_argument("--clients", type=int, default=32)
-    ap.add_argument("--batch-sizes", default="1,16,32,64,128", help="raw batch sizes; 1 shows the CPU ceiling of (b)/(c)")
+    ap.add_argument(
+        "--batch-sizes", default="1,16,32,64,128", help="raw batch sizes; 1 shows the CPU ceiling of (b)/(c)"
+    )
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--unbatched-fraction", type=float, default=0.25, help="share of sentences used for (c)")
     ap.add_argument("--batch-wait-timeout-s", type=float, default=0.05)
@@ -126,7 +129,7 @@ def main() -> None:
             user_config={"max_batch_size": max_batch_size, "batch_wait_timeout_s": args.batch_wait_timeout_s},
             version=f"bench-{identity.short}",  # keep the replica across user_config changes
             _internal=True,
-        ).bind(settings.model_dump(mode="json"), identity.digest)
+        ).bind(settings, identity)
         return serve.run(app, name="embedder_bench", route_prefix=None)
 
     async def run_serve():

@@ -12,16 +12,18 @@ import argparse
 import random
 import statistics
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
+from memory_core.chat.gate import select_gate
+from memory_core.chat.inject import inject_memories
 from memory_core.config import ReflectionSettings
-from memory_core.gate import select_gate
-from memory_core.inject import inject_memories
 from memory_core.types import Memory, ScoredMemory
 
-VOCAB = ("tea coffee lyon paris bike gym locker code meeting tuesday dog cat beagle birthday "
-         "sister brother project deadline report python rust train flight hotel allergy peanut "
-         "doctor dentist password wifi garden").split()
+VOCAB = (
+    "tea coffee lyon paris bike gym locker code meeting tuesday dog cat beagle birthday "
+    "sister brother project deadline report python rust train flight hotel allergy peanut "
+    "doctor dentist password wifi garden"
+).split()
 
 
 def candidates(n: int, rng: random.Random, now: datetime) -> list[ScoredMemory]:
@@ -30,8 +32,9 @@ def candidates(n: int, rng: random.Random, now: datetime) -> list[ScoredMemory]:
         words = rng.choices(VOCAB, k=rng.randint(8, 30))
         if i % 7 == 0:
             words += ["我的", "储物柜", "密码"]
-        m = Memory(id=f"m{i:03d}", content=" ".join(words), user_id="u1",
-                   updated_at=now - timedelta(days=rng.uniform(0, 120)))
+        m = Memory(
+            id=f"m{i:03d}", content=" ".join(words), user_id="u1", updated_at=now - timedelta(days=rng.uniform(0, 120))
+        )
         s = rng.uniform(0.3, 0.9)
         out.append(ScoredMemory(memory=m, score=s, similarity=s))
     return out
@@ -57,10 +60,11 @@ def main() -> None:
     args = ap.parse_args()
 
     rng = random.Random(0)
-    now = datetime(2025, 6, 1, tzinfo=timezone.utc)
+    now = datetime(2025, 6, 1, tzinfo=UTC)
     cands = candidates(args.candidates, rng, now)
-    settings = ReflectionSettings(block_patterns=[r"\bpassword\b", r"\d{3}-\d{2}-\d{4}"][: args.block_patterns],
-                                  max_inject_tokens=2048)
+    settings = ReflectionSettings(
+        block_patterns=[r"\bpassword\b", r"\d{3}-\d{2}-\d{4}"][: args.block_patterns], max_inject_tokens=2048
+    )
     gate = select_gate(settings)
     messages = [{"role": "system", "content": "You are a helpful assistant."}]
     for i in range(10):

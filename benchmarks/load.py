@@ -23,6 +23,7 @@ import asyncio
 import time
 import uuid
 from collections import Counter
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
 import httpx
@@ -80,17 +81,22 @@ class LoadResult:
             "acknowledged_writes": len(self.acknowledged),
             "lost_writes": self.lost,
             "by_kind": {
-                k: {"n": len(v), "p50_ms": round(percentile(v, 50), 1), "p95_ms": round(percentile(v, 95), 1), "p99_ms": round(percentile(v, 99), 1)}
+                k: {
+                    "n": len(v),
+                    "p50_ms": round(percentile(v, 50), 1),
+                    "p95_ms": round(percentile(v, 95), 1),
+                    "p99_ms": round(percentile(v, 99), 1),
+                }
                 for k, v in sorted(self.latencies_ms.items())
             },
             "statuses": dict(sorted(self.statuses.items())),
         }
 
 
-async def _timed(result: LoadResult, kind: str, call) -> httpx.Response | None:
+async def _timed(result: LoadResult, kind: str, request: Awaitable[httpx.Response]) -> httpx.Response | None:
     started = time.perf_counter()
     try:
-        response = await call()
+        response = await request
     except httpx.HTTPError:
         result.transport_errors += 1
         result.latencies_ms.setdefault(kind, []).append((time.perf_counter() - started) * 1000)
@@ -109,14 +115,14 @@ async def _user(client: httpx.AsyncClient, user_id: str, deadline: float, result
             "model": "assistant",
             "messages": [{"role": "user", "content": f"Please remember: my locker number {n} is {1000 + n}."}],
         }
-        await _timed(result, "chat", lambda: client.post("/v1/chat/completions", json=chat, headers=headers))
+        await _timed(result, "chat", client.post("/v1/chat/completions", json=chat, headers=headers))
         body = {"memories": [{"content": f"Load fact {n} of {user_id}: the blue key opens door {n}."}]}
-        r = await _timed(result, "write", lambda: client.post("/v1/memory", json=body, headers=headers))
+        r = await _timed(result, "write", client.post("/v1/memory", json=body, headers=headers))
         if r is not None and r.status_code == 201:
             result.acknowledged.extend((user_id, m["id"]) for m in r.json()["memories"])
         if n % 3 == 0:
             query = {"query": f"which door does the blue key open {n}", "limit": 5}
-            await _timed(result, "search", lambda: client.post("/v1/memory/search", json=query, headers=headers))
+            await _timed(result, "search", client.post("/v1/memory/search", json=query, headers=headers))
 
 
 async def _lost_writes(client: httpx.AsyncClient, acknowledged: list[tuple[str, str]]) -> int:
@@ -139,7 +145,9 @@ async def _lost_writes(client: httpx.AsyncClient, acknowledged: list[tuple[str, 
     return sum(1 for ok in found if not ok)
 
 
-async def run_load(url: str, users: int, duration_s: float, *, timeout_s: float = 60.0, cleanup: bool = True) -> LoadResult:
+async def run_load(
+    url: str, users: int, duration_s: float, *, timeout_s: float = 60.0, cleanup: bool = True
+) -> LoadResult:
     """``users`` concurrent simulated users against ``url`` for ``duration_s`` seconds, then the
     lost-write check (and, with ``cleanup``, the users' memories deleted)."""
     run = uuid.uuid4().hex[:8]

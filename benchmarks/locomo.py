@@ -17,7 +17,7 @@ After the searches it times ``--floor-requests`` searches the ingress rejects (e
 400): the cost of the HTTP proxy and the ingress alone, as a reference for the search figures.
 
 By default (``--threshold none``) the searches send no ``threshold``: the service's default
-configuration (search applies no similarity floor, see ``memory_core.api_models.SearchRequest``). ``--threshold X``
+configuration (search applies no similarity floor, see ``deployments.http.schemas.SearchRequest``). ``--threshold X``
 sends a cosine floor X (e.g. 0.425, the calibrated floor chat injection uses); ``none`` is the
 default.
 """
@@ -53,8 +53,14 @@ async def ingest(client: httpx.AsyncClient, user_id: str, sample: dict, batch: i
         chunk = items[start : start + batch]
         body = {
             "memories": [
-                {"content": t.content, "type": "episodic", "metadata": t.metadata,
-                 "created_at": t.created_at.isoformat(), "source": "locomo", "conversation_id": sample["sample_id"]}
+                {
+                    "content": t.content,
+                    "type": "episodic",
+                    "metadata": t.metadata,
+                    "created_at": t.created_at.isoformat(),
+                    "source": "locomo",
+                    "conversation_id": sample["sample_id"],
+                }
                 for t in chunk
             ]
         }
@@ -110,7 +116,9 @@ def main(
                         if search_threshold is not None:
                             body["threshold"] = search_threshold
                         t0 = time.perf_counter()
-                        r = await client.post("/v1/memory/search", json=body, headers={"x-authz-user-id": users[sample_id]})
+                        r = await client.post(
+                            "/v1/memory/search", json=body, headers={"x-authz-user-id": users[sample_id]}
+                        )
                         latencies.append((time.perf_counter() - t0) * 1000)
                         r.raise_for_status()
                         for part in r.headers.get("server-timing", "").split(","):
@@ -118,7 +126,9 @@ def main(
                             if dur:
                                 server.setdefault(name, []).append(float(dur))
                         ranked = [dia_ids_of(m.get("metadata") or {}) for m in r.json()["memories"]]
-                        rows.append((q.category, recall_at_k(ranked, q.evidence, 5), recall_at_k(ranked, q.evidence, 10)))
+                        rows.append(
+                            (q.category, recall_at_k(ranked, q.evidence, 5), recall_at_k(ranked, q.evidence, 10))
+                        )
                         progress.advance(t_search)
                     runs.append((rows, latencies, server))
                 floor = []

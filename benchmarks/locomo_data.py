@@ -10,7 +10,7 @@ Replay convention (one memory per dialogue turn):
   caption;
 - metadata: ``{"dia_id", "session_date" (the raw ``session_N_date_time`` string),
   "speaker", "session" (N, int)}``;
-- created_at: the parsed session date (``memory_core.timeparse.parse_session_date``) plus the
+- created_at: the parsed session date (``memory_core.retrieval.timeparse.parse_session_date``) plus the
   turn's index within its session in seconds, so turns keep their order when listed by time.
 
 Evidence recall@k of a question = |evidence ∩ dia_ids of the top-k memories| / |evidence|,
@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from memory_core.timeparse import parse_session_date
+from memory_core.retrieval.timeparse import parse_session_date
 
 DEFAULT_PATH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "locomo" / "locomo_dev.json"
 """``<repo>/../shared/data/locomo/locomo_dev.json``; override with ``$LOCOMO_PATH``."""

@@ -56,7 +56,7 @@ from memory_core.config import (  # noqa: E402
     ValkeySettings,
 )
 from memory_core.embedding import TokenizerCoverage  # noqa: E402
-from memory_core.lexical import BM25Corpus  # noqa: E402
+from memory_core.retrieval.lexical import BM25Corpus  # noqa: E402
 from memory_core.sanitize import scoped_memory_id  # noqa: E402
 from memory_core.stores import base as store_base  # noqa: E402
 from memory_core.stores import make_store  # noqa: E402
@@ -78,7 +78,7 @@ class EmbedCache:
         self._model = None
         if path and os.path.exists(path):
             z = np.load(path, allow_pickle=True)
-            self.vectors = dict(zip(z["texts"].tolist(), z["vectors"]))
+            self.vectors = dict(zip(z["texts"].tolist(), z["vectors"], strict=True))
 
     def model(self):
         if self._model is None:
@@ -95,7 +95,7 @@ class EmbedCache:
             return
         print(f"embedding {len(todo)} texts …", file=sys.stderr)
         vecs = self.model().encode(todo, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
-        self.vectors.update(zip(todo, vecs.astype(np.float32)))
+        self.vectors.update(zip(todo, vecs.astype(np.float32), strict=True))
         if self.path:
             texts_all = list(self.vectors)
             np.savez(
@@ -190,11 +190,13 @@ async def evaluate(store, qs, cache: EmbedCache, args) -> tuple[dict[str, list],
     rows: dict[str, list] = {"vector": [], "hybrid": []}
     lat: dict[str, list[float]] = {"vector": [], "hybrid": []}
     for q in qs:
-        opts = dict(user_id=q.sample_id, query=q.question, embedding=cache[q.question], limit=10,
-                    threshold=args.threshold)
+        opts = dict(
+            user_id=q.sample_id, query=q.question, embedding=cache[q.question], limit=10, threshold=args.threshold
+        )
         for name, hybrid in (("vector", False), ("hybrid", True)):
-            o = RetrieveOptions(**opts, hybrid=hybrid, lexical_weight=args.lexical_weight,
-                                temporal_boost=not args.no_temporal_boost)
+            o = RetrieveOptions(
+                **opts, hybrid=hybrid, lexical_weight=args.lexical_weight, temporal_boost=not args.no_temporal_boost
+            )
             t0 = time.perf_counter()
             res = await store.retrieve(o)
             lat[name].append((time.perf_counter() - t0) * 1000)
@@ -232,18 +234,21 @@ async def run_backend(backend: str, samples, qs, cache: EmbedCache, args, bm25: 
     rows = {"vector": rows["vector"], "bm25": bm25, "hybrid": rows["hybrid"]}
     summary = {name: ld.summarize(r) for name, r in rows.items()}
     groups = list(summary["hybrid"])
-    print(f"\n== backend {backend} ({type(store).__name__} over "
-          f"{type(getattr(store, 'inner', store)).__name__})")
-    print(f"ingest: {n} memories in {ingest_s:.2f} s = {n / ingest_s:,.0f} memories/s "
-          f"({'store_many' if hasattr(store, 'store_many') else 'store'}, vectors given)")
+    print(f"\n== backend {backend} ({type(store).__name__} over {type(getattr(store, 'inner', store)).__name__})")
+    print(
+        f"ingest: {n} memories in {ingest_s:.2f} s = {n / ingest_s:,.0f} memories/s "
+        f"({'store_many' if hasattr(store, 'store_many') else 'store'}, vectors given)"
+    )
     print(f"{'':8s}" + "".join(f"{g:>24s}" for g in groups))
     print(f"{'':8s}" + "".join(f"{'n=' + str(summary['hybrid'][g]['n']):>24s}" for g in groups))
     for name, s in summary.items():
         print(f"{name:8s}" + "".join(f"{s[g]['r@5']:>13.3f} / {s[g]['r@10']:.3f}" for g in groups))
     print("(recall@5 / recall@10)")
     for name, v in lat.items():
-        print(f"retrieve latency {name:7s}: p50 {statistics.median(v):6.2f} ms  p95 {pct(v, 0.95):6.2f} ms  "
-              f"max {max(v):6.2f} ms  (n={len(v)}, query vector given)")
+        print(
+            f"retrieve latency {name:7s}: p50 {statistics.median(v):6.2f} ms  p95 {pct(v, 0.95):6.2f} ms  "
+            f"max {max(v):6.2f} ms  (n={len(v)}, query vector given)"
+        )
     return {
         "summary": summary,
         "latency_ms": {k: (statistics.median(v), pct(v, 0.95)) for k, v in lat.items()},
@@ -255,26 +260,38 @@ def print_comparison(results: dict[str, dict]) -> None:
     """Hybrid (the default configuration) recall per backend and its difference to Milvus."""
     ref = results[REFERENCE]["summary"]["hybrid"]
     groups = list(ref)
-    print(f"\n== comparison (hybrid, default retrieval settings; Δ = backend − {REFERENCE}, "
-          f"requirement |Δ| ≤ {TOLERANCE})")
-    print(f"{'backend':9s}" + "".join(f"{g:>24s}" for g in groups)
-          + f"{'Δ r@5':>9s}{'Δ r@10':>9s}{'p50 ms':>9s}{'p95 ms':>9s}{'ingest/s':>10s}  ok")
+    print(
+        f"\n== comparison (hybrid, default retrieval settings; Δ = backend − {REFERENCE}, "
+        f"requirement |Δ| ≤ {TOLERANCE})"
+    )
+    print(
+        f"{'backend':9s}"
+        + "".join(f"{g:>24s}" for g in groups)
+        + f"{'Δ r@5':>9s}{'Δ r@10':>9s}{'p50 ms':>9s}{'p95 ms':>9s}{'ingest/s':>10s}  ok"
+    )
     for backend, r in results.items():
         s = r["summary"]["hybrid"]
         d5 = s["overall"]["r@5"] - ref["overall"]["r@5"]
         d10 = s["overall"]["r@10"] - ref["overall"]["r@10"]
         worst = max(abs(s[g][k] - ref[g][k]) for g in groups for k in ("r@5", "r@10"))
         p50, p95 = r["latency_ms"]["hybrid"]
-        print(f"{backend:9s}" + "".join(f"{s[g]['r@5']:>13.3f} / {s[g]['r@10']:.3f}" for g in groups)
-              + f"{d5:>+9.3f}{d10:>+9.3f}{p50:>9.2f}{p95:>9.2f}{r['ingest_per_s']:>10,.0f}  "
-              + ("yes" if abs(d5) <= TOLERANCE and abs(d10) <= TOLERANCE else "NO")
-              + f"  (largest per-category |Δ| {worst:.3f})")
+        print(
+            f"{backend:9s}"
+            + "".join(f"{s[g]['r@5']:>13.3f} / {s[g]['r@10']:.3f}" for g in groups)
+            + f"{d5:>+9.3f}{d10:>+9.3f}{p50:>9.2f}{p95:>9.2f}{r['ingest_per_s']:>10,.0f}  "
+            + ("yes" if abs(d5) <= TOLERANCE and abs(d10) <= TOLERANCE else "NO")
+            + f"  (largest per-category |Δ| {worst:.3f})"
+        )
     vref = results[REFERENCE]["summary"]["vector"]["overall"]
-    print("vector-only overall r@5 / r@10: " + ", ".join(
-        f"{b} {r['summary']['vector']['overall']['r@5']:.3f} / {r['summary']['vector']['overall']['r@10']:.3f}"
-        f" (Δ {r['summary']['vector']['overall']['r@5'] - vref['r@5']:+.3f} / "
-        f"{r['summary']['vector']['overall']['r@10'] - vref['r@10']:+.3f})"
-        for b, r in results.items()))
+    print(
+        "vector-only overall r@5 / r@10: "
+        + ", ".join(
+            f"{b} {r['summary']['vector']['overall']['r@5']:.3f} / {r['summary']['vector']['overall']['r@10']:.3f}"
+            f" (Δ {r['summary']['vector']['overall']['r@5'] - vref['r@5']:+.3f} / "
+            f"{r['summary']['vector']['overall']['r@10'] - vref['r@10']:+.3f})"
+            for b, r in results.items()
+        )
+    )
 
 
 async def main(argv: list[str] | None = None) -> dict:
@@ -283,10 +300,18 @@ async def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--data", default=None, help="locomo json (default: ../shared/data/locomo/locomo_dev.json)")
     ap.add_argument("--limit-samples", type=int, default=None)
     ap.add_argument("--embed-cache", default="/tmp/locomo_minilm_cache.npz")
-    ap.add_argument("--backend", choices=[*BACKENDS, "all"], default="inmemory",
-                    help="store built by make_store (default inmemory); all: every backend, compared to milvus")
-    ap.add_argument("--threshold", type=float, default=0.0,
-                    help=f"cosine floor (the service default is {DEFAULT_SIMILARITY_THRESHOLD})")
+    ap.add_argument(
+        "--backend",
+        choices=[*BACKENDS, "all"],
+        default="inmemory",
+        help="store built by make_store (default inmemory); all: every backend, compared to milvus",
+    )
+    ap.add_argument(
+        "--threshold",
+        type=float,
+        default=0.0,
+        help=f"cosine floor (the service default is {DEFAULT_SIMILARITY_THRESHOLD})",
+    )
     ap.add_argument("--lexical-weight", type=float, default=d.lexical_weight)
     ap.add_argument("--fusion", choices=["score", "rrf"], default=d.fusion)
     ap.add_argument("--rrf-k", type=int, default=d.rrf_k)
@@ -297,8 +322,12 @@ async def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--no-temporal-boost", action="store_true")
     ap.add_argument("--k1", type=float, default=d.bm25_k1)
     ap.add_argument("--b", type=float, default=d.bm25_b)
-    ap.add_argument("--held-search-max", type=int, default=d.held_search_max,
-                    help="users with at most this many memories: exact search of the held vectors (0: the store searches)")
+    ap.add_argument(
+        "--held-search-max",
+        type=int,
+        default=d.held_search_max,
+        help="users with at most this many memories: exact search of the held vectors (0: the store searches)",
+    )
     args = ap.parse_args(argv)
     backends = list(BACKENDS) if args.backend == "all" else [args.backend]
 
@@ -308,12 +337,16 @@ async def main(argv: list[str] | None = None) -> dict:
     cache.ensure([t.content for s in samples for t in ld.turns(s)] + [q.question for q in qs])
 
     n_turns = sum(len(ld.turns(s)) for s in samples)
-    print(f"LoCoMo offline: {len(samples)} conversations, {n_turns} turns (memories), {len(qs)} questions "
-          f"(categories 1-4 with evidence), threshold {args.threshold}")
-    print(f"hybrid: fusion={args.fusion} lexical_weight={args.lexical_weight} pool={args.candidate_pool} "
-          f"neighbor={args.neighbor_weight} speaker={args.speaker_weight} "
-          f"temporal={0 if args.no_temporal_boost else args.temporal_weight} k1={args.k1} b={args.b} "
-          f"held_search_max={args.held_search_max}")
+    print(
+        f"LoCoMo offline: {len(samples)} conversations, {n_turns} turns (memories), {len(qs)} questions "
+        f"(categories 1-4 with evidence), threshold {args.threshold}"
+    )
+    print(
+        f"hybrid: fusion={args.fusion} lexical_weight={args.lexical_weight} pool={args.candidate_pool} "
+        f"neighbor={args.neighbor_weight} speaker={args.speaker_weight} "
+        f"temporal={0 if args.no_temporal_boost else args.temporal_weight} k1={args.k1} b={args.b} "
+        f"held_search_max={args.held_search_max}"
+    )
     bm25 = bm25_rows(samples, qs, args)
 
     server = None
@@ -324,8 +357,9 @@ async def main(argv: list[str] | None = None) -> dict:
     results: dict[str, dict] = {}
     try:
         for backend in backends:
-            results[backend] = await run_backend(backend, samples, qs, cache, args, bm25,
-                                                 server.url_db(0) if server else None)
+            results[backend] = await run_backend(
+                backend, samples, qs, cache, args, bm25, server.url_db(0) if server else None
+            )
     finally:
         if server is not None:
             server.stop()
@@ -341,8 +375,10 @@ async def main(argv: list[str] | None = None) -> dict:
             model.encode([q.question], normalize_embeddings=True)
             embed_ms.append((time.perf_counter() - t0) * 1000)
     if embed_ms:
-        print(f"query embedding (MiniLM, CPU, 1 text): p50 {statistics.median(embed_ms):.1f} ms  "
-              f"p95 {pct(embed_ms, 0.95):.1f} ms")
+        print(
+            f"query embedding (MiniLM, CPU, 1 text): p50 {statistics.median(embed_ms):.1f} ms  "
+            f"p95 {pct(embed_ms, 0.95):.1f} ms"
+        )
     if len(results) == 1:
         return results[backends[0]]
     return results

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -108,16 +108,20 @@ async def run_one(backend: str, size: int, args, workdir: Path, valkey_url: str 
     )
     store = make_store(settings, embed=None, dimension=args.dim, identity=None)
     await store.open()
-    t0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
+    t0 = datetime(2025, 1, 1, tzinfo=UTC)
     began = time.perf_counter()
     chunk = 2000
     for start in range(0, size, chunk):
-        await bulk_load(store, memories(rng, start, min(chunk, size - start), args.dim, args.users, t0),
-                        BULK_CALL_ROWS.get(backend))
+        await bulk_load(
+            store, memories(rng, start, min(chunk, size - start), args.dim, args.users, t0), BULK_CALL_ROWS.get(backend)
+        )
         done = start + min(chunk, size - start)
         if size >= 50_000 and done % 10_000 == 0:  # long loads: show progress
-            print(f"  {backend}: loaded {done:,} rows ({done / (time.perf_counter() - began):,.0f} rows/s)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  {backend}: loaded {done:,} rows ({done / (time.perf_counter() - began):,.0f} rows/s)",
+                file=sys.stderr,
+                flush=True,
+            )
     load_s = time.perf_counter() - began
 
     extra = memories(rng, size, args.ops, args.dim, args.users, t0)

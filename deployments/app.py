@@ -8,7 +8,11 @@
 The embedding model's identity is computed here (reading the model files, not loading the
 model) and bound into the ``Embedder`` and ``StorePool`` arguments: Ray 2.60 has no
 deployment ``version=``, so a changed model changes the args, which rolls the replicas, and
-it selects the physical collection ``<logical>__<short digest>``.
+it selects the physical collection ``<logical>__<short digest>``. Every argument is typed
+(settings models, ``ModelIdentity``).
+
+``DEPLOYMENT_OPTIONS`` holds the default options of each deployment, in one place; the
+``deployments:`` entries of a Serve config file override them field by field.
 """
 
 from __future__ import annotations
@@ -23,11 +27,34 @@ from memory_core.config import RouterConfig, load_config
 from memory_core.embedding import compute_identity
 
 from .echo import EchoUpstream
-from .embedder import Embedder
-from .ingress import MemoryIngress
+from .embedder import DEFAULT_USER_CONFIG, Embedder
+from .http.ingress import MemoryIngress
 from .store_pool import StorePool
 
 log = logging.getLogger("ray.serve")
+
+DEPLOYMENT_OPTIONS: dict[str, dict[str, Any]] = {
+    "Embedder": {
+        # ≥ max_batch_size, or batches can never fill (Serve logs a warning)
+        "max_ongoing_requests": 256,
+        "user_config": DEFAULT_USER_CONFIG,
+    },
+    "StorePool": {
+        "ray_actor_options": {"num_cpus": 0},
+        # a shard gone for good fails the check: Serve replaces the pool, whose shards reopen
+        "health_check_period_s": 5,
+        "health_check_timeout_s": 30,
+    },
+    "MemoryIngress": {
+        "ray_actor_options": {"num_cpus": 0},
+        "max_ongoing_requests": 256,
+        # overload is refused, not queued without bound: 429 + Retry-After beyond the queue
+        "max_queued_requests": 512,
+        "backpressure_config": {"status_code": 429, "retry_after_s": 1},
+    },
+    "EchoUpstream": {"ray_actor_options": {"num_cpus": 0}},
+}
+"""Default options of each deployment (``serve.deployment`` keyword arguments)."""
 
 
 class AppArgs(BaseModel):
@@ -39,7 +66,7 @@ class AppArgs(BaseModel):
     config_path: str | None = None
 
     @model_validator(mode="after")
-    def _one_source(self) -> "AppArgs":
+    def _one_source(self) -> AppArgs:
         if self.config is not None and self.config_path is not None:
             raise ValueError("give either args.config or args.config_path, not both")
         return self
@@ -48,9 +75,21 @@ class AppArgs(BaseModel):
         return load_config(self.config_path if self.config_path is not None else (self.config or {}))
 
 
-def build_app(args: dict[str, Any] | None = None) -> Application:
-    """Build the memory-router application. Raises ``ConfigError`` (naming the key) on an
-    invalid configuration, so ``serve run`` fails at start."""
+def deployment_options(overrides: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """``DEPLOYMENT_OPTIONS`` with ``overrides`` (deployment name → options) merged over them,
+    option by option (as a Serve config file's ``deployments:`` entries are). Raises
+    ``ValueError`` for an unknown deployment name."""
+    unknown = set(overrides or {}) - set(DEPLOYMENT_OPTIONS)
+    if unknown:
+        raise ValueError(f"unknown deployments {sorted(unknown)}; known: {sorted(DEPLOYMENT_OPTIONS)}")
+    return {name: {**opts, **(overrides or {}).get(name, {})} for name, opts in DEPLOYMENT_OPTIONS.items()}
+
+
+def build_app(args: dict[str, Any] | None = None, *, overrides: dict[str, dict[str, Any]] | None = None) -> Application:
+    """Build the memory-router application (``overrides``: deployment options over
+    ``DEPLOYMENT_OPTIONS``, for programmatic use; a Serve config file overrides them through its
+    ``deployments:`` entries). Raises ``ConfigError`` (naming the key) on an invalid
+    configuration, so ``serve run`` fails at start."""
     config = AppArgs.model_validate(args or {}).load()
     settings = config.memory
     identity = compute_identity(settings.embedding)
@@ -60,8 +99,8 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
             "configured collection name; changing the remote model requires a migration",
             settings.embedding.remote.base_url if settings.embedding.remote else "?",
         )
-    suffix = identity.short if identity.verifiable else None
-    embedder = Embedder.bind(settings.embedding.model_dump(mode="json"), identity.digest)
-    store_pool = StorePool.bind(settings.model_dump(mode="json"), identity.dimension, identity.digest, suffix, embedder)
-    echo = EchoUpstream.bind() if not config.global_.upstream.base_url else None
-    return MemoryIngress.bind(config.model_dump(mode="json", by_alias=True), embedder, store_pool, echo)
+    o = deployment_options(overrides)
+    embedder = Embedder.options(**o["Embedder"]).bind(settings.embedding, identity)
+    store_pool = StorePool.options(**o["StorePool"]).bind(settings, identity, embedder)
+    echo = EchoUpstream.options(**o["EchoUpstream"]).bind() if not config.global_.upstream.base_url else None
+    return MemoryIngress.options(**o["MemoryIngress"]).bind(config, embedder, store_pool, echo)

@@ -13,22 +13,18 @@ from typing import Any
 
 from ray import serve
 
-from memory_core.tokens import estimate_tokens
+from memory_core.chat.inject import content_text
+from memory_core.chat.tokens import estimate_tokens
 
 
 def echo_completion(body: dict[str, Any]) -> dict[str, Any]:
     """Pure: an OpenAI ``chat.completion`` object echoing ``body["messages"]``.
 
     ``id`` is a digest of the messages (deterministic); ``usage`` uses the heuristic token
-    estimate of ``memory_core.tokens``.
+    estimate of ``memory_core.chat.tokens``.
     """
     messages = body.get("messages") or []
-    lines = []
-    for m in messages:
-        content = m.get("content")
-        if isinstance(content, list):
-            content = "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
-        lines.append(f"{m.get('role')}: {content or ''}")
+    lines = [f"{m.get('role')}: {content_text(m.get('content'))}" for m in messages]
     text = "\n".join(lines)
     digest = hashlib.sha256(json.dumps(messages, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:24]
     prompt_tokens = sum(estimate_tokens(line) for line in lines)
@@ -38,9 +34,7 @@ def echo_completion(body: dict[str, Any]) -> dict[str, Any]:
         "object": "chat.completion",
         "created": int(time.time()),
         "model": body.get("model", "echo"),
-        "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
-        ],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
         "usage": {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
@@ -49,7 +43,7 @@ def echo_completion(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@serve.deployment(ray_actor_options={"num_cpus": 0})
+@serve.deployment
 class EchoUpstream:
     """Offline upstream model; ``chat(body)`` returns ``echo_completion(body)``."""
 

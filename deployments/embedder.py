@@ -2,12 +2,13 @@
 
 Application args (bound by ``deployments/app.py``)::
 
-    Embedder.bind(settings.embedding.model_dump(mode="json"), compute_identity(settings.embedding).digest)
+    Embedder.bind(settings.embedding, compute_identity(settings.embedding))
 
-The identity digest is an application argument so that changing the model (weights, tokenizer,
+The identity is an application argument so that changing the model (weights, tokenizer,
 pooling, ``max_seq_length``...) changes the args and rolls the replicas (Ray 2.60 has no
 deployment ``version=``). At startup the replica recomputes the identity from the files it can
-see and refuses to start (``EmbeddingIdentityMismatch``) when it differs.
+see and refuses to start (``EmbeddingIdentityMismatch``) when it differs. ``embed`` answers
+with a typed ``EmbedResponse``.
 
 Batching
     ``embed(texts)`` sends every text through ``_embed_one``, a ``@serve.batch`` method, so
@@ -19,7 +20,7 @@ Batching
 
 Knobs (``serve_config.yaml``, ``applications[].deployments[name=Embedder]``)
     - ``user_config`` (applied by ``reconfigure``, no replica restart):
-      ``max_batch_size`` (int ≥ 1, default 32), ``batch_wait_timeout_s`` (float ≥ 0, default
+      ``max_batch_size`` (int ≥ 1, default 64), ``batch_wait_timeout_s`` (float ≥ 0, default
       0.005), ``max_batch_tokens`` (int ≥ model ``max_seq_length``, default 16384).
     - ``ray_actor_options``: ``num_cpus`` (torch uses that many threads, or all cores when 0 /
       unset: Ray would otherwise force ``OMP_NUM_THREADS=1``), ``num_gpus`` (fractions such as
@@ -41,14 +42,18 @@ import logging
 import os
 import time
 from collections import deque
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ray import serve
 
 from memory_core.config import EmbeddingSettings
 from memory_core.embedding import (
+    DEFAULT_MAX_BATCH_SIZE,
     DEFAULT_MAX_BATCH_TOKENS,
+    Encoder,
     LocalEncoder,
+    ModelIdentity,
     RemoteEncoder,
     batch_cost,
     check_identity,
@@ -59,7 +64,6 @@ from memory_core.errors import InvalidInput
 
 logger = logging.getLogger("ray.serve")
 
-DEFAULT_MAX_BATCH_SIZE = 32
 DEFAULT_BATCH_WAIT_TIMEOUT_S = 0.005
 STATS_WINDOW = 4096
 INLINE_TOKENIZE_CHARS = 20_000
@@ -116,7 +120,7 @@ def _default_threads() -> int:
         import ray
 
         assigned = ray.get_runtime_context().get_assigned_resources().get("CPU", 0)
-    except Exception:  # noqa: BLE001 - outside Ray
+    except Exception:
         assigned = 0
     if assigned >= 1:
         return int(assigned)
@@ -126,36 +130,53 @@ def _default_threads() -> int:
         return os.cpu_count() or 1
 
 
-@serve.deployment(
-    max_ongoing_requests=256,
-    user_config={
-        "max_batch_size": DEFAULT_MAX_BATCH_SIZE,
-        "batch_wait_timeout_s": DEFAULT_BATCH_WAIT_TIMEOUT_S,
-        "max_batch_tokens": DEFAULT_MAX_BATCH_TOKENS,
-    },
-)
+@dataclass(frozen=True)
+class EmbedResponse:
+    """The Embedder's answer for n texts.
+
+    ``embeddings``: n vectors of ``dimension`` floats (L2-normalised); ``identity``: the model
+    identity digest that produced them; ``model``: the model name reported to clients;
+    ``truncated``: per text, whether it was cut at ``max_seq_length``; ``prompt_tokens``:
+    tokens embedded (after truncation)."""
+
+    embeddings: list[list[float]]
+    identity: str
+    dimension: int
+    model: str
+    truncated: list[bool]
+    prompt_tokens: int
+
+
+DEFAULT_USER_CONFIG = {
+    "max_batch_size": DEFAULT_MAX_BATCH_SIZE,
+    "batch_wait_timeout_s": DEFAULT_BATCH_WAIT_TIMEOUT_S,
+    "max_batch_tokens": DEFAULT_MAX_BATCH_TOKENS,
+}
+"""The Embedder's ``user_config`` defaults (``deployments.app.DEPLOYMENT_OPTIONS``)."""
+
+
+@serve.deployment
 class Embedder:
-    """Embedding model replica.
+    """Embedding model replica (options: ``deployments.app.DEPLOYMENT_OPTIONS``).
 
     Args:
-        settings: ``EmbeddingSettings.model_dump()``.
-        identity: expected ``ModelIdentity.digest``; startup fails with
+        settings: the ``embedding`` settings.
+        identity: the application's ``ModelIdentity``; startup fails with
             ``EmbeddingIdentityMismatch`` when the model files give another one.
         num_threads: torch threads (default: assigned CPUs, or all cores when 0).
 
     Raises ``ConfigError`` (model missing / unloadable) at construction.
     """
 
-    def __init__(self, settings: dict, identity: str, num_threads: int | None = None):
-        self.settings = EmbeddingSettings.model_validate(settings)
+    def __init__(self, settings: EmbeddingSettings, identity: ModelIdentity, num_threads: int | None = None):
+        self.settings = settings
+        self.encoder: Encoder
         if self.settings.remote is not None:
-            self.identity = check_identity(self.settings, identity, who="Embedder")
-            self.encoder: LocalEncoder | RemoteEncoder = RemoteEncoder(
-                self.settings.remote, normalize=self.settings.normalize
-            )
+            self.identity = check_identity(self.settings, identity.digest, who="Embedder")
+            self.encoder = RemoteEncoder(self.settings.remote, normalize=self.settings.normalize)
         else:
             self.encoder, self.identity = open_local_encoder(
-                self.settings, identity, who="Embedder", num_threads=num_threads or _default_threads()
+                self.settings, identity.digest, who="Embedder", num_threads=num_threads or _default_threads()
             )
         self.model = model_label(self.settings)
         self.max_seq_length = self.encoder.max_seq_length
@@ -176,22 +197,15 @@ class Embedder:
             self.encoder.set_limits(cfg["max_batch_size"], cfg["max_batch_tokens"])
 
     # ------------------------------------------------------------------ batching
-    def encode_batch(self, texts: list[str], token_counts: list[int]) -> list[tuple[list[float], bool, int]]:
-        """Pure batch function (local model): n texts → n ``(vector, truncated, tokens)``.
-        Records the batch size. Synchronous; CPU/GPU bound."""
-        result = self.encoder.encode(texts, token_counts)
-        self._record(len(texts))
-        return list(zip(result.vectors.tolist(), result.truncated, result.token_counts))
-
     async def encode_batch_async(
         self, texts: list[str], token_counts: list[int]
     ) -> list[tuple[list[float], bool, int]]:
-        """Batch function for either encoder: local work goes to a worker thread."""
-        if isinstance(self.encoder, RemoteEncoder):
-            result = await self.encoder.encode(texts, token_counts)
-            self._record(len(texts))
-            return list(zip(result.vectors.tolist(), result.truncated, result.token_counts))
-        return await asyncio.to_thread(self.encode_batch, texts, token_counts)
+        """The batch function: n texts → n ``(vector, truncated, tokens)`` through the encoder's
+        ``encode_async`` (a local model works in a worker thread, so the replica's event loop
+        keeps accepting requests). Records the batch size."""
+        result = await self.encoder.encode_async(texts, token_counts)
+        self._record(len(texts))
+        return list(zip(result.vectors.tolist(), result.truncated, result.token_counts, strict=True))
 
     def _record(self, size: int) -> None:
         self._batch_sizes.append(size)
@@ -207,12 +221,8 @@ class Embedder:
         return await self.encode_batch_async([it.text for it in items], [it.count for it in items])
 
     # ------------------------------------------------------------------ public
-    async def embed(self, texts: list[str]) -> dict:
-        """Embed ``texts`` (list of n strings).
-
-        Returns ``{"embeddings": n × dim floats, "identity": digest, "dimension": dim, "model":
-        name, "truncated": n bools, "prompt_tokens": tokens embedded (after truncation)}``.
-        Raises ``InvalidInput`` when ``texts`` is not a list of strings; ``EmbeddingUnavailable``
+    async def embed(self, texts: list[str]) -> EmbedResponse:
+        """Embed ``texts`` (list of n strings) → ``EmbedResponse``. Raises ``InvalidInput`` when ``texts`` is not a list of strings; ``EmbeddingUnavailable``
         from a remote endpoint.
         """
         if isinstance(texts, str) or not isinstance(texts, (list, tuple)) or not all(isinstance(t, str) for t in texts):
@@ -225,17 +235,17 @@ class Embedder:
         cap = self.max_seq_length
         items = [
             _Item(t, min(c, cap) if cap else c, c, cfg["max_batch_size"], cfg["max_batch_tokens"])
-            for t, c in zip(texts, counts)
+            for t, c in zip(texts, counts, strict=True)
         ]
         results = await asyncio.gather(*(self._embed_one(it) for it in items))
-        return {
-            "embeddings": [r[0] for r in results],
-            "identity": self.identity.digest,
-            "dimension": self.identity.dimension,
-            "model": self.model,
-            "truncated": [bool(r[1]) for r in results],
-            "prompt_tokens": sum(min(r[2], cap) if cap else r[2] for r in results),
-        }
+        return EmbedResponse(
+            embeddings=[r[0] for r in results],
+            identity=self.identity.digest,
+            dimension=self.identity.dimension,
+            model=self.model,
+            truncated=[bool(r[1]) for r in results],
+            prompt_tokens=sum(min(r[2], cap) if cap else r[2] for r in results),
+        )
 
     def info(self) -> dict:
         """``{"identity", "short", "dimension", "model", "max_seq_length", "verifiable"}``."""

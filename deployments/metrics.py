@@ -15,9 +15,16 @@ _COUNTERS = {
     "memory_requests_refused": ("Chat requests refused before memory ran, by reason (invalid_header)", ("reason",)),
 }
 _HISTOGRAMS = {
-    "memory_injected_count": ("Memories injected per chat request (bucket bounds between integers)", (0.5, 1.5, 2.5, 3.5, 5.5, 8.5, 13.5, 21.5), ()),
-    "memory_overhead_ms": ("Memory work on the chat path (embed+retrieve+gate+inject), ms",
-                           (1, 2, 5, 10, 20, 40, 80, 160, 320, 640), ()),
+    "memory_injected_count": (
+        "Memories injected per chat request (bucket bounds between integers)",
+        (0.5, 1.5, 2.5, 3.5, 5.5, 8.5, 13.5, 21.5),
+        (),
+    ),
+    "memory_overhead_ms": (
+        "Memory work on the chat path (embed+retrieve+gate+inject), ms",
+        (1, 2, 5, 10, 20, 40, 80, 160, 320, 640),
+        (),
+    ),
 }
 
 

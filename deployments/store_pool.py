@@ -1,14 +1,17 @@
 """``StorePool``: the store actor pool.
 
 ``StorePool`` (a Serve deployment) owns ``pool.shards`` ``StoreShard`` Ray actors; each shard
-owns one store client (built by ``memory_core.stores.factory.make_store``). Every call for
-a user goes to shard ``shard_for(user_id, shards)``: ``StorePoolClient`` (in the ingress) gets
-the shard handles from ``StorePool.shard_handles`` once and calls the shard actor directly, so a user's writes are serialized by
-one process (``MemoryStore`` holds a per-user lock). Embedded backends (Milvus Lite, Qdrant
-local) allow a single writer process: config validation forces ``shards: 1`` for them.
+owns one store (built by ``memory_core.stores.factory.make_store``). Every call for a user goes
+to shard ``shard_for(user_id, shards)``: ``StorePoolClient`` (in the ingress) gets the shard
+handles from ``StorePool.shard_handles`` once and calls the shard actor directly, so a user's
+writes are serialized by one process (``MemoryStore`` holds a per-user lock). Embedded
+backends (Milvus Lite, Qdrant local) allow a single writer process: config validation forces
+``shards: 1`` for them.
 
-Errors cross the actor/handle boundaries as ``{"code", "message"}`` dicts and are rebuilt
-into memory_core errors by ``StorePoolClient``.
+Every hop is typed: the shard has one method per method of the store contract
+(``memory_core.stores.Store``), and ``StorePoolClient`` implements that contract over them.
+A memory_core error raised in a shard reaches the caller as itself (the cause of Ray's
+``RayTaskError``); Ray's own failures become ``StoreUnavailable`` (503 + ``Retry-After``).
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import logging
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
 
 import ray
 from ray import serve
@@ -26,132 +30,152 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutErro
 from ray.util import metrics as ray_metrics
 
 from memory_core.config import MemoryStoreSettings
-from memory_core.embedding import CoalescingEmbedFn, OnnxEncoder, TokenizerCoverage, open_local_encoder
+from memory_core.embedding import CoalescingEmbedFn, ModelIdentity, OnnxEncoder, TokenizerCoverage, open_local_encoder
 from memory_core.errors import (
     ConfigError,
     EmbeddingIdentityMismatch,
     EmbeddingUnavailable,
     MemoryError_,
     StoreUnavailable,
-    error_from_wire,
-    error_to_wire,
 )
-from memory_core.sharding import shard_for
-from memory_core.types import ListResult, Memory, RetrieveOptions, ScoredMemory
+from memory_core.stores.sharding import shard_for
+from memory_core.types import ListResult, Memory, MemoryType, RetrieveOptions, ScoredMemory
+
+from .embedder import EmbedResponse
 
 log = logging.getLogger("ray.serve")
-
-STORE_METHODS = frozenset(
-    {
-        "store",
-        "store_many",
-        "retrieve",
-        "get",
-        "get_many",
-        "update",
-        "list",
-        "forget",
-        "forget_by_scope",
-        "check_connection",
-    }
-)
-READ_METHODS = frozenset({"retrieve", "get", "get_many", "list", "check_connection"})
+T = TypeVar("T")
 
 
-def _in_shard_query_embedder(settings: MemoryStoreSettings, identity: str | None) -> CoalescingEmbedFn:
+def _in_shard_query_embedder(settings: MemoryStoreSettings, identity: ModelIdentity) -> CoalescingEmbedFn:
     """``pool.query_embedding: in_shard``: an async ``EmbedFn`` (n texts → n unit vectors of
     the model's dimension) over this process's CPU copy of the local model, run by ONNX Runtime
     (``pool.in_shard_runtime: onnxruntime``, checked against the torch model on probe texts)
     or torch. One intra-op thread (torch's setting is process-wide); one forward pass runs at a
     time in a worker thread, and queries arriving meanwhile share the next one
     (``CoalescingEmbedFn``).
-    Raises ``ConfigError`` (no application identity to check against, a remote model, a model
-    that cannot be loaded, an ONNX copy that cannot be made or does not match) or ``EmbeddingIdentityMismatch`` (the files give another identity
-    than the application's): the shard, and so the deployment, fails at start."""
-    if identity is None:
-        raise ConfigError("pool.query_embedding: in_shard needs the application's model identity to check against")
+    Raises ``ConfigError`` (an unverifiable application identity, a remote model, a model
+    that cannot be loaded, an ONNX copy that cannot be made or does not match) or
+    ``EmbeddingIdentityMismatch`` (the files give another identity than the application's):
+    the shard, and so the deployment, fails at start."""
+    if not identity.verifiable:
+        raise ConfigError("pool.query_embedding: in_shard needs a local model whose identity can be checked")
     embedding = settings.embedding.model_copy(update={"device": "cpu"})  # the device is not part of the identity
-    encoder, _ = open_local_encoder(embedding, identity, who="store shard (pool.query_embedding: in_shard)", num_threads=1)
+    encoder, _ = open_local_encoder(
+        embedding, identity.digest, who="store shard (pool.query_embedding: in_shard)", num_threads=1
+    )
     if settings.pool.in_shard_runtime == "onnxruntime":
         # the torch model is only needed to export and check the ONNX copy
-        return CoalescingEmbedFn(OnnxEncoder.from_local(encoder, num_threads=1), max_batch=64, wait_s=0.0)
-    return CoalescingEmbedFn(encoder, max_batch=64, wait_s=0.0)
+        return CoalescingEmbedFn(OnnxEncoder.from_local(encoder, num_threads=1), wait_s=0.0)
+    return CoalescingEmbedFn(encoder, wait_s=0.0)
 
 
 @ray.remote(num_cpus=0, max_concurrency=1000, max_restarts=-1, max_task_retries=0)
 class StoreShard:
-    """One store client. ``call(method, *args)`` runs a store-contract method and returns
-    ``("ok", result)`` or ``("error", {"code", "message"})``. Documents are embedded by the
-    Embedder deployment (``embedder`` handle); query texts too, unless
+    """One store, with one method per method of the store contract (``Store``). Documents are
+    embedded by the Embedder deployment (``embedder`` handle); query texts too, unless
     ``pool.query_embedding`` is ``in_shard`` (then by this shard's own copy of the model).
 
     Self-healing: a shard whose process dies is restarted by Ray (``max_restarts=-1``) with
     the same arguments and reopens its store (an acknowledged write was written to the
     backend before the call returned, so it is there after the restart). Calls are not
     retried by Ray (``max_task_retries=0``: a write must not run twice behind the caller's
-    back); callers get ``StoreUnavailable`` (503 + ``Retry-After``) while it restarts."""
+    back); callers get ``StoreUnavailable`` (503 + ``Retry-After``) while it restarts.
 
-    def __init__(self, settings: dict, dimension: int, identity: str | None, collection_suffix: str | None, embedder):
+    Args: ``settings`` (``global.stores.memory``), ``identity`` (the application's embedding
+    model identity: its digest tags the vectors, its ``collection_suffix`` names the
+    collection), ``embedder`` (the Embedder deployment handle).
+    """
+
+    def __init__(self, settings: MemoryStoreSettings, identity: ModelIdentity, embedder):
         from memory_core.stores.factory import make_store
 
-        parsed = MemoryStoreSettings.model_validate(settings)
         self._embedder = embedder
         self._identity = identity
         embed_query = None
-        if parsed.pool.query_embedding == "in_shard":
-            embed_query = _in_shard_query_embedder(parsed, identity)
+        if settings.pool.query_embedding == "in_shard":
+            embed_query = _in_shard_query_embedder(settings, identity)
         # the hot cache reports hits, misses and fail-open reads; exported as a Ray metric
         # (shards are plain actors, so ray.util.metrics rather than ray.serve.metrics)
         self._cache_events = ray_metrics.Counter(
-            "memory_cache_events", description="Hot cache events (cache_hit, cache_miss, cache_error: fail-open read, ...)",
+            "memory_cache_events",
+            description="Hot cache events (cache_hit, cache_miss, cache_error: fail-open read, ...)",
             tag_keys=("event",),
         )
         # text the model cannot represent (mostly [UNK]) is ranked lexically only
-        coverage = TokenizerCoverage.from_settings(parsed.embedding)
-        self.store = make_store(
-            parsed,
+        coverage = TokenizerCoverage.from_settings(settings.embedding)
+        self._store = make_store(
+            settings,
             embed=self._embed,
             embed_query=embed_query,
             represents=coverage.represents if coverage is not None else None,
-            dimension=dimension,
-            identity=identity,
-            collection_suffix=collection_suffix,
+            dimension=identity.dimension,
+            identity=identity.digest,
+            collection_suffix=identity.collection_suffix,
             on_event=lambda event: self._cache_events.inc(1, tags={"event": event}),
         )
 
     async def _embed(self, texts: list[str]) -> list[list[float]]:
         """Vectors for ``texts`` from the Embedder deployment; raises
         ``EmbeddingIdentityMismatch`` when it answers with another model identity than the
-        one this store was deployed for."""
+        one this store was deployed for, ``EmbeddingUnavailable`` when it cannot be reached."""
         try:
-            result = await self._embedder.embed.remote(texts)
+            result: EmbedResponse = await self._embedder.embed.remote(texts)
         except MemoryError_:
             raise
         except RayError as e:
             raise EmbeddingUnavailable(f"the embedder is unavailable ({type(e).__name__}); retry") from e
-        if self._identity is not None and result.get("identity") != self._identity:
+        if result.identity != self._identity.digest:
             raise EmbeddingIdentityMismatch(
-                f"Embedder answered with model identity {result.get('identity')!r}; this store holds "
-                f"vectors of {self._identity!r}"
+                f"Embedder answered with model identity {result.identity!r}; this store holds "
+                f"vectors of {self._identity.digest!r}"
             )
-        return result["embeddings"]
+        return result.embeddings
 
-    async def call(self, method: str, *args, **kwargs):
-        if method not in STORE_METHODS:
-            return ("error", {"code": "invalid_request", "message": f"unknown store method {method!r}"})
-        try:
-            return ("ok", await getattr(self.store, method)(*args, **kwargs))
-        except MemoryError_ as e:
-            return ("error", error_to_wire(e))
+    # ------------------------------------------------------------------ the store contract
+    async def store(self, memory: Memory) -> Memory:
+        return await self._store.store(memory)
+
+    async def store_many(self, memories: list[Memory]) -> list[Memory]:
+        return await self._store.store_many(memories)
+
+    async def retrieve(self, options: RetrieveOptions) -> list[ScoredMemory]:
+        return await self._store.retrieve(options)
+
+    async def record_access(self, memory_ids: list[str], user_id: str) -> datetime:
+        return await self._store.record_access(memory_ids, user_id)
+
+    async def get(self, memory_id: str, user_id: str) -> Memory:
+        return await self._store.get(memory_id, user_id)
+
+    async def get_many(self, memory_ids: list[str], user_id: str) -> list[Memory]:
+        return await self._store.get_many(memory_ids, user_id)
+
+    async def update(self, memory_id: str, user_id: str, changes: dict[str, Any]) -> Memory:
+        return await self._store.update(memory_id, user_id, changes)
+
+    async def list(
+        self, user_id: str, types: list[MemoryType] | None, project_id: str | None, limit: int, offset: int
+    ) -> ListResult:
+        return await self._store.list(user_id, types=types, project_id=project_id, limit=limit, offset=offset)
+
+    async def forget(self, memory_id: str, user_id: str) -> None:
+        await self._store.forget(memory_id, user_id)
+
+    async def forget_by_scope(self, user_id: str, project_id: str | None, types: list[MemoryType] | None) -> int:
+        return await self._store.forget_by_scope(user_id, project_id=project_id, types=types)
+
+    async def check_connection(self) -> bool:
+        return await self._store.check_connection()
 
     async def open(self) -> None:
         """Connect and create or check the collection now, so a misconfiguration (e.g. an
         existing collection of another vector dimension) fails the deployment at start with
         the store's ``ConfigError`` message."""
-        await self.store.open()
+        await self._store.open()
 
     async def close(self) -> None:
-        await self.store.close()
+        await self._store.close()
 
     def ping(self) -> bool:
         """Liveness probe of ``StorePool.check_health`` (answers while the actor runs)."""
@@ -161,23 +185,18 @@ class StoreShard:
 SHARD_PROBE_TIMEOUT_S = 10.0
 
 
-@serve.deployment(ray_actor_options={"num_cpus": 0}, health_check_period_s=5, health_check_timeout_s=30)
+@serve.deployment
 class StorePool:
-    """Routes store calls to the shard of the user. Args: ``settings`` (MemoryStoreSettings
-    dump), ``dimension`` and ``identity`` of the embedding model, ``collection_suffix`` (the
-    identity's short digest, so vectors of two models never share a collection), and the
-    ``Embedder`` handle (used when a memory arrives without a vector)."""
+    """Owns the shards (options: ``deployments.app.DEPLOYMENT_OPTIONS``; its health check
+    runs every 5 s). Args: ``settings`` (``global.stores.memory``), ``identity`` (the
+    application's embedding model identity: vectors of two models never share a collection)
+    and the ``Embedder`` handle (used when a memory arrives without a vector)."""
 
-    def __init__(self, settings: dict, dimension: int, identity: str | None, collection_suffix: str | None, embedder):
-        parsed = MemoryStoreSettings.model_validate(settings)
-        key = hashlib.sha256(
-            json.dumps([settings, dimension, identity, collection_suffix], sort_keys=True, default=str).encode()
-        ).hexdigest()[:12]
+    def __init__(self, settings: MemoryStoreSettings, identity: ModelIdentity, embedder):
+        key = hashlib.sha256(f"{settings.model_dump_json()}|{identity.digest}".encode()).hexdigest()[:12]
         self.shards = [
-            StoreShard.options(name=f"memory-store-{key}-{i}", get_if_exists=True).remote(
-                settings, dimension, identity, collection_suffix, embedder
-            )
-            for i in range(parsed.pool.shards)
+            StoreShard.options(name=f"memory-store-{key}-{i}", get_if_exists=True).remote(settings, identity, embedder)
+            for i in range(settings.pool.shards)
         ]
         # fail the replica (and `serve run`) at start on a bad store configuration
         ray.get([s.open.remote() for s in self.shards])
@@ -191,11 +210,11 @@ class StorePool:
         """True when every shard answers and its backend is reachable (False while a shard
         restarts)."""
         try:
-            results = [await s.call.remote("check_connection") for s in self.shards]
-        except RayError as e:
+            results = [await s.check_connection.remote() for s in self.shards]
+        except (RayError, MemoryError_) as e:
             log.warning("store shard unavailable: %r", e)
             return False
-        return all(status == "ok" and value for status, value in results)
+        return all(results)
 
     async def check_health(self) -> None:
         """Serve health check: raises when a shard is gone for good (``ActorDiedError``: Ray
@@ -207,7 +226,7 @@ class StorePool:
                 await asyncio.wait_for(shard.ping.remote(), timeout=SHARD_PROBE_TIMEOUT_S)
             except ActorDiedError:
                 raise
-            except (ActorUnavailableError, GetTimeoutError, asyncio.TimeoutError):
+            except (TimeoutError, ActorUnavailableError, GetTimeoutError):
                 continue
 
     async def __del__(self):
@@ -219,8 +238,9 @@ class StorePool:
 
 
 class StorePoolClient:
-    """The store contract over a ``StorePool`` handle (used by the ingress). Raises the same
-    memory_core errors as a local store."""
+    """The store contract (``Store``) over a ``StorePool`` handle (used by the ingress): each
+    method calls the same method of the user's shard. Raises the same memory_core errors as a
+    local store."""
 
     def __init__(self, handle):
         self._handle = handle
@@ -231,65 +251,88 @@ class StorePoolClient:
             self._shards = await self._handle.shard_handles.remote()
         return self._shards[shard_for(user_id, len(self._shards))]
 
-    async def _call(self, user_id: str, method: str, *args, **kwargs) -> Any:
-        """Call ``method`` on the shard of ``user_id`` directly.
+    async def _call(self, user_id: str, call: Callable[[Any], Awaitable[T]], *, read: bool) -> T:
+        """``call(shard)`` on the shard of ``user_id``.
 
-        If the shard is unreachable (its process died and Ray is restarting it, or its
-        StorePool replica was replaced), the shard handles are fetched again; a read is
-        retried once, a write raises ``StoreUnavailable`` (503 + ``Retry-After``: it may or may
-        not have landed, and a retried write must not run twice behind the caller's back).
-        Any other Ray failure on the way is ``StoreUnavailable`` too, never a 500."""
+        A memory_core error raised in the shard is raised here as itself. If the shard is
+        unreachable (its process died and Ray is restarting it, or its StorePool replica was
+        replaced), the shard handles are fetched again; a ``read`` is retried once, a write
+        raises ``StoreUnavailable`` (503 + ``Retry-After``: it may or may not have landed, and
+        a retried write must not run twice behind the caller's back). Any other Ray failure on
+        the way is ``StoreUnavailable`` too, never a 500."""
         try:
-            status, value = await (await self._shard(user_id)).call.remote(method, *args, **kwargs)
-        except RayActorError as e:
-            if method not in READ_METHODS:
-                with contextlib.suppress(RayError):
-                    await self._shard(user_id, refresh=True)
-                raise StoreUnavailable(f"store shard unavailable during {method} ({type(e).__name__}); retry") from e
             try:
-                shard = await self._shard(user_id, refresh=True)
-                status, value = await shard.call.remote(method, *args, **kwargs)
-            except RayError as again:
-                raise StoreUnavailable(f"store shard unavailable ({type(again).__name__}); retry") from again
+                return await call(await self._shard(user_id))
+            except RayActorError as e:
+                if not read:
+                    with contextlib.suppress(RayError):
+                        await self._shard(user_id, refresh=True)
+                    raise StoreUnavailable(f"store shard unavailable during a write ({type(e).__name__}); retry") from e
+                try:
+                    return await call(await self._shard(user_id, refresh=True))
+                except RayActorError as again:
+                    raise StoreUnavailable(f"store shard unavailable ({type(again).__name__}); retry") from again
+        except MemoryError_ as e:
+            cause = getattr(e, "cause", None)  # a RayTaskError raised as its cause's type
+            raise (cause if isinstance(cause, MemoryError_) else e) from None
         except RayError as e:
-            if isinstance(e, MemoryError_):
-                raise
             raise StoreUnavailable(f"store unavailable ({type(e).__name__}); retry") from e
-        if status == "error":
-            raise error_from_wire(value)
-        return value
 
     async def store(self, memory: Memory) -> Memory:
-        return await self._call(memory.user_id, "store", memory)
+        return await self._call(memory.user_id, lambda s: s.store.remote(memory), read=False)
 
-    async def store_many(self, memories) -> list[Memory]:
-        """``MemoryStore.store_many`` on the shard of ``memories[0].user_id`` (the store
-        rejects a batch of several users with ``InvalidInput``); ``[]`` for an empty batch."""
+    async def store_many(self, memories: Sequence[Memory]) -> list[Memory]:
+        """``Store.store_many`` on the shard of ``memories[0].user_id`` (the store rejects a
+        batch of several users with ``InvalidInput``); ``[]`` for an empty batch."""
         batch = list(memories)
         if not batch:
             return []
-        return await self._call(batch[0].user_id, "store_many", batch)
+        return await self._call(batch[0].user_id, lambda s: s.store_many.remote(batch), read=False)
 
     async def retrieve(self, options: RetrieveOptions) -> list[ScoredMemory]:
-        return await self._call(options.user_id, "retrieve", options)
+        return await self._call(options.user_id, lambda s: s.retrieve.remote(options), read=True)
+
+    async def record_access(self, memory_ids: Iterable[str], user_id: str) -> datetime:
+        ids = list(memory_ids)
+        return await self._call(user_id, lambda s: s.record_access.remote(ids, user_id), read=False)
 
     async def get(self, memory_id: str, user_id: str) -> Memory:
-        return await self._call(user_id, "get", memory_id, user_id)
+        return await self._call(user_id, lambda s: s.get.remote(memory_id, user_id), read=True)
 
-    async def get_many(self, memory_ids, user_id: str) -> list[Memory]:
-        return await self._call(user_id, "get_many", list(memory_ids), user_id)
+    async def get_many(self, memory_ids: Iterable[str], user_id: str) -> list[Memory]:
+        ids = list(memory_ids)
+        return await self._call(user_id, lambda s: s.get_many.remote(ids, user_id), read=True)
 
     async def update(self, memory_id: str, user_id: str, changes: dict[str, Any]) -> Memory:
-        return await self._call(user_id, "update", memory_id, user_id, changes)
+        return await self._call(user_id, lambda s: s.update.remote(memory_id, user_id, changes), read=False)
 
-    async def list(self, user_id: str, types=None, project_id=None, limit: int = 50, offset: int = 0) -> ListResult:
-        return await self._call(user_id, "list", user_id, types=types, project_id=project_id, limit=limit, offset=offset)
+    async def list(
+        self,
+        user_id: str,
+        types: Sequence[MemoryType] | None = None,
+        project_id: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> ListResult:
+        kinds = list(types) if types else None
+        return await self._call(user_id, lambda s: s.list.remote(user_id, kinds, project_id, limit, offset), read=True)
 
     async def forget(self, memory_id: str, user_id: str) -> None:
-        await self._call(user_id, "forget", memory_id, user_id)
+        await self._call(user_id, lambda s: s.forget.remote(memory_id, user_id), read=False)
 
-    async def forget_by_scope(self, user_id: str, project_id=None, types=None) -> int:
-        return await self._call(user_id, "forget_by_scope", user_id, project_id=project_id, types=types)
+    async def forget_by_scope(
+        self, user_id: str, project_id: str | None = None, types: Sequence[MemoryType] | None = None
+    ) -> int:
+        kinds = list(types) if types else None
+        return await self._call(user_id, lambda s: s.forget_by_scope.remote(user_id, project_id, kinds), read=False)
 
     async def check_connection(self) -> bool:
-        return await self._handle.check_connection.remote()
+        """Every shard answers and its backend is reachable (``StorePool.check_connection``)."""
+        try:
+            return await self._handle.check_connection.remote()
+        except RayError as e:
+            raise StoreUnavailable(f"store pool unavailable ({type(e).__name__}); retry") from e
+
+    async def close(self) -> None:
+        """Nothing to release: the shards belong to the ``StorePool`` deployment."""
+        return None

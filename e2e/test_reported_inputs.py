@@ -11,7 +11,7 @@ import urllib.parse
 import httpx
 import pytest
 
-from memory_core.inject import BLOCK_END
+from memory_core.chat.inject import BLOCK_END
 from memory_core.sanitize import is_scoped_to, scoped_memory_id
 
 SURROGATE_JSON = '"lone surrogate \\ud800 here"'
@@ -37,7 +37,9 @@ def total(base_url, user) -> int:
 
 
 def raw_post(base_url, path, text: str, headers: dict, content_type="application/json") -> httpx.Response:
-    return httpx.post(f"{base_url}{path}", content=text.encode("utf-8"), headers={**headers, "content-type": content_type}, timeout=60)
+    return httpx.post(
+        f"{base_url}{path}", content=text.encode("utf-8"), headers={**headers, "content-type": content_type}, timeout=60
+    )
 
 
 def test_crafted_path_ids_never_touch_another_user(base_url, new_user):
@@ -116,9 +118,23 @@ def test_a_lone_surrogate_is_400_on_every_route(base_url, new_user):
         ("/v1/chat/completions", msg % "assistant", h(u)),  # memory on
         ("/v1/chat/completions", msg % "scratch", h(u)),  # memory off
         ("/v1/chat/completions", msg % "assistant", h(None)),  # no user
-        ("/v1/chat/completions", '{"model": "m", "messages": [{"role": "user", "content": "x", "name": ' + SURROGATE_JSON + "}]}", h(u)),
-        ("/v1/chat/completions", '{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": ' + SURROGATE_JSON + "}]}]}", h(u)),
-        ("/v1/chat/completions", '{"model": "m", "user": ' + SURROGATE_JSON + ', "messages": [{"role": "user", "content": "x"}]}', h(u)),
+        (
+            "/v1/chat/completions",
+            '{"model": "m", "messages": [{"role": "user", "content": "x", "name": ' + SURROGATE_JSON + "}]}",
+            h(u),
+        ),
+        (
+            "/v1/chat/completions",
+            '{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": '
+            + SURROGATE_JSON
+            + "}]}]}",
+            h(u),
+        ),
+        (
+            "/v1/chat/completions",
+            '{"model": "m", "user": ' + SURROGATE_JSON + ', "messages": [{"role": "user", "content": "x"}]}',
+            h(u),
+        ),
         ("/v1/memory", '{"memories": [{"content": ' + SURROGATE_JSON + "}]}", h(u)),
         ("/v1/memory", '{"memories": [{"content": "x", "metadata": {"k": ' + SURROGATE_JSON + "}}]}", h(u)),
         ("/v1/memory/search", '{"query": ' + SURROGATE_JSON + "}", h(u)),
@@ -129,7 +145,9 @@ def test_a_lone_surrogate_is_400_on_every_route(base_url, new_user):
         assert r.status_code == 400, (path, body, r.status_code, r.text)
         assert r.json()["error"]["code"] == "invalid_request"
     r = httpx.patch(
-        f"{base_url}/v1/memory/{mid}", content=('{"content": ' + SURROGATE_JSON + "}").encode(), headers={**h(u), "content-type": "application/json"}
+        f"{base_url}/v1/memory/{mid}",
+        content=('{"content": ' + SURROGATE_JSON + "}").encode(),
+        headers={**h(u), "content-type": "application/json"},
     )
     assert r.status_code == 400
     r = raw_post(base_url, "/v1/memory/import", '{"content": ' + SURROGATE_JSON + "}", h(u), "application/x-ndjson")
@@ -138,7 +156,14 @@ def test_a_lone_surrogate_is_400_on_every_route(base_url, new_user):
 
 def test_the_search_floor_is_inclusive(base_url, new_user):
     u = new_user()
-    create(base_url, u, "I keep my bike in the garage", "The garage door code is 2231", "Bikes need oil monthly", "I like tea")
+    create(
+        base_url,
+        u,
+        "I keep my bike in the garage",
+        "The garage door code is 2231",
+        "Bikes need oil monthly",
+        "I like tea",
+    )
     query = {"query": "where is my bike kept", "limit": 10}
     hits = httpx.post(f"{base_url}/v1/memory/search", json=query, headers=h(u)).json()["memories"]
     assert len(hits) == 4
@@ -159,7 +184,9 @@ def test_whitespace_and_invisible_content_are_refused_alike(base_url, new_user, 
     assert total(base_url, u) == 1
 
 
-@pytest.mark.parametrize("when", ["1969-07-20T20:17:00Z", "1900-01-01T00:00:00Z", "0001-01-01T00:00:00Z", "1970-01-01T00:00:00Z"])
+@pytest.mark.parametrize(
+    "when", ["1969-07-20T20:17:00Z", "1900-01-01T00:00:00Z", "0001-01-01T00:00:00Z", "1970-01-01T00:00:00Z"]
+)
 def test_dates_before_1970_are_kept(base_url, new_user, when):
     u = new_user()
     created = create(base_url, u, "moon landing", created_at=when)[0]
@@ -175,7 +202,11 @@ def test_conversation_and_project_ids_follow_the_rest_limits_in_chat(base_url, n
     for name in ("x-conversation-id", "x-project-id"):
         r = httpx.post(f"{base_url}/v1/chat/completions", json=chat, headers=h(u, **{name: "c" * 257}))
         assert r.status_code == 400 and name in r.json()["error"]["message"]
-        r = httpx.post(f"{base_url}/v1/memory", json={"memories": [{"content": "x", name.removeprefix("x-").replace("-", "_"): "c" * 257}]}, headers=h(u))
+        r = httpx.post(
+            f"{base_url}/v1/memory",
+            json={"memories": [{"content": "x", name.removeprefix("x-").replace("-", "_"): "c" * 257}]},
+            headers=h(u),
+        )
         assert r.status_code == 400
     r = httpx.post(f"{base_url}/v1/chat/completions", json=chat, headers=h(u, **{"x-conversation-id": "c" * 256}))
     assert r.status_code == 200
@@ -211,7 +242,9 @@ def test_memory_text_cannot_close_the_block_or_fake_a_role(base_url, new_user, c
 def test_thai_text_is_never_injected_on_a_meaningless_cosine(base_url, new_user):
     u = new_user()
     create(base_url, u, "ฉันย้ายไปเชียงใหม่แล้ว", "แมวของฉันชื่อส้ม", "ฉันชอบกินข้าวผัดกุ้ง", "ฉันทำงานเป็นพยาบาล")
-    hits = httpx.post(f"{base_url}/v1/memory/search", json={"query": "แมวของฉันชื่ออะไร", "limit": 10}, headers=h(u)).json()["memories"]
+    hits = httpx.post(
+        f"{base_url}/v1/memory/search", json={"query": "แมวของฉันชื่ออะไร", "limit": 10}, headers=h(u)
+    ).json()["memories"]
     sims = {m["content"]: m["similarity"] for m in hits}
     assert sims["แมวของฉันชื่อส้ม"] > 0.425
     assert all(s < 0.425 for c, s in sims.items() if c != "แมวของฉันชื่อส้ม")

@@ -16,8 +16,9 @@ QUESTION = "What is my locker code?"
 
 def chat(base_url, user_id, messages, model="assistant"):
     headers = {"x-authz-user-id": user_id} if user_id else {}
-    r = httpx.post(f"{base_url}/v1/chat/completions", json={"model": model, "messages": messages},
-                   headers=headers, timeout=60)
+    r = httpx.post(
+        f"{base_url}/v1/chat/completions", json={"model": model, "messages": messages}, headers=headers, timeout=60
+    )
     assert r.status_code == 200, r.text
     return r.json()["choices"][0]["message"]["content"], r.headers
 
@@ -60,14 +61,17 @@ def test_fact_told_in_one_conversation_is_used_in_a_new_one(base_url, new_user):
 def test_memory_api_round_trip_and_isolation(base_url, new_user):
     alice, bob = new_user(), new_user()
     h = {"x-authz-user-id": alice}
-    r = httpx.post(f"{base_url}/v1/memory", json={"memories": [{"content": "My favourite tea is genmaicha"}]}, headers=h)
+    r = httpx.post(
+        f"{base_url}/v1/memory", json={"memories": [{"content": "My favourite tea is genmaicha"}]}, headers=h
+    )
     assert r.status_code == 201
     mid = r.json()["memories"][0]["id"]
     hits = httpx.post(f"{base_url}/v1/memory/search", json={"query": "What tea do I like?"}, headers=h).json()
     assert [m["id"] for m in hits["memories"]][:1] == [mid]
     assert httpx.get(f"{base_url}/v1/memory/{mid}", headers={"x-authz-user-id": bob}).status_code == 404
-    none = httpx.post(f"{base_url}/v1/memory/search", json={"query": "What tea do I like?"},
-                      headers={"x-authz-user-id": bob}).json()
+    none = httpx.post(
+        f"{base_url}/v1/memory/search", json={"query": "What tea do I like?"}, headers={"x-authz-user-id": bob}
+    ).json()
     assert none["memories"] == []
     assert httpx.get(f"{base_url}/v1/memory").status_code == 401
     assert httpx.delete(f"{base_url}/v1/memory/{mid}", headers=h).status_code == 200
@@ -76,8 +80,11 @@ def test_memory_api_round_trip_and_isolation(base_url, new_user):
 
 def test_route_without_memory_and_anonymous_requests(base_url, new_user):
     alice = new_user()
-    httpx.post(f"{base_url}/v1/memory", json={"memories": [{"content": "My locker code is 4817"}]},
-               headers={"x-authz-user-id": alice}).raise_for_status()
+    httpx.post(
+        f"{base_url}/v1/memory",
+        json={"memories": [{"content": "My locker code is 4817"}]},
+        headers={"x-authz-user-id": alice},
+    ).raise_for_status()
     answer, headers = chat(base_url, alice, [{"role": "user", "content": QUESTION}], model="scratch")
     assert "4817" not in answer and headers["x-memory-skipped"] == "plugin_disabled"
     answer, headers = chat(base_url, None, [{"role": "user", "content": QUESTION}])

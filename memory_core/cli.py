@@ -20,17 +20,17 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import httpx
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from .errors import MemoryError_
+from .sanitize import USER_HEADER
 
-USER_HEADER = "x-authz-user-id"
 EXPORT_PATH = "/v1/memory/export"
 IMPORT_PATH = "/v1/memory/import"
 NDJSON = "application/x-ndjson"
@@ -43,9 +43,7 @@ app = typer.Typer(
 )
 console = Console(stderr=True)
 
-BaseUrl = Annotated[
-    str, typer.Option("--base-url", envvar="MEMORY_ROUTER_URL", help="Service base URL.")
-]
+BaseUrl = Annotated[str, typer.Option("--base-url", envvar="MEMORY_ROUTER_URL", help="Service base URL.")]
 UserId = Annotated[str, typer.Option("--user", "-u", help="User id sent as x-authz-user-id.")]
 Timeout = Annotated[float, typer.Option("--timeout", help="HTTP timeout in seconds.")]
 
@@ -80,7 +78,7 @@ def export_cmd(
                 if resp.status_code >= 400:
                     resp.read()
                     raise _fail(f"export failed: HTTP {resp.status_code}: {resp.text[:500]}")
-                sink = sys.stdout if output == "-" else open(output, "w", encoding="utf-8")  # noqa: SIM115
+                sink = sys.stdout if output == "-" else open(output, "w", encoding="utf-8")
                 try:
                     for line in resp.iter_lines():
                         if line.strip():
@@ -172,6 +170,7 @@ async def _run_migration(memory_settings, source_identity, target_settings, user
         f"migrating {len(users)} users: {source_identity.short} (dim {source_identity.dimension}) → "
         f"{target_identity.short} (dim {target_identity.dimension}, {target_settings.remote.model if target_settings.remote else target_settings.model})"
     )
+    encoder: RemoteEncoder | LocalEncoder
     if target_settings.remote is not None:
         encoder = RemoteEncoder(target_settings.remote, normalize=target_settings.normalize)
     else:
@@ -181,16 +180,16 @@ async def _run_migration(memory_settings, source_identity, target_settings, user
         embed=None,
         dimension=source_identity.dimension,
         identity=source_identity.digest,
-        collection_suffix=source_identity.short if source_identity.verifiable else None,
+        collection_suffix=source_identity.collection_suffix,
     )
     target = make_store(
         settings,
         embed=CoalescingEmbedFn(encoder, max_batch=64),
         dimension=target_identity.dimension,
         identity=target_identity.digest,
-        collection_suffix=target_identity.short if target_identity.verifiable else None,
+        collection_suffix=target_identity.collection_suffix,
     )
-    tasks: dict[str, int] = {}
+    tasks: dict[str, TaskID] = {}
     try:
         with Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
@@ -212,16 +211,24 @@ async def _run_migration(memory_settings, source_identity, target_settings, user
 
 @app.command("migrate")
 def migrate_cmd(
-    config: Annotated[Path, typer.Option("--config", "-c", help="Service configuration YAML (store backend, new model).")],
-    users_file: Annotated[Optional[Path], typer.Option("--users", help="File of user ids, one per line ('-' = stdin).")] = None,
-    user: Annotated[Optional[list[str]], typer.Option("--user", "-u", help="A user id (repeatable).")] = None,
-    from_model: Annotated[Optional[str], typer.Option(help="Old model (bundled:... or a directory).")] = None,
-    from_max_seq_length: Annotated[Optional[int], typer.Option(help="Old max_seq_length override.")] = None,
-    from_identity: Annotated[Optional[str], typer.Option(help="Old identity digest (when its files are gone).")] = None,
-    from_dimension: Annotated[Optional[int], typer.Option(help="Old vector dimension (with --from-identity).")] = None,
-    from_unverifiable: Annotated[bool, typer.Option(help="Old model was a remote endpoint (unsuffixed collection).")] = False,
-    to_model: Annotated[Optional[str], typer.Option(help="New model; default: embedding.model of --config.")] = None,
-    to_identity: Annotated[Optional[str], typer.Option(help="Expected new identity (digest or prefix): a safety check.")] = None,
+    config: Annotated[
+        Path, typer.Option("--config", "-c", help="Service configuration YAML (store backend, new model).")
+    ],
+    users_file: Annotated[
+        Path | None, typer.Option("--users", help="File of user ids, one per line ('-' = stdin).")
+    ] = None,
+    user: Annotated[list[str] | None, typer.Option("--user", "-u", help="A user id (repeatable).")] = None,
+    from_model: Annotated[str | None, typer.Option(help="Old model (bundled:... or a directory).")] = None,
+    from_max_seq_length: Annotated[int | None, typer.Option(help="Old max_seq_length override.")] = None,
+    from_identity: Annotated[str | None, typer.Option(help="Old identity digest (when its files are gone).")] = None,
+    from_dimension: Annotated[int | None, typer.Option(help="Old vector dimension (with --from-identity).")] = None,
+    from_unverifiable: Annotated[
+        bool, typer.Option(help="Old model was a remote endpoint (unsuffixed collection).")
+    ] = False,
+    to_model: Annotated[str | None, typer.Option(help="New model; default: embedding.model of --config.")] = None,
+    to_identity: Annotated[
+        str | None, typer.Option(help="Expected new identity (digest or prefix): a safety check.")
+    ] = None,
     concurrency: Annotated[int, typer.Option(min=1, help="Memories stored concurrently.")] = 64,
 ) -> None:
     """Re-embed memories from the old model's collection into the new model's collection.
@@ -246,7 +253,9 @@ def migrate_cmd(
         target_settings = memory.embedding
         if to_model:
             target_settings = target_settings.model_copy(update={"model": to_model, "remote": None})
-        source_identity = _source_identity(from_model, from_max_seq_length, from_identity, from_dimension, from_unverifiable)
+        source_identity = _source_identity(
+            from_model, from_max_seq_length, from_identity, from_dimension, from_unverifiable
+        )
         report = asyncio.run(_run_migration(memory, source_identity, target_settings, ids, concurrency, to_identity))
     except MemoryError_ as e:
         raise _fail(str(e)) from e

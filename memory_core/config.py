@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -31,6 +31,11 @@ DEFAULT_SIMILARITY_THRESHOLD = 0.425
 ``benchmarks/calibrate_threshold.py``)."""
 
 
+DEFAULT_LEXICAL_WEIGHT = 0.4
+"""Weight of max-normalised BM25 against the cosine in hybrid ranking (``RetrievalSettings``;
+measured on LoCoMo dev, see README)."""
+
+
 def _is_url(uri: str) -> bool:
     return bool(re.match(r"^(https?|tcp|grpc|unix)://", uri))
 
@@ -42,10 +47,10 @@ class _Strict(BaseModel):
 class MilvusSettings(_Strict):
     """Milvus: ``uri`` is a local file path (Milvus Lite, embedded) or ``http(s)://host:port``."""
 
-    uri: str = Field("./data/memory.db", validate_default=True)
+    uri: str = Field(default="./data/memory.db", validate_default=True)
     token: str | None = None
     db_name: str | None = None
-    collection: str = Field("agentic_memory", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,200}$")
+    collection: str = Field(default="agentic_memory", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,200}$")
 
     @property
     def is_lite(self) -> bool:
@@ -64,8 +69,8 @@ class QdrantSettings(_Strict):
 
     url: str | None = None
     api_key: str | None = None
-    path: str = Field("./data/qdrant", validate_default=True)
-    collection: str = Field("agentic_memory", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,200}$")
+    path: str = Field(default="./data/qdrant", validate_default=True)
+    collection: str = Field(default="agentic_memory", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,200}$")
 
     @field_validator("path")
     @classmethod
@@ -78,7 +83,7 @@ class ValkeySettings(_Strict):
 
     url: str = "valkey://127.0.0.1:6379/0"
     prefix: str = "memory:"
-    index: str = Field("agentic_memory", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,200}$")
+    index: str = Field(default="agentic_memory", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,200}$")
 
 
 class RemoteEmbeddingSettings(_Strict):
@@ -88,7 +93,7 @@ class RemoteEmbeddingSettings(_Strict):
     model: str
     dimension: int = Field(gt=0)
     api_key_env: str | None = None
-    timeout_s: float = Field(30.0, gt=0)
+    timeout_s: float = Field(default=30.0, gt=0)
 
 
 class EmbeddingSettings(_Strict):
@@ -98,7 +103,7 @@ class EmbeddingSettings(_Strict):
 
     model: str = "bundled:all-MiniLM-L6-v2"
     device: str | None = None
-    max_seq_length: int | None = Field(None, gt=0)
+    max_seq_length: int | None = Field(default=None, gt=0)
     normalize: bool = True
     remote: RemoteEmbeddingSettings | None = None
 
@@ -108,7 +113,7 @@ class CacheSettings(_Strict):
 
     enabled: bool = False
     url: str = "valkey://127.0.0.1:6379/1"
-    ttl_s: int = Field(300, gt=0)
+    ttl_s: int = Field(default=300, gt=0)
     prefix: str = "memcache:"
 
 
@@ -118,9 +123,9 @@ class ReflectionSettings(_Strict):
 
     enabled: bool = True
     algorithm: Literal["heuristic", "noop"] = "heuristic"
-    max_inject_tokens: int = Field(2048, gt=0)
-    recency_half_life_days: float = Field(30.0, gt=0)
-    dedup_threshold: float = Field(0.90, gt=0, le=1)
+    max_inject_tokens: int = Field(default=2048, gt=0)
+    recency_half_life_days: float = Field(default=30.0, gt=0)
+    dedup_threshold: float = Field(default=0.90, gt=0, le=1)
     block_patterns: list[str] = Field(default_factory=list)
     exact_token_count: bool = False
 
@@ -140,9 +145,9 @@ class ReflectionOverride(_Strict):
 
     enabled: bool | None = None
     algorithm: Literal["heuristic", "noop"] | None = None
-    max_inject_tokens: int | None = Field(None, gt=0)
-    recency_half_life_days: float | None = Field(None, gt=0)
-    dedup_threshold: float | None = Field(None, gt=0, le=1)
+    max_inject_tokens: int | None = Field(default=None, gt=0)
+    recency_half_life_days: float | None = Field(default=None, gt=0)
+    dedup_threshold: float | None = Field(default=None, gt=0, le=1)
     block_patterns: list[str] | None = None
     exact_token_count: bool | None = None
 
@@ -152,7 +157,7 @@ class ReflectionOverride(_Strict):
 
 
 class RetrievalSettings(_Strict):
-    """How memories are ranked: hybrid lexical+vector fusion (see ``memory_core.hybrid``).
+    """How memories are ranked: hybrid lexical+vector fusion (see ``memory_core.stores.hybrid``).
 
     Defaults measured on LoCoMo dev (``benchmarks/locomo_offline.py``): ``lexical_weight``
     weighs max-normalised BM25 against cosine (``fusion: score``) or the two RRF ranks
@@ -164,7 +169,7 @@ class RetrievalSettings(_Strict):
     parameters; ``max_index_users``: user indexes held in memory (LRU); ``cache_vectors``: the
     lexical index also holds each memory's vector (1.5 KB per memory at 384 dimensions, about
     doubling an index entry; the per-user matrix keeps up to 2 rows per memory after growth
-    and up to 4 after deletes, see ``memory_core.held_vectors``; per shard the worst case is
+    and up to 4 after deletes, see ``memory_core.retrieval.held_vectors``; per shard the worst case is
     ``max_index_users`` × the largest users' memory counts), so
     lexical and neighbour candidates cost no store round trip (only final results not found by
     the vector search are read from the store); ``held_search_max``: users with at most this
@@ -175,20 +180,20 @@ class RetrievalSettings(_Strict):
     """
 
     hybrid: bool = True
-    lexical_weight: float = Field(0.4, ge=0, le=1)
+    lexical_weight: float = Field(default=DEFAULT_LEXICAL_WEIGHT, ge=0, le=1)
     temporal_boost: bool = True
     fusion: Literal["score", "rrf"] = "score"
-    rrf_k: int = Field(60, ge=1)
-    candidate_pool: int = Field(20, ge=1, le=1000)
-    neighbor_weight: float = Field(0.5, ge=0)
-    neighbor_max_gap_s: float = Field(21600.0, ge=0)
-    speaker_weight: float = Field(0.3, ge=0)
-    temporal_weight: float = Field(0.2, ge=0)
-    bm25_k1: float = Field(0.9, ge=0)
-    bm25_b: float = Field(0.4, ge=0, le=1)
-    max_index_users: int = Field(1024, ge=1)
+    rrf_k: int = Field(default=60, ge=1)
+    candidate_pool: int = Field(default=20, ge=1, le=1000)
+    neighbor_weight: float = Field(default=0.5, ge=0)
+    neighbor_max_gap_s: float = Field(default=21600.0, ge=0)
+    speaker_weight: float = Field(default=0.3, ge=0)
+    temporal_weight: float = Field(default=0.2, ge=0)
+    bm25_k1: float = Field(default=0.9, ge=0)
+    bm25_b: float = Field(default=0.4, ge=0, le=1)
+    max_index_users: int = Field(default=1024, ge=1)
     cache_vectors: bool = True
-    held_search_max: int = Field(10000, ge=0)
+    held_search_max: int = Field(default=10000, ge=0)
 
 
 class InjectionSettings(_Strict):
@@ -218,7 +223,7 @@ class PoolSettings(_Strict):
     query is 4.5 ms with ONNX Runtime against 15 ms with torch in the same process.
     """
 
-    shards: int = Field(1, ge=1, le=64)
+    shards: int = Field(default=1, ge=1, le=64)
     query_embedding: Literal["embedder", "in_shard"] = "embedder"
     in_shard_runtime: Literal["onnxruntime", "torch"] = "onnxruntime"
 
@@ -232,8 +237,8 @@ class MemoryStoreSettings(_Strict):
     qdrant: QdrantSettings = Field(default_factory=QdrantSettings)
     valkey: ValkeySettings = Field(default_factory=ValkeySettings)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
-    default_retrieval_limit: int = Field(5, gt=0, le=100)
-    default_similarity_threshold: float = Field(DEFAULT_SIMILARITY_THRESHOLD, ge=-1, le=1)
+    default_retrieval_limit: int = Field(default=5, gt=0, le=100)
+    default_similarity_threshold: float = Field(default=DEFAULT_SIMILARITY_THRESHOLD, ge=-1, le=1)
     auto_store: bool = True
     cache: CacheSettings = Field(default_factory=CacheSettings)
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
@@ -244,10 +249,12 @@ class MemoryStoreSettings(_Strict):
     disabled_models: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _single_writer(self) -> "MemoryStoreSettings":
-        embedded = (self.backend == "milvus" and self.milvus.is_lite) or (
-            self.backend == "qdrant" and not self.qdrant.url
-        ) or self.backend == "inmemory"
+    def _single_writer(self) -> MemoryStoreSettings:
+        embedded = (
+            (self.backend == "milvus" and self.milvus.is_lite)
+            or (self.backend == "qdrant" and not self.qdrant.url)
+            or self.backend == "inmemory"
+        )
         if embedded and self.pool.shards != 1:
             raise ValueError(
                 f"pool.shards must be 1 for the embedded {self.backend} backend (one process may open its files)"
@@ -262,7 +269,7 @@ class UpstreamSettings(_Strict):
 
     base_url: str | None = None
     api_key_env: str | None = None
-    timeout_s: float = Field(120.0, gt=0)
+    timeout_s: float = Field(default=120.0, gt=0)
 
 
 class StoresSettings(_Strict):
@@ -279,8 +286,8 @@ class MemoryPluginConfiguration(_Strict):
     ``global.stores.memory``. An explicit ``false`` always wins over a global ``true``."""
 
     enabled: bool | None = None
-    retrieval_limit: int | None = Field(None, gt=0, le=100)
-    similarity_threshold: float | None = Field(None, ge=-1, le=1)
+    retrieval_limit: int | None = Field(default=None, gt=0, le=100)
+    similarity_threshold: float | None = Field(default=None, ge=-1, le=1)
     auto_store: bool | None = None
     reflection: ReflectionOverride | None = None
     placement: Literal["current_turn", "after_system"] | None = None
@@ -306,7 +313,7 @@ def _plugin_kind(value: Any) -> str:
 
 
 PluginConfig = Annotated[
-    Union[Annotated[MemoryPlugin, Tag("memory")], Annotated[OtherPlugin, Tag("other")]],
+    Annotated[MemoryPlugin, Tag("memory")] | Annotated[OtherPlugin, Tag("other")],
     Discriminator(_plugin_kind),
 ]
 

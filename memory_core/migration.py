@@ -24,21 +24,24 @@ stdin); operators produce it from their identity provider or from the store's ad
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import sys
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from datetime import datetime
-
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .api_models import Content, ConversationId, Metadata, PastTime, ProjectId, Source
 from .errors import DuplicateMemory, InvalidInput, MemoryError_, MigrationError, StoreClosed, StoreUnavailable
 from .sanitize import (
     INT64_MAX,
+    Content,
+    ConversationId,
+    Metadata,
+    PastTime,
+    ProjectId,
+    Source,
     check_json_text,
     is_memory_id,
     is_scoped_to,
@@ -149,9 +152,9 @@ class ImportLine(BaseModel):
     created_by_user_id: str | None = None
     created_at: PastTime | None = None
     updated_at: datetime | None = None
-    access_count: int = Field(0, ge=0, le=INT64_MAX)
+    access_count: int = Field(default=0, ge=0, le=INT64_MAX)
     last_accessed: datetime | None = None
-    importance: float = Field(0.5, ge=0, le=1)
+    importance: float = Field(default=0.5, ge=0, le=1)
     metadata: Metadata = Field(default_factory=dict)
 
     @model_validator(mode="before")
@@ -408,55 +411,69 @@ async def migrate(
     reembed = not (source_store.identity is not None and source_store.identity == target_store.identity)
     report = MigrationReport(reembedded=reembed)
     async for user_id in _aiter(user_ids):
-        require_user_id(user_id)
-        memories = [
-            m if is_memory_id(m.id) else m.model_copy(update={"id": scoped_memory_id(user_id, "id:" + m.id)})
-            for m in await _all_memories(source_store, user_id)
-        ]  # a record from before the id format gets its scoped id (the target refuses others)
-        result = UserMigration(user_id=user_id, source=len(memories))
-        existing: set[str] = set()
-        ids = [m.id for m in memories]
-        for i in range(0, len(ids), PAGE_SIZE):
-            existing.update(m.id for m in await target_store.get_many(ids[i : i + PAGE_SIZE], user_id))
-        todo = [m for m in memories if m.id not in existing]
-        result.skipped_existing = len(memories) - len(todo)
-        done = result.skipped_existing
+        report.users.append(
+            await _migrate_user(source_store, target_store, user_id, reembed, on_progress, max(1, concurrency))
+        )
+    return report
+
+
+async def _migrate_user(
+    source_store,
+    target_store,
+    user_id: str,
+    reembed: bool,
+    on_progress: Callable[[MigrationProgress], None] | None,
+    concurrency: int,
+) -> UserMigration:
+    """One user of ``migrate`` (see there): copy what the target lacks, then check the counts."""
+    require_user_id(user_id)
+    memories = [
+        m if is_memory_id(m.id) else m.model_copy(update={"id": scoped_memory_id(user_id, "id:" + m.id)})
+        for m in await _all_memories(source_store, user_id)
+    ]  # a record from before the id format gets its scoped id (the target refuses others)
+    result = UserMigration(user_id=user_id, source=len(memories))
+    ids = [m.id for m in memories]
+    existing: set[str] = set()
+    for i in range(0, len(ids), PAGE_SIZE):
+        existing.update(m.id for m in await target_store.get_many(ids[i : i + PAGE_SIZE], user_id))
+    todo = [m for m in memories if m.id not in existing]
+    result.skipped_existing = len(memories) - len(todo)
+    done = result.skipped_existing
+    if on_progress is not None:
+        on_progress(MigrationProgress(user_id=user_id, done=done, total=len(memories)))
+    sem = asyncio.Semaphore(concurrency)
+    errors: list[str] = []
+
+    async def copy(memory: Memory) -> None:
+        nonlocal done
+        if reembed:
+            memory = memory.model_copy(update={"embedding": None, "embedding_identity": None})
+        async with sem:
+            try:
+                await target_store.store(memory)
+                result.migrated += 1
+            except DuplicateMemory:
+                result.skipped_existing += 1  # written meanwhile (concurrent run)
+            except _FATAL:
+                raise
+            except MemoryError_ as e:
+                errors.append(f"{memory.id}: {e}")
+        done += 1
         if on_progress is not None:
             on_progress(MigrationProgress(user_id=user_id, done=done, total=len(memories)))
-        sem = asyncio.Semaphore(max(1, concurrency))
-        errors: list[str] = []
 
-        async def copy(memory: Memory) -> None:
-            nonlocal done
-            if reembed:
-                memory = memory.model_copy(update={"embedding": None, "embedding_identity": None})
-            async with sem:
-                try:
-                    await target_store.store(memory)
-                    result.migrated += 1
-                except DuplicateMemory:
-                    result.skipped_existing += 1  # written meanwhile (concurrent run)
-                except _FATAL:
-                    raise
-                except MemoryError_ as e:
-                    errors.append(f"{memory.id}: {e}")
-            done += 1
-            if on_progress is not None:
-                on_progress(MigrationProgress(user_id=user_id, done=done, total=len(memories)))
-
-        await asyncio.gather(*(copy(m) for m in todo))
-        if errors:
-            raise MigrationError(f"user {user_id!r}: {len(errors)} memories refused by the target: {errors[:5]}")
-        present = set()
-        for i in range(0, len(ids), PAGE_SIZE):
-            present.update(m.id for m in await target_store.get_many(ids[i : i + PAGE_SIZE], user_id))
-        source_total = (await source_store.list(user_id, limit=1)).total
-        result.target = (await target_store.list(user_id, limit=1)).total
-        missing = len(set(ids) - present)
-        if missing or result.target != source_total:
-            raise MigrationError(
-                f"user {user_id!r}: count check failed: source {source_total}, target {result.target}, "
-                f"{missing} source memories missing in the target"
-            )
-        report.users.append(result)
-    return report
+    await asyncio.gather(*(copy(m) for m in todo))
+    if errors:
+        raise MigrationError(f"user {user_id!r}: {len(errors)} memories refused by the target: {errors[:5]}")
+    present: set[str] = set()
+    for i in range(0, len(ids), PAGE_SIZE):
+        present.update(m.id for m in await target_store.get_many(ids[i : i + PAGE_SIZE], user_id))
+    source_total = (await source_store.list(user_id, limit=1)).total
+    result.target = (await target_store.list(user_id, limit=1)).total
+    missing = len(set(ids) - present)
+    if missing or result.target != source_total:
+        raise MigrationError(
+            f"user {user_id!r}: count check failed: source {source_total}, target {result.target}, "
+            f"{missing} source memories missing in the target"
+        )
+    return result

@@ -29,12 +29,17 @@ or escape it (Milvus expression literals) as well. The rules:
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 import secrets
 import unicodedata
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, Field
 
 from .errors import InvalidInput
 
@@ -56,9 +61,7 @@ _FORBIDDEN_ID_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
 _INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp", "Cs"})
 """Categories of characters that show nothing (controls, format characters such as the
 zero-width space and joiners, separators, surrogates)."""
-_BLANK = re.compile(
-    "[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u2800\u3164\ufe00-\ufe0f\uffa0\U000e0100-\U000e01ef]"
-)
+_BLANK = re.compile("[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u2800\u3164\ufe00-\ufe0f\uffa0\U000e0100-\U000e01ef]")
 """Default-ignorable or blank code points outside those categories (Unicode's
 Default_Ignorable_Code_Point property: Hangul fillers, variation selectors, the combining
 grapheme joiner, Khmer inherent vowels; and the blank braille pattern U+2800)."""
@@ -255,9 +258,63 @@ def check_json_value(value: Any, field: str = "metadata") -> Any:
     return value
 
 
+MAX_METADATA_BYTES = 16 * 1024
+"""Largest ``metadata`` accepted, as compact JSON in UTF-8 bytes (it travels with every read)."""
+
+
+def check_metadata(metadata: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``metadata`` unchanged if every value is stored losslessly (``sanitize.check_json_value``)
+    and it serialises to at most ``MAX_METADATA_BYTES``; raises ``InvalidInput`` (a
+    ``ValueError``) naming the offending path otherwise."""
+    if metadata is None:
+        return None
+    check_json_value(metadata, "metadata")
+    size = len(json.dumps(metadata, ensure_ascii=False, separators=(",", ":")).encode())
+    if size > MAX_METADATA_BYTES:
+        raise InvalidInput(f"metadata is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES}")
+    return metadata
+
+
+def check_not_future(when: datetime | None) -> datetime | None:
+    """``when`` as an aware UTC-or-offset time (a naive one is taken as UTC); raises
+    ``ValueError`` when it lies more than one minute (clock skew) in the future."""
+    if when is None:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    if when > datetime.now(UTC) + timedelta(minutes=1):
+        raise InvalidInput("created_at must not be in the future")
+    return when
+
+
+# --------------------------------------------------------------------------- field types
+# the pydantic field types of request bodies and import lines, each checked by its one rule
+Content = Annotated[str, AfterValidator(clean_content)]
+"""Memory content: visible text, ≤ 16 KB UTF-8 (``sanitize.clean_content``; cleaned)."""
+ProjectId = Annotated[str, Field(min_length=1, max_length=MAX_SCOPE_ID_CHARS), AfterValidator(check_project_id)]
+ConversationId = Annotated[
+    str, Field(min_length=1, max_length=MAX_SCOPE_ID_CHARS), AfterValidator(check_conversation_id)
+]
+Source = Annotated[
+    str, Field(min_length=1, max_length=MAX_LABEL_CHARS), AfterValidator(lambda v: check_label(v, "source"))
+]
+Metadata = Annotated[dict[str, Any], AfterValidator(check_metadata)]
+Text = Annotated[str, AfterValidator(lambda v: check_text(v, "text"))]
+PastTime = Annotated[datetime, AfterValidator(check_not_future)]
+
+
 # --------------------------------------------------------------------------- headers
-CONTROLLED_HEADERS = frozenset({"x-authz-user-id", "x-project-id", "x-conversation-id", "x-disable-router-memory"})
+USER_HEADER = "x-authz-user-id"
+"""The caller, set by the gateway in front of the service from its authentication."""
+PROJECT_HEADER = "x-project-id"
+"""Project scope of a chat request's memories."""
+CONVERSATION_HEADER = "x-conversation-id"
+"""Conversation of a chat request's turn (provenance of auto-stored memories)."""
+DISABLE_HEADER = "x-disable-router-memory"
+"""Turns memory off for one request (value ``true``/``1``/``yes``, any case)."""
+CONTROLLED_HEADERS = frozenset({USER_HEADER, PROJECT_HEADER, CONVERSATION_HEADER, DISABLE_HEADER})
 """Headers this service acts on; each may appear at most once in a request."""
+_TRUE_VALUES = frozenset({"true", "1", "yes"})
 
 
 def normalize_headers(items: Iterable[tuple[str, str]]) -> dict[str, str]:
@@ -279,3 +336,44 @@ def normalize_headers(items: Iterable[tuple[str, str]]) -> dict[str, str]:
                 raise InvalidInput(f"header {key} is not valid UTF-8") from None
         out[key] = value
     return out
+
+
+@dataclass(frozen=True)
+class RequestContext:
+    """Who asks and in which scope: a request's headers, parsed and checked once at the edge
+    (``request_context``).
+
+    ``user_id``: the caller (``None``: no identity; chat then runs without memory);
+    ``project_id``/``conversation_id``: the scope of the memories read and written;
+    ``memory_disabled``: ``x-disable-router-memory`` was set; ``headers``: every header by
+    lower-case name (for the decisions' header match rules).
+    """
+
+    user_id: str | None = None
+    project_id: str | None = None
+    conversation_id: str | None = None
+    memory_disabled: bool = False
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+def request_context(items: Iterable[tuple[str, str]]) -> RequestContext:
+    """The one interpretation of a request's headers: ``normalize_headers``, then the memory
+    headers checked by the REST rules (``x-authz-user-id``, when present, the owner id rule;
+    ``x-project-id``/``x-conversation-id`` the project and conversation id rules, at most 256
+    characters) and ``x-disable-router-memory`` read as a flag. An empty value counts as
+    absent; values are never stripped (a padded id is refused, not aliased). Raises
+    ``InvalidInput`` naming the header."""
+    headers = normalize_headers(items)
+    user_id = headers.get(USER_HEADER) or None
+    if user_id is not None:
+        require_user_id(user_id, USER_HEADER)
+    project_id = check_project_id(headers.get(PROJECT_HEADER) or None, PROJECT_HEADER)
+    conversation_id = check_conversation_id(headers.get(CONVERSATION_HEADER) or None, CONVERSATION_HEADER)
+    disabled = (headers.get(DISABLE_HEADER) or "").strip().lower() in _TRUE_VALUES
+    return RequestContext(
+        user_id=user_id,
+        project_id=project_id,
+        conversation_id=conversation_id,
+        memory_disabled=disabled,
+        headers=headers,
+    )

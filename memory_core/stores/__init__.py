@@ -2,8 +2,9 @@
 Valkey or in-memory), optionally behind the Valkey hot cache. Backend modules are imported
 lazily by the factory, so importing this package needs none of the backend clients."""
 
-from .base import EmbedFn, MemoryStore, StoreDecorator
-from .factory import make_store, physical_name
+from ..embedding.identity import physical_name
+from .base import EmbedFn, MemoryStore, Store, StoreDecorator
+from .factory import make_store
 from .inmemory import InMemoryStore
 
-__all__ = ["EmbedFn", "MemoryStore", "StoreDecorator", "InMemoryStore", "make_store", "physical_name"]
+__all__ = ["EmbedFn", "MemoryStore", "Store", "StoreDecorator", "InMemoryStore", "make_store", "physical_name"]

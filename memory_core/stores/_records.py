@@ -4,21 +4,27 @@ listings."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, overload
 
 from ..types import Memory, MemoryType
 
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
 
 
+@overload
+def to_ms(when: datetime) -> int: ...
+@overload
+def to_ms(when: None) -> None: ...
+@overload
+def to_ms(when: datetime | None) -> int | None: ...
 def to_ms(when: datetime | None) -> int | None:
     """Epoch milliseconds (int) of an aware datetime; ``None`` stays ``None``."""
     if when is None:
         return None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
+        when = when.replace(tzinfo=UTC)
     return (when - EPOCH) // _MS
 
 

@@ -10,6 +10,7 @@ underscore methods, which receive validated input and never see a closed store.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import logging
 import math
@@ -17,7 +18,7 @@ from abc import ABC, abstractmethod
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from ..errors import (
     DuplicateMemory,
@@ -45,9 +46,7 @@ log = logging.getLogger(__name__)
 EmbedFn = Callable[[list[str]], Awaitable[list[list[float]]]]
 """Async text→vector function: ``list[str]`` of n texts → n L2-normalised vectors."""
 
-UPDATABLE_FIELDS = frozenset(
-    {"content", "type", "project_id", "metadata", "importance", "source", "conversation_id"}
-)
+UPDATABLE_FIELDS = frozenset({"content", "type", "project_id", "metadata", "importance", "source", "conversation_id"})
 MAX_LIST_LIMIT = 1000
 MAX_RETRIEVE_LIMIT = 1000
 MAX_BATCH = 1000
@@ -64,6 +63,48 @@ def utcnow() -> datetime:
     """Current UTC time at millisecond precision, so a record returned by ``store``/``update``
     equals what any backend returns for it later."""
     return to_millis(_utcnow())
+
+
+@runtime_checkable
+class Store(Protocol):
+    """The store contract, the one shape every store has: the backends (``MemoryStore``), the
+    decorators (``StoreDecorator``: hybrid index, hot cache) and the store pool's client in the
+    ingress (``deployments.store_pool.StorePoolClient``). Semantics are those of
+    ``MemoryStore``'s methods of the same names; every method raises memory_core errors only
+    (``memory_core.errors``)."""
+
+    async def store(self, memory: Memory) -> Memory: ...
+
+    async def store_many(self, memories: Sequence[Memory]) -> list[Memory]: ...
+
+    async def retrieve(self, options: RetrieveOptions) -> list[ScoredMemory]: ...
+
+    async def record_access(self, memory_ids: Iterable[str], user_id: str) -> datetime: ...
+
+    async def get(self, memory_id: str, user_id: str) -> Memory: ...
+
+    async def get_many(self, memory_ids: Iterable[str], user_id: str) -> list[Memory]: ...
+
+    async def update(self, memory_id: str, user_id: str, changes: dict[str, Any]) -> Memory: ...
+
+    async def list(
+        self,
+        user_id: str,
+        types: Sequence[MemoryType] | None = None,
+        project_id: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> ListResult: ...
+
+    async def forget(self, memory_id: str, user_id: str) -> None: ...
+
+    async def forget_by_scope(
+        self, user_id: str, project_id: str | None = None, types: Sequence[MemoryType] | None = None
+    ) -> int: ...
+
+    async def check_connection(self) -> bool: ...
+
+    async def close(self) -> None: ...
 
 
 class MemoryStore(ABC):
@@ -152,7 +193,7 @@ class MemoryStore(ABC):
                 await self._open()
                 self._opened = True
 
-    async def open(self) -> "MemoryStore":
+    async def open(self) -> MemoryStore:
         """Connect and create or check the collection/index now (otherwise the first
         operation does it). Idempotent; returns the store. Raises ``ConfigError`` (e.g. an
         existing collection of another vector dimension), ``StoreUnavailable``,
@@ -267,7 +308,7 @@ class MemoryStore(ABC):
         if len(vectors) != len(missing):
             raise InvalidInput(f"the embedder returned {len(vectors)} vectors for {len(missing)} texts")
         out = list(memories)
-        for i, vector in zip(missing, vectors):
+        for i, vector in zip(missing, vectors, strict=True):
             out[i] = out[i].model_copy(update={"embedding": vector, "embedding_identity": self.identity})
         return out
 
@@ -444,7 +485,7 @@ class MemoryStore(ABC):
                     if increments:
                         await self._touch(increments, latest)
                 self._access_pending.pop(user_id, None)
-        except Exception as e:  # noqa: BLE001 - access tracking must not fail anything
+        except Exception as e:
             self._access_pending.pop(user_id, None)
             log.warning("%s: writing access counts of one user failed: %r", self.name, e)
         finally:
@@ -586,7 +627,7 @@ class MemoryStore(ABC):
     async def _insert(self, memory: Memory) -> None:
         """Write a new record (embedding set, id known not to exist)."""
 
-    async def _insert_many(self, memories: list[Memory]) -> None:
+    async def _insert_many(self, memories: builtins.list[Memory]) -> None:
         """Write new records of one user (embeddings set, ids unique and known not to exist;
         at most ``MAX_BATCH``). Default: ``_insert`` each; backends override it with one
         bulk write."""
@@ -598,14 +639,14 @@ class MemoryStore(ABC):
         """Overwrite an existing record (embedding set)."""
 
     @abstractmethod
-    async def _get_many(self, memory_ids: list[str], user_id: str | None = None) -> list[Memory]:
+    async def _get_many(self, memory_ids: builtins.list[str], user_id: str | None = None) -> builtins.list[Memory]:
         """Records for the ids that exist, with embeddings: of ``user_id`` only when given (the
         backend filters by the owner too), of any user when ``None`` (existence checks).
         Ids from a listing may predate the id format: adapters pass every id as data or
         escape it, whatever it holds."""
 
     @abstractmethod
-    async def _search(self, options: RetrieveOptions, vector: list[float]) -> list[ScoredMemory]:
+    async def _search(self, options: RetrieveOptions, vector: builtins.list[float]) -> builtins.list[ScoredMemory]:
         """Candidates of ``options.user_id`` (filters applied) with ``similarity`` = cosine;
         may return more than ``limit``; the base class thresholds, sorts and cuts."""
 
@@ -622,10 +663,10 @@ class MemoryStore(ABC):
     @abstractmethod
     async def _scope_ids(
         self, user_id: str, types: tuple[MemoryType, ...] | None, project_id: str | None
-    ) -> list[str]: ...
+    ) -> builtins.list[str]: ...
 
     @abstractmethod
-    async def _delete(self, memory_ids: list[str], user_id: str) -> None:
+    async def _delete(self, memory_ids: builtins.list[str], user_id: str) -> None:
         """Delete the records of ``memory_ids`` that belong to ``user_id`` (the backend filters
         by the owner as well: a record of another user is never deleted)."""
 
@@ -634,7 +675,7 @@ class MemoryStore(ABC):
         Called once, before the first operation; called again later if it raised."""
         return None
 
-    async def _page(self, ordered_ids: list[str], offset: int, limit: int, user_id: str) -> ListResult:
+    async def _page(self, ordered_ids: builtins.list[str], offset: int, limit: int, user_id: str) -> ListResult:
         """One ``list`` page of ``user_id`` from the full newest-first id list: the records of
         ``ordered_ids[offset:offset + limit]`` in that order, ``total`` = all ids (for
         backends that sort ids client-side)."""
@@ -696,7 +737,7 @@ class StoreDecorator:
                 "passthrough_writes=True): a silently delegated write would desynchronise its state"
             )
 
-    def __init__(self, inner: "MemoryStore | StoreDecorator"):
+    def __init__(self, inner: MemoryStore | StoreDecorator):
         self.inner = inner
 
     @property

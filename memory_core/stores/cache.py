@@ -32,11 +32,12 @@ write happened meanwhile), ``bypassed`` (reads sent past the cache for a dirty u
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import hashlib
 import json
-import secrets
 import logging
+import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -159,7 +160,7 @@ class CachingStore(StoreDecorator):
         if self.on_event is not None:
             try:
                 self.on_event(EVENT_NAMES[name])
-            except Exception:  # noqa: BLE001 - a metrics callback never breaks a request
+            except Exception:
                 log.exception("cache on_event callback failed")
 
     def _user_keys(self, user_id: str) -> tuple[str, str, str]:
@@ -172,7 +173,7 @@ class CachingStore(StoreDecorator):
         gen, keyset, _ = self._user_keys(user_id)
         try:
             await self._invalidate_script(keys=[gen, keyset], args=[self.ttl_s])
-        except Exception as e:  # noqa: BLE001 - fail-open: remember the user as dirty
+        except Exception as e:
             self._dirty.add(user_id)
             self._count("invalidation_errors")
             log.warning("cache invalidation for a user failed (%s); bypassing the cache for them", e)
@@ -181,43 +182,49 @@ class CachingStore(StoreDecorator):
         self._count("invalidations")
 
     # ------------------------------------------------------------------ reads
-    async def retrieve(self, options: RetrieveOptions) -> list[ScoredMemory]:
-        """As ``MemoryStore.retrieve``, answered from the cache when possible."""
+    async def _inner_retrieve(self, options: RetrieveOptions, touch: bool) -> list[ScoredMemory]:
+        if touch:  # the plain call: an inner decorator without the ``touch`` hook still works
+            return await self.inner.retrieve(options)
+        return await self.inner.retrieve(options, touch=False)
+
+    async def retrieve(self, options: RetrieveOptions, *, touch: bool = True) -> list[ScoredMemory]:
+        """As ``MemoryStore.retrieve``, answered from the cache when possible. ``touch=False``
+        leaves access counts alone, on a hit as on a miss (as ``MemoryStore.retrieve``)."""
         async with self._op():
             user = options.user_id
             if not isinstance(user, str) or not user.strip():
-                return await self.inner.retrieve(options)  # the store raises InvalidInput
+                return await self._inner_retrieve(options, touch)  # the store raises InvalidInput
             if user in self._dirty:
                 await self._invalidate(user)
                 if user in self._dirty:
                     self._count("errors")
                     self._count("bypassed")
-                    return await self.inner.retrieve(options)
+                    return await self._inner_retrieve(options, touch)
             gen_key, keyset, entry_prefix = self._user_keys(user)
             try:
                 gen = await self._client.get(gen_key)
                 gen = gen.decode() if gen is not None else "0"
                 entry = f"{entry_prefix}{gen}:{options_digest(options)}"
                 cached = await self._client.get(entry)
-            except Exception as e:  # noqa: BLE001 - fail-open
+            except Exception as e:
                 self._count("errors")
                 log.warning("cache read failed (%s); answering from the store", e)
-                return await self.inner.retrieve(options)
+                return await self._inner_retrieve(options, touch)
             if cached is not None:
                 try:
                     results = [ScoredMemory.model_validate(r) for r in json.loads(cached)]
                     self._count("hits")
-                    if results:  # a hit is still an access (written behind by the store)
+                    if results and touch:  # a hit is still an access (written behind by the store)
                         await self.inner.record_access([r.memory.id for r in results], user)
                     return results
                 except (ValueError, TypeError):
                     log.warning("unreadable cache entry ignored")
             self._count("misses")
-            results = await self.inner.retrieve(options)
+            results = await self._inner_retrieve(options, touch)
             payload = json.dumps([r.model_dump(mode="json") for r in results], ensure_ascii=False)
             try:
                 written = await self._write_script(keys=[gen_key, entry, keyset], args=[gen, payload, self.ttl_s])
-            except Exception as e:  # noqa: BLE001 - fail-open
+            except Exception as e:
                 self._count("errors")
                 log.warning("cache write failed (%s)", e)
                 return results
@@ -255,7 +262,7 @@ class CachingStore(StoreDecorator):
             finally:
                 await self._invalidate(memory.user_id)
 
-    async def store_many(self, memories: Sequence[Memory]) -> list[Memory]:
+    async def store_many(self, memories: Sequence[Memory]) -> builtins.list[Memory]:
         """As ``MemoryStore.store_many``; then invalidates the entries of the batch's user(s)
         (also when the store raised: an all-or-nothing refusal costs one invalidation)."""
         batch = list(memories)

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypedDict
 
 from ..config import MemoryStoreSettings
+from ..embedding.identity import physical_name
 from ..errors import ConfigError
 from .base import EmbedFn, MemoryStore, StoreDecorator
 
 
-def physical_name(logical: str, collection_suffix: str | None) -> str:
-    """``logical`` + ``"__" + collection_suffix`` when a suffix is given (e.g. the embedding
-    model identity digest, so two models never share a collection)."""
-    return f"{logical}__{collection_suffix}" if collection_suffix else logical
+class _CommonArgs(TypedDict):
+    """The ``MemoryStore`` arguments every backend gets."""
+
+    embed: EmbedFn | None
+    embed_query: EmbedFn | None
+    dimension: int
+    identity: str | None
+    represents: Callable[[str], bool] | None
 
 
 def make_store(
@@ -27,7 +33,7 @@ def make_store(
     represents: Callable[[str], bool] | None = None,
 ) -> MemoryStore | StoreDecorator:
     """The backend named by ``settings.backend`` (``milvus`` | ``qdrant`` | ``valkey`` |
-    ``inmemory``), wrapped by :class:`~memory_core.hybrid.HybridStore` when
+    ``inmemory``), wrapped by :class:`~memory_core.stores.hybrid.HybridStore` when
     ``settings.retrieval.hybrid`` and then by :class:`~memory_core.stores.cache.CachingStore`
     when ``settings.cache.enabled`` (cache outermost).
 
@@ -41,7 +47,7 @@ def make_store(
     creates or checks the collection/index, raising ``ConfigError`` (e.g. an existing
     collection of another vector dimension) or ``StoreUnavailable`` (unreachable).
     """
-    common = {
+    common: _CommonArgs = {
         "embed": embed,
         "embed_query": embed_query,
         "dimension": dimension,
@@ -49,7 +55,7 @@ def make_store(
         "represents": represents,
     }
     backend = settings.backend
-    store: MemoryStore
+    store: MemoryStore | StoreDecorator
     if backend == "milvus":
         from .milvus import MilvusStore
 
@@ -67,7 +73,7 @@ def make_store(
 
         v = settings.valkey
         name = physical_name(v.index, collection_suffix)
-        prefix = v.prefix if not collection_suffix else f"{v.prefix.rstrip(':')}__{collection_suffix}:"
+        prefix = physical_name(v.prefix.rstrip(":"), collection_suffix) + ":" if collection_suffix else v.prefix
         store = ValkeyStore(url=v.url, prefix=prefix, index=name, **common)
     elif backend == "inmemory":
         from .inmemory import InMemoryStore
@@ -79,14 +85,12 @@ def make_store(
     if settings.retrieval.hybrid:
         # lexical index kept in step with the store; inside the cache so that cached results
         # are the fused ones and cache invalidation covers them
-        from ..hybrid import HybridStore
+        from .hybrid import HybridStore
 
         store = HybridStore.from_settings(store, settings.retrieval)
     if settings.cache.enabled:
         from .cache import CachingStore
 
         c = settings.cache
-        return CachingStore(
-            store, url=c.url, ttl_s=c.ttl_s, prefix=f"{c.prefix}{backend}:{name}:", on_event=on_event
-        )
+        return CachingStore(store, url=c.url, ttl_s=c.ttl_s, prefix=f"{c.prefix}{backend}:{name}:", on_event=on_event)
     return store

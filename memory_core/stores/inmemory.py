@@ -7,7 +7,7 @@ from datetime import datetime
 
 import numpy as np
 
-from ..types import ListResult, Memory, MemoryType, RetrieveOptions, ScoredMemory
+from ..types import ListResult, Memory, RetrieveOptions, ScoredMemory
 from .base import MemoryStore, list_order_key
 
 

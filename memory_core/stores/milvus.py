@@ -35,14 +35,18 @@ import concurrent.futures
 import functools
 import logging
 import re
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, StoreUnavailable
 from ..types import ListResult, Memory, MemoryType, RetrieveOptions, ScoredMemory
 from ._records import memory_from_fields, newest_first, record_fields, to_ms
 from .base import MemoryStore, candidate_count
+
+if TYPE_CHECKING:
+    from pymilvus import MilvusClient
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +195,14 @@ class MilvusStore(MemoryStore):
         self._token = token
         self._db_name = db_name
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="milvus")
-        self._client = None
+        self._client: MilvusClient | None = None
+
+    @property
+    def _conn(self) -> MilvusClient:
+        """The client; ``_open`` creates it, and the base class opens the store before any
+        other hook runs."""
+        assert self._client is not None, "MilvusStore hook called before _open"
+        return self._client
 
     async def _open(self) -> None:
         loop = asyncio.get_running_loop()
@@ -203,7 +214,7 @@ class MilvusStore(MemoryStore):
 
     # ------------------------------------------------------------------ sync (worker thread)
     @staticmethod
-    def _connect(uri: str, token: str | None, db_name: str | None):
+    def _connect(uri: str, token: str | None, db_name: str | None) -> MilvusClient:
         from pymilvus import MilvusClient
 
         kwargs: dict[str, Any] = {"uri": uri}
@@ -215,20 +226,18 @@ class MilvusStore(MemoryStore):
             kwargs["db_name"] = db_name
         try:
             return MilvusClient(**kwargs)
-        except Exception as e:  # noqa: BLE001 - any connect failure is "unavailable"
+        except Exception as e:
             raise StoreUnavailable(f"cannot open Milvus at {uri}: {e}") from e
 
     def _prepare(self) -> None:
         from pymilvus import DataType
 
-        c = self._client
+        c = self._conn
         name = self.collection
         if c.has_collection(name):
             info = c.describe_collection(name)
             dims = [
-                int(f.get("params", {}).get("dim", 0))
-                for f in info.get("fields", [])
-                if f.get("name") == _VECTOR_FIELD
+                int(f.get("params", {}).get("dim", 0)) for f in info.get("fields", []) if f.get("name") == _VECTOR_FIELD
             ]
             if not dims:
                 raise ConfigError(
@@ -293,7 +302,7 @@ class MilvusStore(MemoryStore):
 
     def _query_all(self, expr: str, fields: list[str]) -> list[dict[str, Any]]:
         """Every row matching ``expr`` (iterator: no 16384-row query window)."""
-        it = self._client.query_iterator(self.collection, batch_size=_QUERY_BATCH, filter=expr, output_fields=fields)
+        it = self._conn.query_iterator(self.collection, batch_size=_QUERY_BATCH, filter=expr, output_fields=fields)
         rows: list[dict[str, Any]] = []
         try:
             while True:
@@ -309,7 +318,7 @@ class MilvusStore(MemoryStore):
         out: list[dict[str, Any]] = []
         for start in range(0, len(ids), 1000):
             batch = ids[start : start + 1000]
-            rows = self._client.query(
+            rows = self._conn.query(
                 self.collection, filter=_ids_filter(batch, user_id), output_fields=fields, limit=len(batch)
             )
             out.extend(dict(r) for r in rows)
@@ -321,7 +330,7 @@ class MilvusStore(MemoryStore):
 
     async def _flush(self) -> None:
         """Flush the collection (seal growing segments) and count it."""
-        await self._call(self._client.flush, self.collection)
+        await self._call(self._conn.flush, self.collection)
         self.flush_count += 1
 
     async def _wrote(self, rows: int) -> None:
@@ -355,7 +364,7 @@ class MilvusStore(MemoryStore):
                     await self._flush()
                 except asyncio.CancelledError:
                     raise
-                except Exception as e:  # noqa: BLE001 - a background flush never raises
+                except Exception as e:
                     self._unflushed += pending
                     log.warning("milvus idle flush of %r failed: %s", self.collection, e)
                     return
@@ -366,18 +375,18 @@ class MilvusStore(MemoryStore):
 
     async def _insert(self, memory: Memory) -> None:
         # upsert: idempotent when a transient error makes us retry a write that landed
-        await self._call(self._client.upsert, self.collection, [_to_row(memory)])
+        await self._call(self._conn.upsert, self.collection, [_to_row(memory)])
         await self._wrote(1)
 
     async def _insert_many(self, memories: list[Memory]) -> None:
         # one upsert per ≤ 1000 rows (idempotent under retries, like _insert)
         for start in range(0, len(memories), 1000):
             rows = [_to_row(m) for m in memories[start : start + 1000]]
-            await self._call(self._client.upsert, self.collection, rows)
+            await self._call(self._conn.upsert, self.collection, rows)
             await self._wrote(len(rows))
 
     async def _replace(self, memory: Memory) -> None:
-        await self._call(self._client.upsert, self.collection, [_to_row(memory)])
+        await self._call(self._conn.upsert, self.collection, [_to_row(memory)])
         await self._wrote(1)
 
     async def _get_many(self, memory_ids: list[str], user_id: str | None = None) -> list[Memory]:
@@ -385,7 +394,7 @@ class MilvusStore(MemoryStore):
         return [_from_row(r) for r in rows]
 
     def _search_sync(self, expr: str, vector: list[float], k: int) -> list[tuple[float, dict[str, Any]]]:
-        res = self._client.search(
+        res = self._conn.search(
             self.collection,
             data=[vector],
             anns_field=_VECTOR_FIELD,
@@ -417,7 +426,7 @@ class MilvusStore(MemoryStore):
             r["access_count"] = int(r.get("access_count") or 0) + increments.get(str(r["id"]), 0)
             r["last_accessed"] = stamp
             r[_VECTOR_FIELD] = [float(x) for x in r[_VECTOR_FIELD]]
-        await self._call(self._client.upsert, self.collection, rows)
+        await self._call(self._conn.upsert, self.collection, rows)
         await self._wrote(len(rows))
 
     async def _list(self, user_id, types, project_id, limit, offset) -> ListResult:
@@ -433,14 +442,14 @@ class MilvusStore(MemoryStore):
     async def _delete(self, memory_ids: list[str], user_id: str) -> None:
         for start in range(0, len(memory_ids), 1000):
             batch = memory_ids[start : start + 1000]
-            await self._call(self._client.delete, self.collection, filter=_ids_filter(batch, user_id))
+            await self._call(self._conn.delete, self.collection, filter=_ids_filter(batch, user_id))
             await self._wrote(len(batch))
 
     async def _check_connection(self) -> bool:
         try:
-            await self._call(self._client.has_collection, self.collection)
+            await self._call(self._conn.has_collection, self.collection)
             return True
-        except Exception as e:  # noqa: BLE001 - health probe answers False on any failure
+        except Exception as e:
             log.warning("milvus health check failed: %s", e)
             return False
 

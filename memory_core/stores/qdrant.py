@@ -16,12 +16,16 @@ from __future__ import annotations
 import uuid
 import warnings
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, StoreUnavailable
 from ..types import ListResult, Memory, MemoryType, RetrieveOptions, ScoredMemory
 from ._records import memory_from_fields, newest_first, record_fields, to_ms
 from .base import MemoryStore, candidate_count
+
+if TYPE_CHECKING:
+    from qdrant_client import AsyncQdrantClient
+    from qdrant_client import models as qm
 
 POINT_NAMESPACE = uuid.UUID("6f1d4c1e-3b7a-5c2e-9a43-6d2b8f1e0c55")
 _SCROLL_PAGE = 2048
@@ -33,12 +37,14 @@ def point_id(memory_id: str) -> str:
     return str(uuid.uuid5(POINT_NAMESPACE, memory_id))
 
 
-def qdrant_filter(user_id: str, types: tuple[MemoryType, ...] | None = None, project_id: str | None = None):
+def qdrant_filter(
+    user_id: str, types: tuple[MemoryType, ...] | None = None, project_id: str | None = None
+) -> qm.Filter:
     """The one place filters are built: exact ``user_id`` match, plus ``project_id`` and
     ``memory_type`` (any of ``types``) when given. Values are passed as data."""
     from qdrant_client import models as qm
 
-    must = [qm.FieldCondition(key="user_id", match=qm.MatchValue(value=user_id))]
+    must: list[qm.Condition] = [qm.FieldCondition(key="user_id", match=qm.MatchValue(value=user_id))]
     if project_id is not None:
         must.append(qm.FieldCondition(key="project_id", match=qm.MatchValue(value=project_id)))
     if types:
@@ -50,7 +56,13 @@ def _payload(memory: Memory) -> dict[str, Any]:
     return record_fields(memory)
 
 
-def _memory(payload: dict[str, Any], vector: Any) -> Memory:
+def _vector(memory: Memory) -> list[float]:
+    assert memory.embedding is not None  # the base embeds every memory before writing it
+    return list(memory.embedding)
+
+
+def _memory(payload: dict[str, Any] | None, vector: Any) -> Memory:
+    assert payload is not None  # every point is read with its payload
     if isinstance(vector, dict):  # named vectors: ours is the unnamed default
         vector = vector.get("") or next(iter(vector.values()), None)
     return memory_from_fields(payload, vector)
@@ -84,7 +96,14 @@ class QdrantStore(MemoryStore):
         self.path = path
         self.collection = collection
         self._api_key = api_key
-        self._client = None
+        self._client: AsyncQdrantClient | None = None
+
+    @property
+    def _conn(self) -> AsyncQdrantClient:
+        """The client; ``_open`` creates it, and the base class opens the store before any
+        other hook runs."""
+        assert self._client is not None, "QdrantStore hook called before _open"
+        return self._client
 
     @property
     def _where(self) -> str:
@@ -100,12 +119,12 @@ class QdrantStore(MemoryStore):
                     self._client = AsyncQdrantClient(url=self.url, api_key=self._api_key)
                 else:
                     self._client = AsyncQdrantClient(path=self.path)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 raise StoreUnavailable(f"cannot open Qdrant at {self._where}: {e}") from e
         c = self._client
         try:
             exists = await c.collection_exists(self.collection)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             raise StoreUnavailable(f"cannot reach Qdrant at {self._where}: {e}") from e
         if exists:
             info = await c.get_collection(self.collection)
@@ -129,21 +148,21 @@ class QdrantStore(MemoryStore):
         with warnings.catch_warnings():  # local mode warns that payload indexes do nothing there
             warnings.simplefilter("ignore")
             await c.create_payload_index(
-                self.collection, "user_id", qm.KeywordIndexParams(type="keyword", is_tenant=True)
+                self.collection, "user_id", qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, is_tenant=True)
             )
             await c.create_payload_index(self.collection, "project_id", qm.PayloadSchemaType.KEYWORD)
             await c.create_payload_index(self.collection, "memory_type", qm.PayloadSchemaType.KEYWORD)
 
     # ------------------------------------------------------------------ hooks
     async def _exists(self, memory_id: str) -> bool:
-        found = await self._client.retrieve(self.collection, ids=[point_id(memory_id)], with_payload=False)
+        found = await self._conn.retrieve(self.collection, ids=[point_id(memory_id)], with_payload=False)
         return bool(found)
 
     async def _upsert(self, memories: list[Memory]) -> None:
         from qdrant_client import models as qm
 
-        points = [qm.PointStruct(id=point_id(m.id), vector=list(m.embedding), payload=_payload(m)) for m in memories]
-        await self._client.upsert(self.collection, points=points, wait=True)
+        points = [qm.PointStruct(id=point_id(m.id), vector=_vector(m), payload=_payload(m)) for m in memories]
+        await self._conn.upsert(self.collection, points=points, wait=True)
 
     async def _insert(self, memory: Memory) -> None:
         await self._upsert([memory])
@@ -156,7 +175,7 @@ class QdrantStore(MemoryStore):
         await self._upsert([memory])
 
     async def _get_many(self, memory_ids: list[str], user_id: str | None = None) -> list[Memory]:
-        points = await self._client.retrieve(
+        points = await self._conn.retrieve(
             self.collection, ids=[point_id(i) for i in memory_ids], with_payload=True, with_vectors=True
         )
         out = [_memory(p.payload, p.vector) for p in points]
@@ -164,7 +183,7 @@ class QdrantStore(MemoryStore):
 
     async def _search(self, options: RetrieveOptions, vector: list[float]) -> list[ScoredMemory]:
         k = candidate_count(options, _MAX_TOPK)
-        res = await self._client.query_points(
+        res = await self._conn.query_points(
             self.collection,
             query=vector,
             query_filter=qdrant_filter(options.user_id, options.types, options.project_id),
@@ -182,11 +201,11 @@ class QdrantStore(MemoryStore):
         # set_payload only on points that still exist (the base holds the user's write lock);
         # Qdrant's set_payload never creates a point
         by_point = {point_id(i): n for i, n in increments.items()}
-        points = await self._client.retrieve(self.collection, ids=list(by_point), with_payload=["access_count"])
+        points = await self._conn.retrieve(self.collection, ids=list(by_point), with_payload=["access_count"])
         stamp = to_ms(when)
         for p in points:
-            count = int((p.payload or {}).get("access_count") or 0) + by_point.get(str(p.id), by_point.get(p.id, 0))
-            await self._client.set_payload(
+            count = int((p.payload or {}).get("access_count") or 0) + by_point.get(str(p.id), 0)
+            await self._conn.set_payload(
                 self.collection, payload={"access_count": count, "last_accessed": stamp}, points=[p.id], wait=True
             )
 
@@ -194,7 +213,7 @@ class QdrantStore(MemoryStore):
         rows: list[dict[str, Any]] = []
         offset = None
         while True:
-            points, offset = await self._client.scroll(
+            points, offset = await self._conn.scroll(
                 self.collection, scroll_filter=flt, limit=_SCROLL_PAGE, offset=offset, with_payload=fields
             )
             rows.extend(p.payload or {} for p in points)
@@ -215,17 +234,18 @@ class QdrantStore(MemoryStore):
         from qdrant_client import models as qm
 
         for start in range(0, len(memory_ids), 1000):
-            ids = [point_id(i) for i in memory_ids[start : start + 1000]]
+            ids: list[qm.ExtendedPointId] = [point_id(i) for i in memory_ids[start : start + 1000]]
             owned = qdrant_filter(user_id)
+            assert isinstance(owned.must, list)  # qdrant_filter always builds a list
             owned.must.append(qm.HasIdCondition(has_id=ids))  # only the owner's points are deleted
-            await self._client.delete(self.collection, points_selector=qm.FilterSelector(filter=owned), wait=True)
+            await self._conn.delete(self.collection, points_selector=qm.FilterSelector(filter=owned), wait=True)
 
     async def _check_connection(self) -> bool:
         try:
-            return bool(await self._client.collection_exists(self.collection))
-        except Exception:  # noqa: BLE001 - a health probe answers False on any failure
+            return bool(await self._conn.collection_exists(self.collection))
+        except Exception:
             return False
 
     async def _close(self) -> None:
         if self._client is not None:
-            await self._client.close()
+            await self._conn.close()

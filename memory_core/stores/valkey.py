@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -39,6 +39,10 @@ from ..errors import ConfigError, DuplicateMemory, StoreUnavailable
 from ..types import ListResult, Memory, MemoryType, RetrieveOptions, ScoredMemory
 from ._records import from_ms, newest_first, to_ms
 from .base import MemoryStore, candidate_count
+
+if TYPE_CHECKING:
+    from valkey.asyncio import Valkey
+    from valkey.commands.core import AsyncScript
 
 _MAX_TOPK = 10000
 
@@ -95,6 +99,12 @@ def _query_filter(user_id: str, types: tuple[MemoryType, ...] | None, project_id
     return "(" + " ".join(parts) + ")"
 
 
+@overload
+def _s(v: None) -> None: ...
+@overload
+def _s(v: bytes | str) -> str: ...
+@overload
+def _s(v: bytes | str | None) -> str | None: ...
 def _s(v: bytes | str | None) -> str | None:
     if v is None:
         return None
@@ -135,10 +145,17 @@ class ValkeyStore(MemoryStore):
         self.prefix = prefix
         self.index = index
         self._record_prefix = f"{prefix}m:"
-        self._client = None
-        self._insert_script = None
-        self._insert_many_script = None
-        self._touch_script = None
+        self._client: Valkey | None = None
+        self._insert_script: AsyncScript | None = None
+        self._insert_many_script: AsyncScript | None = None
+        self._touch_script: AsyncScript | None = None
+
+    @property
+    def _conn(self) -> Valkey:
+        """The client; ``_open`` creates it, and the base class opens the store before any
+        other hook runs."""
+        assert self._client is not None, "ValkeyStore hook called before _open"
+        return self._client
 
     # ------------------------------------------------------------------ keys / codec
     def _key(self, memory_id: str) -> str:
@@ -271,13 +288,14 @@ class ValkeyStore(MemoryStore):
 
     # ------------------------------------------------------------------ hooks
     async def _exists(self, memory_id: str) -> bool:
-        return bool(await self._client.exists(self._key(memory_id)))
+        return bool(await self._conn.exists(self._key(memory_id)))
 
     async def _insert(self, memory: Memory) -> None:
         fields = self._fields(memory)
         args: list[Any] = [to_ms(memory.created_at), memory.id]
         for k, v in fields.items():
             args += [k, v]
+        assert self._insert_script is not None  # registered by _open, which runs before any hook
         ok = await self._insert_script(keys=[self._key(memory.id), self._user_key(memory.user_id)], args=args)
         if not ok:  # another process inserted this id between the check and the write
             raise DuplicateMemory(f"memory {memory.id!r} already exists")
@@ -292,20 +310,22 @@ class ValkeyStore(MemoryStore):
             for k, v in self._fields(m).items():
                 items += [k, v]
             args += [to_ms(m.created_at), m.id, len(items), *items]
+        assert self._insert_many_script is not None  # registered by _open, which runs before any hook
         first = await self._insert_many_script(keys=keys, args=args)
         if first:  # another process inserted one of the ids between the check and the write
             raise DuplicateMemory(f"memories already exist: [{memories[int(first) - 1].id!r}]")
 
     async def _replace(self, memory: Memory) -> None:
         key = self._key(memory.id)
-        async with self._client.pipeline(transaction=True) as p:
+        assert memory.created_at is not None  # a stored record keeps the created_at set by _normalise
+        async with self._conn.pipeline(transaction=True) as p:
             p.delete(key)  # drops fields that became None (e.g. project_id)
             p.hset(key, mapping=self._fields(memory))
             p.zadd(self._user_key(memory.user_id), {memory.id: to_ms(memory.created_at)})
             await p.execute()
 
     async def _hgetall(self, memory_ids: list[str]) -> list[dict[bytes, bytes]]:
-        async with self._client.pipeline(transaction=False) as p:
+        async with self._conn.pipeline(transaction=False) as p:
             for i in memory_ids:
                 p.hgetall(self._key(i))
             return await p.execute()
@@ -320,7 +340,7 @@ class ValkeyStore(MemoryStore):
             f"{_query_filter(options.user_id, options.types, options.project_id)}"
             f"=>[KNN {k} @embedding $vec EF_RUNTIME {max(k, 64)} AS __dist]"
         )
-        reply = await self._client.execute_command(
+        reply = await self._conn.execute_command(
             "FT.SEARCH", self.index, query,
             "PARAMS", "2", "vec", np.asarray(vector, dtype="<f4").tobytes(),
             "RETURN", "1", "__dist",
@@ -337,7 +357,7 @@ class ValkeyStore(MemoryStore):
             return []
         records = await self._hgetall([h[0] for h in hits])
         out = []
-        for (mid, dist), h in zip(hits, records):
+        for (_mid, dist), h in zip(hits, records, strict=True):
             if not h:  # deleted between the index answer and the read
                 continue
             sim = max(-1.0, min(1.0, 1.0 - dist))  # COSINE distance = 1 - cosine similarity
@@ -345,22 +365,23 @@ class ValkeyStore(MemoryStore):
         return out
 
     async def _touch(self, increments: dict[str, int], when: datetime) -> None:
+        assert self._touch_script is not None  # registered by _open, which runs before any hook
         stamp = to_ms(when)
         for i, n in increments.items():
             await self._touch_script(keys=[self._key(i)], args=[stamp, n])
 
     async def _user_ids_filtered(self, user_id: str, types, project_id) -> list[tuple[int, str]]:
-        pairs = await self._client.zrange(self._user_key(user_id), 0, -1, withscores=True)
+        pairs = await self._conn.zrange(self._user_key(user_id), 0, -1, withscores=True)
         items = [(int(score), _s(member)) for member, score in pairs]
         if not types and project_id is None:
             return items
-        async with self._client.pipeline(transaction=False) as p:
+        async with self._conn.pipeline(transaction=False) as p:
             for _, mid in items:
                 p.hmget(self._key(mid), ["memory_type", "project_id"])
             fields = await p.execute()
         wanted = {MemoryType(t).value for t in types} if types else None
         out = []
-        for item, (mtype, proj) in zip(items, fields):
+        for item, (mtype, proj) in zip(items, fields, strict=True):
             if mtype is None:
                 continue
             if wanted is not None and _s(mtype) not in wanted:
@@ -373,7 +394,7 @@ class ValkeyStore(MemoryStore):
     async def _list(self, user_id, types, project_id, limit, offset) -> ListResult:
         if not types and project_id is None:
             ukey = self._user_key(user_id)
-            async with self._client.pipeline(transaction=True) as p:
+            async with self._conn.pipeline(transaction=True) as p:
                 p.zcard(ukey)
                 p.zrevrange(ukey, offset, offset + limit - 1)
                 total, members = await p.execute()
@@ -391,12 +412,12 @@ class ValkeyStore(MemoryStore):
         return [mid for _, mid in await self._user_ids_filtered(user_id, types, project_id)]
 
     async def _delete(self, memory_ids: list[str], user_id: str) -> None:
-        async with self._client.pipeline(transaction=False) as p:
+        async with self._conn.pipeline(transaction=False) as p:
             for i in memory_ids:
                 p.hget(self._key(i), "user_id")
             owners = await p.execute()
-        async with self._client.pipeline(transaction=True) as p:
-            for i, owner in zip(memory_ids, owners):
+        async with self._conn.pipeline(transaction=True) as p:
+            for i, owner in zip(memory_ids, owners, strict=True):
                 if owner is not None and _s(owner) != user_id:
                     continue  # another user's record is never deleted
                 p.delete(self._key(i))
@@ -405,8 +426,8 @@ class ValkeyStore(MemoryStore):
 
     async def _check_connection(self) -> bool:
         try:
-            return bool(await self._client.ping())
-        except Exception:  # noqa: BLE001 - a health probe answers False on any failure
+            return bool(await self._conn.ping())
+        except Exception:
             return False
 
     async def _close(self) -> None:

@@ -86,7 +86,7 @@ class ValkeyServer:
                 self.process.kill()
                 self.process.wait(timeout=5)
 
-    def restart(self, timeout_s: float = 20.0) -> "ValkeyServer":
+    def restart(self, timeout_s: float = 20.0) -> ValkeyServer:
         """Start the server again on the same port and directory (halting it first if it
         runs); with ``persistent`` it serves the data it had. Returns ``self``."""
         self.halt()
@@ -120,11 +120,16 @@ def start_valkey_server(
     port = port or free_port()
     cmd = [
         str(valkey_server_binary()),
-        "--port", str(port),
-        "--bind", "127.0.0.1",
-        "--save", "",
-        "--dir", str(workdir),
-        "--databases", "16",
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--dir",
+        str(workdir),
+        "--databases",
+        "16",
     ]
     if persistent:
         cmd += ["--appendonly", "yes", "--appendfsync", "always"]

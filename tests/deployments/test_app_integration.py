@@ -33,12 +33,25 @@ def config(tmp_path) -> dict:
         },
         "routing": {
             "decisions": [
-                {"name": "scratch", "match": {"models": ["scratch"]},
-                 "plugins": [{"type": "memory", "configuration": {"enabled": False}}]},
-                {"name": "strict", "match": {"models": ["strict"]},
-                 "plugins": [{"type": "memory", "configuration": {"similarity_threshold": 0.99, "auto_store": False}}]},
-                {"name": "loose", "match": {"models": ["loose"]},
-                 "plugins": [{"type": "memory", "configuration": {"similarity_threshold": 0.10, "auto_store": False}}]},
+                {
+                    "name": "scratch",
+                    "match": {"models": ["scratch"]},
+                    "plugins": [{"type": "memory", "configuration": {"enabled": False}}],
+                },
+                {
+                    "name": "strict",
+                    "match": {"models": ["strict"]},
+                    "plugins": [
+                        {"type": "memory", "configuration": {"similarity_threshold": 0.99, "auto_store": False}}
+                    ],
+                },
+                {
+                    "name": "loose",
+                    "match": {"models": ["loose"]},
+                    "plugins": [
+                        {"type": "memory", "configuration": {"similarity_threshold": 0.10, "auto_store": False}}
+                    ],
+                },
                 {"name": "default", "plugins": [{"type": "memory", "configuration": {"enabled": True}}]},
             ]
         },
@@ -66,7 +79,9 @@ def user() -> str:
 def chat(base_url, user_id, messages, model="assistant", headers=None):
     h = {"x-authz-user-id": user_id} if user_id else {}
     h.update(headers or {})
-    r = httpx.post(f"{base_url}/v1/chat/completions", json={"model": model, "messages": messages}, headers=h, timeout=60)
+    r = httpx.post(
+        f"{base_url}/v1/chat/completions", json={"model": model, "messages": messages}, headers=h, timeout=60
+    )
     assert r.status_code == 200, r.text
     return r
 
@@ -115,8 +130,10 @@ def test_memory_rest_api_is_scoped_to_the_caller(base_url):
     alice, bob = user(), user()
     h = {"x-authz-user-id": alice}
     ids = []
-    for memory in ({"content": "I prefer window seats", "metadata": {"k": 1}},
-                   {"content": "Deploy with make release", "type": "procedural", "project_id": "p1"}):
+    for memory in (
+        {"content": "I prefer window seats", "metadata": {"k": 1}},
+        {"content": "Deploy with make release", "type": "procedural", "project_id": "p1"},
+    ):
         created = httpx.post(f"{base_url}/v1/memory", json={"memories": [memory]}, headers=h)
         assert created.status_code == 201, created.text
         ids.append(created.json()["memories"][0]["id"])
@@ -128,7 +145,9 @@ def test_memory_rest_api_is_scoped_to_the_caller(base_url):
     only_proc = httpx.get(f"{base_url}/v1/memory", params={"type": "procedural"}, headers=h).json()
     assert [m["id"] for m in only_proc["memories"]] == [ids[1]]
 
-    found = httpx.post(f"{base_url}/v1/memory/search", json={"query": "which seat do I like?", "threshold": 0.2}, headers=h).json()
+    found = httpx.post(
+        f"{base_url}/v1/memory/search", json={"query": "which seat do I like?", "threshold": 0.2}, headers=h
+    ).json()
     assert [m["id"] for m in found["memories"]] == [ids[0]] and 0.2 <= found["memories"][0]["similarity"] <= 1
     # no threshold given: no floor, the unrelated memory ranks last with its (low) similarity
     ranked = httpx.post(f"{base_url}/v1/memory/search", json={"query": "which seat do I like?"}, headers=h).json()
@@ -153,8 +172,11 @@ def test_memory_rest_api_is_scoped_to_the_caller(base_url):
 
 def test_per_decision_threshold_and_disabled_route(base_url):
     alice = user()
-    httpx.post(f"{base_url}/v1/memory", json={"memories": [{"content": "My locker code is 4817"}]},
-               headers={"x-authz-user-id": alice}).raise_for_status()
+    httpx.post(
+        f"{base_url}/v1/memory",
+        json={"memories": [{"content": "My locker code is 4817"}]},
+        headers={"x-authz-user-id": alice},
+    ).raise_for_status()
     ask = [{"role": "user", "content": QUESTION}]
     assert "4817" in echoed(chat(base_url, alice, ask, model="loose"))
     strict = chat(base_url, alice, ask, model="strict")
@@ -166,9 +188,13 @@ def test_per_decision_threshold_and_disabled_route(base_url):
 
 
 def test_bad_chat_input_is_a_clear_4xx(base_url):
-    r = httpx.post(f"{base_url}/v1/chat/completions", json={"model": "x", "messages": []}, headers={"x-authz-user-id": "u"})
+    r = httpx.post(
+        f"{base_url}/v1/chat/completions", json={"model": "x", "messages": []}, headers={"x-authz-user-id": "u"}
+    )
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request"
-    r = httpx.post(f"{base_url}/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
+    r = httpx.post(
+        f"{base_url}/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"}
+    )
     assert r.status_code == 400
 
 
@@ -211,17 +237,24 @@ def test_search_queries_are_embedded_in_the_store_shard_with_the_same_model(base
     # the shard's copy of the model gives the Embedder's vectors: same cosine
     vectors = httpx.post(f"{base_url}/v1/embeddings", json={"input": ["where is the spare key?", content]}).json()
     q, d = (item["embedding"] for item in vectors["data"])
-    assert hit["similarity"] == pytest.approx(sum(a * b for a, b in zip(q, d)), abs=1e-4)
+    assert hit["similarity"] == pytest.approx(sum(a * b for a, b in zip(q, d, strict=True)), abs=1e-4)
 
 
 def test_caller_identity_is_strict(base_url):
     alice = user()
-    httpx.post(f"{base_url}/v1/memory", json={"memories": [{"content": "alice's secret"}]},
-               headers={"x-authz-user-id": alice}).raise_for_status()
-    duplicated = httpx.get(f"{base_url}/v1/memory", headers=[("x-authz-user-id", "mallory"), ("x-authz-user-id", alice)])
+    httpx.post(
+        f"{base_url}/v1/memory", json={"memories": [{"content": "alice's secret"}]}, headers={"x-authz-user-id": alice}
+    ).raise_for_status()
+    duplicated = httpx.get(
+        f"{base_url}/v1/memory", headers=[("x-authz-user-id", "mallory"), ("x-authz-user-id", alice)]
+    )
     assert duplicated.status_code == 400 and duplicated.json()["error"]["code"] == "invalid_request"
     # (plain spaces around a value are optional whitespace that HTTP parsers strip)
-    for padded in ((alice + "\u00a0").encode("utf-8"), ("\u2007" + alice).encode("utf-8"), (alice + "\u200b").encode("utf-8")):
+    for padded in (
+        (alice + "\u00a0").encode("utf-8"),
+        ("\u2007" + alice).encode("utf-8"),
+        (alice + "\u200b").encode("utf-8"),
+    ):
         r = httpx.get(f"{base_url}/v1/memory", headers={"x-authz-user-id": padded})
         assert r.status_code == 400, (padded, r.text)
 
@@ -229,9 +262,13 @@ def test_caller_identity_is_strict(base_url):
 def test_scope_delete_needs_an_explicit_scope(base_url):
     alice = user()
     h = {"x-authz-user-id": alice}
-    httpx.post(f"{base_url}/v1/memory", json={"memories": [{"content": "work note", "project_id": "work"},
-                                                          {"content": "home note", "project_id": "home"}]},
-               headers=h).raise_for_status()
+    httpx.post(
+        f"{base_url}/v1/memory",
+        json={
+            "memories": [{"content": "work note", "project_id": "work"}, {"content": "home note", "project_id": "home"}]
+        },
+        headers=h,
+    ).raise_for_status()
     for params in ({}, {"projectId": "work"}, {"type": ""}, {"type": "semantik"}):
         r = httpx.delete(f"{base_url}/v1/memory", params=params, headers=h)
         assert r.status_code == 400, (params, r.text)
@@ -244,8 +281,9 @@ def test_export_import_round_trip_keeps_every_memory(base_url):
     alice = user()
     h = {"x-authz-user-id": alice}
     contents = ["plain", "line\u2028separator", "next\x85line", "日本語 ✓ 🎉"]
-    httpx.post(f"{base_url}/v1/memory", json={"memories": [{"content": c} for c in contents]},
-               headers=h).raise_for_status()
+    httpx.post(
+        f"{base_url}/v1/memory", json={"memories": [{"content": c} for c in contents]}, headers=h
+    ).raise_for_status()
     exported = httpx.get(f"{base_url}/v1/memory/export", headers=h)
     assert exported.status_code == 200 and len(exported.text.splitlines()) == 4
     httpx.delete(f"{base_url}/v1/memory", params={"all": "true"}, headers=h).raise_for_status()
@@ -262,10 +300,14 @@ def test_more_bad_input_is_4xx(base_url):
     h = {"x-authz-user-id": alice}
     r = httpx.post(f"{base_url}/v1/memory/import", content=b'{"content":"caf\xe9"}', headers=h)
     assert r.status_code == 400
-    mid = httpx.post(f"{base_url}/v1/memory", json={"memories": [{"content": "x1"}]}, headers=h).json()["memories"][0]["id"]
+    mid = httpx.post(f"{base_url}/v1/memory", json={"memories": [{"content": "x1"}]}, headers=h).json()["memories"][0][
+        "id"
+    ]
     for body in ({"type": None}, {"importance": None}, {"metadata": None}, {}):
         assert httpx.patch(f"{base_url}/v1/memory/{mid}", json=body, headers=h).status_code == 400, body
-    big = httpx.post(f"{base_url}/v1/memory", json={"memories": [{"content": "m", "metadata": {"v": "x" * 20000}}]}, headers=h)
+    big = httpx.post(
+        f"{base_url}/v1/memory", json={"memories": [{"content": "m", "metadata": {"v": "x" * 20000}}]}, headers=h
+    )
     assert big.status_code == 400
     bad_part = {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}
     assert httpx.post(f"{base_url}/v1/chat/completions", json=bad_part, headers=h).status_code == 400
@@ -276,11 +318,18 @@ def test_more_bad_input_is_4xx(base_url):
 def test_tool_call_continuation_does_not_reinject_or_store(base_url):
     alice = user()
     h = {"x-authz-user-id": alice}
-    httpx.post(f"{base_url}/v1/memory", json={"memories": [{"content": "I love Sichuan food"}]}, headers=h).raise_for_status()
-    messages = [{"role": "user", "content": "find me a restaurant I would like"},
-                {"role": "assistant", "content": None,
-                 "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{}"}}]},
-                {"role": "tool", "tool_call_id": "c1", "content": "3 restaurants found"}]
+    httpx.post(
+        f"{base_url}/v1/memory", json={"memories": [{"content": "I love Sichuan food"}]}, headers=h
+    ).raise_for_status()
+    messages = [
+        {"role": "user", "content": "find me a restaurant I would like"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "3 restaurants found"},
+    ]
     r = chat(base_url, alice, messages)
     assert r.headers["x-memory-skipped"] == "not_user_turn"
     time.sleep(1)

@@ -17,7 +17,9 @@ pytestmark = pytest.mark.integration
 def milvus_config(db: str, collection: str) -> dict:
     return {
         "global": {"stores": {"memory": {"backend": "milvus", "milvus": {"uri": db, "collection": collection}}}},
-        "routing": {"decisions": [{"name": "default", "plugins": [{"type": "memory", "configuration": {"enabled": True}}]}]},
+        "routing": {
+            "decisions": [{"name": "default", "plugins": [{"type": "memory", "configuration": {"enabled": True}}]}]
+        },
     }
 
 
@@ -73,8 +75,12 @@ client.close()
     subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
 
     with pytest.raises(RuntimeError, match="StorePool"):
-        serve.run(build_app({"config": milvus_config(db, "dim_memory")}), name="memory-dim", route_prefix="/dim",
-                  blocking=False)
+        serve.run(
+            build_app({"config": milvus_config(db, "dim_memory")}),
+            name="memory-dim",
+            route_prefix="/dim",
+            blocking=False,
+        )
     try:
         message = serve.status().applications["memory-dim"].deployments["StorePool"].message
         assert "dimension" in message and "384" in message and "8" in message, message

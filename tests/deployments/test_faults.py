@@ -42,8 +42,14 @@ STATUSES_DURING_FAULT = {200, 201, 503}
 
 
 # ---------------------------------------------------------------------------- helpers
-def app_config(tmp, *, backend: str = "milvus", valkey_url: str | None = None, cache_url: str | None = None,
-               upstream_url: str | None = None) -> dict:
+def app_config(
+    tmp,
+    *,
+    backend: str = "milvus",
+    valkey_url: str | None = None,
+    cache_url: str | None = None,
+    upstream_url: str | None = None,
+) -> dict:
     memory: dict = {"pool": {"query_embedding": "in_shard"}}  # as serve_config.yaml
     if backend == "milvus":
         memory.update(backend="milvus", milvus={"uri": str(tmp / "memory.db"), "collection": "faults_memory"})
@@ -56,8 +62,11 @@ def app_config(tmp, *, backend: str = "milvus", valkey_url: str | None = None, c
         "routing": {
             "decisions": [
                 # retrieval only: chats of this model never write (no auto-store invalidations)
-                {"name": "recall", "match": {"models": ["recall"]},
-                 "plugins": [{"type": "memory", "configuration": {"auto_store": False}}]},
+                {
+                    "name": "recall",
+                    "match": {"models": ["recall"]},
+                    "plugins": [{"type": "memory", "configuration": {"auto_store": False}}],
+                },
                 {"name": "default", "plugins": [{"type": "memory", "configuration": {"enabled": True}}]},
             ]
         },
@@ -98,11 +107,21 @@ def write(url: str, user_id: str, content: str, client: httpx.Client | None = No
     return c.post(f"{url}/v1/memory", json={"memories": [{"content": content}]}, headers=hdr(user_id), timeout=60)
 
 
-def chat(url: str, user_id: str | None, text: str, model: str = "recall", client: httpx.Client | None = None,
-         timeout: float = 60) -> httpx.Response:
+def chat(
+    url: str,
+    user_id: str | None,
+    text: str,
+    model: str = "recall",
+    client: httpx.Client | None = None,
+    timeout: float = 60,
+) -> httpx.Response:
     c = client or httpx
-    return c.post(f"{url}/v1/chat/completions", json={"model": model, "messages": [{"role": "user", "content": text}]},
-                  headers=hdr(user_id) if user_id else {}, timeout=timeout)
+    return c.post(
+        f"{url}/v1/chat/completions",
+        json={"model": model, "messages": [{"role": "user", "content": text}]},
+        headers=hdr(user_id) if user_id else {},
+        timeout=timeout,
+    )
 
 
 def echoed(response: httpx.Response) -> str:
@@ -110,8 +129,9 @@ def echoed(response: httpx.Response) -> str:
 
 
 def search(url: str, user_id: str, query: str) -> httpx.Response:
-    return httpx.post(f"{url}/v1/memory/search", json={"query": query, "threshold": 0.3}, headers=hdr(user_id),
-                      timeout=60)
+    return httpx.post(
+        f"{url}/v1/memory/search", json={"query": query, "threshold": 0.3}, headers=hdr(user_id), timeout=60
+    )
 
 
 def all_memories(url: str, user_id: str) -> list[dict]:
@@ -144,8 +164,10 @@ def store_shard(app_name: str, required: bool = True):
     import ray
     from ray import serve
 
-    pool_ids = {h._actor_id for h in serve.get_deployment_handle("StorePool", app_name=app_name)
-                .shard_handles.remote().result(timeout_s=60)}
+    pool_ids = {
+        h._actor_id
+        for h in serve.get_deployment_handle("StorePool", app_name=app_name).shard_handles.remote().result(timeout_s=60)
+    }
     assert len(pool_ids) == 1, pool_ids
     for entry in ray.util.list_named_actors(all_namespaces=True):
         if entry["name"].startswith("memory-store-"):
@@ -161,9 +183,13 @@ def embedder_replicas(app_name: str) -> list[str]:
     """Names (namespace ``serve``) of the running Serve replica actors of ``Embedder``."""
     import ray
 
-    return sorted(e["name"] for e in ray.util.list_named_actors(all_namespaces=True)
-                  if e["namespace"] == "serve" and e["name"].startswith("SERVE_REPLICA::")
-                  and f"{app_name}#Embedder#" in e["name"])
+    return sorted(
+        e["name"]
+        for e in ray.util.list_named_actors(all_namespaces=True)
+        if e["namespace"] == "serve"
+        and e["name"].startswith("SERVE_REPLICA::")
+        and f"{app_name}#Embedder#" in e["name"]
+    )
 
 
 @dataclass
@@ -271,13 +297,21 @@ class TestFaults:
                     time.sleep(0.1)
 
         def shard_back() -> str | None:
-            """"restarted": the same actor, restarted by Ray in a new process; "recreated": a
+            """ "restarted": the same actor, restarted by Ray in a new process; "recreated": a
             new shard actor, made by a replacement StorePool replica."""
             info = actor_info(shard_id)
-            if info["State"] == "ALIVE" and info["NumRestarts"] > before["NumRestarts"] and info["Pid"] != before["Pid"]:
+            if (
+                info["State"] == "ALIVE"
+                and info["NumRestarts"] > before["NumRestarts"]
+                and info["Pid"] != before["Pid"]
+            ):
                 return "restarted"
             fresh = store_shard(APP, required=False)
-            if fresh is not None and fresh._actor_id.hex() != shard_id and actor_info(fresh._actor_id.hex())["State"] == "ALIVE":
+            if (
+                fresh is not None
+                and fresh._actor_id.hex() != shard_id
+                and actor_info(fresh._actor_id.hex())["State"] == "ALIVE"
+            ):
                 return "recreated"
             return None
 
@@ -286,8 +320,11 @@ class TestFaults:
         for t in threads:
             t.start()
         try:
-            wait_until(lambda: sum(1 for r in traffic.of("write") if getattr(r[3], "status_code", 0) == 201) >= 6,
-                       60, "writes before the kill")
+            wait_until(
+                lambda: sum(1 for r in traffic.of("write") if getattr(r[3], "status_code", 0) == 201) >= 6,
+                60,
+                "writes before the kill",
+            )
             killed_at = time.monotonic()
             ray.kill(shard, no_restart=not restart)  # Ray's own API, by actor
             how = wait_until(shard_back, HEAL_TIMEOUT_S, "the store shard back (restarted or recreated)")
@@ -296,9 +333,18 @@ class TestFaults:
             shard_back_at = time.monotonic()
             # healed without anyone restarting anything: /health 200 and fresh writes succeed
             wait_until(lambda: healthy(url), HEAL_TIMEOUT_S, "/health 200 after the shard came back")
-            wait_until(lambda: sum(1 for r in traffic.of("write")
-                                   if r[4] > shard_back_at and getattr(r[3], "status_code", 0) == 201) >= 6,
-                       HEAL_TIMEOUT_S, "writes succeeding again after the shard came back")
+            wait_until(
+                lambda: (
+                    sum(
+                        1
+                        for r in traffic.of("write")
+                        if r[4] > shard_back_at and getattr(r[3], "status_code", 0) == 201
+                    )
+                    >= 6
+                ),
+                HEAL_TIMEOUT_S,
+                "writes succeeding again after the shard came back",
+            )
             healed_at = time.monotonic()
         finally:
             stop.set()
@@ -311,9 +357,11 @@ class TestFaults:
         assert not failures, failures[:3]
         statuses = Counter((r[0], r[3].status_code) for r in records)
         slowest = max(r[5] - r[4] for r in records)
-        print(f"\n[shard kill, no_restart={not restart}] shard {how} after {shard_back_at - killed_at:.1f}s, healed "
-              f"(health 200, writes ok) after {healed_at - killed_at:.1f}s; answers {dict(statuses)}; "
-              f"slowest answer {slowest:.1f}s")
+        print(
+            f"\n[shard kill, no_restart={not restart}] shard {how} after {shard_back_at - killed_at:.1f}s, healed "
+            f"(health 200, writes ok) after {healed_at - killed_at:.1f}s; answers {dict(statuses)}; "
+            f"slowest answer {slowest:.1f}s"
+        )
         for kind, _, _, r, _, _ in records:
             if r.status_code not in STATUSES_DURING_FAULT:
                 pytest.fail(f"{kind} answered {r.status_code}: {r.text}")
@@ -379,12 +427,18 @@ class TestFaults:
             wait_until(lambda: len(traffic.records) >= 8, 60, "traffic before the kill")
             killed_at = time.monotonic()
             ray.kill(ray.get_actor(old, namespace="serve"), no_restart=True)
-            wait_until(lambda: (lambda now: now and old not in now)(embedder_replicas(APP)), HEAL_TIMEOUT_S,
-                       "Serve replacing the Embedder replica")
+            wait_until(
+                lambda: (lambda now: now and old not in now)(embedder_replicas(APP)),
+                HEAL_TIMEOUT_S,
+                "Serve replacing the Embedder replica",
+            )
             replaced_at = time.monotonic()
             wait_until(lambda: healthy(url), HEAL_TIMEOUT_S, "/health 200 after the replacement")
-            wait_until(lambda: any(r[4] > replaced_at and getattr(r[3], "status_code", 0) == 201
-                                   for r in traffic.of("write")), HEAL_TIMEOUT_S, "a write after the replacement")
+            wait_until(
+                lambda: any(r[4] > replaced_at and getattr(r[3], "status_code", 0) == 201 for r in traffic.of("write")),
+                HEAL_TIMEOUT_S,
+                "a write after the replacement",
+            )
             healed_at = time.monotonic()
         finally:
             stop.set()
@@ -396,12 +450,14 @@ class TestFaults:
         failures = [r for r in records if not isinstance(r[3], httpx.Response)]
         assert not failures, failures[:3]
         in_gap = [r for r in records if r[5] > killed_at and r[4] < replaced_at]
-        print(f"\n[embedder kill] new replica after {replaced_at - killed_at:.1f}s, healed after "
-              f"{healed_at - killed_at:.1f}s; answers {dict(Counter((r[0], r[3].status_code) for r in records))}; "
-              f"during the gap {dict(Counter((r[0], r[3].status_code) for r in in_gap))}; slowest "
-              f"{ {k: round(max((r[5] - r[4] for r in records if r[0] == k), default=0), 1) for k in calls} }s; "
-              f"chat x-memory-injected during the gap "
-              f"{dict(Counter(r[3].headers.get('x-memory-injected') for r in in_gap if r[0] == 'chat'))}")
+        print(
+            f"\n[embedder kill] new replica after {replaced_at - killed_at:.1f}s, healed after "
+            f"{healed_at - killed_at:.1f}s; answers {dict(Counter((r[0], r[3].status_code) for r in records))}; "
+            f"during the gap {dict(Counter((r[0], r[3].status_code) for r in in_gap))}; slowest "
+            f"{ {k: round(max((r[5] - r[4] for r in records if r[0] == k), default=0), 1) for k in calls} }s; "
+            f"chat x-memory-injected during the gap "
+            f"{dict(Counter(r[3].headers.get('x-memory-injected') for r in in_gap if r[0] == 'chat'))}"
+        )
         assert in_gap, "no request overlapped the gap"
         for kind, _, _, r, _, _ in records:
             if kind.startswith("chat"):
@@ -422,8 +478,11 @@ class TestFaults:
         # and the auto-store behind a chat works again
         turn = chat(url, alice, "Please remember that my bike is a green Gazelle", model="assistant")
         assert turn.status_code == 200
-        wait_until(lambda: any("Gazelle" in m["content"] for m in all_memories(url, alice)), 30,
-                   "the auto-stored turn after the replacement")
+        wait_until(
+            lambda: any("Gazelle" in m["content"] for m in all_memories(url, alice)),
+            30,
+            "the auto-stored turn after the replacement",
+        )
 
     def test_cache_outage_falls_through_and_nothing_stale_comes_back(self, faults_app, cache_server):
         import valkey
@@ -469,8 +528,10 @@ class TestFaults:
             assert healthy(url)  # a down cache does not make the service unhealthy (fail-open)
         finally:
             cache_server.restart()
-        print(f"\n[cache outage] {time.monotonic() - down_at:.1f}s down; {len(cached_before)} entries of the user "
-              "cached before it")
+        print(
+            f"\n[cache outage] {time.monotonic() - down_at:.1f}s down; {len(cached_before)} entries of the user "
+            "cached before it"
+        )
 
         # the restarted cache still holds the entries cached before the outage (persisted) ...
         cache = valkey.Valkey.from_url(cache_server.url_db(1))
@@ -494,11 +555,15 @@ def test_every_memory_is_back_after_an_application_restart(serve_http_port, tmp_
 
     from memory_core.testing.valkey_server import start_valkey_server
 
-    server = start_valkey_server(search=True, persistent=True, workdir=tmp_path / "valkey") if backend == "valkey" else None
+    server = (
+        start_valkey_server(search=True, persistent=True, workdir=tmp_path / "valkey") if backend == "valkey" else None
+    )
     config = app_config(tmp_path, backend=backend, valkey_url=server.url_db(0) if server else None)
     alice, bob = user("restart"), user("restart")
-    contents = {alice: [FACT, "I prefer window seats on trains", "日本語 ✓ line\u2028separator"],
-                bob: ["Deploy with make release", "My dentist is Dr. Okafor"]}
+    contents = {
+        alice: [FACT, "I prefer window seats on trains", "日本語 ✓ line\u2028separator"],
+        bob: ["Deploy with make release", "My dentist is Dr. Okafor"],
+    }
     kept = {"access_count", "last_accessed"}  # read bookkeeping, not content
     try:
         started = time.monotonic()
@@ -506,14 +571,19 @@ def test_every_memory_is_back_after_an_application_restart(serve_http_port, tmp_
         first_start = time.monotonic() - started
         try:
             for user_id, texts in contents.items():
-                r = httpx.post(f"{url}/v1/memory", json={"memories": [{"content": t, "metadata": {"n": i}}
-                                                                       for i, t in enumerate(texts)]},
-                               headers=hdr(user_id), timeout=60)
+                r = httpx.post(
+                    f"{url}/v1/memory",
+                    json={"memories": [{"content": t, "metadata": {"n": i}} for i, t in enumerate(texts)]},
+                    headers=hdr(user_id),
+                    timeout=60,
+                )
                 assert r.status_code == 201, r.text
             assert chat(url, alice, "Remember that my cat is called Miso", model="assistant").status_code == 200
             wait_until(lambda: len(all_memories(url, alice)) == 4, 30, "the auto-stored turn")
-            before = {u: {m["id"]: {k: v for k, v in m.items() if k not in kept} for m in all_memories(url, u)}
-                      for u in contents}
+            before = {
+                u: {m["id"]: {k: v for k, v in m.items() if k not in kept} for m in all_memories(url, u)}
+                for u in contents
+            }
         finally:
             serve.delete(APP)
         if server is not None:
@@ -529,8 +599,9 @@ def test_every_memory_is_back_after_an_application_restart(serve_http_port, tmp_
                 for memory_id, memory in memories.items():
                     got = httpx.get(f"{url}/v1/memory/{memory_id}", headers=hdr(user_id), timeout=30)
                     assert got.status_code == 200 and got.json()["content"] == memory["content"], got.text
-                    r = httpx.post(f"{url}/v1/memory/search", json={"query": memory["content"]}, headers=hdr(user_id),
-                                   timeout=30)
+                    r = httpx.post(
+                        f"{url}/v1/memory/search", json={"query": memory["content"]}, headers=hdr(user_id), timeout=30
+                    )
                     assert r.status_code == 200, r.text
                     assert r.json()["memories"][0]["id"] == memory_id, (memory["content"], r.json())
             assert "4817" in echoed(chat(url, alice, QUESTION))
@@ -561,15 +632,16 @@ class SlowUpstream:
             return echo_completion(body)
 
         self.port = free_port()
-        self.server = uvicorn.Server(uvicorn.Config(api, host="127.0.0.1", port=self.port, log_level="warning",
-                                                    lifespan="off"))
+        self.server = uvicorn.Server(
+            uvicorn.Config(api, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
+        )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def __enter__(self) -> "SlowUpstream":
+    def __enter__(self) -> SlowUpstream:
         self.thread.start()
         wait_until(lambda: self.server.started, 20, "the slow upstream", interval=0.05)
         return self
@@ -582,13 +654,14 @@ class SlowUpstream:
 def test_overload_is_refused_with_429_not_queued(serve_http_port, tmp_path):
     from ray import serve
 
-    from deployments.ingress import MemoryIngress
+    from deployments.app import build_app
 
     with SlowUpstream(delay_s=1.0) as upstream:
-        app = built(app_config(tmp_path, upstream_url=upstream.base_url))
         # tiny limits: one request running in the ingress, one waiting in the proxy's queue
-        tight = MemoryIngress.options(max_ongoing_requests=1, max_queued_requests=1).bind(
-            *app._bound_deployment.init_args)
+        tight = build_app(
+            {"config": app_config(tmp_path, upstream_url=upstream.base_url)},
+            overrides={"MemoryIngress": {"max_ongoing_requests": 1, "max_queued_requests": 1}},
+        )
         url = run_app(serve_http_port, tight)
         try:
             one = chat(url, None, "hello", model="assistant")
@@ -596,9 +669,16 @@ def test_overload_is_refused_with_429_not_queued(serve_http_port, tmp_path):
 
             async def burst(n: int) -> list:
                 async with httpx.AsyncClient(timeout=30) as client:
-                    return await asyncio.gather(*(
-                        client.post(f"{url}/v1/chat/completions", json={"model": "assistant", "messages": [
-                            {"role": "user", "content": f"request {i}"}]}) for i in range(n)), return_exceptions=True)
+                    return await asyncio.gather(
+                        *(
+                            client.post(
+                                f"{url}/v1/chat/completions",
+                                json={"model": "assistant", "messages": [{"role": "user", "content": f"request {i}"}]},
+                            )
+                            for i in range(n)
+                        ),
+                        return_exceptions=True,
+                    )
 
             started = time.monotonic()
             answers = asyncio.run(burst(12))

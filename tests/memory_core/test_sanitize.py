@@ -33,7 +33,19 @@ from memory_core.types import Memory
 # ---------------------------------------------------------------------- content
 @pytest.mark.parametrize(
     "content",
-    ["", "   ", "\n\t ", "\u200b\u200c\u200d", "\u2060", "\ufeff", " \u3164 ", "\u2800", "\u00a0\u2003", "\x00\x01", "\ufe0f"],
+    [
+        "",
+        "   ",
+        "\n\t ",
+        "\u200b\u200c\u200d",
+        "\u2060",
+        "\ufeff",
+        " \u3164 ",
+        "\u2800",
+        "\u00a0\u2003",
+        "\x00\x01",
+        "\ufe0f",
+    ],
 )
 def test_content_without_a_visible_character_is_refused_by_one_rule(content):
     assert not is_visible(content)
@@ -102,7 +114,14 @@ def test_ids_of_two_users_never_coincide(user_a, user_b):
 # ---------------------------------------------------------------------- JSON values
 @pytest.mark.parametrize(
     "value",
-    [{"n": INT64_MAX}, {"n": INT64_MIN}, {"f": 1.7976931348623157e308}, {"s": "a\x00b"}, {"l": [1, "x", None, True]}, {}],
+    [
+        {"n": INT64_MAX},
+        {"n": INT64_MIN},
+        {"f": 1.7976931348623157e308},
+        {"s": "a\x00b"},
+        {"l": [1, "x", None, True]},
+        {},
+    ],
 )
 def test_json_values_stored_losslessly_pass(value):
     assert check_json_value(value) is value

@@ -1,0 +1,395 @@
+"""``MemoryIngress``: the HTTP surface (FastAPI) — chat completions with memory, the
+``/v1/memory`` REST API, ``/v1/embeddings`` and ``/health``.
+
+Thin by design: it validates input, resolves the caller, and calls memory_core
+(``MemoryPipeline``) and the ``Embedder``/``StorePool``/upstream handles. Every error leaves as
+``{"error": {"code", "message"}}`` with a 4xx/5xx status.
+"""
+
+
+# no ``from __future__ import annotations`` here: FastAPI reads the route signatures'
+# annotations at import time through Serve's class-based ingress, and needs real types
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import ValidationError
+from ray import serve
+from ray.exceptions import RayError
+
+from memory_core.chat.pipeline import MemoryPipeline
+from memory_core.config import RouterConfig
+from memory_core.errors import EmbeddingUnavailable, InvalidInput, MemoryError_, MemoryNotFound
+from memory_core.migration import ImportReport, export_user, import_lines
+from memory_core.sanitize import check_json_text, check_project_id, is_memory_id
+from memory_core.types import Memory, MemoryType, RetrieveOptions
+
+from ..embedder import EmbedResponse
+from ..metrics import RayMetrics
+from ..store_pool import StorePoolClient
+from ..upstream import HttpUpstream, UpstreamError
+from .errors import DOCUMENTED_ERRORS, error_response, install_error_handlers
+from .headers import CALLER_HEADERS, CHAT_HEADERS, caller, request_context
+from .openai_schema import ChatCompletionRequest
+from .schemas import (
+    MAX_EMBEDDING_INPUTS,
+    NO_SIMILARITY_FLOOR,
+    CreateMemoriesRequest,
+    DeletedOut,
+    EmbeddingsOut,
+    EmbeddingsRequest,
+    HealthOut,
+    MemoriesOut,
+    MemoryOut,
+    MemoryPage,
+    SearchOut,
+    SearchRequest,
+    UpdateMemoryRequest,
+)
+
+log = logging.getLogger("ray.serve")
+app = FastAPI(title="memory-router", version="0.1.0", responses=DOCUMENTED_ERRORS)
+install_error_handlers(app)
+
+_CHAT_SCHEMA = ChatCompletionRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+_CHAT_DEFS = _CHAT_SCHEMA.pop("$defs", {})
+
+
+def _openapi_without_422() -> dict:
+    """The OpenAPI document without FastAPI's default 422 responses: validation errors are
+    answered with 400 and the ``ErrorBody`` shape, which every operation declares. The chat
+    request schema (the endpoint reads its body itself, to forward unknown fields) is added
+    to the components."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    from fastapi.openapi.utils import get_openapi
+
+    schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+    schema.setdefault("components", {}).setdefault("schemas", {}).update(_CHAT_DEFS)
+    for route, path in schema.get("paths", {}).items():
+        for operation in path.values():
+            if isinstance(operation, dict):
+                operation.get("responses", {}).pop("422", None)
+                headers = CALLER_HEADERS + (CHAT_HEADERS if route == "/v1/chat/completions" else [])
+                operation.setdefault("parameters", []).extend(headers)
+    for name in ("HTTPValidationError", "ValidationError"):
+        schema.get("components", {}).get("schemas", {}).pop(name, None)
+    app.openapi_schema = schema
+    return schema
+
+
+app.openapi = _openapi_without_422
+
+
+def server_timing(**seconds: float) -> str:
+    """``Server-Timing`` header value (W3C Server Timing): ``name;dur=<ms>`` per step."""
+    return ", ".join(f"{name};dur={value * 1000:.1f}" for name, value in seconds.items())
+
+
+def path_memory_id(memory_id: str) -> str:
+    """A memory id from a URL path: returned when it has the memory id format; anything else
+    is "not found" (404) before any store call."""
+    if not is_memory_id(memory_id):
+        raise MemoryNotFound("memory not found")
+    return memory_id
+
+
+def parse_types(values: list[str] | None) -> list[MemoryType] | None:
+    """``?type=a,b&type=c`` → memory types; absent → None (no filter). An empty or unknown
+    value is an error, never "no filter" (a typo must not widen a delete)."""
+    if values is None:
+        return None
+    names = [v.strip() for part in values for v in part.split(",")]
+    try:
+        if not names or any(not n for n in names):
+            raise ValueError
+        return [MemoryType(n) for n in names]
+    except ValueError as e:
+        raise InvalidInput(f"type must be one of {[t.value for t in MemoryType]}") from e
+
+
+@serve.deployment
+@serve.ingress(app)
+class MemoryIngress:
+    """Args: ``config`` (the validated config document), handles of ``Embedder``, ``StorePool``
+    and (when no upstream URL is configured) ``EchoUpstream``.
+
+    Overload is refused, not queued without bound: each replica runs at most
+    ``max_ongoing_requests`` requests, and beyond ``max_queued_requests`` waiting in the
+    proxy's queue Ray Serve answers 429 with ``Retry-After`` (``backpressure_config``; the
+    defaults are ``deployments.app.DEPLOYMENT_OPTIONS``, which ``serve_config.yaml``
+    overrides)."""
+
+    def __init__(self, config: RouterConfig, embedder, store_pool, echo=None):
+        self.config = config
+        self.embedder = embedder
+        self.store = StorePoolClient(store_pool)
+        self.store_pool = store_pool
+        upstream = self.config.global_.upstream
+        self.http_upstream = HttpUpstream(upstream) if upstream.base_url else None
+        self.echo = echo
+        self.metrics = RayMetrics()
+        self.pipeline = MemoryPipeline(self.config, store=self.store, metrics=self.metrics)
+        self._background: set[asyncio.Task] = set()
+
+    async def _embed(self, texts: list[str]) -> EmbedResponse:
+        """The Embedder's answer for ``texts``; a Ray failure (the replica restarting) raises
+        ``EmbeddingUnavailable`` (503), an error of the Embedder's own keeps its status."""
+        try:
+            return await self.embedder.embed.remote(texts)
+        except MemoryError_:
+            raise
+        except RayError as e:
+            raise EmbeddingUnavailable(f"the embedder is unavailable ({type(e).__name__}); retry") from e
+
+    def _in_background(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # ------------------------------------------------------------------ chat
+    @app.post(
+        "/v1/chat/completions",
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _CHAT_SCHEMA}},
+            }
+        },
+        responses={
+            200: {
+                "description": "The upstream's chat.completion, unchanged",
+                "content": {"application/json": {"schema": {"type": "object"}}},
+            }
+        },
+    )
+    async def chat_completions(self, request: Request) -> Response:
+        """OpenAI chat completions with memory (see the README). Unknown fields are forwarded."""
+        try:
+            raw = await request.json()
+        except (ValueError, RecursionError):
+            return error_response(400, "invalid_request", "body must be JSON (UTF-8, reasonably nested)")
+        if not isinstance(raw, dict):
+            return error_response(400, "invalid_request", "body must be a JSON object")
+        check_json_text(raw, "body")  # every string, any field: valid Unicode (else 400)
+        try:
+            parsed = ChatCompletionRequest.model_validate(raw)
+        except ValidationError as e:
+            raise RequestValidationError(e.errors()) from e
+        if parsed.stream:
+            return error_response(400, "unsupported", "stream=true is not supported by this service yet")
+        try:
+            context = request_context(request)
+        except InvalidInput:
+            self.metrics.count("memory_requests_refused", {"reason": "invalid_header"})
+            raise
+        prepared = await self.pipeline.prepare(raw, context)
+        try:
+            if self.http_upstream is not None:
+                upstream = await self.http_upstream.chat(prepared.body)
+                status, body = upstream.status_code, upstream.body
+            else:
+                status, body = 200, await self.echo.chat.remote(prepared.body)
+        except UpstreamError as e:
+            return error_response(502, "upstream_error", str(e))
+        if status == 200:
+            self._in_background(self.pipeline.remember(prepared, body))
+        headers = {"x-memory-injected": str(len(prepared.injected))}
+        if prepared.timings_ms:
+            headers["server-timing"] = server_timing(**{k: v / 1000 for k, v in prepared.timings_ms.items()})
+        if prepared.skipped:
+            headers["x-memory-skipped"] = prepared.skipped
+        if prepared.policy.decision_name:
+            headers["x-memory-decision"] = prepared.policy.decision_name
+        return JSONResponse(status_code=status, content=body, headers=headers)
+
+    # ------------------------------------------------------------------ memory REST
+    @app.post("/v1/memory", status_code=201, responses={201: {"model": MemoriesOut}})
+    async def create_memories(self, body: CreateMemoriesRequest, request: Request) -> JSONResponse:
+        user_id = caller(request)
+        contents = [m.content for m in body.memories]  # cleaned and checked by the body model
+        batch = await self._embed(contents)
+        memories = [
+            Memory(
+                content=content,
+                type=m.type,
+                user_id=user_id,
+                project_id=m.project_id,
+                metadata=m.metadata,
+                importance=m.importance,
+                conversation_id=m.conversation_id,
+                source=m.source,
+                created_at=m.created_at,
+                created_via="api",
+                created_by_user_id=user_id,
+                embedding=vector,
+                embedding_identity=batch.identity,
+            )
+            for m, content, vector in zip(body.memories, contents, batch.embeddings, strict=True)
+        ]
+        stored = await self.store.store_many(memories)  # all-or-nothing, one round trip
+        return JSONResponse(status_code=201, content={"memories": [m.public() for m in stored]})
+
+    @app.post("/v1/memory/search", responses={200: {"model": SearchOut}})
+    async def search_memories(self, body: SearchRequest, request: Request) -> JSONResponse:
+        user_id = caller(request)
+        settings = self.config.memory
+        started = time.perf_counter()
+        results = await self.store.retrieve(
+            RetrieveOptions(
+                user_id=user_id,
+                query=body.query,  # embedded by the store shard, overlapping its lexical search
+                project_id=body.project_id,
+                types=tuple(body.types) if body.types else None,
+                limit=body.limit or settings.default_retrieval_limit,
+                threshold=NO_SIMILARITY_FLOOR if body.threshold is None else body.threshold,  # see SearchRequest
+                hybrid=settings.retrieval.hybrid,
+                lexical_weight=settings.retrieval.lexical_weight,
+                temporal_boost=settings.retrieval.temporal_boost,
+            )
+        )
+        done = time.perf_counter()
+        return JSONResponse(
+            content={
+                "memories": [{**r.memory.public(), "score": r.score, "similarity": r.similarity} for r in results]
+            },
+            headers={"server-timing": server_timing(retrieve=done - started)},
+        )
+
+    @app.get("/v1/memory", response_model=MemoryPage)
+    async def list_memories(
+        self,
+        request: Request,
+        limit: int = Query(50, gt=0, le=1000),
+        offset: int = Query(0, ge=0),
+        type: list[str] | None = Query(None),
+        project_id: str | None = Query(None, min_length=1),
+    ) -> dict:
+        user_id = caller(request)
+        check_project_id(project_id)
+        page = await self.store.list(
+            user_id, types=parse_types(type), project_id=project_id, limit=limit, offset=offset
+        )
+        return {"memories": [m.public() for m in page.memories], "total": page.total, "limit": limit, "offset": offset}
+
+    @app.delete("/v1/memory", response_model=DeletedOut, response_model_exclude_none=True)
+    async def delete_scope(
+        self,
+        request: Request,
+        type: list[str] | None = Query(None),
+        project_id: str | None = Query(None, min_length=1),
+        all: bool = Query(False),
+    ) -> dict:
+        """Delete the caller's memories matching ``type``/``project_id``; deleting everything
+        needs an explicit ``all=true``. Unknown query parameters are rejected (a misspelled
+        filter must not turn into "delete everything")."""
+        user_id = caller(request)
+        unknown = set(request.query_params) - {"type", "project_id", "all"}
+        if unknown:
+            raise InvalidInput(f"unknown query parameters: {sorted(unknown)}")
+        types = parse_types(type)
+        check_project_id(project_id)
+        if types is None and project_id is None and not all:
+            raise InvalidInput("give type and/or project_id, or all=true to delete every memory of the caller")
+        deleted = await self.store.forget_by_scope(user_id, project_id=project_id, types=types)
+        return {"deleted": deleted}
+
+    @app.get(
+        "/v1/memory/export",
+        response_class=StreamingResponse,
+        responses={
+            200: {
+                "description": "JSONL, one memory per line",
+                "content": {"application/x-ndjson": {"schema": {"type": "string"}}},
+            }
+        },
+    )
+    async def export_memories(self, request: Request) -> StreamingResponse:
+        """The caller's memories as JSONL (``migration.memory_to_export_line``, no vectors)."""
+        return StreamingResponse(export_user(self.store, caller(request)), media_type="application/x-ndjson")
+
+    @app.post(
+        "/v1/memory/import",
+        response_model=ImportReport,
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/x-ndjson": {"schema": {"type": "string", "description": "export lines (JSONL)"}}
+                },
+            }
+        },
+    )
+    async def import_memories(self, request: Request) -> dict:
+        user_id = caller(request)
+        try:
+            text = (await request.body()).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise InvalidInput(f"import body must be UTF-8 JSONL: {e}") from e
+        # split on "\n" only: str.splitlines() also splits inside JSON strings at U+2028/U+0085
+        report = await import_lines(self.store, text.split("\n"), user_id=user_id)
+        return report.model_dump()
+
+    @app.get("/v1/memory/{memory_id}", response_model=MemoryOut)
+    async def get_memory(self, memory_id: str, request: Request) -> dict:
+        user_id = caller(request)
+        return (await self.store.get(path_memory_id(memory_id), user_id)).public()
+
+    @app.patch("/v1/memory/{memory_id}", response_model=MemoryOut)
+    async def update_memory(self, memory_id: str, body: UpdateMemoryRequest, request: Request) -> dict:
+        user_id = caller(request)
+        memory_id = path_memory_id(memory_id)
+        changes = body.changes()
+        if not changes:
+            raise InvalidInput("no fields to update")
+        return (await self.store.update(memory_id, user_id, changes)).public()
+
+    @app.delete("/v1/memory/{memory_id}", response_model=DeletedOut)
+    async def delete_memory(self, memory_id: str, request: Request) -> dict:
+        user_id = caller(request)
+        await self.store.forget(path_memory_id(memory_id), user_id)
+        return {"deleted": 1, "id": memory_id}
+
+    # ------------------------------------------------------------------ embeddings, health
+    @app.post("/v1/embeddings", responses={200: {"model": EmbeddingsOut}})
+    async def embeddings(self, body: EmbeddingsRequest) -> JSONResponse:
+        texts = body.texts()
+        if not texts or len(texts) > MAX_EMBEDDING_INPUTS:
+            raise InvalidInput(f"input must hold 1..{MAX_EMBEDDING_INPUTS} strings")
+        if any(not t for t in texts):
+            raise InvalidInput("input strings must be non-empty")
+        result = await self._embed(texts)
+        return JSONResponse(
+            content={
+                "object": "list",
+                "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(result.embeddings)],
+                "model": result.model,
+                "model_identity": result.identity,
+                "truncated": result.truncated,
+                "usage": {"prompt_tokens": result.prompt_tokens, "total_tokens": result.prompt_tokens},
+            },
+            headers={"x-model-identity": result.identity},
+        )
+
+    @app.get("/health", responses={200: {"model": HealthOut}, 503: {"model": HealthOut}})
+    async def health(self) -> JSONResponse:
+        checks: dict[str, Any] = {}
+        try:
+            checks["store"] = bool(await self.store_pool.check_connection.remote())
+        except Exception as e:
+            checks["store"] = False
+            checks["store_error"] = repr(e)
+        try:
+            info = await self.embedder.info.remote()
+            checks["embedder"] = True
+            checks["model_identity"] = info.get("identity")
+        except Exception as e:
+            checks["embedder"] = False
+            checks["embedder_error"] = repr(e)
+        ok = checks["store"] and checks["embedder"]
+        return JSONResponse(status_code=200 if ok else 503, content={"status": "ok" if ok else "degraded", **checks})

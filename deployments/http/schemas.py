@@ -1,0 +1,230 @@
+"""Request bodies of the ``/v1/memory`` REST API and ``/v1/embeddings`` (pydantic), and the
+error body every endpoint answers with.
+
+Every field has the type of ``memory_core.sanitize`` for its kind (one place for each rule),
+so an import line (``memory_core.migration.parse_import_line``) and ``POST /v1/memory``
+refuse the same values, and every string of a body, at any depth, must be valid Unicode.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from memory_core.sanitize import (
+    MAX_CONTENT_BYTES,
+    Content,
+    ConversationId,
+    Metadata,
+    PastTime,
+    ProjectId,
+    Source,
+    Text,
+    check_json_text,
+)
+from memory_core.types import MemoryType
+
+MAX_MEMORIES_PER_REQUEST = 256
+MAX_EMBEDDING_INPUTS = 256
+
+
+class ErrorDetail(BaseModel):
+    """``{"code", "message"}``: a stable machine-readable code and a human-readable message."""
+
+    code: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    """The body of every error response: ``{"error": {"code", "message"}}``."""
+
+    error: ErrorDetail
+
+
+class _Body(BaseModel):
+    """Base of request bodies: unknown fields are refused, every string must be valid
+    Unicode (checked on the raw input, so the error names the field)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data: Any) -> Any:
+        return check_json_text(data, "body")
+
+
+class NewMemory(_Body):
+    """One memory to create; the owner is the caller (``x-authz-user-id``), never the body."""
+
+    content: Content = Field(min_length=1, description=f"visible text, at most {MAX_CONTENT_BYTES} bytes UTF-8")
+    type: MemoryType = MemoryType.SEMANTIC
+    project_id: ProjectId | None = None
+    metadata: Metadata = Field(default_factory=dict)
+    importance: float = Field(0.5, ge=0, le=1)
+    conversation_id: ConversationId | None = None
+    source: Source = "api"
+    created_at: PastTime | None = None
+    """When the remembered thing happened (backfilling history, any date up to now, before
+    1970 included); default now; not in the future (1 minute clock skew allowed); a naive time
+    is taken as UTC; stored at millisecond precision."""
+
+
+class CreateMemoriesRequest(_Body):
+    """``POST /v1/memory``."""
+
+    memories: list[NewMemory] = Field(min_length=1, max_length=MAX_MEMORIES_PER_REQUEST)
+
+
+NO_SIMILARITY_FLOOR = -1.0
+"""The cosine floor of a search that names no ``threshold``: every candidate passes."""
+
+
+class SearchRequest(_Body):
+    """``POST /v1/memory/search``: the caller's top ``limit`` memories for ``query``, ranked.
+
+    Unset ``limit`` → ``default_retrieval_limit``. Unset ``threshold`` → no similarity floor:
+    search is a ranking API and every hit reports its cosine ``similarity``, so a client cuts
+    where it wants. ``threshold`` is inclusive: a memory whose reported ``similarity`` equals
+    it is kept (both are compared as float32, the precision of the vectors). The configured
+    cosine floors (``default_similarity_threshold``, a decision's ``similarity_threshold``)
+    gate what chat requests *inject*, where an irrelevant memory costs prompt tokens; applied
+    to search they would hide memories that hybrid retrieval finds lexically with a low cosine
+    (README, "Measured")."""
+
+    query: Text = Field(min_length=1, max_length=16384)
+    limit: int | None = Field(None, gt=0, le=100)
+    threshold: float | None = Field(None, ge=-1, le=1)
+    types: list[MemoryType] | None = None
+    project_id: ProjectId | None = None
+
+
+class UpdateMemoryRequest(_Body):
+    """``PATCH /v1/memory/{id}``: fields to change (content re-embeds)."""
+
+    content: Content | None = Field(None, min_length=1)
+    type: MemoryType | None = None
+    project_id: ProjectId | None = None
+    metadata: Metadata | None = None
+    importance: float | None = Field(None, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _no_nulls(self) -> UpdateMemoryRequest:
+        nulls = [
+            f
+            for f in ("content", "type", "metadata", "importance")
+            if f in self.model_fields_set and getattr(self, f) is None
+        ]
+        if nulls:
+            raise ValueError(f"{', '.join(nulls)} cannot be null")
+        return self
+
+    def changes(self) -> dict[str, Any]:
+        """The fields the client set (``project_id: null`` removes the project)."""
+        return self.model_dump(exclude_unset=True)
+
+
+class EmbeddingsRequest(BaseModel):
+    """``POST /v1/embeddings`` (OpenAI shape; ``input`` a string or a list of strings)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    input: Text | list[Text]
+    model: str | None = None
+    encoding_format: str | None = Field(None, pattern="^float$")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data: Any) -> Any:
+        return check_json_text(data, "body")
+
+    def texts(self) -> list[str]:
+        return [self.input] if isinstance(self.input, str) else list(self.input)
+
+
+# --------------------------------------------------------------------------- response shapes
+# (declared in the OpenAPI document; handlers build the JSON directly)
+class MemoryOut(BaseModel):
+    """A memory as the API returns it (``Memory.public()``: no vector)."""
+
+    id: str
+    type: MemoryType
+    content: str
+    user_id: str
+    project_id: str | None = None
+    source: str
+    created_via: str
+    conversation_id: str | None = None
+    created_by_user_id: str | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    access_count: int
+    last_accessed: datetime | None = None
+    importance: float
+    metadata: dict[str, Any]
+
+
+class MemoriesOut(BaseModel):
+    """``POST /v1/memory`` → 201."""
+
+    memories: list[MemoryOut]
+
+
+class SearchHit(MemoryOut):
+    """A search result: the memory, its ranking ``score`` and its ``similarity`` (cosine;
+    for text the model cannot represent, the lexical coverage of the query, see README)."""
+
+    score: float
+    similarity: float
+
+
+class SearchOut(BaseModel):
+    """``POST /v1/memory/search``."""
+
+    memories: list[SearchHit]
+
+
+class MemoryPage(BaseModel):
+    """``GET /v1/memory``."""
+
+    memories: list[MemoryOut]
+    total: int
+    limit: int
+    offset: int
+
+
+class DeletedOut(BaseModel):
+    """``DELETE /v1/memory`` (scope) and ``DELETE /v1/memory/{id}``."""
+
+    deleted: int
+    id: str | None = None
+
+
+class EmbeddingOut(BaseModel):
+    """One vector of ``POST /v1/embeddings``."""
+
+    object: str
+    index: int
+    embedding: list[float]
+
+
+class EmbeddingsOut(BaseModel):
+    """``POST /v1/embeddings`` (OpenAI shape plus ``model_identity`` and ``truncated``)."""
+
+    object: str
+    data: list[EmbeddingOut]
+    model: str
+    model_identity: str
+    truncated: list[bool]
+    usage: dict[str, int]
+
+
+class HealthOut(BaseModel):
+    """``GET /health``: ``ok`` (200) or ``degraded`` (503) with the checks."""
+
+    model_config = ConfigDict(extra="allow")
+
+    status: str
+    store: bool
+    embedder: bool

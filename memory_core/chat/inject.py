@@ -1,0 +1,181 @@
+"""Memory injection into an OpenAI chat ``messages`` list (pure, no I/O).
+
+The injected block is delimited by explicit markers so it can be recognised and stripped
+later (by extraction, before a turn is auto-stored)::
+
+    <memory_context>
+    Relevant memories about the user (from earlier conversations). Use them only if they are
+    relevant to the request; do not repeat them verbatim:
+    - <content of memory 1>
+    - <content of memory 2>
+    </memory_context>
+
+Placements (``InjectionSettings.placement``):
+
+- ``current_turn`` (default): the block is appended to the LAST user message (after the user's
+  text, separated by a blank line). Every earlier message, the system prompt included, stays
+  byte-identical from one turn to the next, so a provider's prompt prefix cache keeps hitting
+  even when the retrieved memories change.
+- ``after_system``: a new ``{"role": "user", "content": block}`` message is inserted right
+  after the last ``system``/``developer`` message (at index 0 when there is none). Memories
+  changing between turns then invalidate the cached prefix from that point on.
+
+Rendering a memory (``render_memory_text``): whatever characters a memory holds, it cannot end
+the block or start a message of its own. Each memory is one line (every line break and
+separator folded into a space), control and format characters are dropped, and ``&``, ``<``,
+``>`` and every look-alike of the angle brackets are written as ``&amp;``/``&lt;``/``&gt;``,
+so no ``</memory_context>`` variant (spacing, case, full-width or other look-alike brackets,
+zero-width characters inside) and no chat-template control token (``<|im_start|>``,
+``</s>``, ``<start_of_turn>``; bracketed ``[INST]``-style tokens are written with
+``&#91;``/``&#93;``) survives into the block.
+
+Message shapes: ``{"role": str, "content": str | list[part] | None, ...}`` where a part is an
+OpenAI content part such as ``{"type": "text", "text": str}`` or ``{"type": "image_url", ...}``.
+Functions never mutate their inputs; changed messages are deep copies.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import unicodedata
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ..types import Memory
+
+BLOCK_START = "<memory_context>"
+BLOCK_END = "</memory_context>"
+BLOCK_HEADER = (
+    "Relevant memories about the user (from earlier conversations). "
+    "Use them only if they are relevant to the request; do not repeat them verbatim:"
+)
+PLACEMENTS = ("current_turn", "after_system")
+
+# An injected block, with the blank line that separates it from the user's text; a block
+# whose end marker is missing (e.g. a truncated echo) runs to the end of the text.
+_BLOCK = re.compile(
+    r"\n{0,2}" + re.escape(BLOCK_START) + r".*?(?:" + re.escape(BLOCK_END) + r"|\Z)",
+    re.DOTALL,
+)
+
+
+LESS_THAN_LOOKALIKES = "<\u02c2\u1438\u16b2\u2039\u2329\u226e\u276e\u27e8\u3008\ufe64\uff1c\U0001d236"
+GREATER_THAN_LOOKALIKES = ">\u02c3\u1433\u203a\u232a\u226f\u276f\u27e9\u3009\ufe65\uff1e\U0001d237\U00016f3f"
+"""``<``/``>`` and their look-alikes: every code point whose NFKC or NFD form holds the
+bracket (U+FE64/FE65 small, U+FF1C/FF1E full-width, U+226E/226F negated) and the angle
+brackets of Unicode's confusables list (confusables.txt for U+003C/U+003E)."""
+_ESCAPES = {
+    "&": "&amp;",
+    **{c: "&lt;" for c in LESS_THAN_LOOKALIKES},
+    **{c: "&gt;" for c in GREATER_THAN_LOOKALIKES},
+}
+_ESCAPE = re.compile("[" + re.escape("".join(_ESCAPES)) + "]")
+_CONTROL_TOKEN = re.compile(r"\[(/?[A-Z][A-Z_]+)\]")
+"""Bracketed control tokens of chat templates (``[INST]``, ``[/INST]``, ``[SYSTEM_PROMPT]``,
+``[TOOL_CALLS]`` ...), which some tokenizers turn into special tokens even inside text."""
+
+
+def render_memory_text(content: str) -> str:
+    """``content`` as one inert line of the memory block: control (Cc) and format (Cf)
+    characters dropped (a zero-width space cannot split a marker or hide one), every run of
+    whitespace and line/paragraph separators folded into one space, ``&``/``<``/``>`` and
+    their look-alikes escaped as HTML entities, bracketed upper-case control tokens written
+    with ``&#91;``/``&#93;``. The result holds no ``<``, ``>`` or look-alike and no line break,
+    so it can neither close the block nor start a message or a chat-template turn."""
+    visible = "".join(c for c in content if unicodedata.category(c) not in ("Cc", "Cf") or c.isspace())
+    text = " ".join(visible.split())
+    text = _ESCAPE.sub(lambda m: _ESCAPES[m.group()], text)
+    return _CONTROL_TOKEN.sub(lambda m: f"&#91;{m.group(1)}&#93;", text)
+
+
+def _memory_line(content: str) -> str:
+    return "- " + render_memory_text(content)
+
+
+def format_memory_block(memories: Iterable[Memory]) -> str:
+    """The marker-delimited block for ``memories`` (in the given order), no leading/trailing
+    newline. Raises nothing; an empty iterable gives a block with no memory lines."""
+    lines = [BLOCK_START, BLOCK_HEADER]
+    lines.extend(_memory_line(m.content) for m in memories)
+    lines.append(BLOCK_END)
+    return "\n".join(lines)
+
+
+def _last_index(messages: Sequence[dict], roles: tuple[str, ...]) -> int:
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        if isinstance(m, dict) and m.get("role") in roles:
+            return i
+    return -1
+
+
+def _append_block(message: dict, block: str) -> dict:
+    out = copy.deepcopy(message)
+    content = out.get("content")
+    if isinstance(content, list):
+        content.append({"type": "text", "text": block})
+    elif isinstance(content, str) and content:
+        out["content"] = content + "\n\n" + block
+    else:  # None or "" (or anything unexpected): the block becomes the content
+        out["content"] = block
+    return out
+
+
+def inject_memories(messages: list[dict], memories: list[Memory], placement: str = "current_turn") -> list[dict]:
+    """Return a new message list carrying ``memories`` in a ``<memory_context>`` block.
+
+    ``placement`` is ``"current_turn"`` or ``"after_system"`` (see the module docstring).
+    With ``current_turn`` and no user message at all, the block is placed as with
+    ``after_system``. No memories → a shallow copy of ``messages`` (same message objects).
+    The input list and its messages are never mutated; the changed message is a deep copy.
+
+    Raises ``ValueError`` for an unknown placement.
+    """
+    if placement not in PLACEMENTS:
+        raise ValueError(f"unknown placement {placement!r}; expected one of {PLACEMENTS}")
+    out = list(messages)
+    if not memories:
+        return out
+    block = format_memory_block(memories)
+    if placement == "current_turn":
+        idx = _last_index(out, ("user",))
+        if idx >= 0:
+            out[idx] = _append_block(out[idx], block)
+            return out
+    idx = _last_index(out, ("system", "developer"))
+    out.insert(idx + 1, {"role": "user", "content": block})
+    return out
+
+
+def strip_memory_block(text: str) -> str:
+    """Remove every injected ``<memory_context>`` block (and up to two newlines just before
+    it: the blank line ``inject_memories`` puts after the user's text) from ``text``. ``strip_memory_block(t + "\\n\\n" + block) == t``. An unterminated block
+    is removed up to the end of the text. Text without a block is returned unchanged."""
+    if not text or BLOCK_START not in text:
+        return text
+    return _BLOCK.sub("", text)
+
+
+def content_text(content: Any) -> str:
+    """Text of an OpenAI message ``content``: a string as is, a list of parts as its text parts
+    joined by a newline (non-text parts skipped), anything else ``""``."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            elif isinstance(part, str):
+                texts.append(part)
+        return "\n".join(texts)
+    return ""
+
+
+def last_user_text(messages: Sequence[dict]) -> str:
+    """Text of the last ``role == "user"`` message (text parts joined by a newline); ``""``
+    when there is none. The text is returned as sent (an injected block is NOT removed; use
+    ``strip_memory_block`` for that)."""
+    idx = _last_index(messages, ("user",))
+    return content_text(messages[idx].get("content")) if idx >= 0 else ""

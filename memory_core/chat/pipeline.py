@@ -1,0 +1,204 @@
+"""The memory side of one chat request, independent of Ray and HTTP.
+
+``MemoryPipeline.prepare`` does steps 2–7 of the request flow (DESIGN.md): match a decision,
+decide whether memory runs (and why not), retrieve with the last user message (the store
+embeds it, concurrently with its lexical search), pass the candidates through the reflection
+gate and inject them. ``MemoryPipeline.remember`` does step
+10 (auto-store of the turn). Both catch every store/embedder failure: memory must never fail
+a chat request; the outcome is reported to a ``MetricsSink``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from ..config import RouterConfig
+from ..sanitize import RequestContext, new_memory_id
+from ..stores.base import Store
+from ..types import Memory, MemoryType, RetrieveOptions, utcnow
+from .extract import turn_memory_content
+from .gate import select_gate
+from .inject import content_text, inject_memories, last_user_text
+from .routing import MemoryPolicy, effective_policy, select_decision, skip_reason
+
+log = logging.getLogger(__name__)
+
+MAX_QUERY_CHARS = 4096
+"""Characters of the last user message used to embed and search (the model reads 256 tokens
+at most; an unbounded query would make lexical scoring cost grow with the message)."""
+OVERFETCH = 3
+"""Candidates fetched per memory the route may inject, before the reflection gate."""
+
+
+class MetricsSink(Protocol):
+    """Where outcomes are counted. ``count(name, tags)``; ``observe(name, value_ms, tags)``."""
+
+    def count(self, name: str, tags: Mapping[str, str] | None = None) -> None: ...
+
+    def observe(self, name: str, value: float, tags: Mapping[str, str] | None = None) -> None: ...
+
+
+class NullMetrics:
+    """A sink that drops everything (library use, unit tests)."""
+
+    def count(self, name: str, tags: Mapping[str, str] | None = None) -> None:
+        return None
+
+    def observe(self, name: str, value: float, tags: Mapping[str, str] | None = None) -> None:
+        return None
+
+
+@dataclass
+class PreparedChat:
+    """The outcome of ``prepare``: the request body to forward and what ``remember`` needs."""
+
+    body: dict[str, Any]
+    policy: MemoryPolicy
+    user_id: str | None
+    project_id: str | None
+    conversation_id: str | None
+    user_text: str
+    skipped: str | None = None
+    injected: list[Memory] = field(default_factory=list)
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+class MemoryPipeline:
+    """Memory for chat requests. ``store`` is any ``Store`` (the store pool client in the
+    service, a plain store in tests): it embeds the query text and the memories it is given
+    without a vector with its own embedder, so its model identity holds. ``now`` is
+    injectable for tests."""
+
+    def __init__(
+        self,
+        config: RouterConfig,
+        *,
+        store: Store,
+        metrics: MetricsSink | None = None,
+        now: Callable[[], datetime] = utcnow,
+    ):
+        self.config = config
+        self._store = store
+        self.metrics = metrics or NullMetrics()
+        self._now = now
+
+    async def prepare(self, body: dict[str, Any], context: RequestContext) -> PreparedChat:
+        """Steps 2–7 for a validated chat body and the request's ``context`` (its headers,
+        parsed and checked once at the edge: ``sanitize.request_context``). Never raises for
+        store/embedder failures (the request then goes out without memory, outcome
+        ``error``)."""
+        messages = body.get("messages") or []
+        user_text = last_user_text(messages)
+        model = body.get("model")
+        decision = select_decision(self.config, model=model, last_user_message=user_text, headers=context.headers)
+        policy = effective_policy(self.config, decision)
+        user_id = context.user_id
+        prepared = PreparedChat(
+            body=body,
+            policy=policy,
+            user_id=user_id,
+            project_id=context.project_id,
+            conversation_id=context.conversation_id,
+            user_text=user_text,
+        )
+        last_role = messages[-1].get("role") if messages and isinstance(messages[-1], dict) else None
+        reason = skip_reason(
+            self.config,
+            policy,
+            model=model,
+            user_id=user_id,
+            memory_disabled=context.memory_disabled,
+            last_user_message=user_text,
+            last_role=last_role,
+        )
+        if reason is not None:
+            prepared.skipped = reason
+            self.metrics.count("memory_skipped", {"reason": reason, "decision": policy.decision_name or ""})
+            return prepared
+        assert user_id is not None  # else skip_reason says "no_user"
+        started = time.perf_counter()
+        query = user_text[:MAX_QUERY_CHARS]
+        try:
+            candidates = await self._store.retrieve(
+                RetrieveOptions(
+                    user_id=user_id,
+                    query=query,  # embedded by the store, overlapping its lexical search
+                    project_id=prepared.project_id,
+                    # over-fetch: the gate's dedup may drop near-copies that would otherwise
+                    # crowd distinct memories out of the limit
+                    limit=min(policy.retrieval_limit * OVERFETCH, 100),
+                    threshold=policy.similarity_threshold,
+                    hybrid=policy.hybrid,
+                    lexical_weight=policy.lexical_weight,
+                    temporal_boost=policy.temporal_boost,
+                )
+            )
+            t_retrieve = time.perf_counter()
+            kept = select_gate(policy.reflection).apply(candidates, policy.reflection, self._now())
+            injected = [c.memory for c in kept[: policy.retrieval_limit]]
+            new_body = body
+            if injected:
+                new_body = dict(body)
+                new_body["messages"] = inject_memories(messages, injected, policy.placement)
+        except Exception as e:  # memory must never fail the chat (steps 4–7)
+            log.warning("memory retrieval failed for decision %s: %r", policy.decision_name, e)
+            prepared.skipped = "error"
+            self.metrics.count("memory_retrieval_errors", {"decision": policy.decision_name or ""})
+            return prepared
+        prepared.injected, prepared.body = injected, new_body
+        t_done = time.perf_counter()
+        prepared.timings_ms = {
+            "retrieve": (t_retrieve - started) * 1000,  # query embedding included
+            "gate_inject": (t_done - t_retrieve) * 1000,
+        }
+        self.metrics.count("memory_injected_total", {"decision": policy.decision_name or ""})
+        self.metrics.observe("memory_injected_count", float(len(prepared.injected)), {})
+        self.metrics.observe("memory_overhead_ms", (t_done - started) * 1000, {})
+        return prepared
+
+    async def remember(self, prepared: PreparedChat, response: Mapping[str, Any]) -> Memory | None:
+        """Step 10: store the turn as one episodic memory ``"Q: <user>\\nA: <assistant>"``
+        (source ``conversation``, created_via ``auto_store``) when the policy auto-stores.
+        Returns the stored memory, or None (skipped or failed; failures are counted)."""
+        if prepared.skipped is not None and prepared.skipped != "error":
+            return None
+        if not prepared.policy.auto_store or not prepared.user_id:
+            return None
+        assistant_text = _assistant_text(response)
+        content = turn_memory_content(prepared.user_text, assistant_text, prepared.injected)
+        if content is None:
+            return None
+        memory = Memory(
+            id=new_memory_id(prepared.user_id),
+            type=MemoryType.EPISODIC,
+            content=content,
+            user_id=prepared.user_id,
+            project_id=prepared.project_id,
+            source="conversation",
+            created_via="auto_store",
+            conversation_id=prepared.conversation_id,
+            created_by_user_id=prepared.user_id,
+            metadata={"decision": prepared.policy.decision_name, "model": prepared.body.get("model")},
+        )
+        try:
+            stored = await self._store.store(memory)
+        except Exception as e:
+            log.warning("auto-store failed: %r", e)
+            self.metrics.count("memory_store_errors", {"decision": prepared.policy.decision_name or ""})
+            return None
+        self.metrics.count("memory_auto_stored_total", {"decision": prepared.policy.decision_name or ""})
+        return stored
+
+
+def _assistant_text(response: Mapping[str, Any]) -> str:
+    """Text of the first choice of an OpenAI chat.completion response ("" if none)."""
+    try:
+        content = response["choices"][0]["message"].get("content")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return ""
+    return content_text(content)

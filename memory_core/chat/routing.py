@@ -1,0 +1,414 @@
+"""Decision matching and the effective memory policy of a request (pure, no I/O).
+
+``select_decision`` picks the first ``routing.decisions[]`` entry whose match rules all hold;
+``effective_policy`` merges the global ``global.stores.memory`` settings with that decision's
+``memory`` plugin configuration; ``skip_reason`` says why memory is skipped for a request
+(each reason is counted by the service), or ``None`` when memory runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import unicodedata
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..config import Decision, MatchRules, ReflectionSettings, RouterConfig
+
+SKIP_REASONS = (
+    "header_disabled",
+    "no_user",
+    "decision_disabled",
+    "model_disabled",
+    "plugin_disabled",
+    "not_user_turn",
+    "empty_message",
+    "greeting",
+)
+"""Every value ``skip_reason`` may return, in the order they are checked."""
+
+
+# --------------------------------------------------------------------------- matching
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+def _lower_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
+    return {str(k).lower(): v for k, v in (headers or {}).items()}
+
+
+def rules_match(rules: MatchRules, *, model: str | None, last_user_message: str, headers: Mapping[str, str]) -> bool:
+    """Whether every non-empty rule of ``rules`` holds (see ``MatchRules``). ``headers`` must
+    already have lower-case names (``select_decision`` does this once)."""
+    if rules.models and model not in rules.models:
+        return False
+    text = last_user_message or ""
+    if rules.keywords:
+        low = text.casefold()
+        if not any(k.casefold() in low for k in rules.keywords):
+            return False
+    if rules.regex and not any(_compiled(p).search(text) for p in rules.regex):
+        return False
+    for name, value in rules.headers.items():
+        got = headers.get(name.lower())
+        if got is None or str(got).strip() != value.strip():
+            return False
+    return True
+
+
+def select_decision(
+    config: RouterConfig, *, model: str | None, last_user_message: str, headers: Mapping[str, str]
+) -> Decision | None:
+    """The first decision of ``config.routing.decisions`` (in order) whose rules all match:
+    ``models`` exact model name; ``keywords`` any, case-insensitive substring of the last user
+    message; ``regex`` any ``re.search`` on it; ``headers`` each named header (name
+    case-insensitive) equal to the value. A decision without rules matches every request (a
+    default). ``None`` when no decision matches (or there are none)."""
+    lowered = _lower_headers(headers)
+    for decision in config.routing.decisions:
+        if rules_match(decision.match, model=model, last_user_message=last_user_message, headers=lowered):
+            return decision
+    return None
+
+
+# --------------------------------------------------------------------------- policy
+
+
+@dataclass(frozen=True)
+class MemoryPolicy:
+    """What memory does for one request.
+
+    ``decision_name``: the matched decision (``None``: no decision). ``retrieval_limit``:
+    memories retrieved (before the reflection gate). ``similarity_threshold``: inclusive
+    cosine floor. ``reflection``: the merged gate settings. ``placement``: ``current_turn`` or
+    ``after_system``. ``hybrid``/``lexical_weight``/``temporal_boost``: retrieval ranking
+    (``global.stores.memory.retrieval``).
+    """
+
+    decision_name: str | None
+    enabled: bool
+    retrieval_limit: int
+    similarity_threshold: float
+    auto_store: bool
+    reflection: ReflectionSettings
+    placement: str
+    hybrid: bool
+    lexical_weight: float
+    temporal_boost: bool
+
+
+def _merge_reflection(base: ReflectionSettings, override) -> ReflectionSettings:
+    if override is None:
+        return base
+    updates = {k: v for k, v in override.model_dump(exclude_none=True).items()}
+    if not updates:
+        return base
+    return ReflectionSettings.model_validate({**base.model_dump(), **updates})
+
+
+def effective_policy(config: RouterConfig, decision: Decision | None) -> MemoryPolicy:
+    """Global ``global.stores.memory`` settings overridden, field by field, by the fields the
+    decision's ``memory`` plugin sets explicitly (not ``None``); the reflection override is
+    merged field by field too. Unset fields inherit the global value, and an explicit
+    ``enabled: false`` / ``auto_store: false`` wins over a global ``true`` (as an explicit
+    ``true`` wins over a global ``false``: the plugin is the more specific setting).
+
+    Memory is opt-in per decision: when the config has decisions, a decision without a memory
+    plugin, or no matching decision (``decision is None``), gives ``enabled=False``. When the
+    config has no decisions at all, the global settings apply as they are.
+    """
+    mem = config.memory
+    enabled = mem.enabled
+    limit = mem.default_retrieval_limit
+    threshold = mem.default_similarity_threshold
+    auto_store = mem.auto_store
+    reflection = mem.reflection
+    placement = mem.injection.placement
+    plugin = decision.memory_plugin() if decision is not None else None
+    if plugin is not None:
+        if plugin.enabled is not None:
+            enabled = plugin.enabled
+        if plugin.retrieval_limit is not None:
+            limit = plugin.retrieval_limit
+        if plugin.similarity_threshold is not None:
+            threshold = plugin.similarity_threshold
+        if plugin.auto_store is not None:
+            auto_store = plugin.auto_store
+        if plugin.placement is not None:
+            placement = plugin.placement
+        reflection = _merge_reflection(reflection, plugin.reflection)
+    elif config.routing.decisions:
+        enabled = False
+    return MemoryPolicy(
+        decision_name=decision.name if decision is not None else None,
+        enabled=enabled,
+        retrieval_limit=limit,
+        similarity_threshold=threshold,
+        auto_store=auto_store,
+        reflection=reflection,
+        placement=placement,
+        hybrid=mem.retrieval.hybrid,
+        lexical_weight=mem.retrieval.lexical_weight,
+        temporal_boost=mem.retrieval.temporal_boost,
+    )
+
+
+# --------------------------------------------------------------------------- skipping
+
+GREETING_PHRASES = frozenset(
+    {
+        # English greetings / acknowledgements / goodbyes
+        "hi",
+        "hii",
+        "hello",
+        "hey",
+        "heya",
+        "hiya",
+        "howdy",
+        "yo",
+        "sup",
+        "greetings",
+        "hi there",
+        "hello there",
+        "hey there",
+        "hello again",
+        "hi again",
+        "hey again",
+        "good morning",
+        "good afternoon",
+        "good evening",
+        "good night",
+        "morning",
+        "evening",
+        "thanks",
+        "thank you",
+        "thank u",
+        "thx",
+        "ty",
+        "tysm",
+        "thanks a lot",
+        "thanks so much",
+        "thank you so much",
+        "thank you very much",
+        "many thanks",
+        "cheers",
+        "much appreciated",
+        "appreciate it",
+        "ok",
+        "okay",
+        "k",
+        "kk",
+        "okie",
+        "alright",
+        "all right",
+        "cool",
+        "great",
+        "nice",
+        "awesome",
+        "perfect",
+        "wonderful",
+        "excellent",
+        "good",
+        "fine",
+        "sure",
+        "yes",
+        "yeah",
+        "yep",
+        "yup",
+        "got it",
+        "gotcha",
+        "understood",
+        "sounds good",
+        "will do",
+        "noted",
+        "lol",
+        "haha",
+        "bye",
+        "goodbye",
+        "bye bye",
+        "see you",
+        "see ya",
+        "see you later",
+        "later",
+        "cya",
+        "take care",
+        "welcome",
+        "you re welcome",
+        "np",
+        "no problem",
+        # Spanish, French, German, Italian, Portuguese
+        "hola",
+        "gracias",
+        "muchas gracias",
+        "adios",
+        "adiós",
+        "bonjour",
+        "salut",
+        "merci",
+        "merci beaucoup",
+        "au revoir",
+        "hallo",
+        "danke",
+        "danke schön",
+        "tschüss",
+        "ciao",
+        "grazie",
+        "olá",
+        "ola",
+        "obrigado",
+        "obrigada",
+        # Chinese
+        "你好",
+        "您好",
+        "嗨",
+        "哈喽",
+        "谢谢",
+        "谢谢你",
+        "谢谢您",
+        "多谢",
+        "感谢",
+        "好的",
+        "好",
+        "嗯",
+        "早上好",
+        "早安",
+        "晚上好",
+        "晚安",
+        "再见",
+        "拜拜",
+        "收到",
+        "明白",
+        "没问题",
+        # Japanese
+        "こんにちは",
+        "こんばんは",
+        "おはよう",
+        "おはようございます",
+        "ありがとう",
+        "ありがとうございます",
+        "どうも",
+        "どうもありがとう",
+        "はい",
+        "了解",
+        "さようなら",
+        "またね",
+        "よろしく",
+        "よろしくお願いします",
+        "おやすみ",
+        "おやすみなさい",
+        # Korean
+        "안녕",
+        "안녕하세요",
+        "안녕하십니까",
+        "감사합니다",
+        "고마워",
+        "고마워요",
+        "고맙습니다",
+        "네",
+        "넵",
+        "좋아요",
+        "알겠습니다",
+        "잘가",
+        "안녕히 가세요",
+        "안녕히 계세요",
+    }
+)
+"""Short greetings/acknowledgements (normalized: lower case, punctuation removed)."""
+GREETING_MAX_WORDS = 4
+_GREETING_MAX_PHRASE_WORDS = max(len(p.split()) for p in GREETING_PHRASES)
+_GREETING_MAX_PHRASE_CHARS = max(len(p) for p in GREETING_PHRASES)
+
+
+def _normalize_greeting(text: str) -> str:
+    # punctuation, symbols (emoji), marks (variation selectors), format chars (ZWJ) → space
+    out = []
+    for ch in text.casefold():
+        cat = unicodedata.category(ch)
+        out.append(" " if cat[0] in "PSZ" or cat in ("Cf", "Mn", "Me", "Cc") else ch)
+    return " ".join("".join(out).split())
+
+
+def _greeting_token(token: str) -> bool:
+    """A single space-free token made of greeting phrases glued together (CJK: "你好谢谢")."""
+    n = len(token)
+    ok = [True] + [False] * n
+    for i in range(n):
+        if ok[i]:
+            for j in range(i + 1, min(n, i + _GREETING_MAX_PHRASE_CHARS) + 1):
+                if token[i:j] in GREETING_PHRASES:
+                    ok[j] = True
+    return ok[n]
+
+
+def is_greeting(text: str) -> bool:
+    """Whether ``text`` is only a short greeting/acknowledgement ("hi", "Thanks!", "ok 👍",
+    "good morning", "你好", "ありがとう", "안녕하세요"): after removing punctuation, emoji and
+    case it has at most ``GREETING_MAX_WORDS`` words, all covered by ``GREETING_PHRASES``. An
+    emoji-only message ("👍") is an acknowledgement too. Empty/whitespace text is not a
+    greeting. "hi, what's my locker code?" is not one."""
+    if not text or not text.strip():
+        return False
+    norm = _normalize_greeting(text)
+    if not norm:
+        return True  # only emoji/punctuation: "👍", "🙏", "!!"
+    words = norm.split()
+    if len(words) > GREETING_MAX_WORDS:
+        return False
+    n = len(words)
+    ok = [True] + [False] * n
+    for i in range(n):
+        if not ok[i]:
+            continue
+        for j in range(i + 1, min(n, i + _GREETING_MAX_PHRASE_WORDS) + 1):
+            if " ".join(words[i:j]) in GREETING_PHRASES:
+                ok[j] = True
+        if not words[i].isascii() and _greeting_token(words[i]):
+            ok[i + 1] = True
+    return ok[n]
+
+
+def skip_reason(
+    config: RouterConfig,
+    policy: MemoryPolicy,
+    *,
+    model: str | None,
+    user_id: str | None,
+    memory_disabled: bool = False,
+    last_user_message: str,
+    last_role: str | None = "user",
+) -> str | None:
+    """Why memory is skipped for this request, or ``None`` when it runs. Checked in order
+    (the first that applies is returned; all are in ``SKIP_REASONS``):
+
+    ``header_disabled`` (``memory_disabled``: the request sent ``x-disable-router-memory:
+    true``, see ``sanitize.request_context``), ``no_user`` (no or blank user id),
+    ``decision_disabled`` (``policy.decision_name`` in ``memory.disabled_decisions``),
+    ``model_disabled`` (``model`` in ``memory.disabled_models``), ``plugin_disabled``
+    (``policy.enabled`` is false), ``not_user_turn`` (the request ends with a tool result or
+    assistant message — a tool-call loop continuing a turn that already had its memories;
+    injecting again would rewrite an earlier user message and store one memory per step),
+    ``empty_message`` (blank last user message),
+    ``greeting`` (only a short greeting/acknowledgement, see ``is_greeting``).
+    """
+    mem = config.memory
+    if memory_disabled:
+        return "header_disabled"
+    if user_id is None or not str(user_id).strip():
+        return "no_user"
+    if policy.decision_name is not None and policy.decision_name in mem.disabled_decisions:
+        return "decision_disabled"
+    if model is not None and model in mem.disabled_models:
+        return "model_disabled"
+    if not policy.enabled:
+        return "plugin_disabled"
+    if last_role is not None and last_role != "user":
+        return "not_user_turn"
+    if not last_user_message or not last_user_message.strip():
+        return "empty_message"
+    if is_greeting(last_user_message):
+        return "greeting"
+    return None

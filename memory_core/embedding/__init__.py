@@ -1,0 +1,65 @@
+"""Embedding models: which model identity they have, and the encoders that run them.
+
+Nothing here imports Ray; ``deployments/embedder.py`` wraps an encoder in a Serve deployment.
+
+- ``identity``: where a model's files are (``resolve_model_path``), its fingerprint
+  (``ModelIdentity``, ``compute_identity``, ``remote_identity``, ``check_identity``) and the
+  only copy of the collection-name rule (``ModelIdentity.collection_suffix``,
+  ``physical_name``, ``physical_collection_name``).
+- ``encoder``: the one ``Encoder`` protocol (``dimension``, ``max_seq_length``,
+  ``count_tokens``, async ``encode_async``) and its ``EncodeResult``: float32 vectors
+  ``[n, dim]``, a per-text ``truncated`` flag and per-text input token counts.
+- ``local`` (sentence-transformers, torch), ``onnx`` (the same model in ONNX Runtime, checked
+  against torch), ``remote`` (an OpenAI-compatible ``/v1/embeddings`` endpoint): encoders.
+- ``batching``: forward passes under count and padded-token bounds (``plan_batches``,
+  ``batch_cost``) and ``CoalescingEmbedFn``, which merges concurrent calls.
+- ``coverage``: how much of a text the model can represent (``TokenizerCoverage``).
+"""
+
+from .batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, CoalescingEmbedFn, batch_cost, plan_batches
+from .coverage import UNKNOWN_SHARE_LIMIT, TokenizerCoverage
+from .encoder import Encoder, EncodeResult
+from .identity import (
+    BUNDLED_MODELS,
+    BUNDLED_PREFIX,
+    ModelIdentity,
+    check_identity,
+    compute_identity,
+    model_label,
+    physical_collection_name,
+    physical_name,
+    remote_identity,
+    resolve_model_path,
+)
+from .local import LocalEncoder, open_local_encoder, pick_device
+from .onnx import ONNX_MAX_ABS_DIFF, ONNX_PROBE_TEXTS, OnnxEncoder
+from .remote import RemoteEncoder
+
+__all__ = [
+    "BUNDLED_MODELS",
+    "BUNDLED_PREFIX",
+    "DEFAULT_MAX_BATCH_SIZE",
+    "DEFAULT_MAX_BATCH_TOKENS",
+    "ONNX_MAX_ABS_DIFF",
+    "ONNX_PROBE_TEXTS",
+    "UNKNOWN_SHARE_LIMIT",
+    "CoalescingEmbedFn",
+    "EncodeResult",
+    "Encoder",
+    "LocalEncoder",
+    "ModelIdentity",
+    "OnnxEncoder",
+    "RemoteEncoder",
+    "TokenizerCoverage",
+    "batch_cost",
+    "check_identity",
+    "compute_identity",
+    "model_label",
+    "open_local_encoder",
+    "physical_collection_name",
+    "physical_name",
+    "pick_device",
+    "plan_batches",
+    "remote_identity",
+    "resolve_model_path",
+]

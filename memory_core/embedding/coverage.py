@@ -1,0 +1,73 @@
+"""How much of a text the embedding model can represent (its share of unknown tokens)."""
+
+from __future__ import annotations
+
+import json
+
+from ..config import EmbeddingSettings
+from .identity import resolve_model_path
+
+UNKNOWN_SHARE_LIMIT = 0.5
+"""Text of which more than this share of the visible characters falls into the model's
+unknown token (``[UNK]``) is *unrepresentable*: its vector says nothing about its meaning
+(with all-MiniLM-L6-v2 every Thai sentence is one ``[UNK]`` and gets the same vector), so its
+cosine with anything is meaningless and it is ranked lexically only."""
+
+
+class TokenizerCoverage:
+    """How much of a text the embedding model's tokenizer can represent.
+
+    ``unknown_share(text)`` = the share of ``text``'s non-whitespace characters that lie in
+    tokens mapped to the tokenizer's unknown token (character offsets from the model's own
+    tokenizer, ``tokenizer.json``, no truncation); ``represents(text)`` is
+    ``unknown_share(text) <= UNKNOWN_SHARE_LIMIT``. A tokenizer without an unknown token
+    (byte-level BPE) represents every text. Text with no visible character counts as
+    represented (nothing of it is unknown).
+
+    Built by ``from_settings`` (a local model; ``None`` for a remote endpoint, which has no
+    tokenizer to ask: then nothing is detected, see the README). Thread-safe for reads.
+    """
+
+    def __init__(self, tokenizer, unk_id: int | None, limit: float = UNKNOWN_SHARE_LIMIT):
+        self._tokenizer = tokenizer
+        self._unk_id = unk_id
+        self.limit = limit
+
+    @classmethod
+    def from_settings(cls, settings: EmbeddingSettings) -> TokenizerCoverage | None:
+        """The coverage check of the local model ``settings`` name (its ``tokenizer.json``),
+        ``None`` for a remote endpoint or a model without a fast tokenizer file. Raises
+        ``ConfigError`` when the model directory cannot be found."""
+        if settings.remote is not None:
+            return None
+        path = resolve_model_path(settings.model) / "tokenizer.json"
+        if not path.is_file():
+            return None
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(str(path))
+        tok.no_truncation()
+        tok.no_padding()
+        unk = None
+        model = json.loads(path.read_text()).get("model") or {}
+        unk_token = model.get("unk_token")
+        if isinstance(unk_token, str):
+            unk = tok.token_to_id(unk_token)
+        return cls(tok, unk)
+
+    def unknown_share(self, text: str) -> float:
+        """Share in [0, 1] of ``text``'s non-whitespace characters inside unknown tokens."""
+        visible = sum(1 for c in text if not c.isspace())
+        if self._unk_id is None or not visible:
+            return 0.0
+        enc = self._tokenizer.encode(text, add_special_tokens=False)
+        unknown = 0
+        for token_id, (start, end) in zip(enc.ids, enc.offsets, strict=True):
+            if token_id == self._unk_id:
+                unknown += sum(1 for c in text[start:end] if not c.isspace())
+        return min(1.0, unknown / visible)
+
+    def represents(self, text: str) -> bool:
+        """Whether the model's vector of ``text`` means something (``unknown_share`` ≤ the
+        limit)."""
+        return self.unknown_share(text) <= self.limit

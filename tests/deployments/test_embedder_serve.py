@@ -1,0 +1,89 @@
+"""The Embedder deployment in a real Serve application: concurrent single-text callers share
+batches, user_config changes the batch size without restarting the replica, a wrong identity
+fails startup."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from memory_core.embedding import compute_identity
+
+pytestmark = pytest.mark.integration
+
+APP = "embedder_test"
+
+
+@pytest.fixture(scope="module")
+def serve_embedder(serve_http_port, bundled_settings):
+    from ray import serve
+
+    from deployments.embedder import Embedder
+
+    identity = compute_identity(bundled_settings)
+
+    def deploy(user_config: dict):
+        # serve.run gives every call a random code version (so any redeploy restarts replicas);
+        # the declarative path (serve deploy serve_config.yaml) hashes import path + app args
+        # instead. Pin the version to the identity to get the declarative behaviour here.
+        app = Embedder.options(
+            ray_actor_options={"num_cpus": 0},
+            user_config=user_config,
+            max_ongoing_requests=128,
+            version=f"embedder-{identity.short}",
+            _internal=True,
+        ).bind(bundled_settings, identity, 1)
+        return serve.run(app, name=APP, route_prefix=None)
+
+    yield deploy, identity
+    serve.delete(APP)
+
+
+async def _concurrent(handle, n: int) -> list:
+    texts = [f"sentence number {i} about the weather in town {i % 7}" for i in range(n)]
+    return await asyncio.gather(*(handle.embed.remote([t]) for t in texts))
+
+
+async def test_batches_form_and_user_config_applies_without_restart(serve_embedder, local_encoder):
+    deploy, identity = serve_embedder
+    handle = deploy({"max_batch_size": 16, "batch_wait_timeout_s": 0.05})
+    info = await handle.info.remote()
+    assert info["identity"] == identity.digest and info["dimension"] == 384 and info["verifiable"]
+
+    # one call with several texts: same vectors as the in-process encoder, order kept
+    texts = ["the cat sat on the mat", "x " * 600, "quarterly revenue grew"]
+    out = await handle.embed.remote(texts)
+    assert out.identity == identity.digest and out.dimension == 384
+    assert out.truncated == [False, True, False]
+    ref = local_encoder.encode(texts).vectors
+    assert np.allclose(np.asarray(out.embeddings, dtype=np.float32), ref, atol=1e-4)
+    assert out.prompt_tokens == sum(min(c, 256) for c in local_encoder.count_tokens(texts))
+
+    before = await handle.stats.remote(reset=True)
+    results = await _concurrent(handle, 48)
+    assert all(len(r.embeddings) == 1 and len(r.embeddings[0]) == 384 for r in results)
+    stats = await handle.stats.remote(reset=True)
+    assert sum(stats["batch_sizes"]) == 48
+    assert max(stats["batch_sizes"]) > 1, stats["batch_sizes"]
+    assert max(stats["batch_sizes"]) <= 16
+
+    # same args, new user_config → reconfigure in place (same process, same start time)
+    handle = deploy({"max_batch_size": 2, "batch_wait_timeout_s": 0.05})
+    await _concurrent(handle, 24)
+    after = await handle.stats.remote(reset=True)
+    assert after["pid"] == before["pid"] and after["started"] == before["started"]
+    assert after["config"]["max_batch_size"] == 2
+    assert max(after["batch_sizes"]) == 2 and sum(after["batch_sizes"]) == 24
+
+
+async def test_token_budget_splits_batches(serve_embedder):
+    deploy, _ = serve_embedder
+    # budget of 256 padded tokens: two ~200-token texts can never share a batch
+    handle = deploy({"max_batch_size": 16, "batch_wait_timeout_s": 0.05, "max_batch_tokens": 256})
+    await handle.stats.remote(reset=True)
+    long_text = "word " * 198
+    await asyncio.gather(*(handle.embed.remote([long_text]) for _ in range(6)))
+    stats = await handle.stats.remote(reset=True)
+    assert stats["batch_sizes"] == [1] * 6

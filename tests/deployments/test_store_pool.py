@@ -1,0 +1,89 @@
+"""The store pool's pure parts, without Ray: the in-shard query encoder refuses a model of
+another identity and reproduces the Embedder's vectors under both runtimes."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import numpy as np
+import pytest
+
+from memory_core.errors import ConfigError, EmbeddingIdentityMismatch
+
+
+def test_store_shard_query_encoder_refuses_a_different_identity_and_matches_the_model(bundled_settings, local_encoder):
+    from deployments.store_pool import _in_shard_query_embedder
+    from memory_core.config import MemoryStoreSettings
+    from memory_core.embedding import compute_identity
+
+    settings = MemoryStoreSettings.model_validate(
+        {"embedding": bundled_settings.model_dump(mode="json"), "pool": {"query_embedding": "in_shard"}}
+    )
+    identity = compute_identity(bundled_settings)
+    with pytest.raises(EmbeddingIdentityMismatch, match="store shard .*rebuild"):
+        _in_shard_query_embedder(settings, dataclasses.replace(identity, digest="0" * 64))
+    with pytest.raises(ConfigError, match="whose identity can be checked"):
+        _in_shard_query_embedder(settings, dataclasses.replace(identity, verifiable=False))
+    for runtime in ("onnxruntime", "torch"):
+        runtime_settings = MemoryStoreSettings.model_validate(
+            {
+                "embedding": bundled_settings.model_dump(mode="json"),
+                "pool": {"query_embedding": "in_shard", "in_shard_runtime": runtime},
+            }
+        )
+        embed = _in_shard_query_embedder(runtime_settings, identity)
+        (got,) = asyncio.run(embed(["where is the spare key?"]))
+        assert np.allclose(got, local_encoder.encode(["where is the spare key?"]).vectors[0], atol=1e-5), runtime
+
+
+async def test_the_client_routes_by_user_and_raises_the_shards_errors_as_themselves():
+    """``StorePoolClient`` implements the store contract over typed shard methods: a batch goes
+    to the shard of its user, and an error raised in a shard (arriving as Ray's
+    ``RayTaskError``) is raised as itself, with its own message."""
+    from ray.exceptions import RayTaskError
+
+    from deployments.store_pool import StorePoolClient
+    from memory_core.errors import DuplicateMemory
+    from memory_core.stores import Store
+    from memory_core.stores.sharding import shard_for
+    from memory_core.types import Memory
+
+    calls = []
+
+    class Method:
+        def __init__(self, index, name):
+            self.index, self.name = index, name
+
+        async def remote(self, *args):
+            calls.append((self.index, self.name, args))
+            if args and args[0] and args[0][0].content == "boom":
+                raise RayTaskError(
+                    "store_many", "traceback", DuplicateMemory("memories already exist")
+                ).as_instanceof_cause()
+            return list(args[0])
+
+    class Shard:
+        def __init__(self, index):
+            self.store_many = Method(index, "store_many")
+
+    shards = [Shard(i) for i in range(4)]
+
+    class ShardHandles:
+        async def remote(self):
+            return shards
+
+    class Handle:
+        shard_handles = ShardHandles()
+
+    client = StorePoolClient(Handle())
+    assert isinstance(client, Store)
+    assert await client.store_many([]) == [] and calls == []
+    for user in ("alice", "bob", "carol"):
+        batch = [Memory(user_id=user, content="a"), Memory(user_id=user, content="b")]
+        out = await client.store_many(iter(batch))
+        assert [m.id for m in out] == [m.id for m in batch]
+        assert calls[-1] == (shard_for(user, 4), "store_many", (batch,))
+    with pytest.raises(DuplicateMemory) as e:
+        await client.store_many([Memory(user_id="bob", content="boom")])
+    assert type(e.value) is DuplicateMemory and str(e.value) == "memories already exist"

@@ -1,0 +1,151 @@
+"""The chat pipeline (``MemoryPipeline``) alone: an in-memory store, a fixed clock, a metrics
+sink that records — decision, skip reasons, retrieval, the reflection gate's recency decay,
+injection, auto-store with provenance, and failures that never fail the chat."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from memory_core.chat.inject import BLOCK_END, BLOCK_START
+from memory_core.chat.pipeline import MemoryPipeline
+from memory_core.config import load_config
+from memory_core.errors import StoreUnavailable
+from memory_core.sanitize import RequestContext
+from memory_core.stores import InMemoryStore
+from memory_core.testing.fake_embed import DIM, CountingEmbed
+from memory_core.types import Memory, MemoryType
+
+NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+CONFIG = {
+    "global": {"stores": {"memory": {"retrieval": {"hybrid": True}, "reflection": {"recency_half_life_days": 10}}}},
+    "routing": {
+        "decisions": [
+            {
+                "name": "scratch",
+                "match": {"models": ["scratch"]},
+                "plugins": [{"type": "memory", "configuration": {"enabled": False}}],
+            },
+            {
+                "name": "default",
+                "plugins": [
+                    {
+                        "type": "memory",
+                        "configuration": {"enabled": True, "similarity_threshold": 0.45, "retrieval_limit": 3},
+                    }
+                ],
+            },
+        ]
+    },
+}
+
+
+class Recorder:
+    def __init__(self):
+        self.counts: list[tuple[str, dict]] = []
+        self.observed: list[tuple[str, float]] = []
+
+    def count(self, name, tags=None):
+        self.counts.append((name, dict(tags or {})))
+
+    def observe(self, name, value, tags=None):
+        self.observed.append((name, value))
+
+
+class FailingStore(InMemoryStore):
+    async def retrieve(self, options, *, touch=True):
+        raise StoreUnavailable("down")
+
+    async def store(self, memory):
+        raise StoreUnavailable("down")
+
+
+def body(text: str, model: str = "assistant") -> dict:
+    return {"model": model, "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": text}]}
+
+
+def ctx(user: str | None = "alice", **kw) -> RequestContext:
+    return RequestContext(user_id=user, **kw)
+
+
+@pytest.fixture
+def store():
+    return InMemoryStore(embed=CountingEmbed(), dimension=DIM)
+
+
+def pipeline(store, metrics=None) -> MemoryPipeline:
+    return MemoryPipeline(load_config(CONFIG), store=store, metrics=metrics or Recorder(), now=lambda: NOW)
+
+
+async def test_retrieves_gates_and_injects_into_the_current_turn(store):
+    metrics = Recorder()
+    await store.store(Memory(user_id="alice", content="my locker code is 4817", created_at=NOW - timedelta(days=1)))
+    await store.store(Memory(user_id="alice", content="I like green tea", created_at=NOW - timedelta(days=1)))
+    await store.store(Memory(user_id="bob", content="my locker code is 1111"))
+    prepared = await pipeline(store, metrics).prepare(body("what is my locker code"), ctx())
+    assert prepared.skipped is None and prepared.policy.decision_name == "default"
+    assert [m.content for m in prepared.injected] == ["my locker code is 4817"]
+    system, user = prepared.body["messages"]
+    assert system == {"role": "system", "content": "Be brief."}  # untouched: the prefix cache keeps hitting
+    assert user["content"].startswith("what is my locker code\n\n" + BLOCK_START)
+    assert user["content"].endswith("- my locker code is 4817\n" + BLOCK_END)
+    assert ("memory_injected_total", {"decision": "default"}) in metrics.counts
+    assert ("memory_injected_count", 1.0) in metrics.observed
+    assert set(prepared.timings_ms) == {"retrieve", "gate_inject"}
+
+
+async def test_recency_decay_uses_the_injected_clock(store):
+    old = await store.store(Memory(user_id="alice", content="my bike is red", created_at=NOW - timedelta(days=30)))
+    new = await store.store(Memory(user_id="alice", content="my bike is red now", created_at=NOW - timedelta(hours=1)))
+    prepared = await pipeline(store).prepare(body("what colour is my bike"), ctx())
+    assert [m.id for m in prepared.injected][:2] == [new.id, old.id]  # 30 days = 3 half-lives
+
+
+@pytest.mark.parametrize(
+    ("request_body", "context", "reason"),
+    [
+        (body("what is my locker code"), ctx(None), "no_user"),
+        (body("what is my locker code"), ctx(memory_disabled=True), "header_disabled"),
+        (body("what is my locker code", model="scratch"), ctx(), "plugin_disabled"),
+        (body("thanks!"), ctx(), "greeting"),
+        (body("   "), ctx(), "empty_message"),
+        (
+            {"model": "m", "messages": [{"role": "user", "content": "q"}, {"role": "tool", "content": "42"}]},
+            ctx(),
+            "not_user_turn",
+        ),
+    ],
+)
+async def test_skip_reasons_are_counted_and_the_body_is_unchanged(store, request_body, context, reason):
+    metrics = Recorder()
+    await store.store(Memory(user_id="alice", content="my locker code is 4817"))
+    prepared = await pipeline(store, metrics).prepare(request_body, context)
+    assert prepared.skipped == reason and prepared.injected == [] and prepared.body is request_body
+    assert [name for name, _ in metrics.counts] == ["memory_skipped"]
+    assert metrics.counts[0][1]["reason"] == reason
+    assert await pipeline(store).remember(prepared, {"choices": [{"message": {"content": "ok"}}]}) is None
+
+
+async def test_remember_stores_the_turn_with_provenance_and_without_the_block(store):
+    await store.store(Memory(user_id="alice", content="my locker code is 4817"))
+    p = pipeline(store)
+    prepared = await p.prepare(body("what is my locker code"), ctx(project_id="gym", conversation_id="c-1"))
+    answer = {"choices": [{"message": {"content": [{"type": "text", "text": "It opens the blue locker."}]}}]}
+    stored = await p.remember(prepared, answer)
+    assert stored is not None
+    assert stored.content == "Q: what is my locker code\nA: It opens the blue locker."
+    assert BLOCK_START not in stored.content
+    assert (stored.type, stored.source, stored.created_via) == (MemoryType.EPISODIC, "conversation", "auto_store")
+    assert (stored.user_id, stored.project_id, stored.conversation_id) == ("alice", "gym", "c-1")
+    assert stored.metadata == {"decision": "default", "model": "assistant"}
+
+
+async def test_store_failures_never_fail_the_chat():
+    metrics = Recorder()
+    p = pipeline(FailingStore(embed=CountingEmbed(), dimension=DIM), metrics)
+    request = body("what is my locker code")
+    prepared = await p.prepare(request, ctx())
+    assert prepared.skipped == "error" and prepared.body is request
+    assert await p.remember(prepared, {"choices": [{"message": {"content": "ok"}}]}) is None
+    assert [n for n, _ in metrics.counts] == ["memory_retrieval_errors", "memory_store_errors"]

@@ -1,0 +1,123 @@
+"""BM25 index and tokenizer (memory_core.retrieval.lexical)."""
+
+import math
+
+import pytest
+
+from memory_core.retrieval.lexical import BM25Corpus, LexicalIndex, tokenize
+
+
+def test_tokenize_english_stop_words_stemming_possessive():
+    assert tokenize("When did Caroline's painting classes start?") == ["carolin", "paint", "class", "start"]
+    assert tokenize("I am going to the PARKS") == ["go", "park"]
+    assert tokenize("") == []
+    assert tokenize("the and of") == []
+
+
+def test_tokenize_numbers_and_apostrophes():
+    assert tokenize("Moved in 2019, didn't like it") == ["move", "2019", "like"]
+    assert tokenize("rock’n’roll") == tokenize("rock'n'roll")
+
+
+def test_tokenize_cjk_unigrams_and_bigrams():
+    assert tokenize("北京大学") == ["北", "京", "大", "学", "北京", "京大", "大学"]
+    assert tokenize("我喜欢Python编程") == ["我", "喜", "欢", "我喜", "喜欢", "python", "编", "程", "编程"]
+    assert tokenize("すし") == ["す", "し", "すし"]
+    assert tokenize("한국어") == ["한", "국", "어", "한국", "국어"]
+    assert tokenize("猫") == ["猫"]
+
+
+def _corpus(k1=1.2, b=0.75):
+    c = BM25Corpus(k1=k1, b=b)
+    c.add("d1", "apple banana")  # [appl, banana]            |D| = 2
+    c.add("d2", "apple apple cherry")  # [appl, appl, cherri]  |D| = 3
+    c.add("d3", "banana")  # [banana]                        |D| = 1
+    return c
+
+
+def test_bm25_exact_scores_hand_computed():
+    c = _corpus()
+    assert c.avgdl == pytest.approx(2.0)
+    # idf(apple) = ln(1 + (3 - 2 + 0.5) / (2 + 0.5)) = ln(1.6)
+    idf = math.log(1.6)
+    assert c.idf("appl") == pytest.approx(idf)
+    # d1: tf=1, |D|=2: 1·2.2 / (1 + 1.2·(0.25 + 0.75·2/2)) = 2.2/2.2 = 1
+    # d2: tf=2, |D|=3: 2·2.2 / (2 + 1.2·(0.25 + 0.75·3/2)) = 4.4/3.65
+    got = dict(c.search("apple"))
+    assert got["d1"] == pytest.approx(idf * 1.0)
+    assert got["d2"] == pytest.approx(idf * 4.4 / 3.65)
+    assert "d3" not in got
+    assert [i for i, _ in c.search("apple")] == ["d2", "d1"]
+    # two terms add up; cherry only in d2: idf = ln(1 + 2.5/1.5)
+    both = dict(c.search("apple cherry"))
+    cherry = math.log(1 + 2.5 / 1.5) * 1 * 2.2 / (1 + 1.2 * (0.25 + 0.75 * 1.5))
+    assert both["d2"] == pytest.approx(idf * 4.4 / 3.65 + cherry)
+    # a repeated query term counts once
+    assert dict(c.search("apple apple"))["d2"] == pytest.approx(got["d2"])
+
+
+def test_bm25_b0_k1_0_edge_parameters():
+    c = _corpus(k1=0.0, b=0.0)
+    # k1 = 0: tf saturates immediately, score = idf for any tf
+    got = dict(c.search("apple"))
+    assert got["d1"] == pytest.approx(math.log(1.6))
+    assert got["d2"] == pytest.approx(math.log(1.6))
+    with pytest.raises(ValueError):
+        BM25Corpus(k1=-1)
+    with pytest.raises(ValueError):
+        BM25Corpus(b=1.5)
+
+
+def test_incremental_add_remove_update_keep_statistics_exact():
+    c = _corpus()
+    c.add("d2", "cherry")  # update replaces the old version
+    assert c.avgdl == pytest.approx((2 + 1 + 1) / 3)
+    assert dict(c.search("apple")) == pytest.approx(
+        {"d1": math.log(1 + 2.5 / 1.5) * 2.2 / (1 + 1.2 * (0.25 + 0.75 * 2 / (4 / 3)))}
+    )
+    assert c.remove("d1") is True
+    assert c.remove("d1") is False
+    assert c.search("apple") == []
+    assert sorted(c.ids()) == ["d2", "d3"]
+    # a fresh corpus with the same documents scores identically (no stale statistics)
+    fresh = BM25Corpus()
+    fresh.add("d2", "cherry")
+    fresh.add("d3", "banana")
+    assert c.search("cherry banana") == fresh.search("cherry banana")
+
+
+def test_filters_and_remove_where():
+    c = BM25Corpus()
+    c.add("a", "garden tomatoes", project_id="p1", type="semantic")
+    c.add("b", "garden roses", project_id="p2", type="episodic")
+    c.add("c", "garden shed", project_id=None, type="episodic")
+    assert {i for i, _ in c.search("garden", project_id="p1")} == {"a"}
+    assert {i for i, _ in c.search("garden", types=["episodic"])} == {"b", "c"}
+    assert {i for i, _ in c.search("garden", project_id="p2", types=["semantic"])} == set()
+    assert sorted(c.remove_where(types=["episodic"])) == ["b", "c"]
+    assert [i for i, _ in c.search("garden")] == ["a"]
+
+
+def test_lexical_index_per_user_and_lru_eviction():
+    evicted = []
+    idx = LexicalIndex(max_users=2, on_evict=evicted.append)
+    idx.add("u1", "m1", "alpine hiking trip")
+    idx.add("u2", "m2", "alpine skiing")
+    assert [i for i, _ in idx.search("u1", "alpine")] == ["m1"]
+    assert [i for i, _ in idx.search("u2", "alpine")] == ["m2"]
+    assert idx.search("nobody", "alpine") == []
+    idx.corpus("u1")  # u1 is now most recently used
+    idx.add("u3", "m3", "alpine lakes")
+    assert evicted == ["u2"]
+    assert not idx.has_user("u2") and idx.has_user("u1") and idx.has_user("u3")
+    assert idx.remove("u1", "m1") is True
+    assert idx.search("u1", "alpine") == []
+    with pytest.raises(ValueError):
+        LexicalIndex(max_users=0)
+
+
+def test_search_limit_and_tie_order():
+    c = BM25Corpus()
+    for i in ("z", "y", "x"):
+        c.add(i, "same words here")
+    assert [i for i, _ in c.search("words", limit=2)] == ["x", "y"]
