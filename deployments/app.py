@@ -85,11 +85,21 @@ def deployment_options(overrides: dict[str, dict[str, Any]] | None = None) -> di
     return {name: {**opts, **(overrides or {}).get(name, {})} for name, opts in DEPLOYMENT_OPTIONS.items()}
 
 
-def build_app(args: dict[str, Any] | None = None, *, overrides: dict[str, dict[str, Any]] | None = None) -> Application:
-    """Build the memory-router application (``overrides``: deployment options over
-    ``DEPLOYMENT_OPTIONS``, for programmatic use; a Serve config file overrides them through its
-    ``deployments:`` entries). Raises ``ConfigError`` (naming the key) on an invalid
-    configuration, so ``serve run`` fails at start."""
+def build_app(args: dict[str, Any]) -> Application:
+    """The Serve application builder (``serve run deployments.app:build_app``, the config file's
+    ``import_path``): Serve calls it with the ``args`` dictionary alone (a builder must take
+    exactly one parameter). A Serve config file overrides deployment options through its
+    ``deployments:`` entries. Raises ``ConfigError`` (naming the key) on an invalid configuration,
+    so ``serve run`` fails at start."""
+    return build_application(args)
+
+
+def build_application(
+    args: dict[str, Any] | None = None, overrides: dict[str, dict[str, Any]] | None = None
+) -> Application:
+    """Build the memory-router application for programmatic use (tests, scripts):
+    ``overrides`` maps deployment name → options merged over ``DEPLOYMENT_OPTIONS``. Raises
+    ``ConfigError`` on an invalid configuration and ``ValueError`` on an unknown deployment."""
     config = AppArgs.model_validate(args or {}).load()
     settings = config.memory
     identity = compute_identity(settings.embedding)

@@ -209,9 +209,9 @@ class Traffic:
 
 
 def built(config: dict):
-    from deployments.app import build_app
+    from deployments.app import build_application
 
-    return build_app({"config": config})
+    return build_application({"config": config})
 
 
 def run_app(port: int, app) -> str:
@@ -654,11 +654,11 @@ class SlowUpstream:
 def test_overload_is_refused_with_429_not_queued(serve_http_port, tmp_path):
     from ray import serve
 
-    from deployments.app import build_app
+    from deployments.app import build_application
 
     with SlowUpstream(delay_s=1.0) as upstream:
         # tiny limits: one request running in the ingress, one waiting in the proxy's queue
-        tight = build_app(
+        tight = build_application(
             {"config": app_config(tmp_path, upstream_url=upstream.base_url)},
             overrides={"MemoryIngress": {"max_ongoing_requests": 1, "max_queued_requests": 1}},
         )
