@@ -26,6 +26,7 @@ from ray.serve import Application
 from memory_core.config import RouterConfig, load_config
 from memory_core.embedding import compute_identity
 
+from .consolidator import Consolidator
 from .echo import EchoUpstream
 from .embedder import DEFAULT_USER_CONFIG, Embedder
 from .http.ingress import MemoryIngress
@@ -53,6 +54,11 @@ DEPLOYMENT_OPTIONS: dict[str, dict[str, Any]] = {
         "backpressure_config": {"status_code": 429, "retry_after_s": 1},
     },
     "EchoUpstream": {"ray_actor_options": {"num_cpus": 0}},
+    "Consolidator": {
+        "num_replicas": 1,  # one loop per application
+        "ray_actor_options": {"num_cpus": 0},
+        "user_config": {"enabled": True, "interval_s": 60.0, "max_users_per_pass": 100},
+    },
 }
 """Default options of each deployment (``serve.deployment`` keyword arguments)."""
 
@@ -113,4 +119,5 @@ def build_application(
     embedder = Embedder.options(**o["Embedder"]).bind(settings.embedding, identity)
     store_pool = StorePool.options(**o["StorePool"]).bind(settings, identity, embedder)
     echo = EchoUpstream.options(**o["EchoUpstream"]).bind() if not config.global_.upstream.base_url else None
-    return MemoryIngress.options(**o["MemoryIngress"]).bind(config, embedder, store_pool, echo)
+    consolidator = Consolidator.options(**o["Consolidator"]).bind(store_pool) if settings.curation.enabled else None
+    return MemoryIngress.options(**o["MemoryIngress"]).bind(config, embedder, store_pool, echo, consolidator)

@@ -12,6 +12,14 @@ _COUNTERS = {
     "memory_injected_total": ("Chat requests that went through retrieval and injection", ("decision",)),
     "memory_auto_stored_total": ("Turns auto-stored as episodic memories", ("decision",)),
     "memory_store_errors": ("Auto-store failures (the chat still succeeded)", ("decision",)),
+    "memory_extraction": (
+        "What auto-store kept of a turn (semantic/procedural/episodic/window) or why it skipped it",
+        ("outcome", "decision"),
+    ),
+    "memory_writes": (
+        "Auto-store writes by outcome (created, reinforced, refined, quarantined)",
+        ("outcome", "decision"),
+    ),
     "memory_requests_refused": ("Chat requests refused before memory ran, by reason (invalid_header)", ("reason",)),
 }
 _HISTOGRAMS = {

@@ -35,11 +35,21 @@ from memory_core.errors import (
     ConfigError,
     EmbeddingIdentityMismatch,
     EmbeddingUnavailable,
+    InvalidInput,
     MemoryError_,
     StoreUnavailable,
 )
+from memory_core.stores.curating import ConsolidationReport, CuratingStore
 from memory_core.stores.sharding import shard_for
-from memory_core.types import ListResult, Memory, MemoryType, RetrieveOptions, ScoredMemory
+from memory_core.types import (
+    ListResult,
+    Memory,
+    MemoryState,
+    MemoryType,
+    RetrieveOptions,
+    ScoredMemory,
+    WriteResult,
+)
 
 from .embedder import EmbedResponse
 
@@ -139,6 +149,9 @@ class StoreShard:
     async def store_many(self, memories: list[Memory]) -> list[Memory]:
         return await self._store.store_many(memories)
 
+    async def write(self, memories: list[Memory]) -> list[WriteResult]:
+        return await self._store.write(memories)
+
     async def retrieve(self, options: RetrieveOptions) -> list[ScoredMemory]:
         return await self._store.retrieve(options)
 
@@ -155,9 +168,17 @@ class StoreShard:
         return await self._store.update(memory_id, user_id, changes)
 
     async def list(
-        self, user_id: str, types: list[MemoryType] | None, project_id: str | None, limit: int, offset: int
+        self,
+        user_id: str,
+        types: list[MemoryType] | None,
+        project_id: str | None,
+        limit: int,
+        offset: int,
+        states: list[MemoryState] | None,
     ) -> ListResult:
-        return await self._store.list(user_id, types=types, project_id=project_id, limit=limit, offset=offset)
+        return await self._store.list(
+            user_id, types=types, project_id=project_id, limit=limit, offset=offset, states=states
+        )
 
     async def forget(self, memory_id: str, user_id: str) -> None:
         await self._store.forget(memory_id, user_id)
@@ -167,6 +188,30 @@ class StoreShard:
 
     async def check_connection(self) -> bool:
         return await self._store.check_connection()
+
+    # ------------------------------------------------------------------ the lifecycle (curation)
+    def _curating(self) -> CuratingStore:
+        if not isinstance(self._store, CuratingStore):
+            raise InvalidInput("memory curation is disabled (global.stores.memory.curation.enabled: false)")
+        return self._store
+
+    async def history(self, memory_id: str, user_id: str) -> list[Memory]:
+        return await self._curating().history(memory_id, user_id)
+
+    async def restore(self, memory_id: str, user_id: str) -> Memory:
+        return await self._curating().restore(memory_id, user_id)
+
+    async def unmerge(self, memory_id: str, user_id: str) -> list[Memory]:
+        return await self._curating().unmerge(memory_id, user_id)
+
+    async def consolidate(self, user_id: str) -> ConsolidationReport:
+        return await self._curating().consolidate(user_id)
+
+    def take_dirty_users(self, limit: int) -> list[str]:
+        """Users with writes since their last consolidation pass (the consolidation loop's
+        work list); ``[]`` when curation is off."""
+        store = self._store
+        return store.take_dirty_users(limit) if isinstance(store, CuratingStore) else []
 
     async def open(self) -> None:
         """Connect and create or check the collection now, so a misconfiguration (e.g. an
@@ -289,8 +334,27 @@ class StorePoolClient:
             return []
         return await self._call(batch[0].user_id, lambda s: s.store_many.remote(batch), read=False)
 
+    async def write(self, memories: Sequence[Memory]) -> list[WriteResult]:
+        """``Store.write`` on the shard of ``memories[0].user_id``; ``[]`` for none."""
+        batch = list(memories)
+        if not batch:
+            return []
+        return await self._call(batch[0].user_id, lambda s: s.write.remote(batch), read=False)
+
     async def retrieve(self, options: RetrieveOptions) -> list[ScoredMemory]:
         return await self._call(options.user_id, lambda s: s.retrieve.remote(options), read=True)
+
+    async def history(self, memory_id: str, user_id: str) -> list[Memory]:
+        return await self._call(user_id, lambda s: s.history.remote(memory_id, user_id), read=True)
+
+    async def restore(self, memory_id: str, user_id: str) -> Memory:
+        return await self._call(user_id, lambda s: s.restore.remote(memory_id, user_id), read=False)
+
+    async def unmerge(self, memory_id: str, user_id: str) -> list[Memory]:
+        return await self._call(user_id, lambda s: s.unmerge.remote(memory_id, user_id), read=False)
+
+    async def consolidate(self, user_id: str) -> ConsolidationReport:
+        return await self._call(user_id, lambda s: s.consolidate.remote(user_id), read=False)
 
     async def record_access(self, memory_ids: Iterable[str], user_id: str) -> datetime:
         ids = list(memory_ids)
@@ -313,9 +377,13 @@ class StorePoolClient:
         project_id: str | None = None,
         limit: int = 50,
         offset: int = 0,
+        states: Sequence[MemoryState] | None = None,
     ) -> ListResult:
         kinds = list(types) if types else None
-        return await self._call(user_id, lambda s: s.list.remote(user_id, kinds, project_id, limit, offset), read=True)
+        wanted = list(states) if states else None
+        return await self._call(
+            user_id, lambda s: s.list.remote(user_id, kinds, project_id, limit, offset, wanted), read=True
+        )
 
     async def forget(self, memory_id: str, user_id: str) -> None:
         await self._call(user_id, lambda s: s.forget.remote(memory_id, user_id), read=False)

@@ -228,7 +228,12 @@ def test_conversation_and_project_ids_follow_the_rest_limits_in_chat(base_url, n
 )
 def test_memory_text_cannot_close_the_block_or_fake_a_role(base_url, new_user, content):
     u = new_user()
-    create(base_url, u, f"The secret word is pelican. {content}")
+    (memory,) = create(base_url, u, f"The secret word is pelican. {content}")
+    if memory["state"] == "quarantined":
+        # screening kept the text shaped as a role/template token out of injection; an
+        # operator releasing it must still get it rendered safely
+        released = httpx.post(f"{base_url}/v1/memory/{memory['id']}/restore", headers=h(u), timeout=30)
+        assert released.status_code == 200 and released.json()["state"] == "active", released.text
     chat = {"model": "assistant", "messages": [{"role": "user", "content": "What is the secret word? pelican"}]}
     r = httpx.post(f"{base_url}/v1/chat/completions", json=chat, headers=h(u))
     assert r.status_code == 200 and int(r.headers["x-memory-injected"]) == 1

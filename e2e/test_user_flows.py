@@ -89,3 +89,43 @@ def test_route_without_memory_and_anonymous_requests(base_url, new_user):
     assert "4817" not in answer and headers["x-memory-skipped"] == "plugin_disabled"
     answer, headers = chat(base_url, None, [{"role": "user", "content": QUESTION}])
     assert headers["x-memory-skipped"] == "no_user" and answer == f"user: {QUESTION}"
+
+
+def _block(answer: str) -> str:
+    return answer[answer.index("<memory_context>") :] if "<memory_context>" in answer else ""
+
+
+def test_a_moved_user_is_remembered_where_they_live_now(base_url, new_user):
+    """The characterization of issue 12 through chat: Boston, then "I moved to San Francisco",
+    then in a new conversation "Where do I live?": only San Francisco is injected."""
+    u = new_user()
+    chat(base_url, u, [{"role": "user", "content": "I live in Boston."}])
+    wait_for(base_url, u, 1)
+    chat(base_url, u, [{"role": "user", "content": "I moved to San Francisco last month."}])
+    deadline = time.time() + 30
+    while time.time() < deadline and not memories(base_url, u, state="superseded")["total"]:
+        time.sleep(0.3)
+    (old,) = memories(base_url, u, state="superseded")["memories"]
+    assert "Boston" in old["content"] and old["superseded_by"]
+    answer, headers = chat(base_url, u, [{"role": "user", "content": "Where do I live?"}])
+    block = _block(answer)
+    assert "San Francisco" in block and "Boston" not in block, answer
+    history = httpx.get(f"{base_url}/v1/memory/{old['id']}/history", headers={"x-authz-user-id": u}, timeout=30)
+    assert [m["state"] for m in history.json()["memories"]] == ["superseded", "active"]
+
+
+def test_one_fact_told_twice_is_one_record_injected_once(base_url, new_user):
+    u = new_user()
+    chat(base_url, u, [{"role": "user", "content": FACT}])
+    wait_for(base_url, u, 1)
+    r = httpx.post(
+        f"{base_url}/v1/memory",
+        json={"memories": [{"content": "My locker code is 4817."}]},
+        headers={"x-authz-user-id": u},
+        timeout=30,
+    )
+    assert r.status_code == 201 and r.json()["outcomes"][0]["outcome"] == "reinforced", r.text
+    answer, _ = chat(base_url, u, [{"role": "user", "content": QUESTION}])
+    assert _block(answer).count("4817") == 1, answer
+    time.sleep(1)  # the question's own turn stores nothing: it states nothing
+    assert memories(base_url, u)["total"] == 1

@@ -228,6 +228,90 @@ class PoolSettings(_Strict):
     in_shard_runtime: Literal["onnxruntime", "torch"] = "onnxruntime"
 
 
+class ConsolidationSettings(_Strict):
+    """Near-duplicate merging (``memory_core.curation.consolidate``): memories join a group when
+    their cosine with every member is ≥ ``min_cosine`` and their word Jaccard ≥ ``min_jaccard``
+    (the reference router uses Jaccard ≥ 0.60). One pass looks at most at ``max_memories`` of
+    a user's active memories and merges at most ``max_groups`` groups."""
+
+    min_cosine: float = Field(default=0.80, ge=-1, le=1)
+    min_jaccard: float = Field(default=0.60, gt=0, le=1)
+    max_memories: int = Field(default=2000, ge=2)
+    max_groups: int = Field(default=100, ge=1)
+
+
+class RetentionSettings(_Strict):
+    """How long memories of each type live (days; ``null``: forever). An expired memory is
+    never injected or returned and the consolidation loop deletes it."""
+
+    semantic_days: float | None = Field(default=None, gt=0)
+    procedural_days: float | None = Field(default=None, gt=0)
+    episodic_days: float | None = Field(default=None, gt=0)
+
+    def days(self, kind: str) -> float | None:
+        return {"semantic": self.semantic_days, "procedural": self.procedural_days, "episodic": self.episodic_days}[
+            kind
+        ]
+
+
+class LLMSettings(_Strict):
+    """A model reached through an OpenAI-compatible ``/v1/chat/completions`` endpoint, for the
+    optional LLM extractor and judge (off by default). ``base_url`` ``null``: the
+    application's upstream (``global.upstream``; the extractor only — the judge runs in the
+    store shard and needs its own ``base_url``). ``model`` ``null``: the chat request's model
+    (extractor) — the judge needs a model. ``api_key_env``: the environment variable holding
+    the bearer key."""
+
+    enabled: bool = False
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str | None = None
+    timeout_s: float = Field(default=20.0, gt=0)
+    max_calls: int = Field(default=3, ge=1, le=32)
+    """Judge: model calls per write at most (pairs the rules call compatible, most similar
+    first). Extractor: unused."""
+
+
+class CurationSettings(_Strict):
+    """What happens to every write (``memory_core.stores.curating``): screening, one record per
+    fact, supersession.
+
+    A new memory is compared with the owner's ``candidates`` most similar active memories of
+    the same type and project whose cosine is ≥ ``candidate_min_cosine``; the rules of
+    ``memory_core.curation.judge`` decide duplicate / refines / supersedes / compatible, and a
+    pair the rules call compatible is still a duplicate when its cosine is ≥
+    ``dedup_min_cosine`` and it names the same values. ``screening``: text shaped as
+    instructions to the model is stored ``quarantined``."""
+
+    enabled: bool = True
+    screening: bool = True
+    candidates: int = Field(default=8, ge=1, le=100)
+    candidate_min_cosine: float = Field(default=0.30, ge=-1, le=1)
+    dedup_min_cosine: float = Field(default=0.92, ge=-1, le=1)
+    consolidation: ConsolidationSettings = Field(default_factory=ConsolidationSettings)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    llm_judge: LLMSettings = Field(default_factory=LLMSettings)
+    """Second opinion of a model on pairs the rules call compatible (``curation.llm``)."""
+
+    @model_validator(mode="after")
+    def _judge_is_reachable(self) -> CurationSettings:
+        if self.llm_judge.enabled and not (self.llm_judge.base_url and self.llm_judge.model):
+            raise ValueError("curation.llm_judge needs base_url and model when enabled")
+        return self
+
+
+class ExtractionSettings(_Strict):
+    """What a chat turn leaves in memory (``memory_core.chat.extract``): the user's typed
+    statements, and every ``window_every``-th user turn (0: never) a window of the last
+    ``window_turns`` exchanges of both speakers (the reference router: 5 turns every 3rd)."""
+
+    window_turns: int = Field(default=5, ge=1, le=50)
+    window_every: int = Field(default=3, ge=0, le=100)
+    llm: LLMSettings = Field(default_factory=LLMSettings)
+    """The optional LLM extractor (``chat.llm_extract``): typed facts from a model call after
+    the answer instead of the rules (windows stay); the rules again when the call fails."""
+
+
 class MemoryStoreSettings(_Strict):
     """``global.stores.memory``."""
 
@@ -245,6 +329,8 @@ class MemoryStoreSettings(_Strict):
     reflection: ReflectionSettings = Field(default_factory=ReflectionSettings)
     injection: InjectionSettings = Field(default_factory=InjectionSettings)
     pool: PoolSettings = Field(default_factory=PoolSettings)
+    curation: CurationSettings = Field(default_factory=CurationSettings)
+    extraction: ExtractionSettings = Field(default_factory=ExtractionSettings)
     disabled_decisions: list[str] = Field(default_factory=list)
     disabled_models: list[str] = Field(default_factory=list)
 

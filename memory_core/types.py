@@ -22,6 +22,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+WINDOW_CREATED_VIA = "auto_store_window"
+"""``created_via`` of the conversation windows auto-store writes (``chat.extract``); curation
+screens them line by line (``curation.screening.screen_window``)."""
+
+
 class MemoryType(str, Enum):
     """Kinds of memory (after the CoALA taxonomy: Sumers et al., 2023).
 
@@ -35,6 +40,25 @@ class MemoryType(str, Enum):
     EPISODIC = "episodic"
 
 
+class MemoryState(str, Enum):
+    """Where a memory is in its life (only ``active`` memories are injected into chats):
+
+    - ``active``: true as far as the service knows.
+    - ``superseded``: a newer memory contradicts it (same subject, new value);
+      ``superseded_by`` names that memory and ``valid_to`` when it stopped being true. Kept
+      for history; an operator can restore it.
+    - ``consolidated``: merged with near-duplicates into one memory (``merged_into``); kept,
+      and the merge can be undone.
+    - ``quarantined``: its text reads as instructions to the model (a prompt-injection
+      shape); never injected, visible to operators, who can release it.
+    """
+
+    ACTIVE = "active"
+    SUPERSEDED = "superseded"
+    CONSOLIDATED = "consolidated"
+    QUARANTINED = "quarantined"
+
+
 class Memory(BaseModel):
     """One memory record, owned by ``user_id`` and optionally scoped by ``project_id``.
 
@@ -45,6 +69,12 @@ class Memory(BaseModel):
 
     ``id``: when not given, a fresh id scoped to ``user_id`` (``sanitize.new_memory_id``: 32
     lowercase hex). Stores refuse ids of another format (``sanitize.MEMORY_ID_PATTERN``).
+
+    Lifecycle (see ``MemoryState``): ``state``; ``superseded_by`` (the memory that replaced
+    this one) with ``valid_from``/``valid_to`` (when it held: ``valid_from`` defaults to
+    ``created_at``); ``merged_into``/``merged_from`` (consolidation); ``state_reason`` (why
+    it left ``active``, e.g. the rule that fired); ``expires_at`` (retention: never injected
+    after it, purged by the consolidation loop).
     """
 
     model_config = ConfigDict(use_enum_values=False, validate_assignment=False)
@@ -64,6 +94,14 @@ class Memory(BaseModel):
     last_accessed: datetime | None = None
     importance: float = Field(default=0.5, ge=0.0, le=1.0)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    state: MemoryState = MemoryState.ACTIVE
+    superseded_by: str | None = None
+    merged_into: str | None = None
+    merged_from: list[str] = Field(default_factory=list)
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    expires_at: datetime | None = None
+    state_reason: str | None = None
     embedding: list[float] | None = None
     embedding_identity: str | None = None
 
@@ -74,7 +112,7 @@ class Memory(BaseModel):
             return {**data, "id": new_memory_id(data["user_id"])}
         return data
 
-    @field_validator("created_at", "updated_at", "last_accessed")
+    @field_validator("created_at", "updated_at", "last_accessed", "valid_from", "valid_to", "expires_at")
     @classmethod
     def _aware(cls, v: datetime | None) -> datetime | None:
         if v is not None and v.tzinfo is None:
@@ -84,6 +122,14 @@ class Memory(BaseModel):
     def public(self) -> dict[str, Any]:
         """JSON-ready dict for the HTTP API (no vector)."""
         return self.model_dump(mode="json", exclude={"embedding", "embedding_identity"})
+
+    def expired(self, now: datetime) -> bool:
+        """Whether ``expires_at`` has passed at ``now``."""
+        return self.expires_at is not None and self.expires_at <= now
+
+    def injectable(self, now: datetime) -> bool:
+        """``active`` and not expired: the only memories a chat request may be given."""
+        return self.state == MemoryState.ACTIVE and not self.expired(now)
 
 
 def as_float32(value: float) -> float:
@@ -102,8 +148,9 @@ def passes_floor(similarity: float, threshold: float) -> bool:
 class RetrieveOptions(BaseModel):
     """Options of ``MemoryStore.retrieve``.
 
-    ``user_id`` must be non-empty (never "all users"). ``threshold`` is inclusive and applies
-    to cosine similarity. ``query`` is the text (used by the lexical side of hybrid retrieval
+    ``user_id`` must be non-empty (never "all users"). ``states``: the lifecycle states
+    searched (default ``active`` only; expired memories are never returned). ``threshold`` is
+    inclusive and applies to cosine similarity. ``query`` is the text (used by the lexical side of hybrid retrieval
     and to embed when ``embedding`` is absent). ``hybrid`` enables lexical+vector fusion
     where the store supports it.
     """
@@ -112,6 +159,7 @@ class RetrieveOptions(BaseModel):
 
     user_id: str
     query: str = ""
+    states: tuple[MemoryState, ...] = (MemoryState.ACTIVE,)
     embedding: list[float] | None = None
     embedding_identity: str | None = None
     project_id: str | None = None
@@ -125,11 +173,14 @@ class RetrieveOptions(BaseModel):
 
 class ScoredMemory(BaseModel):
     """A retrieved memory. ``score`` is what results are ranked by (cosine similarity for plain
-    vector retrieval; the fused score for hybrid retrieval); ``similarity`` is always cosine."""
+    vector retrieval; the fused score for hybrid retrieval); ``similarity`` is always cosine.
+    ``resolved_from``: the id of the superseded (or consolidated) memory that matched the query
+    when ``memory`` is the one that replaced it (``CuratingStore.retrieve``); else ``None``."""
 
     memory: Memory
     score: float
     similarity: float
+    resolved_from: str | None = None
 
 
 class ListResult(BaseModel):
@@ -137,3 +188,29 @@ class ListResult(BaseModel):
 
     memories: list[Memory]
     total: int
+
+
+class WriteOutcome(str, Enum):
+    """What a write did with one memory (``Store.write``):
+
+    - ``created``: stored as a new record;
+    - ``reinforced``: the owner already held this fact; that record was reinforced (access
+      count, last seen, importance) and is returned instead;
+    - ``refined``: the owner held this fact with less detail; that record now says what the new
+      memory says (same id) and was reinforced;
+    - ``quarantined``: stored, but ``quarantined`` (it reads as instructions to the model).
+    """
+
+    CREATED = "created"
+    REINFORCED = "reinforced"
+    REFINED = "refined"
+    QUARANTINED = "quarantined"
+
+
+class WriteResult(BaseModel):
+    """The outcome of writing one memory: the ``memory`` that now holds the fact, the
+    ``outcome``, and the ids of the memories it ``superseded`` (now ``superseded``)."""
+
+    memory: Memory
+    outcome: WriteOutcome = WriteOutcome.CREATED
+    superseded: list[str] = Field(default_factory=list)

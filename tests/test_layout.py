@@ -2,7 +2,7 @@
 
 - ``memory_core`` imports no Ray, no FastAPI/Starlette and nothing of ``deployments``;
 - inside ``memory_core`` every import goes down the layers (or stays in its own room):
-  ``types/errors/sanitize/config`` ← ``embedding``, ``retrieval`` ← ``stores`` ← ``chat`` ←
+  ``types/errors/sanitize/config`` ← ``embedding``, ``retrieval`` ← ``curation`` ← ``stores`` ← ``chat`` ←
   ``migration``, ``cli``;
 - no import cycle among the modules of ``memory_core`` and ``deployments``.
 """
@@ -20,6 +20,7 @@ LAYERS = {  # module prefix → (room, rank)
     "memory_core.config": ("base", 0),
     "memory_core.embedding": ("embedding", 1),
     "memory_core.retrieval": ("retrieval", 1),
+    "memory_core.curation": ("curation", 1.5),
     "memory_core.stores": ("stores", 2),
     "memory_core.chat": ("chat", 3),
     "memory_core.migration": ("tools", 4),

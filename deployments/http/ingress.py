@@ -11,6 +11,7 @@ Thin by design: it validates input, resolves the caller, and calls memory_core
 # annotations at import time through Serve's class-based ingress, and needs real types
 
 import asyncio
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -24,10 +25,11 @@ from ray.exceptions import RayError
 
 from memory_core.chat.pipeline import MemoryPipeline
 from memory_core.config import RouterConfig
+from memory_core.curation.llm import http_complete
 from memory_core.errors import EmbeddingUnavailable, InvalidInput, MemoryError_, MemoryNotFound
 from memory_core.migration import ImportReport, export_user, import_lines
 from memory_core.sanitize import check_json_text, check_project_id, is_memory_id
-from memory_core.types import Memory, MemoryType, RetrieveOptions
+from memory_core.types import Memory, MemoryState, MemoryType, RetrieveOptions
 
 from ..embedder import EmbedResponse
 from ..metrics import RayMetrics
@@ -39,12 +41,14 @@ from .openai_schema import ChatCompletionRequest
 from .schemas import (
     MAX_EMBEDDING_INPUTS,
     NO_SIMILARITY_FLOOR,
+    ConsolidationOut,
     CreateMemoriesRequest,
     DeletedOut,
     EmbeddingsOut,
     EmbeddingsRequest,
     HealthOut,
     MemoriesOut,
+    MemoryListOut,
     MemoryOut,
     MemoryPage,
     SearchOut,
@@ -99,6 +103,20 @@ def path_memory_id(memory_id: str) -> str:
     return memory_id
 
 
+def parse_states(values: list[str] | None) -> list[MemoryState] | None:
+    """``?state=a,b&state=c`` → lifecycle states; absent → None (every state). An empty or
+    unknown value is an error."""
+    if values is None:
+        return None
+    names = [v.strip() for part in values for v in part.split(",")]
+    try:
+        if not names or any(not n for n in names):
+            raise ValueError
+        return [MemoryState(n) for n in names]
+    except ValueError as e:
+        raise InvalidInput(f"state must be one of {[s.value for s in MemoryState]}") from e
+
+
 def parse_types(values: list[str] | None) -> list[MemoryType] | None:
     """``?type=a,b&type=c`` → memory types; absent → None (no filter). An empty or unknown
     value is an error, never "no filter" (a typo must not widen a delete)."""
@@ -116,8 +134,9 @@ def parse_types(values: list[str] | None) -> list[MemoryType] | None:
 @serve.deployment
 @serve.ingress(app)
 class MemoryIngress:
-    """Args: ``config`` (the validated config document), handles of ``Embedder``, ``StorePool``
-    and (when no upstream URL is configured) ``EchoUpstream``.
+    """Args: ``config`` (the validated config document), handles of ``Embedder``, ``StorePool``,
+    (when no upstream URL is configured) ``EchoUpstream`` and (with curation on) the
+    ``Consolidator`` loop.
 
     Overload is refused, not queued without bound: each replica runs at most
     ``max_ongoing_requests`` requests, and beyond ``max_queued_requests`` waiting in the
@@ -125,7 +144,7 @@ class MemoryIngress:
     defaults are ``deployments.app.DEPLOYMENT_OPTIONS``, which ``serve_config.yaml``
     overrides)."""
 
-    def __init__(self, config: RouterConfig, embedder, store_pool, echo=None):
+    def __init__(self, config: RouterConfig, embedder, store_pool, echo=None, consolidator=None):
         self.config = config
         self.embedder = embedder
         self.store = StorePoolClient(store_pool)
@@ -133,9 +152,24 @@ class MemoryIngress:
         upstream = self.config.global_.upstream
         self.http_upstream = HttpUpstream(upstream) if upstream.base_url else None
         self.echo = echo
+        self.consolidator = consolidator  # the background loop (deployed with the application)
         self.metrics = RayMetrics()
-        self.pipeline = MemoryPipeline(self.config, store=self.store, metrics=self.metrics)
+        llm = self.config.memory.extraction.llm
+        complete = None
+        if llm.enabled:  # the LLM extractor: its own endpoint, or the application's upstream
+            complete = http_complete(llm) if llm.base_url else self._complete_upstream
+        self.pipeline = MemoryPipeline(self.config, store=self.store, metrics=self.metrics, complete=complete)
         self._background: set[asyncio.Task] = set()
+
+    async def _complete_upstream(self, body: dict) -> dict:
+        """A chat completion from the application's upstream (the LLM extractor's port).
+        Raises ``UpstreamError`` on a failure or a non-2xx answer."""
+        if self.http_upstream is None:
+            return await self.echo.chat.remote(body)
+        answer = await self.http_upstream.chat(body)
+        if not 200 <= answer.status_code < 300:
+            raise UpstreamError(f"upstream answered {answer.status_code}")
+        return answer.body
 
     async def _embed(self, texts: list[str]) -> EmbedResponse:
         """The Embedder's answer for ``texts``; a Ray failure (the replica restarting) raises
@@ -232,8 +266,18 @@ class MemoryIngress:
             )
             for m, content, vector in zip(body.memories, contents, batch.embeddings, strict=True)
         ]
-        stored = await self.store.store_many(memories)  # all-or-nothing, one round trip
-        return JSONResponse(status_code=201, content={"memories": [m.public() for m in stored]})
+        # validated as a whole first (nothing is written when one is refused), then each
+        # curated: a fact already held reinforces its record, a new value supersedes
+        results = await self.store.write(memories)
+        return JSONResponse(
+            status_code=201,
+            content={
+                "memories": [r.memory.public() for r in results],
+                "outcomes": [
+                    {"id": r.memory.id, "outcome": r.outcome.value, "superseded": r.superseded} for r in results
+                ],
+            },
+        )
 
     @app.post("/v1/memory/search", responses={200: {"model": SearchOut}})
     async def search_memories(self, body: SearchRequest, request: Request) -> JSONResponse:
@@ -246,6 +290,7 @@ class MemoryIngress:
                 query=body.query,  # embedded by the store shard, overlapping its lexical search
                 project_id=body.project_id,
                 types=tuple(body.types) if body.types else None,
+                states=tuple(body.states) if body.states else (MemoryState.ACTIVE,),
                 limit=body.limit or settings.default_retrieval_limit,
                 threshold=NO_SIMILARITY_FLOOR if body.threshold is None else body.threshold,  # see SearchRequest
                 hybrid=settings.retrieval.hybrid,
@@ -256,7 +301,15 @@ class MemoryIngress:
         done = time.perf_counter()
         return JSONResponse(
             content={
-                "memories": [{**r.memory.public(), "score": r.score, "similarity": r.similarity} for r in results]
+                "memories": [
+                    {
+                        **r.memory.public(),
+                        "score": r.score,
+                        "similarity": r.similarity,
+                        "resolved_from": r.resolved_from,
+                    }
+                    for r in results
+                ]
             },
             headers={"server-timing": server_timing(retrieve=done - started)},
         )
@@ -269,11 +322,17 @@ class MemoryIngress:
         offset: int = Query(0, ge=0),
         type: list[str] | None = Query(None),
         project_id: str | None = Query(None, min_length=1),
+        state: list[str] | None = Query(None, description="lifecycle states (default: every state)"),
     ) -> dict:
         user_id = caller(request)
         check_project_id(project_id)
         page = await self.store.list(
-            user_id, types=parse_types(type), project_id=project_id, limit=limit, offset=offset
+            user_id,
+            types=parse_types(type),
+            project_id=project_id,
+            limit=limit,
+            offset=offset,
+            states=parse_states(state),
         )
         return {"memories": [m.public() for m in page.memories], "total": page.total, "limit": limit, "offset": offset}
 
@@ -334,6 +393,37 @@ class MemoryIngress:
         # split on "\n" only: str.splitlines() also splits inside JSON strings at U+2028/U+0085
         report = await import_lines(self.store, text.split("\n"), user_id=user_id)
         return report.model_dump()
+
+    # ------------------------------------------------------------------ the lifecycle
+    @app.post("/v1/memory/consolidate", response_model=ConsolidationOut)
+    async def consolidate(self, request: Request) -> dict:
+        """One consolidation pass over the caller's memories now (the consolidation loop does
+        it in the background for users with writes): near-duplicates merged, expired purged."""
+        report = await self.store.consolidate(caller(request))
+        return dataclasses.asdict(report)
+
+    @app.get("/v1/memory/{memory_id}/history", response_model=MemoryListOut)
+    async def memory_history(self, memory_id: str, request: Request) -> dict:
+        """The versions of the fact ``memory_id`` holds, oldest first (what it superseded or
+        merged, what superseded or merged it), every state."""
+        user_id = caller(request)
+        chain = await self.store.history(path_memory_id(memory_id), user_id)
+        return {"memories": [m.public() for m in chain]}
+
+    @app.post("/v1/memory/{memory_id}/restore", response_model=MemoryOut)
+    async def restore_memory(self, memory_id: str, request: Request) -> dict:
+        """Make a superseded, consolidated or quarantined memory active again (releasing a
+        quarantined one, undoing a supersession). 400 when it is active already."""
+        user_id = caller(request)
+        return (await self.store.restore(path_memory_id(memory_id), user_id)).public()
+
+    @app.post("/v1/memory/{memory_id}/unmerge", response_model=MemoryListOut)
+    async def unmerge_memory(self, memory_id: str, request: Request) -> dict:
+        """Undo a consolidation: the originals become active again and the merged memory is
+        deleted. 400 when ``memory_id`` is not a merged memory."""
+        user_id = caller(request)
+        originals = await self.store.unmerge(path_memory_id(memory_id), user_id)
+        return {"memories": [m.public() for m in originals]}
 
     @app.get("/v1/memory/{memory_id}", response_model=MemoryOut)
     async def get_memory(self, memory_id: str, request: Request) -> dict:

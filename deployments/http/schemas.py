@@ -24,7 +24,7 @@ from memory_core.sanitize import (
     Text,
     check_json_text,
 )
-from memory_core.types import MemoryType
+from memory_core.types import MemoryState, MemoryType, WriteOutcome
 
 MAX_MEMORIES_PER_REQUEST = 256
 MAX_EMBEDDING_INPUTS = 256
@@ -98,6 +98,9 @@ class SearchRequest(_Body):
     threshold: float | None = Field(None, ge=-1, le=1)
     types: list[MemoryType] | None = None
     project_id: ProjectId | None = None
+    states: list[MemoryState] | None = Field(
+        None, min_length=1, description="lifecycle states searched (default: active only)"
+    )
 
 
 class UpdateMemoryRequest(_Body):
@@ -163,20 +166,62 @@ class MemoryOut(BaseModel):
     last_accessed: datetime | None = None
     importance: float
     metadata: dict[str, Any]
+    state: MemoryState
+    superseded_by: str | None = None
+    merged_into: str | None = None
+    merged_from: list[str] = []
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    expires_at: datetime | None = None
+    state_reason: str | None = None
+
+
+class WriteOutcomeOut(BaseModel):
+    """What a write did with one memory (``created``, ``reinforced``: the fact was already
+    held by the record ``id``, ``refined``, ``quarantined``) and which memories it
+    ``superseded``."""
+
+    id: str
+    outcome: WriteOutcome
+    superseded: list[str] = []
 
 
 class MemoriesOut(BaseModel):
-    """``POST /v1/memory`` → 201."""
+    """``POST /v1/memory`` → 201: the memories that hold the facts (in order) and what each
+    write did."""
+
+    memories: list[MemoryOut]
+    outcomes: list[WriteOutcomeOut] = []
+
+
+class MemoryListOut(BaseModel):
+    """A list of memories (``/history``: the versions of one fact, oldest first;
+    ``/unmerge``: the originals back)."""
 
     memories: list[MemoryOut]
 
 
+class ConsolidationOut(BaseModel):
+    """``POST /v1/memory/consolidate``: what one pass over the caller did."""
+
+    user_id: str
+    examined: int
+    groups: int
+    merged: list[str]
+    consolidated: int
+    expired: int
+    seconds: float
+
+
 class SearchHit(MemoryOut):
     """A search result: the memory, its ranking ``score`` and its ``similarity`` (cosine;
-    for text the model cannot represent, the lexical coverage of the query, see README)."""
+    for text the model cannot represent, the lexical coverage of the query, see README).
+    ``resolved_from``: the superseded or consolidated memory that matched, when this memory
+    replaced it (search of ``active`` memories follows the version chain)."""
 
     score: float
     similarity: float
+    resolved_from: str | None = None
 
 
 class SearchOut(BaseModel):

@@ -1,20 +1,41 @@
-"""Turn extraction for auto-store (pure, no I/O).
+"""What a chat turn leaves in memory (auto-store), without a model call (pure, no I/O).
 
-``turn_memory_content`` turns one chat turn into the content of an episodic memory,
-``"Q: <user text>\\nA: <assistant answer>"``, keeping only what is new in the turn: the
-injected ``<memory_context>`` block is removed, and so are the assistant's sentences that
-merely quote an injected memory (otherwise every answer that repeats a memory would store one
-more copy of it, and retrieval would fill up with echoes).
+``extract_turn`` reads the user's message of a turn sentence by sentence (the injected
+``<memory_context>`` block and ``<think>`` blocks removed, a "remember:"-style lead-in
+dropped) and keeps what it *states*:
+
+- ``semantic`` — facts and preferences ("my locker code is 4817", "I prefer aisle seats",
+  "the staging database is on port 5432");
+- ``procedural`` — standing instructions for how to help ("always answer in French", "call
+  me Sam", "from now on keep it short");
+- ``episodic`` — events ("yesterday I went to the support group"), with the time expression
+  kept in the text and in ``metadata.when``.
+
+Sentences that state nothing are skipped, each with a reason (``SKIP_REASONS``): questions,
+greetings and acknowledgements, refusals, one-off requests to the assistant ("write me a
+poem"), and fragments too short to mean anything. The kept sentences of one type form one
+memory per turn. When the whole message states nothing, the turn's skip reason is the reason
+of its first sentence.
+
+Every ``window_every``-th user turn also gives a **window** memory: the last ``window_turns``
+exchanges of both speakers (``user: …`` / ``assistant: …`` lines, the current answer
+included), so that what the assistant or the other party said can be recalled too (the
+reference router keeps 5 turns every 3rd user turn). The answer's sentences that merely quote
+an injected memory are removed first (``remove_quoted``: otherwise every answer repeating a
+memory would store one more copy of it).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
-from ..sanitize import MAX_CONTENT_BYTES
-from ..types import Memory
-from .inject import strip_memory_block
+from ..curation.judge import strip_lead_in
+from ..sanitize import MAX_CONTENT_BYTES, is_visible
+from ..types import Memory, MemoryType
+from .inject import content_text, strip_memory_block
+from .routing import is_greeting
 from .tokens import jaccard, word_tokens
 
 QUOTE_JACCARD = 0.8
@@ -100,40 +121,177 @@ def truncate_utf8(text: str, max_bytes: int, ellipsis: str = ELLIPSIS) -> str:
     return data[:room].decode("utf-8", "ignore") + ellipsis
 
 
-def turn_memory_content(
-    user_text: str,
-    assistant_text: str,
-    injected: list[Memory],
-    *,
-    max_bytes: int = MAX_CONTENT_BYTES,
-) -> str | None:
-    """Content of the auto-stored memory for one turn: ``"Q: <user>\\nA: <assistant>"``.
+_THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL | re.IGNORECASE)
+_QUESTION_START = re.compile(
+    r"^\s*(what|when|where|who|whom|whose|why|how|which|do|does|did|is|are|was|were|can|could|would|should|"
+    r"will|shall|may|might|have|has|had|am|isn't|aren't|don't|doesn't|didn't|won't|wouldn't|couldn't)\b",
+    re.IGNORECASE,
+)
+_STANDING = re.compile(
+    r"\b(always|never|from now on|going forward|in (the )?future|every time|whenever|by default|call me|"
+    r"address me|refer to me|my name is|don'?t ever|do not ever|remember to)\b",
+    re.IGNORECASE,
+)
+_ASSISTANT_BEHAVIOUR = re.compile(
+    r"\b(answer|respond|reply|write|speak|talk|explain|use|format|keep|be|avoid|include|give|show|call|address|"
+    r"remind|suggest|recommend)\b",
+    re.IGNORECASE,
+)
+_IMPERATIVE_START = re.compile(
+    r"^\s*(please\s+)?(write|tell|give|show|make|create|draft|summari[sz]e|translate|explain|list|find|book|"
+    r"help|generate|compose|describe|compare|calculate|check|fix|send|plan|suggest|recommend|can you|could you|"
+    r"would you|let'?s)\b",
+    re.IGNORECASE,
+)
+_REFUSAL = re.compile(
+    r"^\s*(i'?d rather not|i would rather not|i don'?t want to (talk|say|share)|none of your business|"
+    r"no comment|not telling|skip (it|that)|never ?mind|nevermind|forget it)\b",
+    re.IGNORECASE,
+)
+_PAST_EVENT = re.compile(
+    r"\b(went|visited|had|got|met|saw|took|came|left|started|finished|bought|moved|joined|attended|watched|"
+    r"played|ran|made|gave|won|lost|traveled|travelled|flew|drove|celebrated|\w+ed)\b",
+    re.IGNORECASE,
+)
+_TIME_WORDS = re.compile(
+    r"\b(yesterday|today|tonight|last (night|week|month|year|weekend|summer|winter|spring|fall|\w+day)|"
+    r"this (morning|afternoon|week|weekend)|\d+ (days?|weeks?|months?|years?) ago|"
+    r"on (monday|tuesday|wednesday|thursday|friday|saturday|sunday)|in (19|20)\d\d)\b",
+    re.IGNORECASE,
+)
+MIN_STATEMENT_WORDS = 3
+"""A sentence with fewer words (and no digit) is too short to state a fact ("why?", "lol")."""
 
-    - ``user_text``: the last user message as sent upstream; any ``<memory_context>`` block is
-      removed (``strip_memory_block``). Empty after that (and stripping whitespace) → ``None``:
-      nothing of the user's own to remember.
-    - ``assistant_text``: the answer; an echoed memory block is removed too, then the
-      sentences quoting an ``injected`` memory (``remove_quoted``). An empty answer gives just
-      ``"Q: <user>"``; an answer that consisted only of quotes gives ``None``.
-    - The result is at most ``max_bytes`` UTF-8 bytes (default ``MAX_CONTENT_BYTES``, the store
-      limit): the assistant part is cut first, at a character boundary, ending in ``…``; a
-      user text too long on its own is cut the same way and the answer left out.
-    """
-    user = strip_memory_block(user_text or "").strip()
-    if not user:
+SKIP_REASONS = ("empty", "question", "greeting", "refusal", "request", "too_short")
+"""Every reason a sentence (and a turn that states nothing) is skipped for."""
+
+
+def strip_think(text: str) -> str:
+    """``text`` without ``<think>…</think>`` blocks (a block left open runs to the end)."""
+    return _THINK.sub("", text or "")
+
+
+def clean_turn_text(text: str) -> str:
+    """A message's text as it is remembered: no injected memory block, no ``<think>`` block."""
+    return strip_think(strip_memory_block(text or "")).strip()
+
+
+def classify_sentence(sentence: str) -> MemoryType | str:
+    """The memory type a sentence states, or the reason it is skipped (``SKIP_REASONS``).
+    See the module docstring."""
+    s = sentence.strip()
+    if not s or not is_visible(s):
+        return "empty"
+    if is_greeting(s):
+        return "greeting"
+    if _REFUSAL.match(s):
+        return "refusal"
+    if s.rstrip().endswith(("?", "？")) or (_QUESTION_START.match(s) and not s.rstrip().endswith(".")):
+        return "question"
+    words = re.findall(r"[\w'-]+", s)
+    cjk = len(re.findall(r"[\u4e00-\u9fff\u3040-\u30ff\uac00-\ud7af]", s))
+    if len(words) + cjk // 2 < MIN_STATEMENT_WORDS and not re.search(r"\d", s):
+        return "too_short"
+    if _STANDING.search(s) and (_ASSISTANT_BEHAVIOUR.search(s) or re.search(r"\b(call|name|address)\b", s, re.I)):
+        return MemoryType.PROCEDURAL
+    if _IMPERATIVE_START.match(s):
+        return "request"
+    if _TIME_WORDS.search(s) and _PAST_EVENT.search(s):
+        return MemoryType.EPISODIC
+    return MemoryType.SEMANTIC
+
+
+@dataclass
+class ExtractedMemory:
+    """One memory a turn leaves: its ``type``, ``content`` and ``metadata``; ``window`` when
+    it is a window of the conversation rather than a statement of the user."""
+
+    type: MemoryType
+    content: str
+    metadata: dict[str, str] = field(default_factory=dict)
+    window: bool = False
+
+
+@dataclass
+class TurnExtraction:
+    """What ``extract_turn`` found: the memories, and why the user's message gave none
+    (``skipped``, one of ``SKIP_REASONS``) — ``None`` when it stated something."""
+
+    memories: list[ExtractedMemory] = field(default_factory=list)
+    skipped: str | None = None
+
+
+def _sentences_of(text: str) -> list[str]:
+    out: list[str] = []
+    for line in text.splitlines():
+        out.extend(s.strip() for s in _SENTENCE_SPLIT.split(line) if s.strip())
+    return out
+
+
+def _window(messages: Sequence[dict], answer: str, injected: Sequence[Memory], turns: int) -> str | None:
+    lines: list[str] = []
+    for m in messages:
+        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
+            continue
+        text = clean_turn_text(content_text(m.get("content")))
+        if m.get("role") == "assistant" and injected:
+            text = remove_quoted(text, injected)
+        if text:
+            lines.append(f"{m['role']}: {' '.join(text.split())}")
+    if answer:
+        lines.append(f"assistant: {' '.join(answer.split())}")
+    exchanges: list[str] = []
+    users = 0
+    for line in reversed(lines):  # the last ``turns`` exchanges: up to ``turns`` user lines back
+        exchanges.append(line)
+        if line.startswith("user: "):
+            users += 1
+            if users >= turns:
+                break
+    if users == 0:
         return None
-    original = strip_memory_block(assistant_text or "").strip()
-    answer = remove_quoted(original, injected) if injected else original
-    question = f"Q: {user}"
-    if not answer:
-        # an answer made only of quoted memories teaches nothing new: storing "Q: <question>"
-        # would only crowd the same question's future retrievals
-        return None if original else truncate_utf8(question, max_bytes)
-    content = f"{question}\nA: {answer}"
-    if len(content.encode("utf-8")) <= max_bytes:
-        return content
-    head = f"{question}\nA: "
-    room = max_bytes - len(head.encode("utf-8"))
-    if room > len(ELLIPSIS.encode("utf-8")):
-        return head + truncate_utf8(answer, room)
-    return truncate_utf8(question, max_bytes)
+    return truncate_utf8("\n".join(reversed(exchanges)), MAX_CONTENT_BYTES)
+
+
+def extract_turn(
+    messages: Sequence[dict],
+    answer: str,
+    injected: Sequence[Memory] = (),
+    *,
+    window_turns: int = 5,
+    window_every: int = 3,
+) -> TurnExtraction:
+    """What one chat turn leaves in memory (module docstring). ``messages``: the request's
+    messages as sent upstream (the last user message is the turn's); ``answer``: the
+    assistant's answer text; ``injected``: the memories injected into the request.
+    ``window_every`` ≤ 0 turns windows off. Contents are at most ``MAX_CONTENT_BYTES``."""
+    users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+    user_text = clean_turn_text(content_text(users[-1].get("content"))) if users else ""
+    answer = clean_turn_text(answer)
+    if injected:
+        answer = remove_quoted(answer, injected)
+    out = TurnExtraction()
+    kept: dict[MemoryType, list[str]] = {}
+    first_reason: str | None = None
+    for sentence in _sentences_of(strip_lead_in(user_text)):
+        kind = classify_sentence(strip_lead_in(sentence))
+        if isinstance(kind, MemoryType):
+            kept.setdefault(kind, []).append(strip_lead_in(sentence))
+        elif first_reason is None:
+            first_reason = kind
+    for kind in (MemoryType.SEMANTIC, MemoryType.PROCEDURAL, MemoryType.EPISODIC):
+        if kind in kept:
+            text = truncate_utf8(" ".join(kept[kind]), MAX_CONTENT_BYTES)
+            metadata = {}
+            if kind == MemoryType.EPISODIC:
+                when = _TIME_WORDS.search(text)
+                if when:
+                    metadata["when"] = when.group(0)
+            out.memories.append(ExtractedMemory(kind, text, metadata))
+    if not out.memories:
+        out.skipped = first_reason or "empty"
+    if window_every > 0 and len(users) % window_every == 0:
+        window = _window(messages, answer, injected, window_turns)
+        if window:
+            out.memories.append(ExtractedMemory(MemoryType.EPISODIC, window, {"window": "true"}, window=True))
+    return out

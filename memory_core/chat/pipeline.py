@@ -18,12 +18,14 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from ..config import RouterConfig
+from ..curation.llm import Complete, LLMUnusable
 from ..sanitize import RequestContext, new_memory_id
 from ..stores.base import Store
-from ..types import Memory, MemoryType, RetrieveOptions, utcnow
-from .extract import turn_memory_content
+from ..types import WINDOW_CREATED_VIA, Memory, RetrieveOptions, WriteResult, utcnow
+from .extract import extract_turn
 from .gate import select_gate
 from .inject import content_text, inject_memories, last_user_text
+from .llm_extract import llm_extract
 from .routing import MemoryPolicy, effective_policy, select_decision, skip_reason
 
 log = logging.getLogger(__name__)
@@ -72,7 +74,8 @@ class MemoryPipeline:
     """Memory for chat requests. ``store`` is any ``Store`` (the store pool client in the
     service, a plain store in tests): it embeds the query text and the memories it is given
     without a vector with its own embedder, so its model identity holds. ``now`` is
-    injectable for tests."""
+    injectable for tests. ``complete`` (an OpenAI chat completions call) serves the LLM
+    extractor when ``memory.extraction.llm.enabled``."""
 
     def __init__(
         self,
@@ -81,11 +84,13 @@ class MemoryPipeline:
         store: Store,
         metrics: MetricsSink | None = None,
         now: Callable[[], datetime] = utcnow,
+        complete: Complete | None = None,
     ):
         self.config = config
         self._store = store
         self.metrics = metrics or NullMetrics()
         self._now = now
+        self._complete = complete
 
     async def prepare(self, body: dict[str, Any], context: RequestContext) -> PreparedChat:
         """Steps 2–7 for a validated chat body and the request's ``context`` (its headers,
@@ -161,38 +166,71 @@ class MemoryPipeline:
         self.metrics.observe("memory_overhead_ms", (t_done - started) * 1000, {})
         return prepared
 
-    async def remember(self, prepared: PreparedChat, response: Mapping[str, Any]) -> Memory | None:
-        """Step 10: store the turn as one episodic memory ``"Q: <user>\\nA: <assistant>"``
-        (source ``conversation``, created_via ``auto_store``) when the policy auto-stores.
-        Returns the stored memory, or None (skipped or failed; failures are counted)."""
-        if prepared.skipped is not None and prepared.skipped != "error":
-            return None
+    async def remember(self, prepared: PreparedChat, response: Mapping[str, Any]) -> list[WriteResult]:
+        """Step 10, when the policy auto-stores: what the turn states becomes memories
+        (``chat.extract.extract_turn``: typed statements of the user, and every few turns a
+        window of the conversation), written through the store's curation (a fact already
+        held reinforces its record, a new value supersedes the old one). Source
+        ``conversation``; ``created_via`` ``auto_store`` (statements) or ``auto_store_window``.
+        Returns the write results (``[]`` when nothing was stored). Never raises: failures
+        and skip reasons are counted (``memory_extraction{outcome}``, ``memory_store_errors``)."""
+        if prepared.skipped not in (None, "error", "greeting"):
+            return []
         if not prepared.policy.auto_store or not prepared.user_id:
-            return None
-        assistant_text = _assistant_text(response)
-        content = turn_memory_content(prepared.user_text, assistant_text, prepared.injected)
-        if content is None:
-            return None
-        memory = Memory(
-            id=new_memory_id(prepared.user_id),
-            type=MemoryType.EPISODIC,
-            content=content,
-            user_id=prepared.user_id,
-            project_id=prepared.project_id,
-            source="conversation",
-            created_via="auto_store",
-            conversation_id=prepared.conversation_id,
-            created_by_user_id=prepared.user_id,
-            metadata={"decision": prepared.policy.decision_name, "model": prepared.body.get("model")},
+            return []
+        settings = self.config.memory.extraction
+        messages = prepared.body.get("messages") or []
+        answer = _assistant_text(response)
+        extraction = extract_turn(
+            messages, answer, prepared.injected, window_turns=settings.window_turns, window_every=settings.window_every
         )
+        decision = prepared.policy.decision_name or ""
+        statements = [m for m in extraction.memories if not m.window]
+        via = "auto_store"
+        if settings.llm.enabled and self._complete is not None:
+            model = settings.llm.model or str(prepared.body.get("model") or "")
+            try:
+                statements = await llm_extract(self._complete, messages, answer, model)
+                via = "llm_extract"
+                if not statements:
+                    self.metrics.count("memory_extraction", {"outcome": "skipped_llm_nothing", "decision": decision})
+            except LLMUnusable as e:  # the rules' statements stand
+                log.warning("LLM extractor unusable, rules used: %s", e)
+                self.metrics.count("memory_extraction", {"outcome": "llm_error", "decision": decision})
+        if via == "auto_store" and extraction.skipped is not None:
+            self.metrics.count("memory_extraction", {"outcome": f"skipped_{extraction.skipped}", "decision": decision})
+        kept = statements + [m for m in extraction.memories if m.window]
+        memories = [
+            Memory(
+                id=new_memory_id(prepared.user_id),
+                type=m.type,
+                content=m.content,
+                user_id=prepared.user_id,
+                project_id=prepared.project_id,
+                source="conversation",
+                created_via=WINDOW_CREATED_VIA if m.window else via,
+                conversation_id=prepared.conversation_id,
+                created_by_user_id=prepared.user_id,
+                metadata={**m.metadata, "decision": decision, "model": prepared.body.get("model")},
+            )
+            for m in kept
+        ]
+        for m in kept:
+            self.metrics.count(
+                "memory_extraction", {"outcome": "window" if m.window else m.type.value, "decision": decision}
+            )
+        if not memories:
+            return []
         try:
-            stored = await self._store.store(memory)
+            results = await self._store.write(memories)
         except Exception as e:
             log.warning("auto-store failed: %r", e)
-            self.metrics.count("memory_store_errors", {"decision": prepared.policy.decision_name or ""})
-            return None
-        self.metrics.count("memory_auto_stored_total", {"decision": prepared.policy.decision_name or ""})
-        return stored
+            self.metrics.count("memory_store_errors", {"decision": decision})
+            return []
+        for r in results:
+            self.metrics.count("memory_writes", {"outcome": r.outcome.value, "decision": decision})
+        self.metrics.count("memory_auto_stored_total", {"decision": decision})
+        return results
 
 
 def _assistant_text(response: Mapping[str, Any]) -> str:

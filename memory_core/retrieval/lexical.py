@@ -108,6 +108,7 @@ class _Doc:
     project_id: str | None
     type: Any
     attrs: dict[str, Any] = field(default_factory=dict)
+    state: Any = None
 
 
 class BM25Corpus:
@@ -143,15 +144,25 @@ class BM25Corpus:
         doc = self._docs.get(doc_id)
         return doc.attrs if doc is not None else None
 
-    def passes(self, doc_id: str, project_id: str | None = None, types: Iterable[Any] | None = None) -> bool:
-        """Whether ``doc_id`` is indexed and matches the optional ``project_id`` and ``types``."""
+    def passes(
+        self,
+        doc_id: str,
+        project_id: str | None = None,
+        types: Iterable[Any] | None = None,
+        states: Iterable[Any] | None = None,
+    ) -> bool:
+        """Whether ``doc_id`` is indexed and matches the optional ``project_id``, ``types``
+        and ``states``."""
         doc = self._docs.get(doc_id)
-        return doc is not None and _passes(doc, project_id, set(types) if types else None)
+        return doc is not None and _passes(doc, project_id, _set(types), _set(states))
 
-    def matching(self, project_id: str | None = None, types: Iterable[Any] | None = None) -> set[str]:
-        """The ids of the documents matching the optional ``project_id`` and ``types``."""
-        types = set(types) if types else None
-        return {i for i, d in self._docs.items() if _passes(d, project_id, types)}
+    def matching(
+        self, project_id: str | None = None, types: Iterable[Any] | None = None, states: Iterable[Any] | None = None
+    ) -> set[str]:
+        """The ids of the documents matching the optional ``project_id``, ``types`` and
+        ``states``."""
+        wanted_types, wanted_states = _set(types), _set(states)
+        return {i for i, d in self._docs.items() if _passes(d, project_id, wanted_types, wanted_states)}
 
     def add(
         self,
@@ -162,13 +173,15 @@ class BM25Corpus:
         type: Any = None,
         attrs: dict[str, Any] | None = None,
         tokens: Sequence[str] | None = None,
+        state: Any = None,
     ) -> None:
         """Index ``text`` (or the given ``tokens``) under ``doc_id``, replacing an earlier
-        version. ``project_id``/``type`` are kept for filtered search; ``attrs`` is opaque."""
+        version. ``project_id``/``type``/``state`` are kept for filtered search; ``attrs`` is
+        opaque."""
         self.remove(doc_id)
         tf = Counter(tokens if tokens is not None else tokenize(text))
         length = sum(tf.values())
-        self._docs[doc_id] = _Doc(tf, length, project_id, type, dict(attrs or {}))
+        self._docs[doc_id] = _Doc(tf, length, project_id, type, dict(attrs or {}), state)
         self._total_len += length
         for term, n in tf.items():
             self._postings.setdefault(term, {})[doc_id] = n
@@ -189,8 +202,8 @@ class BM25Corpus:
 
     def remove_where(self, project_id: str | None = None, types: Iterable[Any] | None = None) -> list[str]:
         """Drop every document matching the optional ``project_id`` and ``types``; returns ids."""
-        types = set(types) if types else None
-        ids = [i for i, d in self._docs.items() if _passes(d, project_id, types)]
+        wanted = _set(types)
+        ids = [i for i, d in self._docs.items() if _passes(d, project_id, wanted, None)]
         for i in ids:
             self.remove(i)
         return ids
@@ -209,6 +222,7 @@ class BM25Corpus:
         limit: int | None = None,
         project_id: str | None = None,
         types: Iterable[Any] | None = None,
+        states: Iterable[Any] | None = None,
     ) -> list[tuple[str, float]]:
         """BM25 of every document sharing a term with ``terms`` (distinct terms count once),
         filtered, best first (ties by id); the first ``limit`` when given. Scores > 0."""
@@ -216,7 +230,7 @@ class BM25Corpus:
             return []
         avgdl = self.avgdl or 1.0
         k1, b = self.k1, self.b
-        types = set(types) if types else None
+        wanted_types, wanted_states = _set(types), _set(states)
         scores: dict[str, float] = {}
         for term in dict.fromkeys(terms):
             plist = self._postings.get(term)
@@ -226,8 +240,10 @@ class BM25Corpus:
             for doc_id, tf in plist.items():
                 dl = self._docs[doc_id].length
                 scores[doc_id] = scores.get(doc_id, 0.0) + idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))
-        if project_id is not None or types:
-            scores = {i: s for i, s in scores.items() if _passes(self._docs[i], project_id, types)}
+        if project_id is not None or wanted_types or wanted_states:
+            scores = {
+                i: s for i, s in scores.items() if _passes(self._docs[i], project_id, wanted_types, wanted_states)
+            }
         ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
         return ranked[:limit] if limit is not None else ranked
 
@@ -249,8 +265,16 @@ class BM25Corpus:
         return self.score_terms(tokenize(query), limit, project_id, types)
 
 
-def _passes(doc: _Doc, project_id: str | None, types: set | None) -> bool:
-    return (project_id is None or doc.project_id == project_id) and (not types or doc.type in types)
+def _set(values: Iterable[Any] | None) -> set | None:
+    return set(values) if values else None
+
+
+def _passes(doc: _Doc, project_id: str | None, types: set | None, states: set | None) -> bool:
+    return (
+        (project_id is None or doc.project_id == project_id)
+        and (not types or doc.type in types)
+        and (not states or doc.state in states)
+    )
 
 
 class LexicalIndex:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any, overload
 
-from ..types import Memory, MemoryType
+from ..types import Memory, MemoryState, MemoryType
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
@@ -65,6 +65,51 @@ def record_fields(memory: Memory) -> dict[str, Any]:
         "importance": float(memory.importance),
         "metadata": memory.metadata or {},
         "embedding_identity": memory.embedding_identity,
+        **lifecycle_fields(memory),
+    }
+
+
+LIFECYCLE_FIELDS = (
+    "state",
+    "superseded_by",
+    "merged_into",
+    "merged_from",
+    "valid_from",
+    "valid_to",
+    "expires_at",
+    "state_reason",
+)
+"""The record fields of a memory's lifecycle (``Memory.state`` and what goes with it)."""
+
+
+def lifecycle_fields(memory: Memory) -> dict[str, Any]:
+    """The lifecycle part of a record: ``state`` as its value, times in epoch ms,
+    ``merged_from`` as a list of ids."""
+    return {
+        "state": memory.state.value,
+        "superseded_by": memory.superseded_by,
+        "merged_into": memory.merged_into,
+        "merged_from": list(memory.merged_from),
+        "valid_from": to_ms(memory.valid_from),
+        "valid_to": to_ms(memory.valid_to),
+        "expires_at": to_ms(memory.expires_at),
+        "state_reason": memory.state_reason,
+    }
+
+
+def lifecycle_from_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """``Memory`` keyword arguments of a record's lifecycle fields; a record written before
+    lifecycles existed (no ``state``) is ``active`` and valid from its creation."""
+    merged_from = fields.get("merged_from")
+    return {
+        "state": MemoryState(fields.get("state") or MemoryState.ACTIVE.value),
+        "superseded_by": fields.get("superseded_by") or None,
+        "merged_into": fields.get("merged_into") or None,
+        "merged_from": [str(x) for x in merged_from] if isinstance(merged_from, list) else [],
+        "valid_from": from_ms(fields.get("valid_from")) or from_ms(fields.get("created_at")),
+        "valid_to": from_ms(fields.get("valid_to")),
+        "expires_at": from_ms(fields.get("expires_at")),
+        "state_reason": fields.get("state_reason") or None,
     }
 
 
@@ -88,4 +133,5 @@ def memory_from_fields(fields: dict[str, Any], vector: Any = None) -> Memory:
         metadata=dict(fields.get("metadata") or {}),
         embedding=[float(x) for x in vector] if vector is not None else None,
         embedding_identity=fields.get("embedding_identity"),
+        **lifecycle_from_fields(fields),
     )

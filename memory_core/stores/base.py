@@ -38,7 +38,18 @@ from ..sanitize import (
     require_memory_id,
     require_user_id,
 )
-from ..types import ListResult, Memory, MemoryType, RetrieveOptions, ScoredMemory, as_float32, passes_floor
+from ..types import (
+    ListResult,
+    Memory,
+    MemoryState,
+    MemoryType,
+    RetrieveOptions,
+    ScoredMemory,
+    WriteOutcome,
+    WriteResult,
+    as_float32,
+    passes_floor,
+)
 from ..types import utcnow as _utcnow
 
 log = logging.getLogger(__name__)
@@ -46,7 +57,25 @@ log = logging.getLogger(__name__)
 EmbedFn = Callable[[list[str]], Awaitable[list[list[float]]]]
 """Async text→vector function: ``list[str]`` of n texts → n L2-normalised vectors."""
 
-UPDATABLE_FIELDS = frozenset({"content", "type", "project_id", "metadata", "importance", "source", "conversation_id"})
+UPDATABLE_FIELDS = frozenset(
+    {
+        "content",
+        "type",
+        "project_id",
+        "metadata",
+        "importance",
+        "source",
+        "conversation_id",
+        # the lifecycle (curation: supersession, consolidation, quarantine, retention)
+        "state",
+        "superseded_by",
+        "merged_into",
+        "merged_from",
+        "valid_to",
+        "expires_at",
+        "state_reason",
+    }
+)
 MAX_LIST_LIMIT = 1000
 MAX_RETRIEVE_LIMIT = 1000
 MAX_BATCH = 1000
@@ -57,6 +86,23 @@ def to_millis(when: datetime) -> datetime:
     """``when`` truncated to whole milliseconds (the precision every backend stores:
     timestamps are persisted as epoch milliseconds)."""
     return when.replace(microsecond=(when.microsecond // 1000) * 1000)
+
+
+LIFECYCLE_IDS = ("superseded_by", "merged_into", "merged_from", "state_reason")
+
+
+def check_lifecycle(fields: dict[str, Any]) -> None:
+    """The lifecycle references of a record are memory ids (``superseded_by``,
+    ``merged_into``, each of ``merged_from``) and ``state_reason`` is text of at most 4096
+    characters. Raises ``InvalidInput``."""
+    for key in ("superseded_by", "merged_into"):
+        if fields.get(key) is not None:
+            require_memory_id(fields[key], key)
+    for ref in fields.get("merged_from") or []:
+        require_memory_id(ref, "merged_from")
+    reason = fields.get("state_reason")
+    if reason is not None and (not isinstance(reason, str) or len(reason) > 4096):
+        raise InvalidInput("state_reason must be text of at most 4096 characters")
 
 
 def utcnow() -> datetime:
@@ -77,6 +123,8 @@ class Store(Protocol):
 
     async def store_many(self, memories: Sequence[Memory]) -> list[Memory]: ...
 
+    async def write(self, memories: Sequence[Memory]) -> list[WriteResult]: ...
+
     async def retrieve(self, options: RetrieveOptions) -> list[ScoredMemory]: ...
 
     async def record_access(self, memory_ids: Iterable[str], user_id: str) -> datetime: ...
@@ -94,6 +142,7 @@ class Store(Protocol):
         project_id: str | None = None,
         limit: int = 50,
         offset: int = 0,
+        states: Sequence[MemoryState] | None = None,
     ) -> ListResult: ...
 
     async def forget(self, memory_id: str, user_id: str) -> None: ...
@@ -269,6 +318,12 @@ class MemoryStore(ABC):
                 self._id_locks.pop(memory_id, None)
 
     # ------------------------------------------------------------------ contract
+    def validate(self, memory: Memory) -> Memory:
+        """``memory`` as this store would insert it (``_normalise``: ids, content, metadata,
+        timestamps, the vector when given), without writing anything. Raises
+        ``InvalidInput``, ``EmbeddingIdentityMismatch``."""
+        return self._normalise(memory)
+
     def _normalise(self, memory: Memory) -> Memory:
         """The rules every inserted record passes, in one place (``store`` and ``store_many``):
         a copy of ``memory`` with the user/project ids checked, content cleaned, timestamps
@@ -283,6 +338,7 @@ class MemoryStore(ABC):
         check_label(memory.source, "source")
         check_label(memory.created_via, "created_via")
         check_json_value(memory.metadata)
+        check_lifecycle(memory.model_dump(include=set(LIFECYCLE_IDS)))
         content = clean_content(memory.content)
         now = utcnow()
         created = to_millis(memory.created_at) if memory.created_at else now
@@ -291,6 +347,9 @@ class MemoryStore(ABC):
             "created_at": created,
             "updated_at": to_millis(memory.updated_at) if memory.updated_at else created,
             "last_accessed": to_millis(memory.last_accessed) if memory.last_accessed else None,
+            "valid_from": to_millis(memory.valid_from) if memory.valid_from else created,
+            "valid_to": to_millis(memory.valid_to) if memory.valid_to else None,
+            "expires_at": to_millis(memory.expires_at) if memory.expires_at else None,
         }
         if memory.embedding is not None:
             update["embedding"] = self._check_vector(memory.embedding, memory.embedding_identity)
@@ -371,6 +430,12 @@ class MemoryStore(ABC):
                 await self._insert_many(batch)
             return batch
 
+    async def write(self, memories: Sequence[Memory]) -> builtins.list[WriteResult]:
+        """Write ``memories`` (one user's) as the service writes: here, ``store_many`` (every
+        memory ``created``). ``memory_core.stores.curating.CuratingStore`` adds screening,
+        one record per fact and supersession. Raises what ``store_many`` raises."""
+        return [WriteResult(memory=m, outcome=WriteOutcome.CREATED) for m in await self.store_many(memories)]
+
     async def retrieve(self, options: RetrieveOptions, *, touch: bool = True) -> list[ScoredMemory]:
         """Top ``limit`` memories of ``options.user_id`` with cosine similarity ≥ ``threshold``
         (the threshold is always a cosine floor, also for hybrid retrieval, which only changes
@@ -392,8 +457,13 @@ class MemoryStore(ABC):
                 return []  # its vector means nothing: no vector search on it
             vector = await self._query_vector(options)
             results = await self._search(options, vector)
+            now = utcnow()
             results = [
-                r for r in results if self._represents is None or self._represents(r.memory.content)
+                r
+                for r in results
+                if r.memory.state in options.states  # the backends filter too; legacy rows read as active
+                and not r.memory.expired(now)
+                and (self._represents is None or self._represents(r.memory.content))
             ]  # a memory the model cannot represent has a meaningless cosine
             results = [
                 r.model_copy(update={"similarity": as_float32(r.similarity), "score": as_float32(r.score)})
@@ -403,7 +473,6 @@ class MemoryStore(ABC):
             results.sort(key=lambda r: (-r.score, r.memory.id))
             results = results[: options.limit]
             if results and touch:
-                now = utcnow()
                 self._log_access(options.user_id, [r.memory.id for r in results], now)
             results = [
                 r.model_copy(update={"memory": r.memory.model_copy(update={"embedding": None})}) for r in results
@@ -418,6 +487,15 @@ class MemoryStore(ABC):
             (vector,) = await self._vectors([options.query], query=True)
             return vector
         return self._check_vector(options.embedding, options.embedding_identity)
+
+    async def embed_documents(self, texts: Sequence[str]) -> builtins.list[builtins.list[float]]:
+        """Vectors of ``texts`` as this store embeds the memories it stores (the document
+        embedder), n texts → n unit vectors; ``[]`` for none. Raises ``InvalidInput`` (no
+        embedder), ``StoreClosed``."""
+        if not texts:
+            return []
+        async with self._op():
+            return await self._vectors(builtins.list(texts))
 
     async def embed_query(self, options: RetrieveOptions) -> list[float]:
         """The query vector ``retrieve`` would search with: ``options.embedding`` checked
@@ -553,6 +631,12 @@ class MemoryStore(ABC):
                 check_label(changes["source"], "source")
             if "metadata" in changes:
                 check_json_value(changes["metadata"])
+            if "state" in changes:
+                changes["state"] = MemoryState(changes["state"])
+            check_lifecycle({k: changes[k] for k in LIFECYCLE_IDS if k in changes})
+            for when in ("valid_to", "expires_at"):
+                if changes.get(when) is not None:
+                    changes[when] = to_millis(changes[when])
             if not is_memory_id(memory_id):
                 raise MemoryNotFound("memory not found")
             async with self._lock(user_id):
@@ -576,9 +660,11 @@ class MemoryStore(ABC):
         project_id: str | None = None,
         limit: int = 50,
         offset: int = 0,
+        states: Sequence[MemoryState] | None = None,
     ) -> ListResult:
-        """One page of ``user_id``'s memories, newest first (``created_at`` desc, then ``id``
-        desc as tie-break), with the exact ``total``. Raises ``InvalidInput`` (bad paging)."""
+        """One page of ``user_id``'s memories (in the lifecycle ``states`` given; ``None``:
+        every state), newest first (``created_at`` desc, then ``id`` desc as tie-break), with
+        the exact ``total``. Raises ``InvalidInput`` (bad paging)."""
         async with self._op():
             require_user_id(user_id)
             if not (0 < limit <= MAX_LIST_LIMIT):
@@ -586,7 +672,9 @@ class MemoryStore(ABC):
             if offset < 0:
                 raise InvalidInput("offset must be ≥ 0")
             check_project_id(project_id)
-            page = await self._list(user_id, tuple(types) if types else None, project_id, limit, offset)
+            page = await self._list(
+                user_id, tuple(types) if types else None, project_id, limit, offset, tuple(states) if states else None
+            )
             self._overlay_access(user_id, page.memories)
             return page
 
@@ -657,8 +745,15 @@ class MemoryStore(ABC):
 
     @abstractmethod
     async def _list(
-        self, user_id: str, types: tuple[MemoryType, ...] | None, project_id: str | None, limit: int, offset: int
-    ) -> ListResult: ...
+        self,
+        user_id: str,
+        types: tuple[MemoryType, ...] | None,
+        project_id: str | None,
+        limit: int,
+        offset: int,
+        states: tuple[MemoryState, ...] | None,
+    ) -> ListResult:
+        """One page of ``user_id``'s records matching the filters (``states`` None: any)."""
 
     @abstractmethod
     async def _scope_ids(
@@ -763,11 +858,24 @@ class StoreDecorator:
         """See ``MemoryStore.store_many``."""
         return await self.inner.store_many(memories)
 
+    async def write(self, memories: Sequence[Memory]) -> list[WriteResult]:
+        """See ``MemoryStore.write``: this decorator's ``store_many``, every memory ``created``
+        (``CuratingStore`` overrides it)."""
+        return [WriteResult(memory=m, outcome=WriteOutcome.CREATED) for m in await self.store_many(memories)]
+
     async def retrieve(self, options: RetrieveOptions, *, touch: bool = True) -> list[ScoredMemory]:
         return await self.inner.retrieve(options, touch=touch)
 
     async def embed_query(self, options: RetrieveOptions) -> list[float]:
         return await self.inner.embed_query(options)
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        """See ``MemoryStore.embed_documents``."""
+        return await self.inner.embed_documents(texts)
+
+    def validate(self, memory: Memory) -> Memory:
+        """See ``MemoryStore.validate``."""
+        return self.inner.validate(memory)
 
     def represents(self, text: str) -> bool:
         """See ``MemoryStore.represents``."""
@@ -785,8 +893,10 @@ class StoreDecorator:
     async def update(self, memory_id: str, user_id: str, changes: dict[str, Any]) -> Memory:
         return await self.inner.update(memory_id, user_id, changes)
 
-    async def list(self, user_id, types=None, project_id=None, limit=50, offset=0) -> ListResult:
-        return await self.inner.list(user_id, types=types, project_id=project_id, limit=limit, offset=offset)
+    async def list(self, user_id, types=None, project_id=None, limit=50, offset=0, states=None) -> ListResult:
+        return await self.inner.list(
+            user_id, types=types, project_id=project_id, limit=limit, offset=offset, states=states
+        )
 
     async def forget(self, memory_id: str, user_id: str) -> None:
         await self.inner.forget(memory_id, user_id)

@@ -240,9 +240,11 @@ class CachingStore(StoreDecorator):
         async with self._op():
             return await self.inner.get_many(memory_ids, user_id)
 
-    async def list(self, user_id, types=None, project_id=None, limit=50, offset=0):
+    async def list(self, user_id, types=None, project_id=None, limit=50, offset=0, states=None):
         async with self._op():
-            return await self.inner.list(user_id, types=types, project_id=project_id, limit=limit, offset=offset)
+            return await self.inner.list(
+                user_id, types=types, project_id=project_id, limit=limit, offset=offset, states=states
+            )
 
     async def check_connection(self) -> bool:
         """The store's answer (a down cache does not make the service unhealthy: fail-open)."""

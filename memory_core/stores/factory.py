@@ -34,8 +34,10 @@ def make_store(
 ) -> MemoryStore | StoreDecorator:
     """The backend named by ``settings.backend`` (``milvus`` | ``qdrant`` | ``valkey`` |
     ``inmemory``), wrapped by :class:`~memory_core.stores.hybrid.HybridStore` when
-    ``settings.retrieval.hybrid`` and then by :class:`~memory_core.stores.cache.CachingStore`
-    when ``settings.cache.enabled`` (cache outermost).
+    ``settings.retrieval.hybrid``, then by :class:`~memory_core.stores.cache.CachingStore`
+    when ``settings.cache.enabled``, and outermost by
+    :class:`~memory_core.stores.curating.CuratingStore` unless ``settings.curation.enabled`` is
+    false (with the LLM judge of ``curation.llm_judge`` when enabled).
 
     The collection (Milvus/Qdrant), index and key prefix (Valkey) and cache key prefix are
     the configured logical names + ``"__" + collection_suffix`` when given. ``on_event`` is
@@ -92,5 +94,17 @@ def make_store(
         from .cache import CachingStore
 
         c = settings.cache
-        return CachingStore(store, url=c.url, ttl_s=c.ttl_s, prefix=f"{c.prefix}{backend}:{name}:", on_event=on_event)
-    return store
+        store = CachingStore(store, url=c.url, ttl_s=c.ttl_s, prefix=f"{c.prefix}{backend}:{name}:", on_event=on_event)
+    if not settings.curation.enabled:
+        return store
+    # outermost: every write is curated (screening, one record per fact, supersession), and
+    # its own writes go through the cache's invalidation and the hybrid index below
+    from .curating import CuratingStore
+
+    judge_settings = settings.curation.llm_judge
+    llm_judge = None
+    if judge_settings.enabled:
+        from ..curation.llm import LLMJudge, http_complete
+
+        llm_judge = LLMJudge(http_complete(judge_settings), judge_settings.model or "")
+    return CuratingStore(store, settings.curation, on_event=on_event, llm_judge=llm_judge)

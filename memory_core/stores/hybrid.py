@@ -81,7 +81,7 @@ from ..retrieval.held_vectors import HeldVectors, cosine, unit_vector
 from ..retrieval.lexical import BM25Corpus, LexicalIndex, tokenize
 from ..retrieval.timeparse import has_time_expression, temporal_intent
 from ..sanitize import require_user_id
-from ..types import Memory, MemoryType, RetrieveOptions, ScoredMemory, as_float32, passes_floor
+from ..types import Memory, MemoryType, RetrieveOptions, ScoredMemory, as_float32, passes_floor, utcnow
 from .base import MAX_LIST_LIMIT, MAX_RETRIEVE_LIMIT, StoreDecorator
 
 _D = RetrievalSettings()  # constructor defaults = the configuration defaults
@@ -323,7 +323,7 @@ class HybridStore(StoreDecorator):
             # the embedding model can represent the content (else its cosine means nothing)
             "represented": self._represents(memory.content),
         }
-        corpus.add(memory.id, body, project_id=memory.project_id, type=memory.type, attrs=attrs)
+        corpus.add(memory.id, body, project_id=memory.project_id, type=memory.type, attrs=attrs, state=memory.state)
         timeline.add(group, ts, memory.id)
         if not self.cache_vectors:
             return
@@ -522,7 +522,7 @@ class HybridStore(StoreDecorator):
             else None
         )
         try:
-            lex_all = dict(corpus.score_terms(q_terms, None, options.project_id, options.types))
+            lex_all = dict(corpus.score_terms(q_terms, None, options.project_id, options.types, options.states))
             lex_top = sorted(lex_all.items(), key=lambda kv: (-kv[1], kv[0]))[:pool]
             uncached = [i for i, _ in lex_top if i not in held]
             lex_loaded = await self._load(uncached, user_id, corpus)
@@ -669,7 +669,7 @@ class HybridStore(StoreDecorator):
             await self._load(missing, user_id, corpus)
             if self._held.get(user_id) is not held:
                 return None
-        wanted = corpus.matching(options.project_id, options.types)
+        wanted = corpus.matching(options.project_id, options.types, options.states)
         # memories the model cannot represent have meaningless cosines: never a vector candidate
         keep = {i for i in wanted if (corpus.attrs(i) or {}).get("represented") is not False}.__contains__
         return [(i, None, cos) for i, cos in held.top(q, pool, keep)]
@@ -707,11 +707,15 @@ class HybridStore(StoreDecorator):
         into: dict[str, tuple[Memory | None, float]],
     ) -> None:
         """Add to ``into`` as (memory, similarity with the query, ``sim``) those of ``memories``
-        that pass the ``project_id``/``types`` filters and carry a finite vector."""
+        that pass the ``project_id``/``types``/``states`` filters, have not expired and carry a
+        finite vector."""
+        now = utcnow()
         for m in memories:
             if options.project_id is not None and m.project_id != options.project_id:
                 continue
             if options.types and m.type not in options.types:
+                continue
+            if m.state not in options.states or m.expired(now):
                 continue
             cos = sim.of(m.id, unit_vector(m.embedding))
             if cos is not None:
@@ -746,7 +750,7 @@ class HybridStore(StoreDecorator):
                     need.append(memory_id)
                 continue
             cos = sim.of(memory_id, vec)
-            if cos is not None and corpus.passes(memory_id, options.project_id, options.types):
+            if cos is not None and corpus.passes(memory_id, options.project_id, options.types, options.states):
                 into[memory_id] = (None, cos)
         if need:
             fetched = await self._load(need, options.user_id, corpus)

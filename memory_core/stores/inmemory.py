@@ -11,12 +11,13 @@ from ..types import ListResult, Memory, RetrieveOptions, ScoredMemory
 from .base import MemoryStore, list_order_key
 
 
-def matches(memory: Memory, user_id: str, types, project_id: str | None) -> bool:
+def matches(memory: Memory, user_id: str, types, project_id: str | None, states=None) -> bool:
     """True when ``memory`` belongs to ``user_id`` and passes the optional filters."""
     return (
         memory.user_id == user_id
         and (project_id is None or memory.project_id == project_id)
         and (not types or memory.type in types)
+        and (not states or memory.state in states)
     )
 
 
@@ -46,7 +47,11 @@ class InMemoryStore(MemoryStore):
         ]
 
     async def _search(self, options: RetrieveOptions, vector: list[float]) -> list[ScoredMemory]:
-        rows = [m for m in self._rows.values() if matches(m, options.user_id, options.types, options.project_id)]
+        rows = [
+            m
+            for m in self._rows.values()
+            if matches(m, options.user_id, options.types, options.project_id, options.states)
+        ]
         if not rows:
             return []
         matrix = np.asarray([m.embedding for m in rows], dtype=np.float32)
@@ -64,9 +69,9 @@ class InMemoryStore(MemoryStore):
                 row.access_count += n
                 row.last_accessed = when
 
-    async def _list(self, user_id, types, project_id, limit, offset) -> ListResult:
+    async def _list(self, user_id, types, project_id, limit, offset, states) -> ListResult:
         rows = sorted(
-            (m for m in self._rows.values() if matches(m, user_id, types, project_id)),
+            (m for m in self._rows.values() if matches(m, user_id, types, project_id, states)),
             key=list_order_key,
             reverse=True,
         )

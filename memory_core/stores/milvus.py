@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, StoreUnavailable
-from ..types import ListResult, Memory, MemoryType, RetrieveOptions, ScoredMemory
-from ._records import memory_from_fields, newest_first, record_fields, to_ms
+from ..types import ListResult, Memory, MemoryState, MemoryType, RetrieveOptions, ScoredMemory
+from ._records import LIFECYCLE_FIELDS, lifecycle_fields, memory_from_fields, newest_first, record_fields, to_ms
 from .base import MemoryStore, candidate_count
 
 if TYPE_CHECKING:
@@ -68,9 +68,12 @@ _SCALAR_FIELDS = [
     "importance",
     "metadata",
     "embedding_identity",
+    *LIFECYCLE_FIELDS,
 ]
 _ALL_FIELDS = _SCALAR_FIELDS + [_VECTOR_FIELD]
 _QUERY_BATCH = 4096
+LEGACY_UPGRADE_SUFFIX = "_l2"
+"""Suffix of the collection a collection from before memory lifecycles is copied into."""
 _MAX_TOPK = 16384
 
 
@@ -89,12 +92,19 @@ def milvus_literal(value: str) -> str:
     return f'"{escaped}"'
 
 
-def _filter(user_id: str, types: tuple[MemoryType, ...] | None, project_id: str | None) -> str:
+def _filter(
+    user_id: str,
+    types: tuple[MemoryType, ...] | None,
+    project_id: str | None,
+    states: tuple[MemoryState, ...] | None = None,
+) -> str:
     parts = [f"user_id == {milvus_literal(user_id)}"]
     if project_id is not None:
         parts.append(f"project_id == {milvus_literal(project_id)}")
     if types:
         parts.append("memory_type in [" + ", ".join(milvus_literal(MemoryType(t).value) for t in types) + "]")
+    if states:
+        parts.append("state in [" + ", ".join(milvus_literal(MemoryState(s).value) for s in states) + "]")
     return " and ".join(parts)
 
 
@@ -230,56 +240,123 @@ class MilvusStore(MemoryStore):
             raise StoreUnavailable(f"cannot open Milvus at {uri}: {e}") from e
 
     def _prepare(self) -> None:
+        c = self._conn
+        name = self.collection
+        if not c.has_collection(name):
+            self._create(name)
+        else:
+            self._check_dimension(name)
+            if not self._has_lifecycle(name):
+                # a collection of the record layout before lifecycles: Milvus Lite cannot add
+                # fields, so its rows are copied (once) into ``<name>_l2``, which is used from
+                # now on; the old collection is left untouched
+                self.collection = f"{name}{LEGACY_UPGRADE_SUFFIX}"
+                if not c.has_collection(self.collection):
+                    self._create(self.collection)
+                    self._copy_legacy(name, self.collection)
+        # a collection reopened from disk (or released) must be loaded before search;
+        # loading a loaded collection is a no-op
+        c.load_collection(self.collection)
+
+    def _check_dimension(self, name: str) -> None:
+        """Raise ``ConfigError`` unless collection ``name`` holds vectors of this store's
+        dimension (a collection filled by another model, or not by this service)."""
+        info = self._conn.describe_collection(name)
+        dims = [
+            int(f.get("params", {}).get("dim", 0)) for f in info.get("fields", []) if f.get("name") == _VECTOR_FIELD
+        ]
+        if not dims:
+            raise ConfigError(
+                f"milvus collection {name!r} at {self.uri} has no {_VECTOR_FIELD!r} vector field; "
+                "it was not created by this service (choose another milvus.collection)"
+            )
+        if dims[0] != self.dimension:
+            raise ConfigError(
+                f"milvus collection {name!r} at {self.uri} holds {dims[0]}-dimensional vectors but the "
+                f"embedding model produces {self.dimension}; use another milvus.collection or the model "
+                "that filled it"
+            )
+
+    def _has_lifecycle(self, name: str) -> bool:
+        return any(f.get("name") == "state" for f in self._conn.describe_collection(name).get("fields", []))
+
+    def _copy_legacy(self, legacy: str, target: str) -> None:
+        """Copy every row of a ``legacy`` collection (no lifecycle fields) into ``target``, each
+        ``active`` and valid from its creation, then check the counts. Raises
+        ``ConfigError`` when the copy is incomplete (``target`` is then dropped, so the next
+        start copies again)."""
+        c = self._conn
+        c.load_collection(legacy)
+        legacy_fields = [f for f in _SCALAR_FIELDS if f not in LIFECYCLE_FIELDS] + [_VECTOR_FIELD]
+        it = c.query_iterator(legacy, batch_size=1000, filter='id != ""', output_fields=legacy_fields)
+        copied = 0
+        try:
+            while True:
+                batch = it.next()
+                if not batch:
+                    break
+                rows = []
+                for r in batch:
+                    row = dict(r)
+                    row.update(lifecycle_fields(memory_from_fields(row)))
+                    row[_VECTOR_FIELD] = [float(x) for x in row[_VECTOR_FIELD]]
+                    rows.append(row)
+                c.upsert(target, rows)
+                copied += len(rows)
+        finally:
+            it.close()
+        c.flush(target)
+        total = int(c.query(legacy, filter="", output_fields=["count(*)"])[0]["count(*)"])
+        if copied != total:
+            c.drop_collection(target)
+            raise ConfigError(f"upgrading milvus collection {legacy!r}: copied {copied} of {total} rows; retry")
+        log.warning(
+            "milvus collection %r predates memory lifecycles: %d rows copied into %r, which is used from now "
+            "on; the old collection is untouched (drop it once satisfied)",
+            legacy,
+            copied,
+            target,
+        )
+
+    def _create(self, name: str) -> None:
+        """Create collection ``name`` with the record layout of the module docstring."""
         from pymilvus import DataType
 
         c = self._conn
-        name = self.collection
-        if c.has_collection(name):
-            info = c.describe_collection(name)
-            dims = [
-                int(f.get("params", {}).get("dim", 0)) for f in info.get("fields", []) if f.get("name") == _VECTOR_FIELD
-            ]
-            if not dims:
-                raise ConfigError(
-                    f"milvus collection {name!r} at {self.uri} has no {_VECTOR_FIELD!r} vector field; "
-                    "it was not created by this service (choose another milvus.collection)"
-                )
-            if dims[0] != self.dimension:
-                raise ConfigError(
-                    f"milvus collection {name!r} at {self.uri} holds {dims[0]}-dimensional vectors but the "
-                    f"embedding model produces {self.dimension}; use another milvus.collection or the model "
-                    "that filled it"
-                )
-        else:
-            s = c.create_schema(auto_id=False, enable_dynamic_field=False)
-            s.add_field("id", DataType.VARCHAR, is_primary=True, max_length=128)
-            s.add_field("user_id", DataType.VARCHAR, max_length=1024, is_partition_key=True)
-            s.add_field("project_id", DataType.VARCHAR, max_length=1024, nullable=True)
-            s.add_field("memory_type", DataType.VARCHAR, max_length=32)
-            s.add_field("content", DataType.VARCHAR, max_length=65535)
-            s.add_field("source", DataType.VARCHAR, max_length=4096)
-            s.add_field("created_via", DataType.VARCHAR, max_length=4096)
-            s.add_field("conversation_id", DataType.VARCHAR, max_length=1024, nullable=True)
-            s.add_field("created_by_user_id", DataType.VARCHAR, max_length=1024, nullable=True)
-            s.add_field("created_at", DataType.INT64)
-            s.add_field("updated_at", DataType.INT64)
-            s.add_field("last_accessed", DataType.INT64, nullable=True)
-            s.add_field("access_count", DataType.INT64)
-            s.add_field("importance", DataType.DOUBLE)
-            s.add_field("metadata", DataType.JSON)
-            s.add_field("embedding_identity", DataType.VARCHAR, max_length=256, nullable=True)
-            s.add_field(_VECTOR_FIELD, DataType.FLOAT_VECTOR, dim=self.dimension)
-            index = c.prepare_index_params()
-            index.add_index(
-                field_name=_VECTOR_FIELD,
-                index_type="HNSW",
-                metric_type="COSINE",
-                params={"M": 16, "efConstruction": 200},
-            )
-            c.create_collection(name, schema=s, index_params=index, consistency_level="Strong")
-        # a collection reopened from disk (or released) must be loaded before search;
-        # loading a loaded collection is a no-op
-        c.load_collection(name)
+        s = c.create_schema(auto_id=False, enable_dynamic_field=False)
+        s.add_field("id", DataType.VARCHAR, is_primary=True, max_length=128)
+        s.add_field("user_id", DataType.VARCHAR, max_length=1024, is_partition_key=True)
+        s.add_field("project_id", DataType.VARCHAR, max_length=1024, nullable=True)
+        s.add_field("memory_type", DataType.VARCHAR, max_length=32)
+        s.add_field("content", DataType.VARCHAR, max_length=65535)
+        s.add_field("source", DataType.VARCHAR, max_length=4096)
+        s.add_field("created_via", DataType.VARCHAR, max_length=4096)
+        s.add_field("conversation_id", DataType.VARCHAR, max_length=1024, nullable=True)
+        s.add_field("created_by_user_id", DataType.VARCHAR, max_length=1024, nullable=True)
+        s.add_field("created_at", DataType.INT64)
+        s.add_field("updated_at", DataType.INT64)
+        s.add_field("last_accessed", DataType.INT64, nullable=True)
+        s.add_field("access_count", DataType.INT64)
+        s.add_field("importance", DataType.DOUBLE)
+        s.add_field("metadata", DataType.JSON)
+        s.add_field("embedding_identity", DataType.VARCHAR, max_length=256, nullable=True)
+        s.add_field("state", DataType.VARCHAR, max_length=32)
+        s.add_field("superseded_by", DataType.VARCHAR, max_length=128, nullable=True)
+        s.add_field("merged_into", DataType.VARCHAR, max_length=128, nullable=True)
+        s.add_field("merged_from", DataType.JSON)
+        s.add_field("valid_from", DataType.INT64, nullable=True)
+        s.add_field("valid_to", DataType.INT64, nullable=True)
+        s.add_field("expires_at", DataType.INT64, nullable=True)
+        s.add_field("state_reason", DataType.VARCHAR, max_length=4096, nullable=True)
+        s.add_field(_VECTOR_FIELD, DataType.FLOAT_VECTOR, dim=self.dimension)
+        index = c.prepare_index_params()
+        index.add_index(
+            field_name=_VECTOR_FIELD,
+            index_type="HNSW",
+            metric_type="COSINE",
+            params={"M": 16, "efConstruction": 200},
+        )
+        c.create_collection(name, schema=s, index_params=index, consistency_level="Strong")
 
     # ------------------------------------------------------------------ plumbing
     async def _call(self, fn: Callable[..., Any], *args, **kwargs) -> Any:
@@ -408,7 +485,7 @@ class MilvusStore(MemoryStore):
     async def _search(self, options: RetrieveOptions, vector: list[float]) -> list[ScoredMemory]:
         k = candidate_count(options, _MAX_TOPK)
         hits = await self._call(
-            self._search_sync, _filter(options.user_id, options.types, options.project_id), vector, k
+            self._search_sync, _filter(options.user_id, options.types, options.project_id, options.states), vector, k
         )
         out = []
         for distance, entity in hits:
@@ -429,8 +506,8 @@ class MilvusStore(MemoryStore):
         await self._call(self._conn.upsert, self.collection, rows)
         await self._wrote(len(rows))
 
-    async def _list(self, user_id, types, project_id, limit, offset) -> ListResult:
-        pairs = await self._call(self._query_all, _filter(user_id, types, project_id), ["id", "created_at"])
+    async def _list(self, user_id, types, project_id, limit, offset, states) -> ListResult:
+        pairs = await self._call(self._query_all, _filter(user_id, types, project_id, states), ["id", "created_at"])
         return await self._page(
             newest_first([(int(r["created_at"]), str(r["id"])) for r in pairs]), offset, limit, user_id
         )

@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, StoreUnavailable
-from ..types import ListResult, Memory, MemoryType, RetrieveOptions, ScoredMemory
+from ..types import ListResult, Memory, MemoryState, MemoryType, RetrieveOptions, ScoredMemory
 from ._records import memory_from_fields, newest_first, record_fields, to_ms
 from .base import MemoryStore, candidate_count
 
@@ -38,18 +38,33 @@ def point_id(memory_id: str) -> str:
 
 
 def qdrant_filter(
-    user_id: str, types: tuple[MemoryType, ...] | None = None, project_id: str | None = None
+    user_id: str,
+    types: tuple[MemoryType, ...] | None = None,
+    project_id: str | None = None,
+    states: tuple[MemoryState, ...] | None = None,
 ) -> qm.Filter:
-    """The one place filters are built: exact ``user_id`` match, plus ``project_id`` and
-    ``memory_type`` (any of ``types``) when given. Values are passed as data."""
+    """The one place filters are built: exact ``user_id`` match, plus ``project_id``,
+    ``memory_type`` (any of ``types``) and lifecycle ``states`` when given. Values are passed
+    as data. A point written before lifecycles has no ``state`` and counts as ``active``: the
+    states filter excludes the states not asked for when ``active`` is asked for, and matches
+    the ones asked for otherwise."""
     from qdrant_client import models as qm
 
     must: list[qm.Condition] = [qm.FieldCondition(key="user_id", match=qm.MatchValue(value=user_id))]
+    must_not: list[qm.Condition] = []
     if project_id is not None:
         must.append(qm.FieldCondition(key="project_id", match=qm.MatchValue(value=project_id)))
     if types:
         must.append(qm.FieldCondition(key="memory_type", match=qm.MatchAny(any=[MemoryType(t).value for t in types])))
-    return qm.Filter(must=must)
+    if states:
+        wanted = {MemoryState(s) for s in states}
+        if MemoryState.ACTIVE in wanted:
+            others = [s.value for s in MemoryState if s not in wanted]
+            if others:
+                must_not.append(qm.FieldCondition(key="state", match=qm.MatchAny(any=others)))
+        else:
+            must.append(qm.FieldCondition(key="state", match=qm.MatchAny(any=[s.value for s in wanted])))
+    return qm.Filter(must=must, must_not=must_not or None)
 
 
 def _payload(memory: Memory) -> dict[str, Any]:
@@ -152,6 +167,7 @@ class QdrantStore(MemoryStore):
             )
             await c.create_payload_index(self.collection, "project_id", qm.PayloadSchemaType.KEYWORD)
             await c.create_payload_index(self.collection, "memory_type", qm.PayloadSchemaType.KEYWORD)
+            await c.create_payload_index(self.collection, "state", qm.PayloadSchemaType.KEYWORD)
 
     # ------------------------------------------------------------------ hooks
     async def _exists(self, memory_id: str) -> bool:
@@ -186,7 +202,7 @@ class QdrantStore(MemoryStore):
         res = await self._conn.query_points(
             self.collection,
             query=vector,
-            query_filter=qdrant_filter(options.user_id, options.types, options.project_id),
+            query_filter=qdrant_filter(options.user_id, options.types, options.project_id, options.states),
             limit=k,
             with_payload=True,
             with_vectors=True,
@@ -220,8 +236,8 @@ class QdrantStore(MemoryStore):
             if offset is None:
                 return rows
 
-    async def _list(self, user_id, types, project_id, limit, offset) -> ListResult:
-        rows = await self._scroll(qdrant_filter(user_id, types, project_id), ["id", "created_at"])
+    async def _list(self, user_id, types, project_id, limit, offset, states) -> ListResult:
+        rows = await self._scroll(qdrant_filter(user_id, types, project_id, states), ["id", "created_at"])
         return await self._page(
             newest_first([(int(r["created_at"]), str(r["id"])) for r in rows]), offset, limit, user_id
         )

@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 
 from ..errors import ConfigError, DuplicateMemory, StoreUnavailable
-from ..types import ListResult, Memory, MemoryType, RetrieveOptions, ScoredMemory
-from ._records import from_ms, newest_first, to_ms
+from ..types import ListResult, Memory, MemoryState, MemoryType, RetrieveOptions, ScoredMemory
+from ._records import LIFECYCLE_FIELDS, from_ms, lifecycle_fields, lifecycle_from_fields, newest_first, to_ms
 from .base import MemoryStore, candidate_count
 
 if TYPE_CHECKING:
@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     from valkey.commands.core import AsyncScript
 
 _MAX_TOPK = 10000
+LEGACY_UPGRADE_SUFFIX = "_l2"
+"""Suffix of the index that replaces an index from before memory lifecycles (same prefix)."""
 
 # KEYS[1] record key, KEYS[2] user zset; ARGV[1] created_at ms, ARGV[2] id, ARGV[3..] field/value
 _INSERT_LUA = """
@@ -90,12 +92,19 @@ def tag_escape(value: str) -> str:
     return "".join(c if (c.isascii() and (c.isalnum() or c == "_")) else "\\" + c for c in value)
 
 
-def _query_filter(user_id: str, types: tuple[MemoryType, ...] | None, project_id: str | None) -> str:
+def _query_filter(
+    user_id: str,
+    types: tuple[MemoryType, ...] | None,
+    project_id: str | None,
+    states: tuple[MemoryState, ...] | None = None,
+) -> str:
     parts = [f"@user_tag:{{{tag_escape(tag_value(user_id))}}}"]
     if project_id is not None:
         parts.append(f"@project_tag:{{{tag_escape(tag_value(project_id))}}}")
     if types:
         parts.append("@memory_type:{" + " | ".join(tag_escape(MemoryType(t).value) for t in types) + "}")
+    if states:
+        parts.append("@state:{" + " | ".join(tag_escape(MemoryState(s).value) for s in states) + "}")
     return "(" + " ".join(parts) + ")"
 
 
@@ -180,12 +189,16 @@ class ValkeyStore(MemoryStore):
             "metadata": json.dumps(memory.metadata or {}, ensure_ascii=False),
             "embedding": np.asarray(memory.embedding, dtype="<f4").tobytes(),
         }
+        lifecycle = lifecycle_fields(memory)
+        f["state"] = lifecycle.pop("state")
+        f["merged_from"] = json.dumps(lifecycle.pop("merged_from"))
         optional = {
             "project_id": memory.project_id,
             "conversation_id": memory.conversation_id,
             "created_by_user_id": memory.created_by_user_id,
             "last_accessed": to_ms(memory.last_accessed),
             "embedding_identity": memory.embedding_identity,
+            **lifecycle,
         }
         f.update({k: v for k, v in optional.items() if v is not None})
         if memory.project_id is not None:
@@ -214,6 +227,13 @@ class ValkeyStore(MemoryStore):
             metadata=json.loads(_s(g.get("metadata")) or "{}"),
             embedding=np.frombuffer(vec, dtype="<f4").astype(float).tolist() if vec is not None else None,
             embedding_identity=_s(g.get("embedding_identity")),
+            **lifecycle_from_fields(
+                {
+                    **{k: _s(g.get(k)) for k in LIFECYCLE_FIELDS if k != "merged_from"},
+                    "merged_from": json.loads(_s(g.get("merged_from")) or "[]"),
+                    "created_at": _s(g.get("created_at")),
+                }
+            ),
         )
 
     # ------------------------------------------------------------------ open
@@ -243,6 +263,12 @@ class ValkeyStore(MemoryStore):
             if not any(w in text for w in ("unknown index", "no such index", "not found", "does not exist")):
                 raise
             info = None
+        if info is not None and not self._index_has(info, "state"):
+            # an index of the record layout before lifecycles: records get ``state`` (HSETNX
+            # active, once: a marker key remembers it), and a second index over the same
+            # prefix, ``<index>_l2``, holds the state TAG; the old index is left as it is
+            await self._upgrade_legacy(info)
+            return
         if info is not None:
             dim = self._index_dimension(info)
             if dim is None:
@@ -257,17 +283,54 @@ class ValkeyStore(MemoryStore):
                     "that filled it"
                 )
             return
-        await c.execute_command(
-            "FT.CREATE", self.index, "ON", "HASH", "PREFIX", "1", self._record_prefix,
+        await self._create_index(self.index)
+
+    async def _create_index(self, name: str) -> None:
+        await self._conn.execute_command(
+            "FT.CREATE", name, "ON", "HASH", "PREFIX", "1", self._record_prefix,
             "SCHEMA",
             "user_tag", "TAG", "CASESENSITIVE",
             "project_tag", "TAG", "CASESENSITIVE",
             "memory_type", "TAG", "CASESENSITIVE",
+            "state", "TAG", "CASESENSITIVE",
             "created_at", "NUMERIC",
             "embedding", "VECTOR", "HNSW", "10",
             "TYPE", "FLOAT32", "DIM", str(self.dimension), "DISTANCE_METRIC", "COSINE",
             "M", "16", "EF_CONSTRUCTION", "200",
         )  # fmt: skip
+
+    async def _upgrade_legacy(self, info: Any) -> None:
+        """Use ``<index>_l2`` (with the state TAG) in place of a legacy index ``info``
+        describes, after giving every record of the prefix a ``state`` (``active``) once."""
+        from valkey.exceptions import ResponseError
+
+        dim = self._index_dimension(info)
+        if dim != self.dimension:
+            raise ConfigError(
+                f"valkey index {self.index!r} at {self.url} holds {dim}-dimensional vectors but the "
+                f"embedding model produces {self.dimension}; use another valkey.index/prefix or the model "
+                "that filled it"
+            )
+        c = self._conn
+        marker = f"{self.prefix}layout"
+        if await c.get(marker) != b"2":
+            keys = [key async for key in c.scan_iter(match=f"{self._record_prefix}*", count=1000)]
+            for start in range(0, len(keys), 1000):
+                async with c.pipeline(transaction=False) as p:
+                    for key in keys[start : start + 1000]:
+                        p.hsetnx(key, "state", MemoryState.ACTIVE.value)
+                    await p.execute()
+            await c.set(marker, b"2")
+        self.index = f"{self.index}{LEGACY_UPGRADE_SUFFIX}"
+        try:
+            await c.execute_command("FT.INFO", self.index)
+        except ResponseError:
+            await self._create_index(self.index)
+
+    @staticmethod
+    def _index_has(info: Any, attribute: str) -> bool:
+        """Whether an FT.INFO reply names ``attribute`` among the index's fields."""
+        return attribute in [_s(x) if isinstance(x, bytes) else x for x in _flatten(info)]
 
     @staticmethod
     def _index_dimension(info: Any) -> int | None:
@@ -337,7 +400,7 @@ class ValkeyStore(MemoryStore):
     async def _search(self, options: RetrieveOptions, vector: list[float]) -> list[ScoredMemory]:
         k = candidate_count(options, _MAX_TOPK)
         query = (
-            f"{_query_filter(options.user_id, options.types, options.project_id)}"
+            f"{_query_filter(options.user_id, options.types, options.project_id, options.states)}"
             f"=>[KNN {k} @embedding $vec EF_RUNTIME {max(k, 64)} AS __dist]"
         )
         reply = await self._conn.execute_command(
@@ -370,29 +433,32 @@ class ValkeyStore(MemoryStore):
         for i, n in increments.items():
             await self._touch_script(keys=[self._key(i)], args=[stamp, n])
 
-    async def _user_ids_filtered(self, user_id: str, types, project_id) -> list[tuple[int, str]]:
+    async def _user_ids_filtered(self, user_id: str, types, project_id, states=None) -> list[tuple[int, str]]:
         pairs = await self._conn.zrange(self._user_key(user_id), 0, -1, withscores=True)
         items = [(int(score), _s(member)) for member, score in pairs]
-        if not types and project_id is None:
+        if not types and project_id is None and not states:
             return items
         async with self._conn.pipeline(transaction=False) as p:
             for _, mid in items:
-                p.hmget(self._key(mid), ["memory_type", "project_id"])
+                p.hmget(self._key(mid), ["memory_type", "project_id", "state"])
             fields = await p.execute()
         wanted = {MemoryType(t).value for t in types} if types else None
+        wanted_states = {MemoryState(s).value for s in states} if states else None
         out = []
-        for item, (mtype, proj) in zip(items, fields, strict=True):
+        for item, (mtype, proj, state) in zip(items, fields, strict=True):
             if mtype is None:
                 continue
             if wanted is not None and _s(mtype) not in wanted:
                 continue
             if project_id is not None and _s(proj) != project_id:
                 continue
+            if wanted_states is not None and (_s(state) or MemoryState.ACTIVE.value) not in wanted_states:
+                continue
             out.append(item)
         return out
 
-    async def _list(self, user_id, types, project_id, limit, offset) -> ListResult:
-        if not types and project_id is None:
+    async def _list(self, user_id, types, project_id, limit, offset, states) -> ListResult:
+        if not types and project_id is None and not states:
             ukey = self._user_key(user_id)
             async with self._conn.pipeline(transaction=True) as p:
                 p.zcard(ukey)
@@ -400,7 +466,7 @@ class ValkeyStore(MemoryStore):
                 total, members = await p.execute()
             page = [_s(m) for m in members]
         else:
-            ordered = newest_first(await self._user_ids_filtered(user_id, types, project_id))
+            ordered = newest_first(await self._user_ids_filtered(user_id, types, project_id, states))
             total = len(ordered)
             page = ordered[offset : offset + limit]
         if not page:

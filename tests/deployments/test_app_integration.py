@@ -105,8 +105,9 @@ def test_fact_carries_to_new_conversation_not_to_other_user_and_delete_removes_i
     chat(base_url, alice, [{"role": "user", "content": FACT}])
     memories = wait_for_memories(base_url, alice, 1)
     fact = next(m for m in memories if "4817" in m["content"])
-    assert fact["type"] == "episodic" and fact["source"] == "conversation" and fact["created_via"] == "auto_store"
-    assert fact["content"].startswith("Q: " + FACT)
+    # extraction keeps the statement, typed, without the question/answer framing
+    assert fact["type"] == "semantic" and fact["source"] == "conversation" and fact["created_via"] == "auto_store"
+    assert fact["state"] == "active" and "Q:" not in fact["content"] and "A:" not in fact["content"]
 
     fresh = [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": QUESTION}]
     r = chat(base_url, alice, fresh)

@@ -1,48 +1,18 @@
-"""Tests for memory_core.chat.extract: Q/A content, block stripping, quoted memories, truncation."""
+"""memory_core.chat.extract: what a turn leaves in memory — typed statements, skip reasons,
+windows of the conversation, block/think stripping, quoted memories, truncation."""
 
 from __future__ import annotations
 
-from memory_core.chat.extract import ELLIPSIS, remove_quoted, truncate_utf8, turn_memory_content
-from memory_core.chat.inject import format_memory_block, inject_memories, last_user_text
+import pytest
+
+from memory_core.chat.extract import ELLIPSIS, classify_sentence, extract_turn, remove_quoted, truncate_utf8
+from memory_core.chat.inject import inject_memories
 from memory_core.sanitize import MAX_CONTENT_BYTES
-from memory_core.types import Memory
+from memory_core.types import Memory, MemoryType
 
 
 def mem(content: str, i: int = 0) -> Memory:
-    return Memory(id=f"m{i}", content=content, user_id="u1")
-
-
-def test_plain_turn():
-    assert turn_memory_content("I moved to Lyon.", "Nice, Lyon is lovely.", []) == (
-        "Q: I moved to Lyon.\nA: Nice, Lyon is lovely."
-    )
-
-
-def test_strips_injected_block_from_user_text():
-    injected = [mem("Locker code is 4817")]
-    sent = inject_memories([{"role": "user", "content": "Book a table for two tonight."}], injected)
-    user_text = last_user_text(sent)
-    assert "<memory_context>" in user_text
-    out = turn_memory_content(user_text, "Done: table for two at 8pm.", injected)
-    assert out == "Q: Book a table for two tonight.\nA: Done: table for two at 8pm."
-    assert "4817" not in out and "memory_context" not in out
-
-
-def test_strips_echoed_block_from_assistant_text():
-    injected = [mem("Likes green tea")]
-    block = format_memory_block(injected)
-    out = turn_memory_content("hello there friend", "You said: hello there friend\n\n" + block, injected)
-    assert out == "Q: hello there friend\nA: You said: hello there friend"
-
-
-def test_removes_sentences_quoting_injected_memories():
-    injected = [mem("Your locker code is 4817", 1), mem("Q: what tea do I like?\nA: You like green tea.", 2)]
-    answer = (
-        "Your locker code is 4817. You like green tea! "
-        "I booked the gym for Tuesday at 7.\nAlso: your locker code is 4817, as noted."
-    )
-    out = turn_memory_content("Book the gym for Tuesday.", answer, injected)
-    assert out == "Q: Book the gym for Tuesday.\nA: I booked the gym for Tuesday at 7."
+    return Memory(content=content, user_id="u1")
 
 
 def test_jaccard_quote_removed_but_new_fact_kept():
@@ -65,58 +35,99 @@ def test_short_memory_does_not_remove_everything():
     assert remove_quoted(answer, injected) == answer
 
 
-def test_answer_entirely_quoting_stores_nothing():
-    """A question answered only by quoting injected memories teaches nothing new; storing the
-    bare question would crowd that question's later retrievals."""
-    injected = [mem("Locker code is 4817")]
-    assert turn_memory_content("what's my locker code?", "Locker code is 4817.", injected) is None
-
-
-def test_empty_answer_keeps_the_question():
-    assert turn_memory_content("remember my locker code is 4817", "", []) == "Q: remember my locker code is 4817"
-
-
-def test_none_when_nothing_of_the_user_remains():
-    block = format_memory_block([mem("x")])
-    assert turn_memory_content(block, "answer", [mem("x")]) is None
-    assert turn_memory_content("   ", "answer", []) is None
-    assert turn_memory_content("", "answer", []) is None
-
-
-def test_cjk_sentences():
-    injected = [mem("用户的储物柜密码是4817")]
-    answer = "用户的储物柜密码是4817。明天下雨，记得带伞。"
-    out = turn_memory_content("明天天气怎么样？", answer, injected)
-    assert out == "Q: 明天天气怎么样？\nA: 明天下雨，记得带伞。"
-
-
-def test_truncation_at_character_boundary():
-    user = "Summarise this"
-    answer = "é" * MAX_CONTENT_BYTES  # 2 bytes per char: far over the limit
-    out = turn_memory_content(user, answer, [])
-    data = out.encode("utf-8")
-    assert len(data) <= MAX_CONTENT_BYTES
-    assert out.startswith("Q: Summarise this\nA: é") and out.endswith(ELLIPSIS)
-    # never mid-character: the text round-trips and only whole "é" precede the ellipsis
-    assert set(out[len("Q: Summarise this\nA: ") : -1]) == {"é"}
-    # it is as long as fits: one more "é" would not
-    assert len(data) + 2 > MAX_CONTENT_BYTES
-
-
-def test_truncation_of_four_byte_chars_small_limit():
-    out = turn_memory_content("q", "😀" * 10, [], max_bytes=20)
-    # head "Q: q\nA: " is 8 bytes; 2 emoji (8) + "…" (3) = 19 <= 20; a third emoji would make 23
-    assert out == "Q: q\nA: 😀😀…"
-    assert len(out.encode()) <= 20
-
-
-def test_overlong_user_text_is_cut_too():
-    out = turn_memory_content("x" * 100, "answer", [], max_bytes=50)
-    assert len(out.encode()) <= 50 and out.startswith("Q: xxx") and out.endswith(ELLIPSIS)
-
-
 def test_truncate_utf8():
     assert truncate_utf8("abc", 3) == "abc"
     assert truncate_utf8("abcdef", 5) == "ab" + ELLIPSIS
     assert truncate_utf8("日本語テキスト", 10) == "日本" + ELLIPSIS  # 3-byte chars: 6 + 3 <= 10
     assert truncate_utf8("abcdef", 2) == ""
+
+
+def turn(text, answer="ok", history=(), injected=(), **kw):
+    messages = [*history, {"role": "user", "content": text}]
+    return extract_turn(messages, answer, list(injected), **kw)
+
+
+@pytest.mark.parametrize(
+    ("sentence", "kind"),
+    [
+        ("My locker code is 4817.", MemoryType.SEMANTIC),
+        ("I prefer aisle seats on long flights.", MemoryType.SEMANTIC),
+        ("The staging database is on port 5432.", MemoryType.SEMANTIC),
+        ("我住在上海。", MemoryType.SEMANTIC),
+        ("Always answer me in French.", MemoryType.PROCEDURAL),
+        ("From now on, keep your answers short.", MemoryType.PROCEDURAL),
+        ("Call me Sam from now on.", MemoryType.PROCEDURAL),
+        ("Yesterday I went to the support group.", MemoryType.EPISODIC),
+        ("Last week we visited my parents in Lyon.", MemoryType.EPISODIC),
+        ("What is my locker code?", "question"),
+        ("where do I live", "question"),
+        ("Hi there!", "greeting"),
+        ("thanks a lot", "greeting"),
+        ("I'd rather not say.", "refusal"),
+        ("Write me a poem about cats.", "request"),
+        ("Can you summarise this article.", "request"),
+        ("why", "question"),
+        ("blue car", "too_short"),
+        ("lol ok", "greeting"),
+    ],
+)
+def test_sentences_are_typed_or_skipped_with_a_reason(sentence, kind):
+    assert classify_sentence(sentence) == kind
+
+
+def test_a_turn_keeps_its_statements_by_type_and_drops_lead_ins_and_questions():
+    out = turn("Remember: my locker code is 4817. Always answer in French please. What time is it?")
+    assert [(m.type, m.content) for m in out.memories] == [
+        (MemoryType.SEMANTIC, "my locker code is 4817."),
+        (MemoryType.PROCEDURAL, "Always answer in French please."),
+    ]
+    assert out.skipped is None
+
+
+def test_a_turn_that_states_nothing_says_why():
+    assert turn("What is my locker code?").skipped == "question"
+    assert turn("ok").skipped == "greeting"
+    assert turn("   ").skipped == "empty"
+    assert turn("What is my locker code?").memories == []
+
+
+def test_think_blocks_and_injected_blocks_are_not_remembered():
+    injected = [mem("Locker code is 4817")]
+    sent = inject_memories([{"role": "user", "content": "<think>should I say it?</think>I moved to Lyon."}], injected)
+    out = extract_turn(sent, "<think>plan</think>Nice, Lyon is lovely.", injected, window_every=1)
+    (fact, window) = out.memories
+    assert fact.content == "I moved to Lyon." and "4817" not in window.content
+    assert window.window and window.content == "user: I moved to Lyon.\nassistant: Nice, Lyon is lovely."
+
+
+def test_every_third_user_turn_gives_a_window_of_both_speakers():
+    history = []
+    for i in range(1, 7):
+        out = turn(f"Turn {i}: I painted wall number {i} today.", f"Answer {i}.", history)
+        windows = [m for m in out.memories if m.window]
+        assert bool(windows) == (i % 3 == 0)
+        if windows:
+            lines = windows[0].content.splitlines()
+            assert lines[-1] == f"assistant: Answer {i}." and lines[-2].startswith(f"user: Turn {i}")
+            assert sum(1 for line in lines if line.startswith("user: ")) == min(i, 5)
+        history += [
+            {"role": "user", "content": f"Turn {i}: I painted wall number {i} today."},
+            {"role": "assistant", "content": f"Answer {i}."},
+        ]
+
+
+def test_window_drops_answer_sentences_that_quote_injected_memories():
+    injected = [mem("Your locker code is 4817")]
+    out = turn(
+        "Book the gym for Tuesday.",
+        "Your locker code is 4817. I booked the gym for Tuesday at 7.",
+        injected=injected,
+        window_every=1,
+    )
+    assert out.memories[-1].content.endswith("assistant: I booked the gym for Tuesday at 7.")
+
+
+def test_long_statements_are_cut_at_the_store_limit():
+    out = turn("My notes say " + "é" * MAX_CONTENT_BYTES)
+    (m,) = out.memories
+    assert len(m.content.encode()) <= MAX_CONTENT_BYTES and m.content.endswith(ELLIPSIS)

@@ -57,7 +57,7 @@ class FailingStore(InMemoryStore):
     async def retrieve(self, options, *, touch=True):
         raise StoreUnavailable("down")
 
-    async def store(self, memory):
+    async def write(self, memories):
         raise StoreUnavailable("down")
 
 
@@ -124,28 +124,45 @@ async def test_skip_reasons_are_counted_and_the_body_is_unchanged(store, request
     assert prepared.skipped == reason and prepared.injected == [] and prepared.body is request_body
     assert [name for name, _ in metrics.counts] == ["memory_skipped"]
     assert metrics.counts[0][1]["reason"] == reason
-    assert await pipeline(store).remember(prepared, {"choices": [{"message": {"content": "ok"}}]}) is None
+    remembered = await pipeline(store).remember(prepared, {"choices": [{"message": {"content": "ok"}}]})
+    assert remembered == [] and (await store.list("alice")).total == 1
 
 
-async def test_remember_stores_the_turn_with_provenance_and_without_the_block(store):
-    await store.store(Memory(user_id="alice", content="my locker code is 4817"))
-    p = pipeline(store)
-    prepared = await p.prepare(body("what is my locker code"), ctx(project_id="gym", conversation_id="c-1"))
+async def test_remember_stores_the_statements_with_provenance_and_without_the_block(store):
+    await store.store(Memory(user_id="alice", content="my locker code is 4817", project_id="gym"))
+    metrics = Recorder()
+    loose = {**CONFIG, "routing": {"decisions": [{"name": "default", "plugins": [
+        {"type": "memory", "configuration": {"similarity_threshold": -1.0}}]}]}}  # fmt: skip
+    p = MemoryPipeline(load_config(loose), store=store, metrics=metrics, now=lambda: NOW)
+    prepared = await p.prepare(
+        body("My gym locker is number 12. What is my locker code?"), ctx(project_id="gym", conversation_id="c-1")
+    )
+    assert prepared.injected  # the block went upstream with the question...
     answer = {"choices": [{"message": {"content": [{"type": "text", "text": "It opens the blue locker."}]}}]}
-    stored = await p.remember(prepared, answer)
-    assert stored is not None
-    assert stored.content == "Q: what is my locker code\nA: It opens the blue locker."
+    (result,) = await p.remember(prepared, answer)
+    stored = result.memory
+    assert stored.content == "My gym locker is number 12."  # ...but only the statement is kept
     assert BLOCK_START not in stored.content
-    assert (stored.type, stored.source, stored.created_via) == (MemoryType.EPISODIC, "conversation", "auto_store")
+    assert (stored.type, stored.source, stored.created_via) == (MemoryType.SEMANTIC, "conversation", "auto_store")
     assert (stored.user_id, stored.project_id, stored.conversation_id) == ("alice", "gym", "c-1")
     assert stored.metadata == {"decision": "default", "model": "assistant"}
+    assert ("memory_extraction", {"outcome": "semantic", "decision": "default"}) in metrics.counts
+    assert ("memory_writes", {"outcome": "created", "decision": "default"}) in metrics.counts
+
+
+async def test_a_question_alone_is_not_stored_and_the_skip_is_counted(store):
+    metrics = Recorder()
+    p = pipeline(store, metrics)
+    prepared = await p.prepare(body("What is my locker code?"), ctx())
+    assert await p.remember(prepared, {"choices": [{"message": {"content": "I don't know."}}]}) == []
+    assert ("memory_extraction", {"outcome": "skipped_question", "decision": "default"}) in metrics.counts
+    assert (await store.list("alice")).total == 0
 
 
 async def test_store_failures_never_fail_the_chat():
     metrics = Recorder()
     p = pipeline(FailingStore(embed=CountingEmbed(), dimension=DIM), metrics)
-    request = body("what is my locker code")
-    prepared = await p.prepare(request, ctx())
-    assert prepared.skipped == "error" and prepared.body is request
-    assert await p.remember(prepared, {"choices": [{"message": {"content": "ok"}}]}) is None
-    assert [n for n, _ in metrics.counts] == ["memory_retrieval_errors", "memory_store_errors"]
+    prepared = await p.prepare(body("My locker code is 4817."), ctx())
+    assert prepared.skipped == "error"
+    assert await p.remember(prepared, {"choices": [{"message": {"content": "ok"}}]}) == []
+    assert [n for n, _ in metrics.counts] == ["memory_retrieval_errors", "memory_extraction", "memory_store_errors"]

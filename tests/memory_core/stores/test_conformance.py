@@ -22,6 +22,7 @@ import pytest
 
 from memory_core.config import (
     CacheSettings,
+    CurationSettings,
     MemoryStoreSettings,
     MilvusSettings,
     QdrantSettings,
@@ -95,6 +96,9 @@ class Rig:
             cache=cache,
             # the stores and the cache, and HybridStore on the rigs that ask for it
             retrieval=RetrievalSettings(hybrid=self.hybrid),
+            # the contract of the stores beneath curation (tests/memory_core/stores/test_curating.py
+            # covers what curation adds)
+            curation=CurationSettings(enabled=False),
         )
 
     def open(self, *, dimension: int = DIM, cache_url: str | None = None, embed=None):

@@ -186,8 +186,8 @@ async def test_crafted_ids_and_scopes_never_reach_another_users_rows(stores):
     store = stores
     mine = await store.store(Memory(user_id=A, content="attacker note about gardens", project_id="own"))
     theirs = [
-        await store.store(Memory(user_id=V, content=f"victim secret {i} about gardens", project_id="victim-project"))
-        for i in range(3)
+        await store.store(Memory(user_id=V, content=content, project_id="victim-project"))
+        for content in ("victim secret about gardens", "the victim's bank is Northwind", "victim likes tulips")
     ]
     await store.retrieve(RetrieveOptions(user_id=V, query="gardens", hybrid=True, limit=5))  # victim reads: access 1
     backend = backend_of(store)

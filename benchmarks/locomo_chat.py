@@ -1,0 +1,263 @@
+"""LoCoMo through chat: memories come only from auto-store, next to the per-turn REST mode.
+
+Each conversation is one user. Mode ``chat`` feeds it through ``POST /v1/chat/completions``
+as a client would: session by session, one request per turn of the first speaker (the user),
+its ``messages`` the session so far (the first speaker's turns as ``user`` messages, the other
+speaker's as ``assistant`` messages). Requests of one conversation go one at a time, in
+order. Mode ``rest`` stores one memory per turn through ``POST /v1/memory`` (as
+``benchmarks/locomo.py``). Both modes then ask every category 1–4 question through
+``POST /v1/memory/search`` (limit 10).
+
+An evidence turn counts as found when a retrieved memory contains its text (both compared
+lower-cased with whitespace collapsed), so windows of several turns count for every turn they
+hold. Printed per mode: recall@5/@10 overall and per category; memories per conversation by
+state (``active``, ``superseded``, ``consolidated``, ``quarantined``) against turns; after
+``--consolidate`` (``POST /v1/memory/consolidate`` per user) the groups merged; and with
+``--metrics-url`` (Ray's Prometheus endpoint, e.g. ``http://127.0.0.1:8080/metrics`` when Ray
+was started with ``--metrics-export-port 8080``) the service's extraction and write counters
+over the run (skipped by reason, reinforced = deduplicated, superseded...). Then the ratio
+chat/REST of recall@5 (goal ≥ 0.9) and memories/turns (goal < 1).
+
+    python benchmarks/locomo_chat.py --url http://127.0.0.1:8000
+    python benchmarks/locomo_chat.py --mode chat --conversations 1 --consolidate
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import typer
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.locomo_data import load_samples, questions, recall_at_k, sessions, summarize, turns
+
+app = typer.Typer(add_completion=False)
+console = Console()
+STATES = ("active", "superseded", "consolidated", "quarantined")
+
+
+def normalize(text: str) -> str:
+    """Lower-cased, whitespace collapsed: how turn texts and memory contents are compared."""
+    return " ".join(text.lower().split())
+
+
+def found_turns(content: str, turn_texts: dict[str, str]) -> list[str]:
+    """dia_ids of the turns whose (normalised, non-empty) text ``content`` contains."""
+    c = normalize(content)
+    return [dia for dia, text in turn_texts.items() if text and text in c]
+
+
+def chat_requests(sample: dict) -> list[list[dict]]:
+    """The ``messages`` of each chat request replaying ``sample``: one per turn of the first
+    speaker, holding the session up to that turn."""
+    conv = sample["conversation"]
+    user_speaker = conv.get("speaker_a") or conv[f"session_{sessions(sample)[0]}"][0]["speaker"]
+    out = []
+    for n in sessions(sample):
+        history: list[dict] = []
+        for t in conv[f"session_{n}"]:
+            text = t.get("text", "")
+            if t.get("blip_caption"):
+                text += f" [shares a photo: {t['blip_caption']}]"
+            role = "user" if t["speaker"] == user_speaker else "assistant"
+            history.append({"role": role, "content": text})
+            if role == "user":
+                out.append(list(history))
+    return out
+
+
+@dataclass
+class ModeResult:
+    mode: str
+    rows: list[tuple[int, float, float]] = field(default_factory=list)
+    turns: int = 0
+    states: Counter = field(default_factory=Counter)
+    consolidated_groups: int = 0
+    requests: int = 0
+    seconds: float = 0.0
+    counters: dict[str, float] = field(default_factory=dict)
+
+
+async def _count_states(client: httpx.AsyncClient, user: str) -> Counter:
+    out: Counter = Counter()
+    for state in STATES:
+        r = await client.get("/v1/memory", params={"state": state, "limit": 1}, headers={"x-authz-user-id": user})
+        r.raise_for_status()
+        out[state] = r.json()["total"]
+    return out
+
+
+async def _settle(client: httpx.AsyncClient, user: str, quiet_s: float = 3.0, timeout_s: float = 300) -> None:
+    """Wait until the user's memory count stops changing (auto-store runs after the answer)."""
+    last, since, deadline = -1, time.monotonic(), time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        r = await client.get("/v1/memory", params={"limit": 1}, headers={"x-authz-user-id": user})
+        total = r.json()["total"]
+        if total != last:
+            last, since = total, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return
+        await asyncio.sleep(0.5)
+
+
+async def _feed_chat(client: httpx.AsyncClient, user: str, sample: dict, model: str) -> int:
+    requests = chat_requests(sample)
+    for messages in requests:
+        r = await client.post(
+            "/v1/chat/completions",
+            json={"model": model, "messages": messages},
+            headers={"x-authz-user-id": user},
+        )
+        r.raise_for_status()
+    return len(requests)
+
+
+async def _feed_rest(client: httpx.AsyncClient, user: str, sample: dict) -> int:
+    items = turns(sample)
+    for start in range(0, len(items), 32):
+        body = {
+            "memories": [
+                {
+                    "content": t.content,
+                    "type": "episodic",
+                    "metadata": t.metadata,
+                    "created_at": t.created_at.isoformat(),
+                }
+                for t in items[start : start + 32]
+            ]
+        }
+        (await client.post("/v1/memory", json=body, headers={"x-authz-user-id": user})).raise_for_status()
+    return (len(items) + 31) // 32
+
+
+async def scrape(metrics_url: str | None) -> dict[str, float]:
+    """The service's extraction/write counters (``<name>{outcome=...}`` summed over labels
+    other than ``outcome``) from Ray's Prometheus endpoint; empty without ``metrics_url``."""
+    if not metrics_url:
+        return {}
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with httpx.AsyncClient(timeout=30) as c:
+        text = (await c.get(metrics_url)).text
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            name = re.sub(r"^ray_|_total$", "", sample.name)
+            if name in ("memory_extraction", "memory_writes", "memory_skipped"):
+                key = f"{name}:{sample.labels.get('outcome') or sample.labels.get('reason')}"
+                out[key] = out.get(key, 0.0) + sample.value
+    return out
+
+
+async def run_mode(client: httpx.AsyncClient, mode: str, samples: list[dict], args: dict, run: str) -> ModeResult:
+    result = ModeResult(mode)
+    users = {s["sample_id"]: f"locomo-{mode}-{run}-{s['sample_id']}" for s in samples}
+    before = await scrape(args["metrics_url"])
+    gate = asyncio.Semaphore(args["concurrency"])
+    started = time.perf_counter()
+
+    async def feed(sample):
+        async with gate:
+            user = users[sample["sample_id"]]
+            if mode == "chat":
+                n = await _feed_chat(client, user, sample, args["model"])
+            else:
+                n = await _feed_rest(client, user, sample)
+            await _settle(client, user)
+            return n
+
+    result.requests = sum(await asyncio.gather(*(feed(s) for s in samples)))
+    result.seconds = time.perf_counter() - started
+    after = await scrape(args["metrics_url"])
+    result.counters = {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)}
+    if args["consolidate"]:
+        for user in users.values():
+            r = await client.post("/v1/memory/consolidate", headers={"x-authz-user-id": user})
+            r.raise_for_status()
+            result.consolidated_groups += r.json().get("groups", 0)
+    for sample in samples:
+        user = users[sample["sample_id"]]
+        result.turns += len(turns(sample))
+        result.states.update(await _count_states(client, user))
+        texts = {t.dia_id: normalize(t.text) for t in turns(sample)}
+        for q in questions(sample):
+            r = await client.post(
+                "/v1/memory/search", json={"query": q.question, "limit": 10}, headers={"x-authz-user-id": user}
+            )
+            r.raise_for_status()
+            ranked = [found_turns(m["content"], texts) for m in r.json()["memories"]]
+            result.rows.append((q.category, recall_at_k(ranked, q.evidence, 5), recall_at_k(ranked, q.evidence, 10)))
+    if not args["keep"]:
+        for user in users.values():
+            await client.delete("/v1/memory", params={"all": "true"}, headers={"x-authz-user-id": user})
+    return result
+
+
+def show(result: ModeResult, n_conv: int) -> None:
+    table = Table(title=f"LoCoMo through {result.mode} ({n_conv} conversations, evidence found by containment)")
+    for col in ("questions", "n", "recall@5", "recall@10"):
+        table.add_column(col)
+    for name, s in summarize(result.rows).items():
+        table.add_row(name, str(s["n"]), f"{s['r@5']:.3f}", f"{s['r@10']:.3f}")
+    console.print(table)
+    total = sum(result.states.values())
+    console.print(
+        f"{result.mode}: {result.requests} requests in {result.seconds:.1f} s; "
+        f"{total} memories for {result.turns} turns ({total / n_conv:.0f} per conversation, "
+        f"{total / result.turns:.2f} per turn); by state: {dict(result.states)}; "
+        f"consolidation groups merged: {result.consolidated_groups}"
+    )
+    if result.counters:
+        console.print(f"  service counters over the run: {dict(sorted(result.counters.items()))}")
+
+
+@app.command()
+def main(
+    url: str = typer.Option("http://127.0.0.1:8000", help="base URL of the running service"),
+    data: str = typer.Option(None, help="LoCoMo JSON (default ../shared/data/locomo/locomo_dev.json)"),
+    conversations: int = typer.Option(0, help="only the first N conversations (0 = all)"),
+    mode: str = typer.Option("both", help="chat | rest | both"),
+    concurrency: int = typer.Option(3, help="conversations fed in parallel"),
+    model: str = typer.Option("assistant", help="the chat request's model (a decision with the memory plugin)"),
+    consolidate: bool = typer.Option(False, help="run POST /v1/memory/consolidate per user before searching"),
+    metrics_url: str = typer.Option(None, help="Ray's Prometheus endpoint, for the service's counters"),
+    keep: bool = typer.Option(False, help="keep the memories (default: delete them at the end)"),
+) -> None:
+    if mode not in ("chat", "rest", "both"):
+        raise typer.BadParameter("mode is chat, rest or both")
+    samples = load_samples(data, conversations or None)
+    args = {"concurrency": concurrency, "model": model, "consolidate": consolidate, "metrics_url": metrics_url,
+            "keep": keep}  # fmt: skip
+    run = uuid.uuid4().hex[:8]
+
+    async def go() -> list[ModeResult]:
+        async with httpx.AsyncClient(base_url=url.rstrip("/"), timeout=120) as client:
+            (await client.get("/health")).raise_for_status()
+            modes = ("rest", "chat") if mode == "both" else (mode,)
+            return [await run_mode(client, m, samples, args, run) for m in modes]
+
+    results = asyncio.run(go())
+    for r in results:
+        show(r, len(samples))
+    if len(results) == 2:
+        rest, chat = (summarize(r.rows)["overall"] for r in results)
+        chat_memories = sum(results[1].states.values())
+        console.print(
+            f"chat/REST recall@5 {chat['r@5'] / rest['r@5']:.3f} (goal ≥ 0.9), recall@10 "
+            f"{chat['r@10'] / rest['r@10']:.3f}; chat memories/turns {chat_memories / results[1].turns:.2f} (goal < 1)"
+        )
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,159 @@
+"""Ranking constants chosen by leave-one-conversation-out on LoCoMo, in process.
+
+The ranking constants of ``RetrievalSettings`` (lexical weight, BM25 k1 and b, neighbour,
+speaker and temporal weights, candidate pool) are each swept over a grid with the others at
+their defaults (``SWEEPS``); every configuration is evaluated once per conversation
+(in-memory backend, hybrid retrieval, top 10, the questions' evidence recall as in
+``benchmarks/locomo_offline.py``; curation off, so the store holds one memory per turn).
+
+Then, for each conversation in turn (the fold), every constant takes the value with the best
+mean recall@5 over the *other* conversations' questions, and that combined configuration is
+evaluated on the held-out conversation. Printed: recall@5/@10 of
+
+- ``defaults``: the shipped ``RetrievalSettings``;
+- ``in-sample``: constants chosen the same way on all conversations, scored on all of them
+  (what tuning on the shared set reports);
+- ``leave-one-out``: each conversation scored with constants chosen without it (what to
+  expect on conversations outside the set);
+
+and the values each fold chose. A constant whose best value moves from fold to fold, or an
+in-sample figure well above the leave-one-out one, is fitted to the set.
+
+    python benchmarks/locomo_loo.py
+    python benchmarks/locomo_loo.py --limit-samples 3     # quicker
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import locomo_data as ld  # noqa: E402
+from locomo_offline import EmbedCache, replay  # noqa: E402
+
+from memory_core.config import CurationSettings, MemoryStoreSettings, RetrievalSettings  # noqa: E402
+from memory_core.stores import make_store  # noqa: E402
+from memory_core.types import RetrieveOptions  # noqa: E402
+
+SWEEPS: dict[str, tuple] = {
+    "lexical_weight": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8),
+    "bm25_k1": (0.6, 0.9, 1.2, 1.5),
+    "bm25_b": (0.2, 0.4, 0.6, 0.75),
+    "neighbor_weight": (0.0, 0.25, 0.5, 0.75, 1.0),
+    "speaker_weight": (0.0, 0.15, 0.3, 0.5),
+    "temporal_weight": (0.0, 0.1, 0.2, 0.4),
+    "candidate_pool": (10, 20, 40),
+}
+"""Values tried per constant (each with the others at their defaults)."""
+
+Rows = dict[str, list[tuple[int, float, float]]]  # sample_id → (category, r@5, r@10) per question
+
+
+async def evaluate(settings: RetrievalSettings, samples: list[dict], cache: EmbedCache) -> Rows:
+    """Per-conversation question rows for one ``RetrievalSettings``."""
+    store = make_store(
+        MemoryStoreSettings(backend="inmemory", retrieval=settings, curation=CurationSettings(enabled=False)),
+        embed=cache.embed,
+        dimension=384,
+    )
+    await store.open()
+    try:
+        await replay(store, samples, cache)
+        out: Rows = {}
+        for s in samples:
+            rows = out.setdefault(s["sample_id"], [])
+            for q in ld.questions(s):
+                res = await store.retrieve(
+                    RetrieveOptions(
+                        user_id=s["sample_id"],
+                        query=q.question,
+                        embedding=cache[q.question],
+                        limit=10,
+                        hybrid=True,
+                        lexical_weight=settings.lexical_weight,
+                        temporal_boost=settings.temporal_boost,
+                    )
+                )
+                ids = [ld.dia_ids_of(r.memory.metadata) for r in res]
+                rows.append((q.category, ld.recall_at_k(ids, q.evidence, 5), ld.recall_at_k(ids, q.evidence, 10)))
+        return out
+    finally:
+        await store.close()
+
+
+def mean_r5(rows: Rows, samples: list[str]) -> float:
+    flat = [r for s in samples for r in rows[s]]
+    return sum(r[1] for r in flat) / len(flat)
+
+
+def choose(results: dict[tuple[str, object], Rows], on: list[str]) -> dict[str, object]:
+    """Each constant's value with the best mean recall@5 over the questions of ``on`` (ties:
+    the default value, then the first in the grid)."""
+    default = RetrievalSettings()
+    chosen = {}
+    for name, values in SWEEPS.items():
+        chosen[name] = max(
+            values,
+            key=lambda v, name=name: (round(mean_r5(results[(name, v)], on), 6), v == getattr(default, name)),
+        )
+    return chosen
+
+
+def figures(rows: list[tuple[int, float, float]]) -> str:
+    s = ld.summarize(rows)["overall"]
+    return f"recall@5 {s['r@5']:.3f}  recall@10 {s['r@10']:.3f}  (n={s['n']})"
+
+
+async def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", default=None)
+    ap.add_argument("--limit-samples", type=int, default=None)
+    ap.add_argument("--embed-cache", default="/tmp/locomo_minilm_cache.npz")
+    args = ap.parse_args(argv)
+    samples = ld.load_samples(args.data, args.limit_samples)
+    ids = [s["sample_id"] for s in samples]
+    cache = EmbedCache(args.embed_cache)
+    cache.ensure([t.content for s in samples for t in ld.turns(s)] + [q.question for s in samples for q in ld.questions(s)])
+    default = RetrievalSettings()
+    results: dict[tuple[str, object], Rows] = {}
+    for name, values in SWEEPS.items():
+        for v in values:
+            if v == getattr(default, name) and ("default", None) in results:
+                results[(name, v)] = results[("default", None)]
+                continue
+            print(f"evaluating {name}={v} …", file=sys.stderr)
+            results[(name, v)] = await evaluate(default.model_copy(update={name: v}), samples, cache)
+            if v == getattr(default, name):
+                results[("default", None)] = results[(name, v)]
+    if ("default", None) not in results:
+        results[("default", None)] = await evaluate(default, samples, cache)
+
+    in_sample_choice = choose(results, ids)
+    in_sample = await evaluate(default.model_copy(update=in_sample_choice), samples, cache)
+    loo_rows: list[tuple[int, float, float]] = []
+    picks: dict[str, Counter] = {name: Counter() for name in SWEEPS}
+    for held in ids:
+        chosen = choose(results, [s for s in ids if s != held])
+        for name, v in chosen.items():
+            picks[name][v] += 1
+        held_sample = [s for s in samples if s["sample_id"] == held]
+        loo_rows += (await evaluate(default.model_copy(update=chosen), held_sample, cache))[held]
+
+    print(f"\nLoCoMo leave-one-conversation-out over {len(ids)} conversations")
+    print(f"defaults       {figures([r for s in ids for r in results[('default', None)][s]])}")
+    print(f"in-sample      {figures([r for s in ids for r in in_sample[s]])}   chosen {in_sample_choice}")
+    print(f"leave-one-out  {figures(loo_rows)}")
+    print("values chosen per fold (value: folds):")
+    for name, c in picks.items():
+        print(f"  {name:16s} default {getattr(default, name)!s:6s} " + ", ".join(f"{v}: {n}" for v, n in sorted(c.items())))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,128 @@
+"""Consolidation, as pure functions: which of a user's active memories are near-duplicates
+(``plan_groups``), what one memory standing for a group says (``merged_content``), and the
+chain of versions a memory belongs to (``history``).
+
+Grouping: memories of the same ``type`` and ``project_id`` join a group when their cosine
+similarity with *every* member is at least ``cosine`` and their word-level Jaccard similarity
+with every member is at least ``jaccard`` (complete linkage, so a chain of small differences
+never grows one group across unrelated memories). Jaccard ≥ 0.60 over word sets is the
+reference router's near-duplicate rule; the cosine bound keeps paraphrases of different facts
+apart. Words: ``memory_core.chat.tokens.word_tokens``-like lowercase word sets.
+
+Merged content loses nothing: it starts from the member with the most words (the newest of
+equals) and appends, sentence by sentence, every sentence of the other members that brings a
+word the merged text does not have yet (``lost_words(merged, members) == set()``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+from ..types import Memory
+
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\u0e00-\u0eff]")
+_SENTENCE = re.compile(r"(?<=[.!?。！？])\s+|\n+")
+
+
+def words(text: str) -> set[str]:
+    """Lowercase word set of ``text`` (each CJK/Thai character a word of its own)."""
+    out: set[str] = set()
+    for w in _WORD.findall(text.lower()):
+        if _CJK.search(w):
+            out.update(w)
+        else:
+            out.add(w)
+    return out
+
+
+def jaccard(a: set[str], b: set[str]) -> float:
+    """|a ∩ b| / |a ∪ b| (1.0 for two empty sets)."""
+    return len(a & b) / len(a | b) if (a or b) else 1.0
+
+
+def plan_groups(
+    memories: Sequence[Memory],
+    cosine: Callable[[Memory, Memory], float],
+    *,
+    min_cosine: float,
+    min_jaccard: float,
+    max_groups: int,
+) -> list[list[Memory]]:
+    """Groups (of at least two) of near-duplicate ``memories``, oldest first, at most
+    ``max_groups``. ``cosine(a, b)`` is the similarity of two memories' vectors. Deterministic
+    (memories are visited by ``created_at`` then id)."""
+    order = sorted(memories, key=lambda m: (m.created_at.timestamp() if m.created_at else 0.0, m.id))
+    word_sets = {m.id: words(m.content) for m in order}
+    groups: list[list[Memory]] = []
+    for m in order:
+        for group in groups:
+            head = group[0]
+            if head.type != m.type or head.project_id != m.project_id:
+                continue
+            if all(
+                jaccard(word_sets[m.id], word_sets[g.id]) >= min_jaccard and cosine(m, g) >= min_cosine for g in group
+            ):
+                group.append(m)
+                break
+        else:
+            groups.append([m])
+    return [g for g in groups if len(g) > 1][:max_groups]
+
+
+def _sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE.split(text) if s.strip()]
+
+
+def merged_content(members: Sequence[Memory]) -> str:
+    """One text saying what every member says (see the module docstring)."""
+    by_size = sorted(
+        members,
+        key=lambda m: (len(words(m.content)), m.created_at.timestamp() if m.created_at else 0.0),
+        reverse=True,
+    )
+    text = by_size[0].content
+    have = words(text)
+    for m in by_size[1:]:
+        for sentence in _sentences(m.content):
+            new = words(sentence) - have
+            if new:
+                text = f"{text.rstrip()} {sentence}"
+                have |= words(sentence)
+    return text
+
+
+def lost_words(merged: str, members: Sequence[Memory]) -> set[str]:
+    """Words of ``members`` missing from ``merged`` (empty for ``merged_content``'s output)."""
+    have = words(merged)
+    return {w for m in members for w in words(m.content)} - have
+
+
+def history(memory_id: str, memories: Sequence[Memory]) -> list[Memory]:
+    """The versions of the fact ``memory_id`` holds, oldest first: the memories it replaced
+    (its ``superseded_by``/``merged_into`` predecessors, recursively), itself, and the memories
+    that replaced it (following ``superseded_by``/``merged_into``). ``memories``: the owner's
+    memories in every state. ``[]`` when ``memory_id`` is not among them."""
+    by_id = {m.id: m for m in memories}
+    if memory_id not in by_id:
+        return []
+    successors = {m.id: m.superseded_by or m.merged_into for m in memories}
+    predecessors: dict[str, list[str]] = {}
+    for m in memories:
+        nxt = m.superseded_by or m.merged_into
+        if nxt:
+            predecessors.setdefault(nxt, []).append(m.id)
+    chain: dict[str, Memory] = {}
+    stack = [memory_id]
+    while stack:  # everything upstream of it
+        current = stack.pop()
+        if current in chain or current not in by_id:
+            continue
+        chain[current] = by_id[current]
+        stack.extend(predecessors.get(current, []))
+    nxt = successors.get(memory_id)
+    while nxt and nxt in by_id and nxt not in chain:  # and downstream
+        chain[nxt] = by_id[nxt]
+        nxt = successors.get(nxt)
+    return sorted(chain.values(), key=lambda m: (m.created_at.timestamp() if m.created_at else 0.0, m.id))

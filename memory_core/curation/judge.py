@@ -1,0 +1,433 @@
+"""How a new statement relates to an older one of the same user, by deterministic rules (no
+model call): ``duplicate`` (the same fact), ``refines`` (the same fact with more detail),
+``supersedes`` (same subject, new value: the old one is no longer true) or ``compatible``
+(both true together).
+
+A statement is read into three parts (``read_statement``):
+
+- **values**: what can change while the subject stays — numbers (``$10,000``, ``9:30``,
+  ``555-0142``, ``7``, ``third``, ``two``), dates (``March 3``), proper names (``Boston``,
+  ``Dana Whitfield``, ``Tesla Model 3``: capitalised words that are not sentence-initial, or
+  that the other statement also capitalises), lexicon values (colours, diets, relationship and
+  work status), and in Chinese the place after a residence/work verb (``住在上海``). Each value
+  has a kind (``number``, ``date``, ``name``, ``colour``, ``diet``...);
+- **subject**: the content terms left (``memory_core.retrieval.lexical.tokenize``: stemmed,
+  stop words out), and the **frames** they belong to (residence: live/moved/住/搬; work;
+  vehicle; diet; age; name...), so that "I live in Boston" and "I moved to San Francisco"
+  share a subject without sharing a word;
+- **markers**: change markers (``now``, ``moved``, ``changed``, ``switched``, ``no longer``,
+  ``rebooked``, ``turned``, 搬到, 改成, 现在...), additive markers (``also``, ``too``,
+  ``another``, 也, 还), a ``from X to Y`` pattern, and negated phrases (``not docker push``),
+  and the people it is about (``my sister`` is not ``I``).
+
+Rules, in order (``judge``):
+
+1. equal normalised text, or the same terms and values → ``duplicate``;
+2. one's terms contain the other's, values likewise, no change marker → ``refines`` when the
+   new one adds something (keep the richer text), else ``duplicate``;
+3. an additive marker without a change marker, or different people → ``compatible``;
+4. the same subject (a shared subject term, or a shared frame, or ``from <old value>``) and a
+   value conflict (an old value of some kind replaced by a new value of the same kind, or an
+   old value negated in the new statement, or a change marker with an old value gone) →
+   ``supersedes``;
+5. otherwise → ``compatible``.
+
+The rules are general (no list of example sentences): the lexicons are vocabulary of the
+kinds of facts users state. English and Chinese; other languages fall through to rules 1–2
+and 5 (never a false supersession).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from enum import Enum
+
+from ..retrieval.lexical import tokenize
+
+
+class Verdict(str, Enum):
+    """How a new statement relates to an older one (see the module docstring)."""
+
+    DUPLICATE = "duplicate"
+    REFINES = "refines"
+    SUPERSEDES = "supersedes"
+    COMPATIBLE = "compatible"
+
+
+# --------------------------------------------------------------------------- vocabulary
+_NUMBER_WORDS = {
+    "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
+    "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15,
+    "sixteen": 16, "seventeen": 17, "eighteen": 18, "nineteen": 19, "twenty": 20, "thirty": 30,
+    "forty": 40, "fifty": 50, "hundred": 100,
+    "first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "sixth": 6, "seventh": 7,
+    "eighth": 8, "ninth": 9, "tenth": 10,
+}  # fmt: skip
+_MONTHS = (
+    "january|february|march|april|may|june|july|august|september|october|november|december|"
+    "jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec"
+)
+_WEEKDAYS = {"monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}
+_LEXICON_VALUES = {
+    "colour": {
+        "red", "blue", "green", "yellow", "orange", "purple", "violet", "pink", "black", "white", "grey",
+        "gray", "brown", "silver", "gold", "beige", "teal", "navy", "maroon", "turquoise",
+    },
+    "diet": {"vegetarian", "vegan", "pescatarian", "omnivore", "carnivore", "keto", "paleo", "halal", "kosher"},
+    "relationship": {"single", "married", "divorced", "engaged", "widowed", "separated", "dating"},
+    "work_status": {"employed", "unemployed", "retired", "freelance", "freelancer", "student", "intern"},
+    "level": {"junior", "senior", "mid-level", "lead", "principal", "staff", "head", "chief", "associate",
+              "assistant", "beginner", "intermediate", "advanced", "expert"},
+}  # fmt: skip
+_FRAMES = {
+    "residence": {"live", "lives", "living", "lived", "moved", "move", "moving", "relocated", "relocate",
+                  "based", "reside", "resides", "home", "address", "住", "搬", "居住", "住址"},
+    "work": {"work", "works", "working", "worked", "job", "employer", "joined", "hired", "company",
+             "position", "role", "工作", "上班", "公司"},
+    "vehicle": {"drive", "drives", "driving", "car", "vehicle", "车"},
+    "diet": {"vegetarian", "vegan", "pescatarian", "omnivore", "eat", "eating", "diet", "meat", "fish", "吃"},
+    "age": {"old", "age", "aged", "turned", "turns", "birthday", "岁"},
+    "name": {"name", "named", "called", "名字", "叫"},
+    "schedule": {"schedule", "scheduled", "at", "every", "daily", "weekly"},
+    "contact": {"phone", "number", "email", "address", "电话", "邮箱"},
+}  # fmt: skip
+_CHANGE_MARKERS = re.compile(
+    r"\b(now|new|newly|moved|move|changed|change|switched|switch|swapped|replaced|sold|no longer|anymore|"
+    r"instead|turned|became|become|started|stopped|quit|left|rebooked|rescheduled|postponed|pushed|cancell?ed|"
+    r"delayed|brought forward|updated|upgraded|downgraded|relocated|transferred|promoted|renamed|"
+    r"from now on|these days|nowadays)\b",
+    re.I,
+)
+_CHANGE_MARKERS_ZH = ("搬到", "搬去", "搬了", "改成", "改为", "改到", "换成", "换到", "换了", "变成", "现在",
+                      "不再", "已经", "推迟", "提前", "新的", "新")  # fmt: skip
+_ADDITIVE = re.compile(r"\b(also|too|as well|another|additionally|in addition|besides|plus)\b", re.I)
+_ADDITIVE_ZH = ("也", "还", "另外", "此外")
+_PEOPLE = {
+    "sister", "brother", "mother", "mom", "mum", "father", "dad", "wife", "husband", "partner",
+    "girlfriend", "boyfriend", "friend", "son", "daughter", "kid", "kids", "child", "children",
+    "boss", "manager", "colleague", "coworker", "neighbor", "neighbour", "cousin", "aunt", "uncle",
+    "grandma", "grandpa", "grandmother", "grandfather", "roommate", "he", "she", "they",
+    "姐姐", "妹妹", "哥哥", "弟弟", "妈妈", "爸爸", "妻子", "丈夫", "朋友", "女儿", "儿子", "孩子", "老板", "同事",
+}  # fmt: skip
+_PERSON = re.compile(
+    r"\b(?:(?:my|our|your|his|her|their)\s+(?:(?:new|old|former|current|ex|little|older|younger|big|best|"
+    r"two|three|four|eldest|youngest)\s+)*({people})|(he|she|they))\b".format(
+        people="|".join(
+            sorted((p for p in _PEOPLE if p.isascii() and p not in ("he", "she", "they")), key=len, reverse=True)
+        )
+    )
+)
+"""A person a statement is about: a possessive before a person noun (``my sister``, ``my new
+manager``; ``password manager`` is not one), or a third-person pronoun."""
+_SENTENCE_START = re.compile(r"(?:^|[.!?。！？]\s+)([A-Z][\w'-]*)")
+_NUMBER = re.compile(
+    r"(?P<cur>[$€£¥])?\d[\d,]*(?:\.\d+)?(?P<sep>(?:[:/-]\d+)*)\s?(?P<unit>st|nd|rd|th|am|pm|%|percent|k\b|km|kg|lbs?|miles?|years?|yrs?|months?|weeks?|days?|hours?|minutes?|dollars?|euros?|usd|eur)?",
+    re.I,
+)
+_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+_CODE = re.compile(r"\b(?=[\w-]*[A-Za-z])(?=[\w-]*\d)[\w-]{2,}\b")
+"""A word mixing letters and digits (``sunflower42``, ``4B``, ``Q3``, ``1Password``): a code or a name."""
+_DATE = re.compile(
+    rf"\b({_MONTHS})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?\b|\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTHS})\b", re.I
+)
+_NEGATED = re.compile(
+    r"(?:\b(?:not|no longer|never|instead of|rather than|cancell?ed|quit|left|stopped|dropped|sold|gave up|"
+    r"ended|finished|got rid of)|n't)\s+(?:the\s+|a\s+|an\s+|my\s+|our\s+|with\s+|via\s+|through\s+)?"
+    r"([\w'-]+(?:\s+(?!(?:and|or|but|to|so|then|because|with|for|in|on|at)\b)[\w'-]+)?)",
+    re.I,
+)
+"""What a statement says is over: ``not docker push``, ``cancelled Planet Fitness``, ``don't
+drink tea``."""
+_HONORIFIC = re.compile(r"\b(Dr|Mr|Mrs|Ms|Mx|Prof|Rev|Sr|Jr|St)\.(?=\s+[A-Z])")
+"""A title's period is not a sentence end: ``Dr. Patel`` reads as the name ``dr patel``."""
+_FROM_TO = re.compile(r"\bfrom\s+(?:the\s+|a\s+|an\s+|my\s+)?(.+?)\s+(?:to|into|for)\s+", re.I)
+_ZH_FRAME_VALUE = re.compile(r"(?:住在|搬到了|搬到|搬去了|搬去|在)([\u4e00-\u9fff]{1,6}?)(?:工作|上班|住|了|。|，|,|$)")
+_CAPITALISED = re.compile(r"\b([A-Z][\w'-]*(?:\s+(?:[A-Z][\w'-]*|\d+))*)")
+
+
+@dataclass
+class Statement:
+    """What ``judge`` reads of one text (see the module docstring)."""
+
+    text: str
+    norm: str
+    terms: set[str]
+    values: dict[str, set[str]]  # kind → normalised values
+    frames: set[str]
+    people: set[str]
+    change: bool
+    additive: bool
+    negated: set[str] = field(default_factory=set)
+    from_values: set[str] = field(default_factory=set)
+
+    def all_values(self) -> set[str]:
+        return {v for vs in self.values.values() for v in vs}
+
+
+_LEAD_IN = re.compile(
+    r"^\s*(?:(?:please\s+)?(?:remember|note|keep in mind|don'?t forget|do not forget|fyi|for the record|"
+    r"just so you know|heads up)(?:\s+(?:this|that))?\s*[:,-]?\s*)+",
+    re.IGNORECASE,
+)
+
+
+def strip_lead_in(text: str) -> str:
+    """``text`` without a leading "remember:"-style phrase ("Please remember that", "FYI,",
+    "Note:"): words addressed to the assistant, not part of the fact. Extraction stores the
+    fact without them and the judge compares facts without them."""
+    return _LEAD_IN.sub("", text)
+
+
+def _norm(text: str) -> str:
+    text = unicodedata.normalize("NFKC", text).lower()
+    text = re.sub(r"[^\w\s$:/-]", " ", text)
+    return " ".join(text.split())
+
+
+_ORDINALS = {"first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth"}
+_UNIT_KIND = {
+    "am": "time", "pm": "time", "%": "percent", "percent": "percent", "st": "ordinal", "nd": "ordinal",
+    "rd": "ordinal", "th": "ordinal", "k": "money", "dollar": "money", "dollars": "money", "euro": "money",
+    "euros": "money", "usd": "money", "eur": "money", "km": "distance", "mile": "distance", "miles": "distance",
+    "kg": "weight", "lb": "weight", "lbs": "weight", "year": "duration", "years": "duration", "yr": "duration",
+    "yrs": "duration", "month": "duration", "months": "duration", "week": "duration", "weeks": "duration",
+    "day": "duration", "days": "duration", "hour": "duration", "hours": "duration", "minute": "duration",
+    "minutes": "duration",
+}  # fmt: skip
+
+
+def _number_kind(m: re.Match[str]) -> str:
+    """The role of a number, so only numbers of one role conflict: money, time, year, a code
+    with separators (phone, version), ordinal, percent, a measure, or a plain count."""
+    token = m.group(0).strip()
+    if m.group("cur"):
+        return "money"
+    unit = (m.group("unit") or "").lower()
+    if unit in _UNIT_KIND:
+        return _UNIT_KIND[unit]
+    if ":" in (m.group("sep") or ""):
+        return "time"
+    if m.group("sep"):
+        return "code"
+    digits = token.split()[0].replace(",", "")
+    if re.fullmatch(r"(19|20)\d\d", digits):
+        return "year"
+    return "count"
+
+
+def _num(token: str) -> str:
+    t = token.lower().lstrip("$").replace(",", "")
+    return re.sub(r"(st|nd|rd|th)$", "", t) if re.match(r"^\d+(st|nd|rd|th)$", t) else t
+
+
+_ORDINAL_OR_MEASURE = re.compile(r"\d+(?:st|nd|rd|th|am|pm|k|km|kg|lbs?|%)", re.I)
+_NUMBER_WORD = re.compile(r"\b(" + "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True)) + r")\b", re.I)
+
+
+def read_statement(text: str, other: str = "") -> Statement:
+    """Read ``text`` into a ``Statement``. ``other`` (the statement it is compared with) lets
+    a sentence-initial capitalised word count as a name when ``other`` capitalises it too."""
+    text, other = _HONORIFIC.sub(r"\1", strip_lead_in(text)), _HONORIFIC.sub(r"\1", strip_lead_in(other))
+    norm = _norm(text)
+    values: dict[str, set[str]] = {}
+    blank = list(text)  # the text with every value blanked out: what the subject terms come from
+
+    def add(kind: str, value: str, span: tuple[int, int] | None = None) -> None:
+        values.setdefault(kind, set()).add(value.strip())
+        if span is not None:
+            for i in range(*span):
+                blank[i] = " "
+
+    def free(m: re.Match[str]) -> bool:
+        return all(blank[i] != " " or text[i] == " " for i in range(m.start(), m.end()))
+
+    for m in _DATE.finditer(text):
+        month = (m.group(1) or m.group(4)).lower()[:3]
+        add("date", f"{month} {int(m.group(2) or m.group(3))}", m.span())
+    for m in _EMAIL.finditer(text):
+        if free(m):
+            add("email", m.group(0).lower(), m.span())
+    for m in _CODE.finditer(text):
+        if free(m) and not _ORDINAL_OR_MEASURE.fullmatch(m.group(0)):
+            add("code", m.group(0).lower(), m.span())
+    initial = {m.group(1) for m in _SENTENCE_START.finditer(text)}
+    other_starts = {m.group(1) for m in _SENTENCE_START.finditer(other)}
+    other_inner_caps = {w for w in re.findall(r"\b[A-Z][\w'-]*", other) if w not in other_starts}
+    for m in _CAPITALISED.finditer(text):
+        if not free(m):
+            continue
+        parts = m.group(1).split()
+        start = m.start()
+        if parts[0] in initial and start == text.find(parts[0]) and parts[0] not in other_inner_caps:
+            start += len(parts[0]) + 1  # a capitalised sentence start is a name only if the other agrees
+            parts = parts[1:]
+        while parts and parts[0] in ("I", "I'm", "I've", "I'd", "I'll"):
+            start += len(parts[0]) + 1
+            parts = parts[1:]
+        if not parts:
+            continue
+        name = " ".join(parts).lower()
+        span = (start, m.end())
+        if name.rstrip("s") in _WEEKDAYS:
+            add("weekday", name.rstrip("s"), span)
+        elif re.fullmatch(rf"(?:{_MONTHS})", name):
+            add("month", name[:3], span)
+        else:
+            add("name", name, span)
+    for m in re.finditer(r"\b\d+[A-Z][\w-]*", text):  # "1Password"
+        if free(m):
+            add("name", m.group(0).lower(), m.span())
+    for m in _NUMBER.finditer(text):
+        if free(m) and not (m.start() and text[m.start() - 1].isascii() and text[m.start() - 1].isalpha()):
+            digits = text[m.start() : m.end()].split()[0] if m.group("unit") else m.group(0)
+            add(f"number:{_number_kind(m)}", _num(digits.strip()), m.span())
+    for m in _NUMBER_WORD.finditer(text):
+        w = m.group(1).lower()
+        add("number:ordinal" if w in _ORDINALS else "number:count", str(_NUMBER_WORDS[w]), m.span())
+    for m in re.finditer(r"[\w'-]+", text):
+        w = m.group(0).lower()
+        for kind, lexicon in _LEXICON_VALUES.items():
+            if w in lexicon:
+                add(kind, w, m.span())
+    for m in _ZH_FRAME_VALUE.finditer(text):
+        add("place", m.group(1), m.span(1))
+    terms = set(tokenize("".join(blank)))
+    words = re.findall(r"[\w'-]+", norm)
+    raw_words = set(words) | {c for c in text if "\u4e00" <= c <= "\u9fff"}
+    frames = {
+        name for name, vocab in _FRAMES.items() if raw_words & vocab or any(v in text for v in vocab if not v.isascii())
+    }
+    people = {m.group(1) or m.group(2) for m in _PERSON.finditer(norm)} | {
+        p for p in _PEOPLE if not p.isascii() and p in text
+    }
+    change = bool(_CHANGE_MARKERS.search(text)) or any(m in text for m in _CHANGE_MARKERS_ZH)
+    additive = bool(_ADDITIVE.search(text)) or any(m in text for m in _ADDITIVE_ZH)
+    negated = {_norm(m.group(1)) for m in _NEGATED.finditer(text)}
+    from_values = {_norm(m.group(1)) for m in _FROM_TO.finditer(text)}
+    return Statement(text, norm, terms, values, frames, people, change, additive, negated, from_values)
+
+
+# frames too generic to make two statements about the same subject on their own
+_WEAK_FRAMES = {"schedule", "contact"}
+
+
+def _same_subject(old: Statement, new: Statement) -> bool:
+    if old.terms & new.terms:
+        return True
+    if any(any(_names_value(p, v) for v in old.all_values()) for p in new.negated):
+        return True  # "instead of Delta" where the old statement's value is Delta
+    if (old.frames & new.frames) - _WEAK_FRAMES:
+        return True
+    old_values = old.all_values()
+    return any(any(v in f or f in v for v in old_values) for f in new.from_values if f)
+
+
+def _names_value(phrase: str, value: str) -> bool:
+    """Whether a negated ``phrase`` names ``value``: equal, the value one of its words, or its
+    words all in the value ("sold the Civic" for ``honda civic``)."""
+    words = phrase.split()
+    return bool(words) and (value == phrase or value in words or set(words) <= set(value.split()))
+
+
+def _value_conflict(old: Statement, new: Statement) -> bool:
+    for kind, old_values in old.values.items():
+        new_values = new.values.get(kind, set())
+        gone = old_values - new_values
+        if gone and new_values - old_values:
+            return True  # an old value of this kind replaced by a new one of the same kind
+    old_words = {w for v in old.all_values() for w in v.split()} | set(old.norm.split())
+    for phrase in new.negated:
+        if phrase and phrase in old.norm and phrase.split()[0] not in {"a", "the"}:
+            return True  # "not docker push" where the old statement says "docker push"
+        if phrase and set(phrase.split()) <= old_words and phrase in old.norm:
+            return True
+    old_values = old.all_values()
+    if any(any(v in f or f in v for v in old_values) for f in new.from_values if f):
+        return True  # "switched from Bitwarden to 1Password"
+    if new.change and (old_values - new.all_values()) and new.all_values():
+        return True
+    return False
+
+
+_ENGLISH = frozenset(
+    "i i'm my me we our you your is are was were am be the a an to of in on at for and it this that have has".split()
+)
+_FRAME_TERMS = frozenset(t for vocab in _FRAMES.values() for w in vocab if w.isascii() for t in tokenize(w))
+_WEAK_TERMS = frozenset({"go", "get", "use", "make", "take", "have", "do"}) | frozenset(
+    tokenize("favourite favorite preferred usual regular main current best")
+)
+"""Verbs and modifiers that name no subject on their own: "my favourite band" and "my
+favourite movie" share only ``favourite``, two different things."""
+_MARKER_TERMS = frozenset(
+    tokenize("now new moved changed switched sold instead turned became started stopped quit left rebooked "
+             "rescheduled postponed pushed delayed updated upgraded relocated cancelled renamed")
+)  # fmt: skip
+
+
+def _read_language(s: Statement) -> bool:
+    """Whether the rules can read ``s``: English (it has an English function word) or
+    Chinese. Other languages never get a supersession from these rules."""
+    return bool(set(s.norm.split()) & _ENGLISH) or bool(re.search(r"[\u4e00-\u9fff]", s.text))
+
+
+def _different_things(old: Statement, new: Statement) -> bool:
+    """The two share only a predicate ("is called", "lives in") while each names its own
+    thing: "my dog is called Max" / "my cat is called Luna"."""
+    shared = old.terms & new.terms
+    if shared - _FRAME_TERMS - _WEAK_TERMS:
+        return False
+    own_old = old.terms - shared - _FRAME_TERMS - _MARKER_TERMS - _WEAK_TERMS
+    own_new = new.terms - shared - _FRAME_TERMS - _MARKER_TERMS - _WEAK_TERMS
+    return bool(shared) and bool(own_old) and bool(own_new)
+
+
+def _negates(old: Statement, new: Statement) -> bool:
+    """``new`` says something of ``old`` is over: ``not docker push`` where ``old`` says
+    ``docker push``, ``cancelled Planet Fitness``."""
+    if any(phrase and phrase in old.norm for phrase in new.negated):
+        return True
+    # "I don't drink tea anymore" after "I prefer tea": with a change marker, the negated
+    # phrase's object (its last word) being a subject term of the old statement is enough
+    return new.change and any(
+        phrase and (obj := set(tokenize(phrase.split()[-1]))) and obj <= old.terms - _WEAK_TERMS
+        for phrase in new.negated
+    )
+
+
+def judge(old_text: str, new_text: str) -> Verdict:
+    """The ``Verdict`` for ``new_text`` written after ``old_text`` by the same user (rules of
+    the module docstring). Pure and deterministic."""
+    old = read_statement(old_text, new_text)
+    new = read_statement(new_text, old_text)
+    if old.norm == new.norm or (old.terms == new.terms and old.all_values() == new.all_values() and old.terms):
+        return Verdict.DUPLICATE
+    readable = _read_language(old) and _read_language(new)
+    negates = readable and _negates(old, new)
+    if not new.change and not negates and old.people == new.people:
+        ov, nv = old.all_values(), new.all_values()
+        if old.terms <= new.terms and ov <= nv and old.terms:
+            grows = new.terms - old.terms or nv - ov
+            if not grows:
+                return Verdict.DUPLICATE
+            if len(old.terms) / len(new.terms) >= 0.5:
+                return Verdict.REFINES
+        if new.terms <= old.terms and nv <= ov and new.terms:
+            return Verdict.DUPLICATE  # the new one says less: the old one already holds it
+    if not readable:
+        return Verdict.COMPATIBLE
+    if new.additive and not new.change:
+        return Verdict.COMPATIBLE
+    if old.people != new.people:
+        return Verdict.COMPATIBLE  # about someone else: "my sister lives in Boston" vs "I moved to Paris"
+    if _different_things(old, new):
+        return Verdict.COMPATIBLE
+    if _same_subject(old, new) and (negates or _value_conflict(old, new)):
+        return Verdict.SUPERSEDES
+    return Verdict.COMPATIBLE
+
+
+def same_values(a: str, b: str) -> bool:
+    """Whether two statements name the same values (numbers, dates, names...)."""
+    return read_statement(a, b).all_values() == read_statement(b, a).all_values()

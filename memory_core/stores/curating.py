@@ -1,0 +1,518 @@
+"""``CuratingStore``: the write side of memory, as the outermost store decorator — every write
+path (chat auto-store, ``POST /v1/memory``, import) goes through it in the store shard.
+
+For each memory written (``write``; ``store``/``store_many`` use it too):
+
+1. **screening** (``curation.screening``): text shaped as instructions to the model is stored
+   ``quarantined`` and compared with nothing;
+2. **one record per fact**: the owner's most similar active memories of the same type and
+   project (``curation.candidates`` of them, cosine ≥ ``candidate_min_cosine``, found by the
+   inner store's hybrid retrieval) and the earlier memories of the same batch are judged
+   (``curation.judge``). A duplicate reinforces the record that holds the fact (access count
+   +1, last seen, importance +0.05 up to 1, at least the new one's) instead of adding one;
+   a refinement also replaces that record's content with the richer text (same id);
+3. **supersession**: every memory the new one supersedes becomes ``superseded``
+   (``superseded_by``, ``valid_to`` = now, ``state_reason`` naming ``rules`` or ``llm
+   judge``); the new one is stored. With an LLM judge (``curation.llm_judge``, off by
+   default), a pair of facts or instructions the rules call compatible is put to the model
+   (at most ``max_calls`` per write); its verdict is taken, and no answer keeps the rules';
+4. **retention**: ``expires_at`` = ``created_at`` + the type's retention, when configured.
+
+Episodic memories (events, conversation windows) are only deduplicated when they say exactly
+the same, and are never superseded: an event stays true after the facts change. An event that
+changes a fact ("I moved to San Francisco last month") supersedes the semantic memory of the
+old value ("I live in Boston"): episodic writes are also judged against semantic candidates,
+where only a supersession counts. A per-user lock makes a user's writes (and
+passes) one at a time, so the same text written twice concurrently gives one record.
+
+The lifecycle operations of the API live here too: ``consolidate`` (merge near-duplicates:
+``curation.consolidate``), ``purge_expired``, ``restore`` (a superseded, consolidated or
+quarantined memory back to ``active``), ``unmerge``, ``history``; and ``take_dirty_users``
+(users with writes since their last consolidation pass, for the consolidation loop).
+
+A batch is decided memory by memory first (later memories are judged against the batch's
+earlier new ones too), then written: the batch's new records in one insert, then the changes
+to the stored records they supersede or reinforce; a failure between the two leaves both
+active (the next write of the fact supersedes again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..config import CurationSettings
+from ..curation.consolidate import history as version_chain
+from ..curation.consolidate import merged_content, plan_groups
+from ..curation.judge import Verdict, judge, same_values
+from ..curation.llm import LLMJudge
+from ..curation.screening import screen, screen_window
+from ..errors import DuplicateMemory, InvalidInput, MemoryNotFound, StoreClosed
+from ..retrieval.held_vectors import cosine, unit_vector
+from ..sanitize import new_memory_id, require_user_id
+from ..types import (
+    WINDOW_CREATED_VIA,
+    Memory,
+    MemoryState,
+    MemoryType,
+    RetrieveOptions,
+    ScoredMemory,
+    WriteOutcome,
+    WriteResult,
+)
+from .base import MAX_BATCH, MAX_LIST_LIMIT, MAX_RETRIEVE_LIMIT, StoreDecorator, utcnow
+
+log = logging.getLogger(__name__)
+
+REINFORCE_IMPORTANCE = 0.05
+"""Importance a record gains each time its fact is written again (capped at 1)."""
+
+MAX_CHAIN = 8
+"""Hops ``retrieve`` follows from a superseded/consolidated memory to the active one."""
+
+
+def _superseded_changes(new_id: str, now: datetime, by: str) -> dict[str, Any]:
+    """The changes that mark a memory superseded by ``new_id`` (decided ``by`` the rules or
+    the LLM judge)."""
+    return {
+        "state": MemoryState.SUPERSEDED,
+        "superseded_by": new_id,
+        "valid_to": now,
+        "state_reason": f"superseded ({by}): same subject, new value",
+    }
+
+
+@dataclass
+class _BatchPlan:
+    """What one ``write`` batch does, decided memory by memory before anything is written:
+    ``new`` records to insert (as they will be written: a later memory of the batch may
+    reinforce or supersede one), ``held``: stored records as the batch changes them, and
+    the changes to apply to stored records (``supersede_stored``: id → (new id, by);
+    ``reinforce_stored``: id → (times, new content or None, importance))."""
+
+    new: dict[str, Memory] = field(default_factory=dict)
+    held: dict[str, Memory] = field(default_factory=dict)
+    supersede_stored: dict[str, tuple[str, str]] = field(default_factory=dict)
+    reinforce_stored: dict[str, tuple[int, str | None, float]] = field(default_factory=dict)
+
+    def reinforce(self, old: Memory, new: Memory, *, refine: bool, now: datetime) -> Memory:
+        """``old`` holds ``new``'s fact: access count +1, last accessed, importance
+        +``REINFORCE_IMPORTANCE`` (at least ``new``'s, at most 1); ``new``'s richer text when
+        ``refine``. Returns ``old`` as reinforced."""
+        importance = min(1.0, max(old.importance, new.importance) + REINFORCE_IMPORTANCE)
+        update: dict[str, Any] = {"importance": importance, "access_count": old.access_count + 1, "last_accessed": now}
+        if refine:
+            update.update(content=new.content, embedding=new.embedding)
+        held = old.model_copy(update=update)
+        if old.id in self.new:
+            self.new[old.id] = held
+        else:
+            self.held[old.id] = held
+            times, content, _ = self.reinforce_stored.get(old.id, (0, None, 0.0))
+            self.reinforce_stored[old.id] = (times + 1, new.content if refine else content, importance)
+        return held
+
+    def supersede(self, old: Memory, new_id: str, by: str, *, now: datetime) -> None:
+        """``old`` is superseded by the batch's new memory ``new_id``."""
+        changes = _superseded_changes(new_id, now, by)
+        if old.id in self.new:
+            self.new[old.id] = self.new[old.id].model_copy(update=changes)
+        else:
+            self.supersede_stored[old.id] = (new_id, by)
+            self.held[old.id] = old.model_copy(update=changes)
+
+
+@dataclass
+class ConsolidationReport:
+    """One consolidation pass over a user: ``groups`` merged (``merged``: the new memories'
+    ids, ``consolidated``: how many originals they replaced), ``expired`` memories purged,
+    ``examined`` active memories, ``seconds`` taken."""
+
+    user_id: str
+    examined: int = 0
+    groups: int = 0
+    merged: list[str] = field(default_factory=list)
+    consolidated: int = 0
+    expired: int = 0
+    seconds: float = 0.0
+
+
+class CuratingStore(StoreDecorator, passthrough_writes=True):
+    """See the module docstring. ``inner`` should rank with hybrid retrieval (it does as built
+    by ``make_store``); ``on_event(name)`` counts outcomes (``write_created``,
+    ``write_reinforced``, ``write_refined``, ``write_quarantined``, ``write_superseded``,
+    ``consolidation_group``, ``expired_purged``)."""
+
+    def __init__(
+        self,
+        inner,
+        settings: CurationSettings,
+        *,
+        on_event: Callable[[str], None] | None = None,
+        now: Callable[[], datetime] = utcnow,
+        llm_judge: LLMJudge | None = None,
+    ):
+        super().__init__(inner)
+        self.settings = settings
+        self._llm_judge = llm_judge
+        self._on_event = on_event
+        self._now = now
+        self._locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._dirty: dict[str, None] = {}
+
+    def _count(self, event: str, n: int = 1) -> None:
+        if self._on_event is not None and n:
+            with contextlib.suppress(Exception):
+                for _ in range(n):
+                    self._on_event(event)
+
+    # ------------------------------------------------------------------ reads
+    async def retrieve(self, options: RetrieveOptions, *, touch: bool = True) -> list[ScoredMemory]:
+        """``MemoryStore.retrieve``, following the version chain: with the default states
+        (``active`` only) superseded and consolidated memories are searched too, and each one
+        that matches stands for the active memory that replaced it (``superseded_by`` /
+        ``merged_into``, followed up to ``MAX_CHAIN`` hops), with its score and
+        ``resolved_from`` set. So "where do I live?" finds the superseded "I live in Boston" and
+        answers with "I moved to San Francisco last month" that replaced it, though the new
+        wording alone is below the similarity threshold. (The bi-temporal invalidation of
+        Zep/Graphiti, arXiv:2501.13956, read the other way: old facts lead to new ones.) A
+        replacement outside ``options.types``, or expired, is dropped. Other ``states``: plain
+        retrieval."""
+        if tuple(options.states) != (MemoryState.ACTIVE,):
+            return await self.inner.retrieve(options, touch=touch)
+        wide = options.model_copy(
+            update={
+                "states": (MemoryState.ACTIVE, MemoryState.SUPERSEDED, MemoryState.CONSOLIDATED),
+                "limit": min(MAX_RETRIEVE_LIMIT, 2 * options.limit),  # room for hits that resolve to one
+            }
+        )
+        hits = await self.inner.retrieve(wide, touch=False)
+        out: dict[str, ScoredMemory] = {}
+        for hit in hits:
+            resolved = hit if hit.memory.state == MemoryState.ACTIVE else await self._resolve(hit, options)
+            if resolved is not None and resolved.memory.id not in out:
+                out[resolved.memory.id] = resolved
+        results = list(out.values())[: options.limit]
+        if touch and results:
+            await self.inner.record_access([r.memory.id for r in results], options.user_id)
+        return results
+
+    async def _resolve(self, hit: ScoredMemory, options: RetrieveOptions) -> ScoredMemory | None:
+        memory = hit.memory
+        for _ in range(MAX_CHAIN):
+            successor = memory.superseded_by or memory.merged_into
+            if successor is None:
+                return None
+            try:
+                memory = await self.inner.get(successor, options.user_id)
+            except MemoryNotFound:
+                return None  # the replacement was deleted: the chain ends
+            if memory.state == MemoryState.ACTIVE:
+                if memory.expired(self._now()) or (options.types and memory.type not in options.types):
+                    return None
+                memory = memory.model_copy(update={"embedding": None})
+                return hit.model_copy(update={"memory": memory, "resolved_from": hit.memory.id})
+        return None
+
+    # ------------------------------------------------------------------ writes
+    async def store(self, memory: Memory) -> Memory:
+        """``write`` of one memory; returns the memory that holds the fact."""
+        (result,) = await self.write([memory])
+        return result.memory
+
+    async def store_many(self, memories: Sequence[Memory]) -> list[Memory]:
+        """``write``; returns the memories that hold the facts, in order."""
+        return [r.memory for r in await self.write(memories)]
+
+    async def write(self, memories: Sequence[Memory]) -> list[WriteResult]:
+        """Curate and write one user's ``memories`` (module docstring); one ``WriteResult``
+        per memory, in order. Validation happens first, for the whole batch (nothing is
+        written when a memory is refused). Raises what the inner store raises."""
+        if self.closed:
+            raise StoreClosed(f"{self.name} store is closed")
+        batch = list(memories)
+        if not batch:
+            return []
+        user_id = require_user_id(batch[0].user_id)
+        if any(m.user_id != user_id for m in batch):
+            raise InvalidInput("all memories of a batch must belong to the same user_id")
+        if len(batch) > MAX_BATCH:
+            raise InvalidInput(f"at most {MAX_BATCH} memories per batch (got {len(batch)})")
+        batch = [self.inner.validate(m) for m in batch]  # the whole batch, before any write
+        ids = [m.id for m in batch]
+        if len(set(ids)) != len(ids):
+            raise DuplicateMemory("ids repeated within the batch")
+        vectors = await self.inner.embed_documents([m.content for m in batch if m.embedding is None])
+        it = iter(vectors)
+        batch = [m if m.embedding is not None else m.model_copy(update={"embedding": next(it)}) for m in batch]
+        async with self._locks[user_id]:
+            self._dirty[user_id] = None
+            plan = _BatchPlan()
+            results = [await self._plan_one(m, plan) for m in batch]
+            if plan.new:  # one insert for the batch's new records (before what they supersede)
+                await self.inner.store_many(list(plan.new.values()))
+            now = self._now()
+            for old_id, (new_id, by) in plan.supersede_stored.items():
+                await self.inner.update(old_id, user_id, _superseded_changes(new_id, now, by))
+            for old_id, (times, content, importance) in plan.reinforce_stored.items():
+                changes: dict[str, Any] = {"importance": importance}
+                if content is not None:
+                    changes["content"] = content
+                await self.inner.update(old_id, user_id, changes)
+                for _ in range(times):
+                    await self.inner.record_access([old_id], user_id)
+            final = [self._final(r, plan) for r in results]
+        for r in final:
+            self._count(f"write_{r.outcome.value}")
+            self._count("write_superseded", len(r.superseded))
+        return final
+
+    def _with_retention(self, memory: Memory) -> Memory:
+        days = self.settings.retention.days(memory.type.value)
+        if days is None or memory.expires_at is not None:
+            return memory
+        start = memory.created_at or self._now()
+        return memory.model_copy(update={"expires_at": start + timedelta(days=days)})
+
+    async def _plan_one(self, memory: Memory, plan: _BatchPlan) -> WriteResult:
+        """Decide what writing ``memory`` does and record it in ``plan`` (nothing is written
+        here): the candidates are the stored memories and the batch's earlier new ones."""
+        memory = self._with_retention(memory)
+        if self.settings.screening and memory.state == MemoryState.ACTIVE:
+            window = memory.created_via == WINDOW_CREATED_VIA
+            reason = screen_window(memory.content) if window else screen(memory.content)
+            if reason is not None:
+                quarantined = memory.model_copy(
+                    update={"state": MemoryState.QUARANTINED, "state_reason": f"screening: {reason}"}
+                )
+                plan.new[quarantined.id] = quarantined
+                return WriteResult(memory=quarantined, outcome=WriteOutcome.QUARANTINED)
+        superseded: list[tuple[Memory, str]] = []
+        llm_calls = 0
+        for old, cos in await self._candidates(memory, plan):
+            verdict, by = self._verdict(old, memory, cos), "rules"
+            if verdict == Verdict.COMPATIBLE and self._asks_model(memory, llm_calls):
+                llm_calls += 1
+                opinion = await self._llm_judge.judge(old.content, memory.content)  # type: ignore[union-attr]
+                self._count(f"llm_judge_{opinion.value if opinion else 'none'}")
+                if opinion is not None:
+                    verdict, by = opinion, "llm judge"
+            if verdict in (Verdict.DUPLICATE, Verdict.REFINES):
+                refine = verdict == Verdict.REFINES
+                held = plan.reinforce(old, memory, refine=refine, now=self._now())
+                outcome = WriteOutcome.REFINED if refine else WriteOutcome.REINFORCED
+                return WriteResult(memory=held, outcome=outcome)
+            if verdict == Verdict.SUPERSEDES:
+                superseded.append((old, by))
+        plan.new[memory.id] = memory
+        for old, by in superseded:
+            plan.supersede(old, memory.id, by, now=self._now())
+        return WriteResult(memory=memory, outcome=WriteOutcome.CREATED, superseded=[m.id for m, _ in superseded])
+
+    def _final(self, result: WriteResult, plan: _BatchPlan) -> WriteResult:
+        """``result`` with its memory as the batch left it (reinforced or superseded by a
+        later memory of the same batch)."""
+        held = plan.new.get(result.memory.id) or plan.held.get(result.memory.id) or result.memory
+        return result.model_copy(update={"memory": held})
+
+    def _asks_model(self, memory: Memory, calls: int) -> bool:
+        """Whether a pair the rules call compatible goes to the LLM judge: when one is
+        configured, for facts and instructions (never events), within ``max_calls``."""
+        return (
+            self._llm_judge is not None
+            and memory.type != MemoryType.EPISODIC
+            and calls < self.settings.llm_judge.max_calls
+        )
+
+    def _verdict(self, old: Memory, new: Memory, cos: float) -> Verdict:
+        if old.content.strip() == new.content.strip():
+            return Verdict.DUPLICATE
+        if new.type == MemoryType.EPISODIC:
+            if old.type == MemoryType.SEMANTIC and judge(old.content, new.content) == Verdict.SUPERSEDES:
+                return Verdict.SUPERSEDES  # an event that changes a fact ends the old fact
+            return Verdict.COMPATIBLE  # events and windows: only an identical text is the same
+        verdict = judge(old.content, new.content)
+        if verdict == Verdict.COMPATIBLE and cos >= self.settings.dedup_min_cosine:
+            if same_values(old.content, new.content):
+                return Verdict.DUPLICATE  # a near-identical wording of the same values
+        return verdict
+
+    async def _candidates(self, memory: Memory, plan: _BatchPlan) -> list[tuple[Memory, float]]:
+        """The owner's active memories to judge ``memory`` against, best first: the batch's
+        earlier new memories, then the stored ones (as the batch left them), the most similar
+        of the same type and project with cosine ≥ ``candidate_min_cosine``; semantic ones
+        too for an episodic memory."""
+        s = self.settings
+        types = (memory.type, MemoryType.SEMANTIC) if memory.type == MemoryType.EPISODIC else (memory.type,)
+        query = unit_vector(memory.embedding)
+        pending = []
+        for m in plan.new.values():
+            if m.state != MemoryState.ACTIVE or m.type not in types or m.project_id != memory.project_id:
+                continue
+            cos = cosine(unit_vector(m.embedding), query) if query is not None else None
+            if cos is not None and cos >= s.candidate_min_cosine:
+                pending.append((m, cos))
+        pending.sort(key=lambda mc: -mc[1])
+        hits = await self.inner.retrieve(
+            RetrieveOptions(
+                user_id=memory.user_id,
+                query=memory.content,
+                embedding=memory.embedding,
+                limit=s.candidates,
+                threshold=s.candidate_min_cosine,
+                hybrid=True,
+                types=types,
+                states=(MemoryState.ACTIVE,),
+            ),
+            touch=False,
+        )
+        stored = [
+            (plan.held.get(h.memory.id, h.memory), h.similarity)
+            for h in hits
+            if h.memory.project_id == memory.project_id and h.memory.id not in plan.new
+        ]
+        stored = [(m, cos) for m, cos in stored if m.state == MemoryState.ACTIVE]
+        return (pending + stored)[: s.candidates]
+
+    # ------------------------------------------------------------------ other writes
+    async def update(self, memory_id: str, user_id: str, changes: dict[str, Any]) -> Memory:
+        self._dirty[user_id] = None
+        return await self.inner.update(memory_id, user_id, changes)
+
+    # ------------------------------------------------------------------ lifecycle operations
+    async def _all(self, user_id: str, states: Sequence[MemoryState] | None = None) -> list[Memory]:
+        out: list[Memory] = []
+        offset = 0
+        while True:
+            page = await self.inner.list(user_id, limit=MAX_LIST_LIMIT, offset=offset, states=states)
+            out.extend(page.memories)
+            offset += len(page.memories)
+            if not page.memories or offset >= page.total:
+                return out
+
+    async def history(self, memory_id: str, user_id: str) -> list[Memory]:
+        """The versions of the fact ``memory_id`` holds, oldest first (``curation.consolidate.
+        history``). Raises ``MemoryNotFound`` when the user has no such memory."""
+        await self.inner.get(memory_id, user_id)
+        return version_chain(memory_id, await self._all(user_id))
+
+    async def restore(self, memory_id: str, user_id: str) -> Memory:
+        """Make a ``superseded``, ``consolidated`` or ``quarantined`` memory ``active`` again
+        (an operator's decision: a release of a quarantined memory, the undo of a supersession).
+        Raises ``MemoryNotFound``; ``InvalidInput`` when it is active already."""
+        async with self._locks[user_id]:
+            current = await self.inner.get(memory_id, user_id)
+            if current.state == MemoryState.ACTIVE:
+                raise InvalidInput(f"memory {memory_id} is already active")
+            return await self.inner.update(
+                memory_id,
+                user_id,
+                {"state": MemoryState.ACTIVE, "superseded_by": None, "merged_into": None, "valid_to": None,
+                 "state_reason": f"restored from {current.state.value}"},
+            )  # fmt: skip
+
+    async def unmerge(self, memory_id: str, user_id: str) -> list[Memory]:
+        """Undo a consolidation: the originals of the merged memory ``memory_id`` become
+        ``active`` again and the merged memory is deleted. Returns the originals. Raises
+        ``MemoryNotFound``; ``InvalidInput`` when ``memory_id`` is not a merged memory."""
+        async with self._locks[user_id]:
+            merged = await self.inner.get(memory_id, user_id)
+            if not merged.merged_from:
+                raise InvalidInput(f"memory {memory_id} is not the result of a consolidation")
+            originals = []
+            for original_id in merged.merged_from:
+                with contextlib.suppress(MemoryNotFound):
+                    originals.append(
+                        await self.inner.update(
+                            original_id,
+                            user_id,
+                            {"state": MemoryState.ACTIVE, "merged_into": None, "state_reason": "unmerged"},
+                        )
+                    )
+            await self.inner.forget(memory_id, user_id)
+            return originals
+
+    async def purge_expired(self, user_id: str) -> int:
+        """Delete the user's memories whose ``expires_at`` has passed; returns how many."""
+        now = self._now()
+        expired = [m for m in await self._all(user_id) if m.expired(now)]
+        for m in expired:
+            with contextlib.suppress(MemoryNotFound):
+                await self.inner.forget(m.id, user_id)
+        self._count("expired_purged", len(expired))
+        return len(expired)
+
+    def take_dirty_users(self, limit: int) -> list[str]:
+        """Up to ``limit`` users with writes since their last consolidation pass (oldest
+        first); they are forgotten here until their next write."""
+        users = list(self._dirty)[:limit]
+        for u in users:
+            self._dirty.pop(u, None)
+        return users
+
+    async def consolidate(self, user_id: str) -> ConsolidationReport:
+        """One consolidation pass over ``user_id`` (``curation.consolidation`` bounds): purge
+        expired memories, group near-duplicate active memories, write one merged memory per
+        group (``merged_from``, created via ``consolidation``) and mark the originals
+        ``consolidated`` (``merged_into``). Idempotent: a second pass finds no group."""
+        started = asyncio.get_running_loop().time()
+        report = ConsolidationReport(user_id=require_user_id(user_id))
+        s = self.settings.consolidation
+        async with self._locks[user_id]:
+            report.expired = await self.purge_expired(user_id)
+            active = (await self._all(user_id, [MemoryState.ACTIVE]))[: s.max_memories]
+            report.examined = len(active)
+            vectors = {
+                m.id: unit_vector(m.embedding) for m in await self.inner.get_many([m.id for m in active], user_id)
+            }
+
+            def similarity(a: Memory, b: Memory) -> float:
+                va, vb = vectors.get(a.id), vectors.get(b.id)
+                if va is None or vb is None:
+                    return -1.0
+                return cosine(va, vb) or -1.0
+
+            groups = plan_groups(
+                active, similarity, min_cosine=s.min_cosine, min_jaccard=s.min_jaccard, max_groups=s.max_groups
+            )
+            for group in groups:
+                merged = await self.inner.store(self._merge(group))
+                for m in group:
+                    await self.inner.update(
+                        m.id,
+                        user_id,
+                        {"state": MemoryState.CONSOLIDATED, "merged_into": merged.id,
+                         "state_reason": "consolidated: near-duplicate"},
+                    )  # fmt: skip
+                report.groups += 1
+                report.merged.append(merged.id)
+                report.consolidated += len(group)
+                self._count("consolidation_group")
+        report.seconds = asyncio.get_running_loop().time() - started
+        return report
+
+    def _merge(self, group: list[Memory]) -> Memory:
+        newest = max(group, key=lambda m: (m.created_at or self._now(), m.id))
+        content = merged_content(group)
+        return Memory(
+            id=new_memory_id(newest.user_id),
+            user_id=newest.user_id,
+            type=newest.type,
+            content=content,
+            project_id=newest.project_id,
+            source=newest.source,
+            created_via="consolidation",
+            conversation_id=newest.conversation_id,
+            created_by_user_id=newest.created_by_user_id,
+            created_at=min((m.created_at for m in group if m.created_at), default=None),
+            importance=max(m.importance for m in group),
+            access_count=sum(m.access_count for m in group),
+            metadata={**newest.metadata},
+            merged_from=[m.id for m in group],
+        )
