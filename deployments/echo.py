@@ -118,10 +118,6 @@ def echo_models() -> dict[str, Any]:
     }
 
 
-SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
-"""Headers of an event stream: no caching, no buffering by an nginx in front."""
-
-
 async def echo_response(
     body: dict[str, Any], *, first_chunk_delay_s: float = 0.0, chunk_delay_s: float = 0.0
 ) -> Response:
@@ -138,7 +134,7 @@ async def echo_response(
                     await asyncio.sleep(delay)
                 yield data
 
-        return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
+        return StreamingResponse(events(), media_type="text/event-stream", headers=sse.HEADERS)
     if first_chunk_delay_s:
         await asyncio.sleep(first_chunk_delay_s)
     return JSONResponse(echo_completion(body))

@@ -13,6 +13,10 @@ _COUNTERS = {
     "memory_auto_stored_total": ("Turns auto-stored as episodic memories", ("decision",)),
     "memory_store_errors": ("Auto-store failures (the chat still succeeded)", ("decision",)),
     "memory_requests_refused": ("Chat requests refused before memory ran, by reason (invalid_header)", ("reason",)),
+    "chat_stream_outcomes": (
+        "Streamed chat completions by how they ended (deployments.http.streaming.OUTCOMES)",
+        ("outcome",),
+    ),
 }
 _HISTOGRAMS = {
     "memory_injected_count": (

@@ -14,6 +14,8 @@ from typing import Any
 
 DONE = "[DONE]"
 """The data of the event that ends an OpenAI stream."""
+HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+"""Response headers of an event stream: no caching, no buffering by an nginx in front."""
 
 
 def event(data: Mapping[str, Any] | str) -> bytes:
