@@ -334,3 +334,29 @@ def test_tool_call_continuation_does_not_reinject_or_store(base_url):
     assert r.headers["x-memory-skipped"] == "not_user_turn"
     time.sleep(1)
     assert httpx.get(f"{base_url}/v1/memory", headers=h).json()["total"] == 1
+
+
+def test_the_echo_deployment_streams_through_the_openai_client_and_the_turn_is_stored(base_url):
+    import openai
+
+    alice = user()
+    httpx.post(
+        f"{base_url}/v1/memory", json={"memories": [{"content": FACT}]}, headers={"x-authz-user-id": alice}
+    ).raise_for_status()
+    client = openai.OpenAI(
+        base_url=f"{base_url}/v1", api_key="unused", default_headers={"x-authz-user-id": alice}, max_retries=0
+    )
+    with client.chat.completions.with_streaming_response.create(
+        model="assistant",
+        messages=[{"role": "user", "content": QUESTION}],
+        stream=True,
+        stream_options={"include_usage": True},
+    ) as response:
+        assert int(response.headers["x-memory-injected"]) >= 1
+        chunks = list(response.parse())
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text.startswith(f"user: {QUESTION}") and "4817" in text  # the injected block, echoed
+    assert len(chunks) > 10 and chunks[-1].usage.total_tokens > 0
+    memories = wait_for_memories(base_url, alice, 2)
+    assert any(m["content"].startswith(f"Q: {QUESTION}\nA: user: {QUESTION}") for m in memories)
+    assert [m.id for m in client.models.list()] == ["echo"]
