@@ -618,11 +618,11 @@ def test_overload_is_refused_with_429_not_queued(serve_http_port, tmp_path, upst
     """Against the test upstream process, asked to take 1 s per completion (``x-fault``)."""
     from ray import serve
 
-    from deployments.app import build_app
+    from deployments.app import build_application
 
     slow = {"x-fault": "delay=1"}
     # tiny limits: one request running in the ingress, one waiting in the proxy's queue
-    tight = build_app(
+    tight = build_application(
         {"config": app_config(tmp_path, upstream_url=upstream_server.base_url)},
         overrides={"MemoryIngress": {"max_ongoing_requests": 1, "max_queued_requests": 1}},
     )

@@ -71,12 +71,12 @@ def config(a, b) -> dict:
 def url(serve_http_port, upstream_server, server_b):
     from ray import serve
 
-    from deployments.app import build_app
+    from deployments.app import build_application
 
     ingress_options = {
         "ray_actor_options": {"num_cpus": 0, "runtime_env": {"env_vars": {"TEST_ROUTED_KEY": ROUTED_KEY}}}
     }
-    app = build_app({"config": config(upstream_server, server_b)}, overrides={"MemoryIngress": ingress_options})
+    app = build_application({"config": config(upstream_server, server_b)}, overrides={"MemoryIngress": ingress_options})
     serve.run(app, name=APP, route_prefix="/", blocking=False)
     base = f"http://127.0.0.1:{serve_http_port}"
     wait_healthy(base)
