@@ -65,6 +65,18 @@ log = logging.getLogger("ray.serve")
 app = FastAPI(title="memory-router", version="0.1.0", responses=DOCUMENTED_ERRORS)
 install_error_handlers(app)
 
+_SSE_EVENT_SCHEMA = {
+    "type": "object",
+    "required": ["data"],
+    "properties": {
+        "data": {
+            "type": "string",
+            "description": 'a chat.completion.chunk (JSON), an error ({"error": {...}}, ends the stream) or [DONE]',
+        },
+        "event": {"type": "string"},
+    },
+}
+"""One event of a streamed chat completion, as an SSE parser reads it."""
 _CHAT_SCHEMA = ChatCompletionRequest.model_json_schema(ref_template="#/components/schemas/{model}")
 _CHAT_DEFS = _CHAT_SCHEMA.pop("$defs", {})
 
@@ -212,7 +224,8 @@ class MemoryIngress:
                 "chat.completion.chunk events (text/event-stream), relayed one by one",
                 "content": {
                     "application/json": {"schema": {"type": "object"}},
-                    "text/event-stream": {"schema": {"type": "string"}},
+                    # one event (OpenAPI 3.1 reads an event stream's schema per event)
+                    "text/event-stream": {"schema": _SSE_EVENT_SCHEMA},
                 },
             },
             **UPSTREAM_ERRORS,
