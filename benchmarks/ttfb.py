@@ -45,7 +45,7 @@ from rich.table import Table
 from benchmarks.load import percentile
 
 app = typer.Typer(add_completion=False)
-console = Console()
+console = Console(width=110)
 ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "What is my locker code?"
 FACTS = [
