@@ -12,8 +12,8 @@ headers (RFC 9110 §7.6.1: ``HOP_BY_HOP`` and any header the ``Connection`` head
 ``Host``, the body's framing and encoding (the body is re-encoded), ``Cookie``, and this
 service's own memory headers (``x-authz-user-id``, ``x-project-id``, ``x-conversation-id``,
 ``x-disable-router-memory``). The upstream's response headers come back the same way (no
-hop-by-hop, no framing, no ``Set-Cookie``, ``Date``, ``Server``), so ``Retry-After``,
-``x-ratelimit-*`` and the like reach the client.
+hop-by-hop, no framing, no ``Set-Cookie``, ``Date``, ``Server``; ``x-request-id`` renamed
+``x-upstream-request-id``), so ``Retry-After``, ``x-ratelimit-*`` and the like reach the client.
 
 Errors: a connection that fails or breaks is ``UpstreamError`` 502 ``upstream_error``; no
 answer within ``timeout_s`` (connect, headers, or the next chunk) is 504 ``upstream_timeout``.
@@ -93,10 +93,16 @@ def forward_request_headers(headers: Iterable[tuple[str, str]]) -> Headers:
 
 
 def forward_response_headers(headers: Iterable[tuple[str, str]]) -> Headers:
-    """The upstream's response headers that go back to the client (see the module)."""
+    """The upstream's response headers that go back to the client (see the module); its
+    ``x-request-id`` comes back as ``x-upstream-request-id`` (Ray Serve sets ``x-request-id``
+    on every response: the id of the request to this service)."""
     items = [(name.lower(), value) for name, value in headers]
     dropped = NOT_FORWARDED_BACK | _connection_named(items)
-    return [(name, value) for name, value in items if name not in dropped]
+    return [
+        ("x-upstream-request-id" if name == "x-request-id" else name, value)
+        for name, value in items
+        if name not in dropped
+    ]
 
 
 class UpstreamError(Exception):

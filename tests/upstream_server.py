@@ -13,7 +13,8 @@ records what it received and misbehaves on request.
   ``chunk_delay=<s>`` wait before each further event; ``error_after=<n>`` stream n events,
   then an error event, then end; ``drop_after=<n>`` stream n events, then break the
   connection; ``stall_after=<n>`` stream n events, then stall for 60 s; ``hop_headers``
-  answer with hop-by-hop headers and one end-to-end header (``x-upstream-note``);
+  answer with hop-by-hop headers, an end-to-end header (``x-upstream-note``) and an
+  ``x-request-id``;
   ``json_stream`` answer a stream request with JSON (a server that does not stream).
 - ``GET /v1/models``: the echo's list, or ``--models``.
 - ``GET /_test/requests?tag=<x-test-tag>``: what was received (path, headers as a list,
@@ -94,6 +95,7 @@ def create_app(models: list[str] | None = None) -> FastAPI:
             response.headers["x-secret-hop"] = "1"
             response.headers["connection"] = "x-secret-hop"
             response.headers["x-upstream-note"] = "kept"
+            response.headers["x-request-id"] = "upstream-request-1"
             return response
         if "json_stream" in fault:
             return await echo_response({**body, "stream": False})

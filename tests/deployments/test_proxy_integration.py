@@ -302,6 +302,9 @@ def test_headers_from_the_upstream_end_to_end_pass_hop_by_hop_do_not(url, stream
     assert r.status_code == 200 and r.headers["x-upstream-note"] == "kept"
     assert "proxy-authenticate" not in r.headers and "x-secret-hop" not in r.headers
     assert r.headers.get("keep-alive") != "timeout=99"
+    # one x-request-id (Ray Serve's, this request's); the upstream's under another name
+    assert len(r.headers.get_list("x-request-id")) == 1 and r.headers["x-request-id"] != "upstream-request-1"
+    assert r.headers["x-upstream-request-id"] == "upstream-request-1"
 
 
 @pytest.mark.parametrize("stream", [False, True])

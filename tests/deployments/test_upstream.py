@@ -85,7 +85,7 @@ def test_response_headers_drop_hop_by_hop_framing_and_cookies():
     assert forward_response_headers(got) == [
         ("retry-after", "7"),
         ("x-ratelimit-remaining-requests", "0"),
-        ("x-request-id", "req-1"),
+        ("x-upstream-request-id", "req-1"),  # Serve sets x-request-id: the id of this request
     ]
 
 
