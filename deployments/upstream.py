@@ -92,6 +92,12 @@ def forward_request_headers(headers: Iterable[tuple[str, str]]) -> Headers:
     return [(name, value) for name, value in items if name not in dropped]
 
 
+def latin1_headers(response: httpx.Response) -> Headers:
+    """``response``'s headers as the bytes it sent, read as latin-1 text (what an ASGI server
+    writes back unchanged), repeated headers kept."""
+    return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers.raw]
+
+
 def forward_response_headers(headers: Iterable[tuple[str, str]]) -> Headers:
     """The upstream's response headers that go back to the client (see the module); its
     ``x-request-id`` comes back as ``x-upstream-request-id`` (Ray Serve sets ``x-request-id``
@@ -168,7 +174,7 @@ class _HttpStream:
     def __init__(self, response: httpx.Response, timeout_s: float):
         self._response = response
         self._timeout_s = timeout_s
-        self.headers = forward_response_headers(response.headers.multi_items())
+        self.headers = forward_response_headers(latin1_headers(response))
 
     async def events(self) -> AsyncIterator[Event]:
         reader = EventReader()
@@ -224,7 +230,10 @@ class HttpUpstream:
             # allow_nan=False: the ingress refuses NaN/Infinity at the edge; JSON has no such numbers
             content = json.dumps(body, ensure_ascii=False, allow_nan=False).encode()
             out.append(("content-type", "application/json"))
-        return self._client.build_request(method, path, headers=out, content=content)
+        # as bytes: the client's header bytes go on unchanged (ASGI servers hand them over as
+        # latin-1 text, which httpx would refuse to encode beyond ASCII)
+        raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in out]
+        return self._client.build_request(method, path, headers=raw, content=content)
 
     async def _whole(self, request: httpx.Request) -> UpstreamReply:
         try:
@@ -235,7 +244,7 @@ class HttpUpstream:
             response.status_code,
             response.content,
             response.headers.get("content-type"),
-            forward_response_headers(response.headers.multi_items()),
+            forward_response_headers(latin1_headers(response)),
         )
 
     async def chat(self, body: dict[str, Any], headers: Headers) -> UpstreamReply:
@@ -264,7 +273,7 @@ class HttpUpstream:
         finally:
             await response.aclose()
         return UpstreamReply(
-            response.status_code, content, media_type or None, forward_response_headers(response.headers.multi_items())
+            response.status_code, content, media_type or None, forward_response_headers(latin1_headers(response))
         )
 
     async def models(self) -> UpstreamReply:

@@ -96,6 +96,7 @@ def create_app(models: list[str] | None = None) -> FastAPI:
             response.headers["connection"] = "x-secret-hop"
             response.headers["x-upstream-note"] = "kept"
             response.headers["x-request-id"] = "upstream-request-1"
+            response.headers.append("x-upstream-utf8", "né ✓".encode().decode("latin-1"))  # UTF-8 bytes
             return response
         if "json_stream" in fault:
             return await echo_response({**body, "stream": False})

@@ -282,6 +282,7 @@ def test_headers_to_the_upstream_authorization_passes_hop_by_hop_and_memory_head
         "x-project-id": "proj",
         "openai-organization": "org-1",
         "x-custom": "passed",
+        "x-utf8": "café ✓".encode(),  # bytes beyond ASCII go on unchanged
     }
     for stream in (False, True):
         assert raw_chat(url, new_user(), question(stream=stream), headers=sent).status_code == 200
@@ -290,6 +291,7 @@ def test_headers_to_the_upstream_authorization_passes_hop_by_hop_and_memory_head
         got = dict(request["headers"])
         assert got["authorization"] == "Bearer client-key"
         assert got["openai-organization"] == "org-1" and got["x-custom"] == "passed"
+        assert got["x-utf8"].encode("latin-1") == "café ✓".encode()
         assert not names & {"x-private-hop", "keep-alive", "te", "proxy-authorization"}
         assert not names & {"x-authz-user-id", "x-project-id"}
         assert got.get("connection", "keep-alive") == "keep-alive"  # the proxy's own connection
@@ -305,6 +307,7 @@ def test_headers_from_the_upstream_end_to_end_pass_hop_by_hop_do_not(url, stream
     # one x-request-id (Ray Serve's, this request's); the upstream's under another name
     assert len(r.headers.get_list("x-request-id")) == 1 and r.headers["x-request-id"] != "upstream-request-1"
     assert r.headers["x-upstream-request-id"] == "upstream-request-1"
+    assert r.headers.raw[[k.lower() for k, _ in r.headers.raw].index(b"x-upstream-utf8")][1] == "né ✓".encode()
 
 
 @pytest.mark.parametrize("stream", [False, True])
