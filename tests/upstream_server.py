@@ -11,7 +11,8 @@ records what it received and misbehaves on request.
   and ``x-ratelimit-remaining-requests: 0``), ``text`` with it: a plain-text body;
   ``delay=<s>`` wait before answering (before the first event of a stream);
   ``chunk_delay=<s>`` wait before each further event; ``error_after=<n>`` stream n events,
-  then an error event, then end; ``drop_after=<n>`` stream n events, then break the
+  then an error event, then end; ``end_after=<n>`` stream n events, then end the response
+  (cleanly, without ``[DONE]``); ``drop_after=<n>`` stream n events, then break the
   connection; ``stall_after=<n>`` stream n events, then stall for 60 s; ``hop_headers``
   answer with hop-by-hop headers, an end-to-end header (``x-upstream-note``) and an
   ``x-request-id``;
@@ -19,7 +20,8 @@ records what it received and misbehaves on request.
 - ``GET /v1/models``: the echo's list, or ``--models``.
 - ``GET /_test/requests?tag=<x-test-tag>``: what was received (path, headers as a list,
   JSON body) and, for streams, ``events_sent`` and ``outcome`` (``completed``,
-  ``client_gone``: the connection closed before the last event, ``error``, ``dropped``).
+  ``client_gone``: the connection closed before the last event, ``error``, ``dropped``,
+  ``ended``).
 
 Tests start it with ``start_upstream_server`` (a subprocess on a free loopback port, stopped
 by its pid).
@@ -104,7 +106,7 @@ def create_app(models: list[str] | None = None) -> FastAPI:
             return await echo_response(body, first_chunk_delay_s=delay)
         events = echo_events(body)
         limit = len(events)
-        for key in ("error_after", "drop_after", "stall_after"):
+        for key in ("error_after", "drop_after", "stall_after", "end_after"):
             if key in fault:
                 limit = int(fault[key])
         record.update(events_total=len(events), events_sent=0, outcome=None)
@@ -123,6 +125,8 @@ def create_app(models: list[str] | None = None) -> FastAPI:
                     raise RuntimeError("dropping the connection mid-stream (test fault)")
                 elif "stall_after" in fault:
                     await asyncio.sleep(60)
+                elif "end_after" in fault:
+                    record["outcome"] = "ended"
                 else:
                     record["outcome"] = "completed"
             finally:

@@ -5,8 +5,8 @@ assembles the answer of choice 0 for the auto-store (``StreamedAnswer``), ends t
 with an OpenAI-shaped error event when the upstream breaks mid-stream, and always closes the
 upstream stream: when the client disconnects, Ray Serve cancels the request, the relay is
 interrupted at its next ``await``/``yield`` and the upstream request is cancelled (its
-connection closed). ``on_complete`` runs only for a stream the upstream finished and the
-client received to the end: a partial turn is never stored.
+connection closed). ``on_complete`` runs only for a stream the upstream finished and whose
+events up to its end (``[DONE]``) were handed on to the client: a partial turn is never stored.
 """
 
 from __future__ import annotations
@@ -94,6 +94,11 @@ async def close_quietly(stream: UpstreamStream) -> None:
         await asyncio.shield(stream.aclose())
 
 
+DRAIN_AFTER_DONE_S = 1.0
+"""How long the relay keeps reading after ``[DONE]`` for the upstream to end its response (so
+its connection can be reused); a server that keeps it open longer is cut off."""
+
+
 async def relay(
     stream: UpstreamStream,
     first: Event,
@@ -103,30 +108,52 @@ async def relay(
     on_end: Callable[[str], None],
 ) -> AsyncIterator[bytes]:
     """The bytes to send the client: ``first`` (already read from ``events``), then every
-    further event of ``events`` unchanged. A broken or stalled upstream (``UpstreamError``, or
-    any failure of the echo deployment) ends the stream with ``error_event``. After the last
-    event of a complete answer ``on_complete(answer)`` is called; ``on_end(outcome)`` always
-    (one of ``OUTCOMES``). ``stream`` is closed in every case."""
+    further event of ``events`` unchanged, up to ``[DONE]``. A broken or stalled upstream
+    (``UpstreamError``, or any failure of the echo deployment) ends the stream with
+    ``error_event``. ``on_complete(answer)`` is called once the answer is complete and every
+    event before its end was handed on: when ``[DONE]`` is about to be sent (a client such
+    as the ``openai`` client stops reading at ``[DONE]`` and may close the connection at
+    once), or when the upstream ends its stream after a ``finish_reason`` without ``[DONE]``.
+    ``on_end(outcome)`` is called always (one of ``OUTCOMES``); ``stream`` is closed in every
+    case."""
     answer = StreamedAnswer()
-    outcome = "client_disconnected"  # unless the loop below gets to say otherwise
+    outcome = "client_disconnected"  # unless the stream gets to its end
+
+    def settle() -> str:
+        if answer.complete:
+            on_complete(answer)
+            return "completed"
+        return "upstream_error" if answer.error else "incomplete"
+
     try:
         answer.add(first)
+        if answer.done:
+            outcome = settle()
         yield first.encode()
+        if answer.done:
+            return
         try:
             async for event in events:
                 answer.add(event)
+                if answer.done:
+                    outcome = settle()
+                    yield event.encode()
+                    break
                 yield event.encode()
+            else:
+                outcome = settle()  # the upstream ended its stream without [DONE]
+                return
         except Exception as e:  # UpstreamError from HTTP; a Ray error from the echo deployment
             code = e.code if isinstance(e, UpstreamError) else "upstream_error"
             log.warning("upstream stream broke: %r", e)
             outcome = "upstream_error"
             yield error_event(code, str(e) or type(e).__name__)
             return
-        if answer.complete:
-            outcome = "completed"
-            on_complete(answer)
-        else:
-            outcome = "upstream_error" if answer.error else "incomplete"
+        # after [DONE]: let the upstream end its response, so its connection can be reused
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(DRAIN_AFTER_DONE_S):
+                async for _ in events:
+                    pass
     finally:
         await close_quietly(stream)
         on_end(outcome)
