@@ -13,7 +13,7 @@ records what it received and misbehaves on request.
   ``chunk_delay=<s>`` wait before each further event; ``error_after=<n>`` stream n events,
   then an error event, then end; ``end_after=<n>`` stream n events, then end the response
   (cleanly, without ``[DONE]``); ``drop_after=<n>`` stream n events, then break the
-  connection; ``stall_after=<n>`` stream n events, then stall for 60 s; ``hop_headers``
+  connection; ``linger=<s>`` keep the response open that long after ``[DONE]``; ``stall_after=<n>`` stream n events, then stall for 60 s; ``hop_headers``
   answer with hop-by-hop headers, an end-to-end header (``x-upstream-note``) and an
   ``x-request-id``;
   ``json_stream`` answer a stream request with JSON (a server that does not stream).
@@ -128,6 +128,7 @@ def create_app(models: list[str] | None = None) -> FastAPI:
                 elif "end_after" in fault:
                     record["outcome"] = "ended"
                 else:
+                    await asyncio.sleep(float(fault.get("linger", 0)))
                     record["outcome"] = "completed"
             finally:
                 if record["outcome"] is None:

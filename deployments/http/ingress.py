@@ -15,6 +15,7 @@ error statuses included, pass through as the upstream sent them.
 
 import asyncio
 import base64
+import contextvars
 import json
 import logging
 import time
@@ -205,7 +206,11 @@ class MemoryIngress:
             raise EmbeddingUnavailable(f"the embedder is unavailable ({type(e).__name__}); retry") from e
 
     def _in_background(self, coro) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
+        """Run ``coro`` (the auto-store of a turn) after the response, outside the request:
+        in a fresh context, because Ray Serve cancels the handle calls made in a request's
+        context when that request is cancelled (a client closing its connection, e.g. right
+        after a stream's ``[DONE]``), which would cancel the store call."""
+        task = asyncio.get_running_loop().create_task(coro, context=contextvars.Context())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 

@@ -189,6 +189,22 @@ def test_openai_client_streams_with_usage_memory_headers_and_stores_the_same_tur
     assert turns[streamed_user].startswith(f"Q: {QUESTION}\nA: user: {QUESTION}")
 
 
+def test_a_client_that_closes_at_done_has_its_turn_stored(url):
+    """The openai client closes the connection as soon as it reads [DONE]; here the upstream
+    keeps its response open a second longer, so the close cancels the request while the
+    proxy still reads the upstream: the turn, complete at [DONE], is stored all the same."""
+    user = new_user()
+    _, headers = tag_headers(linger="1")
+    text = "Remember that my bike is a green Gazelle"
+    stream = client(url, user).chat.completions.create(
+        model="assistant", messages=[{"role": "user", "content": text}], stream=True, extra_headers=headers
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in stream) == f"user: {text}"
+    stream.close()
+    (turn,) = wait_for_memories(url, user, 1)
+    assert turn["content"] == f"Q: {text}\nA: user: {text}"
+
+
 def test_stream_without_include_usage_has_no_usage_chunk(url):
     stream = client(url, None).chat.completions.create(
         model="assistant", messages=[{"role": "user", "content": "tell me a thing"}], stream=True
