@@ -120,7 +120,9 @@ async def main(argv: list[str] | None = None) -> None:
     samples = ld.load_samples(args.data, args.limit_samples)
     ids = [s["sample_id"] for s in samples]
     cache = EmbedCache(args.embed_cache)
-    cache.ensure([t.content for s in samples for t in ld.turns(s)] + [q.question for s in samples for q in ld.questions(s)])
+    cache.ensure(
+        [t.content for s in samples for t in ld.turns(s)] + [q.question for s in samples for q in ld.questions(s)]
+    )
     default = RetrievalSettings()
     results: dict[tuple[str, object], Rows] = {}
     for name, values in SWEEPS.items():
@@ -152,7 +154,10 @@ async def main(argv: list[str] | None = None) -> None:
     print(f"leave-one-out  {figures(loo_rows)}")
     print("values chosen per fold (value: folds):")
     for name, c in picks.items():
-        print(f"  {name:16s} default {getattr(default, name)!s:6s} " + ", ".join(f"{v}: {n}" for v, n in sorted(c.items())))
+        print(
+            f"  {name:16s} default {getattr(default, name)!s:6s} "
+            + ", ".join(f"{v}: {n}" for v, n in sorted(c.items()))
+        )
 
 
 if __name__ == "__main__":

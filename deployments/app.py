@@ -12,7 +12,8 @@ it selects the physical collection ``<logical>__<short digest>``. Every argument
 (settings models, ``ModelIdentity``).
 
 ``DEPLOYMENT_OPTIONS`` holds the default options of each deployment, in one place; the
-``deployments:`` entries of a Serve config file override them field by field.
+``deployments:`` entries of a Serve config file override them field by field
+(``build_application(args, overrides=...)`` does the same for programmatic use).
 """
 
 from __future__ import annotations
@@ -91,21 +92,22 @@ def deployment_options(overrides: dict[str, dict[str, Any]] | None = None) -> di
     return {name: {**opts, **(overrides or {}).get(name, {})} for name, opts in DEPLOYMENT_OPTIONS.items()}
 
 
-def build_app(args: dict[str, Any]) -> Application:
-    """The Serve application builder (``serve run deployments.app:build_app``, the config file's
-    ``import_path``): Serve calls it with the ``args`` dictionary alone (a builder must take
-    exactly one parameter). A Serve config file overrides deployment options through its
-    ``deployments:`` entries. Raises ``ConfigError`` (naming the key) on an invalid configuration,
-    so ``serve run`` fails at start."""
+def build_app(args: dict[str, Any] | None = None) -> Application:
+    """The application builder ``serve run``/``serve deploy`` call (``import_path:
+    deployments.app:build_app``; Serve requires a builder of exactly one parameter): the
+    application of ``args`` with ``DEPLOYMENT_OPTIONS``, which the config file's
+    ``deployments:`` entries override. Raises ``ConfigError`` (naming the key) on an invalid
+    configuration, so ``serve run`` fails at start."""
     return build_application(args)
 
 
 def build_application(
-    args: dict[str, Any] | None = None, overrides: dict[str, dict[str, Any]] | None = None
+    args: dict[str, Any] | None = None, *, overrides: dict[str, dict[str, Any]] | None = None
 ) -> Application:
-    """Build the memory-router application for programmatic use (tests, scripts):
-    ``overrides`` maps deployment name → options merged over ``DEPLOYMENT_OPTIONS``. Raises
-    ``ConfigError`` on an invalid configuration and ``ValueError`` on an unknown deployment."""
+    """The memory-router application of ``args`` (``AppArgs``) for programmatic use
+    (``serve.run``), ``overrides`` (deployment name → options) merged over
+    ``DEPLOYMENT_OPTIONS``. Raises ``ConfigError`` (naming the key) on an invalid
+    configuration."""
     config = AppArgs.model_validate(args or {}).load()
     settings = config.memory
     identity = compute_identity(settings.embedding)

@@ -21,6 +21,10 @@ _COUNTERS = {
         ("outcome", "decision"),
     ),
     "memory_requests_refused": ("Chat requests refused before memory ran, by reason (invalid_header)", ("reason",)),
+    "chat_stream_outcomes": (
+        "Streamed chat completions by how they ended (deployments.http.streaming.OUTCOMES)",
+        ("outcome",),
+    ),
 }
 _HISTOGRAMS = {
     "memory_injected_count": (

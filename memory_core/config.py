@@ -350,12 +350,78 @@ class MemoryStoreSettings(_Strict):
         return self
 
 
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+DEFAULT_UPSTREAM_TIMEOUT_S = 120.0
+
+
+def _check_base_url(url: str | None) -> str | None:
+    """``url`` without a trailing slash when it is an absolute ``http(s)://host[:port][/path]``
+    URL (no query, fragment or credentials: the key comes from ``api_key_env``)."""
+    if url is None:
+        return None
+    m = re.fullmatch(r"(https?)://([^/?#@\s]+)(/[^?#\s]*)?", url)
+    if m is None:
+        raise ValueError(
+            f"base_url must be an http(s)://host[:port][/path] URL without query or credentials, got {url!r}"
+        )
+    return url.rstrip("/")
+
+
 class UpstreamSettings(_Strict):
-    """The OpenAI-compatible upstream. No ``base_url`` → the offline ``EchoUpstream``."""
+    """The OpenAI-compatible upstream (``global.upstream``). No ``base_url`` → the offline
+    ``EchoUpstream``.
+
+    ``base_url`` includes the API prefix (``http://vllm:8000/v1``); requests go to
+    ``{base_url}/chat/completions`` and ``{base_url}/models``. ``model``: when set, the name
+    sent upstream in place of the request's ``model``. ``api_key_env``: the environment
+    variable (of the ingress process) holding the upstream's API key, sent as ``Authorization:
+    Bearer``; it replaces the client's ``Authorization``, which is otherwise passed through.
+    ``timeout_s``: the longest wait, in seconds, for a connection, the response headers, or
+    the next chunk of a stream."""
 
     base_url: str | None = None
-    api_key_env: str | None = None
-    timeout_s: float = Field(default=120.0, gt=0)
+    model: str | None = Field(default=None, min_length=1)
+    api_key_env: str | None = Field(default=None, pattern=_ENV_NAME)
+    timeout_s: float = Field(default=DEFAULT_UPSTREAM_TIMEOUT_S, gt=0)
+
+    _url = field_validator("base_url")(classmethod(lambda cls, v: _check_base_url(v)))
+
+    @model_validator(mode="after")
+    def _key_needs_url(self) -> UpstreamSettings:
+        if self.api_key_env is not None and self.base_url is None:
+            raise ValueError("api_key_env needs a base_url (the offline echo upstream takes no key)")
+        return self
+
+
+class DecisionUpstream(_Strict):
+    """``routing.decisions[].upstream``: where one decision's requests go.
+
+    With ``base_url``: that server, with this entry's ``model`` and ``api_key_env`` only
+    (nothing of ``global.upstream`` is inherited but ``timeout_s`` when unset, so the global
+    key is never sent to another server). Without ``base_url``: ``global.upstream`` with the
+    fields set here overriding its own (e.g. only another ``model`` name)."""
+
+    base_url: str | None = None
+    model: str | None = Field(default=None, min_length=1)
+    api_key_env: str | None = Field(default=None, pattern=_ENV_NAME)
+    timeout_s: float | None = Field(default=None, gt=0)
+
+    _url = field_validator("base_url")(classmethod(lambda cls, v: _check_base_url(v)))
+
+    def over(self, default: UpstreamSettings) -> UpstreamSettings:
+        """The effective upstream of a decision whose global upstream is ``default`` (see the
+        class). Raises ``ValueError`` when the result is invalid (a key without a URL)."""
+        timeout = self.timeout_s if self.timeout_s is not None else default.timeout_s
+        if self.base_url is not None:
+            return UpstreamSettings(
+                base_url=self.base_url, model=self.model, api_key_env=self.api_key_env, timeout_s=timeout
+            )
+        return UpstreamSettings(
+            base_url=default.base_url,
+            model=self.model if self.model is not None else default.model,
+            api_key_env=self.api_key_env if self.api_key_env is not None else default.api_key_env,
+            timeout_s=timeout,
+        )
 
 
 class StoresSettings(_Strict):
@@ -427,9 +493,13 @@ class MatchRules(_Strict):
 
 
 class Decision(_Strict):
+    """A route: ``match`` rules, ``plugins`` (the memory policy) and, optionally, its own
+    ``upstream`` (``DecisionUpstream``; default: ``global.upstream``)."""
+
     name: str = Field(min_length=1)
     match: MatchRules = Field(default_factory=MatchRules)
     plugins: list[PluginConfig] = Field(default_factory=list)
+    upstream: DecisionUpstream | None = None
 
     def memory_plugin(self) -> MemoryPluginConfiguration | None:
         for p in self.plugins:
@@ -462,6 +532,33 @@ class RouterConfig(_Strict):
     def memory(self) -> MemoryStoreSettings:
         return self.global_.stores.memory
 
+    @model_validator(mode="after")
+    def _decision_upstreams(self) -> RouterConfig:
+        for i, decision in enumerate(self.routing.decisions):
+            if decision.upstream is not None:
+                try:
+                    decision.upstream.over(self.global_.upstream)
+                except ValidationError as e:
+                    problems = "; ".join(str(err["msg"]).removeprefix("Value error, ") for err in e.errors())
+                    raise ValueError(f"routing.decisions.{i}.upstream: {problems}") from None
+        return self
+
+    def upstream_of(self, decision_name: str | None) -> UpstreamSettings:
+        """The upstream of the decision named ``decision_name`` (``None``, or a name of no
+        decision: ``global.upstream``); see ``DecisionUpstream``."""
+        for decision in self.routing.decisions:
+            if decision.name == decision_name and decision.upstream is not None:
+                return decision.upstream.over(self.global_.upstream)
+        return self.global_.upstream
+
+    def upstreams(self) -> dict[str | None, UpstreamSettings]:
+        """Every route's upstream: ``None`` (no decision matched) and each decision name →
+        its effective ``UpstreamSettings``."""
+        out: dict[str | None, UpstreamSettings] = {None: self.global_.upstream}
+        for decision in self.routing.decisions:
+            out[decision.name] = self.upstream_of(decision.name)
+        return out
+
 
 def _format_errors(err: ValidationError) -> str:
     parts = []
@@ -471,7 +568,8 @@ def _format_errors(err: ValidationError) -> str:
         keep = [x for i, x in enumerate(raw) if not (i >= 2 and raw[i - 2] == "plugins" and x in ("memory", "other"))]
         loc = ".".join(str(x) for x in keep)
         loc = loc.replace("global_", "global")
-        parts.append(f"{loc}: {e['msg']}")
+        msg = str(e["msg"]).removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}" if loc else msg)
     return "invalid configuration: " + "; ".join(parts)
 
 

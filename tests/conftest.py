@@ -85,3 +85,16 @@ def valkey_server():
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def upstream_server():
+    """The test upstream (``tests.upstream_server``: the echo as an HTTP server process, with
+    faults on request) on a free loopback port; stopped at the end of the session."""
+    from tests.upstream_server import start_upstream_server
+
+    server = start_upstream_server(free_port())
+    try:
+        yield server
+    finally:
+        server.stop()

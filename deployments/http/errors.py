@@ -65,6 +65,13 @@ DOCUMENTED_ERRORS = {
 }
 """The error responses every operation declares in the OpenAPI document."""
 
+UPSTREAM_ERRORS = {
+    502: {"model": ErrorBody, "description": "The upstream could not be reached or broke the connection"},
+    504: {"model": ErrorBody, "description": "The upstream did not answer within its timeout_s"},
+}
+"""The further error responses of the operations that call the upstream model (its own error
+statuses pass through as it sent them)."""
+
 
 def status_of(error: MemoryError_) -> int:
     """The HTTP status of ``error`` (its class or nearest registered base in ``STATUS``)."""

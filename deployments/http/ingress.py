@@ -1,9 +1,12 @@
-"""``MemoryIngress``: the HTTP surface (FastAPI) — chat completions with memory, the
-``/v1/memory`` REST API, ``/v1/embeddings`` and ``/health``.
+"""``MemoryIngress``: the HTTP surface (FastAPI) — chat completions with memory (streamed or
+not) forwarded to each decision's upstream, ``/v1/models``, the ``/v1/memory`` REST API,
+``/v1/embeddings`` and ``/health``.
 
 Thin by design: it validates input, resolves the caller, and calls memory_core
-(``MemoryPipeline``) and the ``Embedder``/``StorePool``/upstream handles. Every error leaves as
-``{"error": {"code", "message"}}`` with a 4xx/5xx status.
+(``MemoryPipeline``), the ``Embedder``/``StorePool`` handles and the upstreams
+(``deployments.upstream``; streams are relayed by ``streaming.relay``). Every error of its own
+leaves as ``{"error": {"code", "message"}}`` with a 4xx/5xx status; the upstream's answers,
+error statuses included, pass through as the upstream sent them.
 """
 
 
@@ -11,11 +14,16 @@ Thin by design: it validates input, resolves the caller, and calls memory_core
 # annotations at import time through Serve's class-based ingress, and needs real types
 
 import asyncio
+import base64
+import contextvars
 import dataclasses
+import json
 import logging
 import time
-from typing import Any
+from enum import Enum
+from typing import Any, TypeVar
 
+import numpy as np
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -23,7 +31,7 @@ from pydantic import ValidationError
 from ray import serve
 from ray.exceptions import RayError
 
-from memory_core.chat.pipeline import MemoryPipeline
+from memory_core.chat.pipeline import MemoryPipeline, PreparedChat
 from memory_core.config import RouterConfig
 from memory_core.curation.llm import http_complete
 from memory_core.errors import EmbeddingUnavailable, InvalidInput, MemoryError_, MemoryNotFound
@@ -31,11 +39,12 @@ from memory_core.migration import ImportReport, export_user, import_lines
 from memory_core.sanitize import check_json_text, check_project_id, is_memory_id
 from memory_core.types import Memory, MemoryState, MemoryType, RetrieveOptions
 
+from .. import sse
 from ..embedder import EmbedResponse
 from ..metrics import RayMetrics
 from ..store_pool import StorePoolClient
-from ..upstream import HttpUpstream, UpstreamError
-from .errors import DOCUMENTED_ERRORS, error_response, install_error_handlers
+from ..upstream import UpstreamError, UpstreamReply, UpstreamRouter, forward_request_headers
+from .errors import DOCUMENTED_ERRORS, UPSTREAM_ERRORS, error_response, install_error_handlers
 from .headers import CALLER_HEADERS, CHAT_HEADERS, caller, request_context
 from .openai_schema import ChatCompletionRequest
 from .schemas import (
@@ -51,15 +60,29 @@ from .schemas import (
     MemoryListOut,
     MemoryOut,
     MemoryPage,
+    ModelsOut,
     SearchOut,
     SearchRequest,
     UpdateMemoryRequest,
 )
+from .streaming import close_quietly, relay
 
 log = logging.getLogger("ray.serve")
 app = FastAPI(title="memory-router", version="0.1.0", responses=DOCUMENTED_ERRORS)
 install_error_handlers(app)
 
+_SSE_EVENT_SCHEMA = {
+    "type": "object",
+    "required": ["data"],
+    "properties": {
+        "data": {
+            "type": "string",
+            "description": 'a chat.completion.chunk (JSON), an error ({"error": {...}}, ends the stream) or [DONE]',
+        },
+        "event": {"type": "string"},
+    },
+}
+"""One event of a streamed chat completion, as an SSE parser reads it."""
 _CHAT_SCHEMA = ChatCompletionRequest.model_json_schema(ref_template="#/components/schemas/{model}")
 _CHAT_DEFS = _CHAT_SCHEMA.pop("$defs", {})
 
@@ -103,40 +126,77 @@ def path_memory_id(memory_id: str) -> str:
     return memory_id
 
 
-def parse_states(values: list[str] | None) -> list[MemoryState] | None:
-    """``?state=a,b&state=c`` → lifecycle states; absent → None (every state). An empty or
-    unknown value is an error."""
+E = TypeVar("E", bound=Enum)
+
+
+def _parse_enum_list(values: list[str] | None, kind: type[E], field: str) -> list[E] | None:
+    """``?field=a,b&field=c`` → members of ``kind``; absent → None. An empty or unknown value
+    is an ``InvalidInput`` naming ``field``, never "no filter" (a typo must not widen a delete)."""
     if values is None:
         return None
     names = [v.strip() for part in values for v in part.split(",")]
     try:
         if not names or any(not n for n in names):
             raise ValueError
-        return [MemoryState(n) for n in names]
+        return [kind(n) for n in names]
     except ValueError as e:
-        raise InvalidInput(f"state must be one of {[s.value for s in MemoryState]}") from e
+        raise InvalidInput(f"{field} must be one of {[m.value for m in kind]}") from e
+
+
+def parse_states(values: list[str] | None) -> list[MemoryState] | None:
+    """``?state=a,b&state=c`` → lifecycle states; absent → None (every state)."""
+    return _parse_enum_list(values, MemoryState, "state")
 
 
 def parse_types(values: list[str] | None) -> list[MemoryType] | None:
-    """``?type=a,b&type=c`` → memory types; absent → None (no filter). An empty or unknown
-    value is an error, never "no filter" (a typo must not widen a delete)."""
-    if values is None:
-        return None
-    names = [v.strip() for part in values for v in part.split(",")]
-    try:
-        if not names or any(not n for n in names):
-            raise ValueError
-        return [MemoryType(n) for n in names]
-    except ValueError as e:
-        raise InvalidInput(f"type must be one of {[t.value for t in MemoryType]}") from e
+    """``?type=a,b&type=c`` → memory types; absent → None (no filter)."""
+    return _parse_enum_list(values, MemoryType, "type")
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def parse_json_body(data: bytes) -> Any:
+    """A request body parsed as strict JSON: ``NaN``/``Infinity`` refused (``json.loads``
+    accepts them, no JSON peer does). Raises ``ValueError`` (not JSON) or ``RecursionError``
+    (nested too deep)."""
+    return json.loads(data, parse_constant=_no_constant)
+
+
+def memory_headers(prepared: PreparedChat) -> dict[str, str]:
+    """The response headers that say what memory did for a chat request:
+    ``x-memory-injected`` (count), ``x-memory-skipped`` (reason), ``x-memory-decision``,
+    ``server-timing`` (``retrieve``, ``gate_inject``)."""
+    headers = {"x-memory-injected": str(len(prepared.injected))}
+    if prepared.timings_ms:
+        headers["server-timing"] = server_timing(**{k: v / 1000 for k, v in prepared.timings_ms.items()})
+    if prepared.skipped:
+        headers["x-memory-skipped"] = prepared.skipped
+    if prepared.policy.decision_name:
+        headers["x-memory-decision"] = prepared.policy.decision_name
+    return headers
+
+
+def with_headers(response: Response, *groups) -> Response:
+    """``response`` with each ``(name, value)`` of ``groups`` (lists of pairs or dicts) added;
+    a later group replaces an earlier one's header of the same name."""
+    for group in groups:
+        items = group.items() if isinstance(group, dict) else group
+        for name, value in items:
+            if name in response.headers and isinstance(group, dict):
+                del response.headers[name]
+            response.headers.append(name, value)
+    return response
 
 
 @serve.deployment
 @serve.ingress(app)
 class MemoryIngress:
     """Args: ``config`` (the validated config document), handles of ``Embedder``, ``StorePool``,
-    (when no upstream URL is configured) ``EchoUpstream`` and (with curation on) the
-    ``Consolidator`` loop.
+    (when ``global.upstream`` has no URL) ``EchoUpstream`` and (with curation on) the
+    ``Consolidator`` loop. Each decision's requests go to its upstream (``UpstreamRouter``); a
+    missing API key variable fails the replica's start.
 
     Overload is refused, not queued without bound: each replica runs at most
     ``max_ongoing_requests`` requests, and beyond ``max_queued_requests`` waiting in the
@@ -149,9 +209,7 @@ class MemoryIngress:
         self.embedder = embedder
         self.store = StorePoolClient(store_pool)
         self.store_pool = store_pool
-        upstream = self.config.global_.upstream
-        self.http_upstream = HttpUpstream(upstream) if upstream.base_url else None
-        self.echo = echo
+        self.upstreams = UpstreamRouter(config, echo)
         self.consolidator = consolidator  # the background loop (deployed with the application)
         self.metrics = RayMetrics()
         llm = self.config.memory.extraction.llm
@@ -161,15 +219,15 @@ class MemoryIngress:
         self.pipeline = MemoryPipeline(self.config, store=self.store, metrics=self.metrics, complete=complete)
         self._background: set[asyncio.Task] = set()
 
-    async def _complete_upstream(self, body: dict) -> dict:
-        """A chat completion from the application's upstream (the LLM extractor's port).
-        Raises ``UpstreamError`` on a failure or a non-2xx answer."""
-        if self.http_upstream is None:
-            return await self.echo.chat.remote(body)
-        answer = await self.http_upstream.chat(body)
-        if not 200 <= answer.status_code < 300:
-            raise UpstreamError(f"upstream answered {answer.status_code}")
-        return answer.body
+    async def _complete_upstream(self, body: dict) -> Any:
+        """A chat completion from the default route's upstream (``global.upstream``; the LLM
+        extractor's port when it has no ``base_url`` of its own). Raises ``UpstreamError`` (no
+        answer), ``RuntimeError`` (a non-2xx answer) or ``ValueError`` (not JSON)."""
+        route = self.upstreams.route(None)
+        reply = await route.upstream.chat(route.body(body), [])
+        if not 200 <= reply.status_code < 300:
+            raise RuntimeError(f"the upstream answered {reply.status_code}")
+        return reply.json()
 
     async def _embed(self, texts: list[str]) -> EmbedResponse:
         """The Embedder's answer for ``texts``; a Ray failure (the replica restarting) raises
@@ -182,7 +240,11 @@ class MemoryIngress:
             raise EmbeddingUnavailable(f"the embedder is unavailable ({type(e).__name__}); retry") from e
 
     def _in_background(self, coro) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
+        """Run ``coro`` (the auto-store of a turn) after the response, outside the request:
+        in a fresh context, because Ray Serve cancels the handle calls made in a request's
+        context when that request is cancelled (a client closing its connection, e.g. right
+        after a stream's ``[DONE]``), which would cancel the store call."""
+        task = asyncio.get_running_loop().create_task(coro, context=contextvars.Context())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
@@ -197,15 +259,26 @@ class MemoryIngress:
         },
         responses={
             200: {
-                "description": "The upstream's chat.completion, unchanged",
-                "content": {"application/json": {"schema": {"type": "object"}}},
-            }
+                "description": "The upstream's chat.completion, unchanged; with `stream: true` its "
+                "chat.completion.chunk events (text/event-stream), relayed one by one",
+                "content": {
+                    "application/json": {"schema": {"type": "object"}},
+                    # one event (OpenAPI 3.1 reads an event stream's schema per event)
+                    "text/event-stream": {"schema": _SSE_EVENT_SCHEMA},
+                },
+            },
+            **UPSTREAM_ERRORS,
         },
     )
     async def chat_completions(self, request: Request) -> Response:
-        """OpenAI chat completions with memory (see the README). Unknown fields are forwarded."""
+        """OpenAI chat completions with memory (see the README). Unknown fields are forwarded.
+
+        Memory is prepared (retrieved, injected) before the upstream call, streamed or not;
+        the turn is stored after the answer is complete (for a stream: after its last event,
+        never a partial turn). The upstream's answer passes through with its status; no
+        answer is 502/504 (``UpstreamError``)."""
         try:
-            raw = await request.json()
+            raw = parse_json_body(await request.body())
         except (ValueError, RecursionError):
             return error_response(400, "invalid_request", "body must be JSON (UTF-8, reasonably nested)")
         if not isinstance(raw, dict):
@@ -215,32 +288,127 @@ class MemoryIngress:
             parsed = ChatCompletionRequest.model_validate(raw)
         except ValidationError as e:
             raise RequestValidationError(e.errors()) from e
-        if parsed.stream:
-            return error_response(400, "unsupported", "stream=true is not supported by this service yet")
         try:
             context = request_context(request)
         except InvalidInput:
             self.metrics.count("memory_requests_refused", {"reason": "invalid_header"})
             raise
         prepared = await self.pipeline.prepare(raw, context)
+        route = self.upstreams.route(prepared.policy.decision_name)
+        body = route.body(prepared.body)
+        forwarded = forward_request_headers(request.headers.items())
+        headers = memory_headers(prepared)
+        if parsed.stream:
+            return await self._stream(route.upstream, body, forwarded, prepared, headers)
         try:
-            if self.http_upstream is not None:
-                upstream = await self.http_upstream.chat(prepared.body)
-                status, body = upstream.status_code, upstream.body
-            else:
-                status, body = 200, await self.echo.chat.remote(prepared.body)
+            reply = await route.upstream.chat(body, forwarded)
         except UpstreamError as e:
-            return error_response(502, "upstream_error", str(e))
-        if status == 200:
-            self._in_background(self.pipeline.remember(prepared, body))
-        headers = {"x-memory-injected": str(len(prepared.injected))}
-        if prepared.timings_ms:
-            headers["server-timing"] = server_timing(**{k: v / 1000 for k, v in prepared.timings_ms.items()})
-        if prepared.skipped:
-            headers["x-memory-skipped"] = prepared.skipped
-        if prepared.policy.decision_name:
-            headers["x-memory-decision"] = prepared.policy.decision_name
-        return JSONResponse(status_code=status, content=body, headers=headers)
+            return with_headers(error_response(e.status, e.code, str(e)), headers)
+        return self._whole_answer(reply, prepared, headers)
+
+    def _whole_answer(self, reply: UpstreamReply, prepared: PreparedChat, headers: dict[str, str]) -> Response:
+        """The client's response for a whole upstream answer: a 200 JSON answer unchanged (and
+        the turn stored behind it); another status with a JSON body passed through; a body
+        that is not JSON: 502 for a 200, else the upstream's status with an error body."""
+        try:
+            answer = reply.json()
+        except ValueError:
+            if reply.status_code == 200:
+                response = error_response(502, "upstream_error", "the upstream answered 200 without JSON")
+            else:
+                response = error_response(
+                    reply.status_code,
+                    "upstream_error",
+                    f"the upstream answered {reply.status_code}: {reply.content[:200].decode(errors='replace')}",
+                )
+            return with_headers(response, reply.headers, headers)
+        if reply.status_code == 200:
+            self._in_background(self.pipeline.remember(prepared, answer))
+        response = Response(reply.content, status_code=reply.status_code, media_type="application/json")
+        return with_headers(response, reply.headers, headers)
+
+    async def _stream(self, upstream, body: dict, forwarded, prepared: PreparedChat, headers: dict) -> Response:
+        """``stream: true``: open the upstream's stream and wait for its first event, so that a
+        failure before it is still an HTTP status (the upstream's own, or 502/504); then relay
+        the events (``streaming.relay``)."""
+        try:
+            opened = await upstream.stream(body, forwarded)
+        except UpstreamError as e:
+            return with_headers(error_response(e.status, e.code, str(e)), headers)
+        if isinstance(opened, UpstreamReply):  # an error status, or a server that does not stream
+            return self._whole_answer(opened, prepared, headers)
+        events = opened.events()
+        try:
+            first = await anext(events, None)
+        except UpstreamError as e:
+            await opened.aclose()
+            return with_headers(error_response(e.status, e.code, str(e)), opened.headers, headers)
+        except BaseException:  # cancelled (the client left) or the echo failed: no stream to keep
+            await close_quietly(opened)
+            raise
+        if first is None:
+            await opened.aclose()
+            return with_headers(
+                error_response(502, "upstream_error", "the upstream's stream ended before its first event"), headers
+            )
+
+        def complete(answer) -> None:
+            self._in_background(self.pipeline.remember(prepared, answer.completion()))
+
+        def ended(outcome: str) -> None:
+            self.metrics.count("chat_stream_outcomes", {"outcome": outcome})
+
+        response = StreamingResponse(
+            relay(opened, first, events, on_complete=complete, on_end=ended), media_type="text/event-stream"
+        )
+        return with_headers(response, opened.headers, sse.HEADERS, headers)
+
+    # ------------------------------------------------------------------ models
+    @app.get("/v1/models", responses={200: {"model": ModelsOut}, **UPSTREAM_ERRORS})
+    async def models(self) -> Response:
+        """The models of the configured upstreams (OpenAI ``list``), merged by id in route
+        order. An upstream that fails is left out (logged); when every one fails, the first
+        failure is the answer (an upstream's own status and JSON body, or 502/504)."""
+        servers = self.upstreams.servers()
+        replies = await asyncio.gather(*(server.models() for server in servers), return_exceptions=True)
+        data: list[dict] = []
+        seen: set[str] = set()
+        failures: list[Response] = []
+        for server, reply in zip(servers, replies, strict=True):
+            if isinstance(reply, UpstreamError):
+                log.warning("models of upstream %s: %s", server.name, reply)
+                failures.append(error_response(reply.status, reply.code, str(reply)))
+                continue
+            if isinstance(reply, BaseException):
+                raise reply
+            try:
+                listed = reply.json()["data"] if reply.status_code == 200 else None
+                if not isinstance(listed, list) or not all(isinstance(m, dict) and "id" in m for m in listed):
+                    raise ValueError
+            except (ValueError, TypeError, KeyError):
+                log.warning("models of upstream %s: status %s", server.name, reply.status_code)
+                failures.append(self._failed_models(reply))
+                continue
+            for model in listed:
+                if model["id"] not in seen:
+                    seen.add(model["id"])
+                    data.append(model)
+        if failures and not data:
+            return failures[0]
+        return JSONResponse({"object": "list", "data": data})
+
+    @staticmethod
+    def _failed_models(reply: UpstreamReply) -> Response:
+        if reply.status_code != 200:
+            try:
+                reply.json()
+                return with_headers(
+                    Response(reply.content, status_code=reply.status_code, media_type="application/json"),
+                    reply.headers,
+                )
+            except ValueError:
+                pass
+        return error_response(502, "upstream_error", f"the upstream answered {reply.status_code} without a model list")
 
     # ------------------------------------------------------------------ memory REST
     @app.post("/v1/memory", status_code=201, responses={201: {"model": MemoriesOut}})
@@ -454,10 +622,13 @@ class MemoryIngress:
         if any(not t for t in texts):
             raise InvalidInput("input strings must be non-empty")
         result = await self._embed(texts)
+        vectors: list = result.embeddings
+        if body.encoding_format == "base64":  # what the openai client asks for by default
+            vectors = [base64.b64encode(np.asarray(v, dtype="<f4").tobytes()).decode() for v in vectors]
         return JSONResponse(
             content={
                 "object": "list",
-                "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(result.embeddings)],
+                "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)],
                 "model": result.model,
                 "model_identity": result.identity,
                 "truncated": result.truncated,

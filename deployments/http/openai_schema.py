@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
 from memory_core.sanitize import check_json_text
 
@@ -30,8 +30,17 @@ class ChatMessage(BaseModel):
         return content
 
 
+class StreamOptions(BaseModel):
+    """``stream_options`` (only with ``stream: true``): ``include_usage`` asks the upstream
+    for a last chunk with the usage."""
+
+    model_config = ConfigDict(extra="allow")
+
+    include_usage: StrictBool | None = None
+
+
 class ChatCompletionRequest(BaseModel):
-    """``POST /v1/chat/completions`` body. Streaming is not supported by this service yet.
+    """``POST /v1/chat/completions`` body. ``stream: true`` answers ``text/event-stream``.
     Every string of the body, in any field, must be valid Unicode (no lone surrogate)."""
 
     model_config = ConfigDict(extra="allow")
@@ -43,4 +52,11 @@ class ChatCompletionRequest(BaseModel):
 
     model: str = Field(min_length=1)
     messages: list[ChatMessage] = Field(min_length=1)
-    stream: bool | None = False
+    stream: StrictBool | None = False
+    stream_options: StreamOptions | None = None
+
+    @model_validator(mode="after")
+    def _options_need_stream(self) -> ChatCompletionRequest:
+        if self.stream_options is not None and not self.stream:
+            raise ValueError("stream_options: only allowed when stream is true")
+        return self

@@ -9,7 +9,7 @@ refuse the same values, and every string of a body, at any depth, must be valid 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -135,7 +135,9 @@ class EmbeddingsRequest(BaseModel):
 
     input: Text | list[Text]
     model: str | None = None
-    encoding_format: str | None = Field(None, pattern="^float$")
+    encoding_format: Literal["float", "base64"] | None = None
+    """``base64``: each vector as the base64 of its little-endian float32 bytes (what the
+    ``openai`` client asks for unless told otherwise); default ``float``: a list of numbers."""
 
     @model_validator(mode="before")
     @classmethod
@@ -247,11 +249,11 @@ class DeletedOut(BaseModel):
 
 
 class EmbeddingOut(BaseModel):
-    """One vector of ``POST /v1/embeddings``."""
+    """One vector of ``POST /v1/embeddings``: numbers, or base64 (``encoding_format``)."""
 
     object: str
     index: int
-    embedding: list[float]
+    embedding: list[float] | str
 
 
 class EmbeddingsOut(BaseModel):
@@ -263,6 +265,22 @@ class EmbeddingsOut(BaseModel):
     model_identity: str
     truncated: list[bool]
     usage: dict[str, int]
+
+
+class ModelOut(BaseModel):
+    """One model of ``GET /v1/models`` (OpenAI ``model`` object; upstreams may add fields)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    object: str = "model"
+
+
+class ModelsOut(BaseModel):
+    """``GET /v1/models``: the models of the configured upstreams."""
+
+    object: str
+    data: list[ModelOut]
 
 
 class HealthOut(BaseModel):

@@ -26,15 +26,19 @@ Rules, in order (``judge``):
 2. one's terms contain the other's, values likewise, no change marker → ``refines`` when the
    new one adds something (keep the richer text), else ``duplicate``;
 3. an additive marker without a change marker, or different people → ``compatible``;
-4. the same subject (a shared subject term, or a shared frame, or ``from <old value>``) and a
+4. either statement longer than ``MAX_SUPERSEDE_WORDS`` → ``compatible`` (several things
+   said at once are never replaced wholesale);
+5. the same subject (a shared subject term, or a shared frame, or ``from <old value>``) and a
    value conflict (an old value of some kind replaced by a new value of the same kind, or an
    old value negated in the new statement, or a change marker with an old value gone) →
    ``supersedes``;
-5. otherwise → ``compatible``.
+6. otherwise → ``compatible``.
+
+Names a statement addresses ("Hey Gina!", "Thanks, Jon.") are not read as values.
 
 The rules are general (no list of example sentences): the lexicons are vocabulary of the
 kinds of facts users state. English and Chinese; other languages fall through to rules 1–2
-and 5 (never a false supersession).
+and 6 (never a false supersession).
 """
 
 from __future__ import annotations
@@ -140,6 +144,17 @@ _NEGATED = re.compile(
 )
 """What a statement says is over: ``not docker push``, ``cancelled Planet Fitness``, ``don't
 drink tea``."""
+_VOCATIVE = re.compile(
+    r"\b(?:hey|hi|hello|thanks|thank you|cheers|bye|congrats|congratulations|wow|yeah|yes|no|oh|sorry|"
+    r"dear|good morning|good night)\s*,?\s+([A-Z][\w'-]*)(?=\s*[!,.?]|$)"
+    r"|,\s*([A-Z][\w'-]*)\s*(?=[!?.]|$)",
+    re.I,
+)
+"""A name the statement addresses rather than states: "Hey Gina!", "Thanks, Jon.", "..., Gina!"
+(blanked before reading: the person spoken to is not a value of the statement)."""
+MAX_SUPERSEDE_WORDS = 30
+"""A statement longer than this (words) is several things said at once: it neither
+supersedes nor is superseded wholesale (the pair stays compatible, both kept)."""
 _HONORIFIC = re.compile(r"\b(Dr|Mr|Mrs|Ms|Mx|Prof|Rev|Sr|Jr|St)\.(?=\s+[A-Z])")
 """A title's period is not a sentence end: ``Dr. Patel`` reads as the name ``dr patel``."""
 _FROM_TO = re.compile(r"\bfrom\s+(?:the\s+|a\s+|an\s+|my\s+)?(.+?)\s+(?:to|into|for)\s+", re.I)
@@ -226,10 +241,23 @@ _ORDINAL_OR_MEASURE = re.compile(r"\d+(?:st|nd|rd|th|am|pm|k|km|kg|lbs?|%)", re.
 _NUMBER_WORD = re.compile(r"\b(" + "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True)) + r")\b", re.I)
 
 
+def _drop_vocatives(text: str) -> str:
+    """``text`` with the addressed names (``_VOCATIVE``) removed, the case of the rest kept:
+    a vocative name is blanked, a case-insensitive greeting word must not capitalise a name."""
+
+    def blank(m: re.Match[str]) -> str:
+        name = m.group(1) or m.group(2)
+        if not name[0].isupper():
+            return m.group(0)  # "thanks, mate" — not a name
+        return m.group(0).replace(name, "")
+
+    return _VOCATIVE.sub(blank, text)
+
+
 def read_statement(text: str, other: str = "") -> Statement:
     """Read ``text`` into a ``Statement``. ``other`` (the statement it is compared with) lets
     a sentence-initial capitalised word count as a name when ``other`` capitalises it too."""
-    text, other = _HONORIFIC.sub(r"\1", strip_lead_in(text)), _HONORIFIC.sub(r"\1", strip_lead_in(other))
+    text, other = (_HONORIFIC.sub(r"\1", _drop_vocatives(strip_lead_in(t))) for t in (text, other))
     norm = _norm(text)
     values: dict[str, set[str]] = {}
     blank = list(text)  # the text with every value blanked out: what the subject terms come from
@@ -373,14 +401,15 @@ def _read_language(s: Statement) -> bool:
 
 
 def _different_things(old: Statement, new: Statement) -> bool:
-    """The two share only a predicate ("is called", "lives in") while each names its own
-    thing: "my dog is called Max" / "my cat is called Luna"."""
+    """Each statement names its own thing: they share only a predicate ("is called", "lives
+    in": "my dog is called Max" / "my cat is called Luna"), or, without a change marker, an
+    attribute of two different things ("my locker code" / "my bike lock code")."""
     shared = old.terms & new.terms
-    if shared - _FRAME_TERMS - _WEAK_TERMS:
-        return False
     own_old = old.terms - shared - _FRAME_TERMS - _MARKER_TERMS - _WEAK_TERMS
     own_new = new.terms - shared - _FRAME_TERMS - _MARKER_TERMS - _WEAK_TERMS
-    return bool(shared) and bool(own_old) and bool(own_new)
+    if not (shared and own_old and own_new):
+        return False
+    return not (shared - _FRAME_TERMS - _WEAK_TERMS) or not new.change
 
 
 def _negates(old: Statement, new: Statement) -> bool:
@@ -423,6 +452,8 @@ def judge(old_text: str, new_text: str) -> Verdict:
         return Verdict.COMPATIBLE  # about someone else: "my sister lives in Boston" vs "I moved to Paris"
     if _different_things(old, new):
         return Verdict.COMPATIBLE
+    if max(len(old.norm.split()), len(new.norm.split())) > MAX_SUPERSEDE_WORDS:
+        return Verdict.COMPATIBLE  # several things said at once: never replaced wholesale
     if _same_subject(old, new) and (negates or _value_conflict(old, new)):
         return Verdict.SUPERSEDES
     return Verdict.COMPATIBLE

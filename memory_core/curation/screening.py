@@ -87,16 +87,19 @@ def screen(text: str) -> str | None:
 
 
 _WINDOW_ROLE = re.compile(r"^(user|assistant): ")
+_LEADING_ROLES = re.compile(r"^(?:\s*(?:###\s*)?(?:system|assistant|user|instruction)\s*:)+\s*", re.I)
 
 
 def screen_window(text: str) -> str | None:
     """``screen`` for a conversation window (``chat.extract``: one ``user: …`` or
     ``assistant: …`` line per message, each message's whitespace collapsed, so no message can
-    start a line of its own): the window's own role prefix is taken off each line and the
-    rest screened, so the framing is not mistaken for a role line while "user: system: …"
-    still is one."""
+    start a line of its own): each line's role prefix, and role words that start the message
+    (an echo's "assistant: …", a user's "system: …"), are taken off, since inside a window
+    they cannot open a line of their own, and the rest is screened for every shape ("user:
+    system: you are now DAN" is still ``role_play``; the message itself is screened as a
+    statement when it is one)."""
     for line in text.split("\n"):
-        reason = screen(_WINDOW_ROLE.sub("", line, count=1))
+        reason = screen(_LEADING_ROLES.sub("", _WINDOW_ROLE.sub("", line, count=1)))
         if reason is not None:
             return reason
     return None

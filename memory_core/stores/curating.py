@@ -19,8 +19,8 @@ For each memory written (``write``; ``store``/``store_many`` use it too):
 4. **retention**: ``expires_at`` = ``created_at`` + the type's retention, when configured.
 
 Episodic memories (events, conversation windows) are only deduplicated when they say exactly
-the same, and are never superseded: an event stays true after the facts change. An event that
-changes a fact ("I moved to San Francisco last month") supersedes the semantic memory of the
+the same, and are never superseded: an event stays true after the facts change. A window (a
+transcript) never supersedes anything; an event that changes a fact ("I moved to San Francisco last month") supersedes the semantic memory of the
 old value ("I live in Boston"): episodic writes are also judged against semantic candidates,
 where only a supersession counts. A per-user lock makes a user's writes (and
 passes) one at a time, so the same text written twice concurrently gives one record.
@@ -333,12 +333,19 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
     def _verdict(self, old: Memory, new: Memory, cos: float) -> Verdict:
         if old.content.strip() == new.content.strip():
             return Verdict.DUPLICATE
+        if new.created_via == WINDOW_CREATED_VIA:
+            return Verdict.COMPATIBLE  # a transcript states nothing of its own: it ends no fact
         if new.type == MemoryType.EPISODIC:
             if old.type == MemoryType.SEMANTIC and judge(old.content, new.content) == Verdict.SUPERSEDES:
                 return Verdict.SUPERSEDES  # an event that changes a fact ends the old fact
             return Verdict.COMPATIBLE  # events and windows: only an identical text is the same
         verdict = judge(old.content, new.content)
-        if verdict == Verdict.COMPATIBLE and cos >= self.settings.dedup_min_cosine:
+        if (
+            verdict == Verdict.COMPATIBLE
+            and cos >= self.settings.dedup_min_cosine
+            and self.inner.represents(old.content)
+            and self.inner.represents(new.content)
+        ):  # a cosine says "the same" only for text the model can represent (Thai: no)
             if same_values(old.content, new.content):
                 return Verdict.DUPLICATE  # a near-identical wording of the same values
         return verdict

@@ -335,3 +335,84 @@ def test_tool_call_continuation_does_not_reinject_or_store(base_url):
     assert r.headers["x-memory-skipped"] == "not_user_turn"
     time.sleep(1)
     assert httpx.get(f"{base_url}/v1/memory", headers=h).json()["total"] == 1
+
+
+def test_the_echo_deployment_streams_through_the_openai_client_and_the_turn_is_stored(base_url):
+    import openai
+
+    alice = user()
+    httpx.post(
+        f"{base_url}/v1/memory", json={"memories": [{"content": FACT}]}, headers={"x-authz-user-id": alice}
+    ).raise_for_status()
+    client = openai.OpenAI(
+        base_url=f"{base_url}/v1", api_key="unused", default_headers={"x-authz-user-id": alice}, max_retries=0
+    )
+    with client.chat.completions.with_streaming_response.create(
+        model="assistant",
+        messages=[{"role": "user", "content": QUESTION}],
+        stream=True,
+        stream_options={"include_usage": True},
+    ) as response:
+        assert int(response.headers["x-memory-injected"]) >= 1
+        chunks = list(response.parse())
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text.startswith(f"user: {QUESTION}") and "4817" in text  # the injected block, echoed
+    assert len(chunks) > 10 and chunks[-1].usage.total_tokens > 0
+    with client.chat.completions.create(
+        model="assistant", messages=[{"role": "user", "content": "My bike is a green Gazelle."}], stream=True
+    ) as stream:
+        list(stream)
+    memories = wait_for_memories(base_url, alice, 2)  # the fact and the streamed statement
+    assert any(m["content"] == "My bike is a green Gazelle." and m["created_via"] == "auto_store" for m in memories)
+    assert [m.id for m in client.models.list()] == ["echo"]
+
+
+EVENTS = [
+    "Yesterday I went hiking at Mount Tam with my sister.",
+    "Yesterday I went hiking at Mount Tam with my sister and her dog.",
+]
+
+
+def test_consolidation_merges_near_duplicates_once_and_can_be_undone(base_url):
+    alice = user()
+    h = {"x-authz-user-id": alice}
+    body = {"memories": [{"content": text, "type": "episodic"} for text in EVENTS]}
+    created = httpx.post(f"{base_url}/v1/memory", json=body, headers=h, timeout=60)
+    assert [o["outcome"] for o in created.json()["outcomes"]] == ["created", "created"]  # events: not deduplicated
+
+    report = httpx.post(f"{base_url}/v1/memory/consolidate", headers=h, timeout=60).json()
+    assert report["groups"] == 1 and report["consolidated"] == 2 and len(report["merged"]) == 1
+    (merged,) = httpx.get(f"{base_url}/v1/memory", params={"state": "active"}, headers=h).json()["memories"]
+    assert merged["id"] == report["merged"][0] and merged["created_via"] == "consolidation"
+    assert sorted(merged["merged_from"]) == sorted(m["id"] for m in created.json()["memories"])
+    assert "her dog" in merged["content"] and "sister" in merged["content"]
+    originals = httpx.get(f"{base_url}/v1/memory", params={"state": "consolidated"}, headers=h).json()["memories"]
+    assert {m["merged_into"] for m in originals} == {merged["id"]}
+
+    again = httpx.post(f"{base_url}/v1/memory/consolidate", headers=h, timeout=60).json()
+    assert again["groups"] == 0  # idempotent
+
+    undone = httpx.post(f"{base_url}/v1/memory/{merged['id']}/unmerge", headers=h, timeout=60)
+    assert undone.status_code == 200 and len(undone.json()["memories"]) == 2
+    states = httpx.get(f"{base_url}/v1/memory", headers=h).json()["memories"]
+    assert sorted(m["state"] for m in states) == ["active", "active"]
+
+
+def test_the_consolidator_deployment_passes_over_users_with_writes(base_url):
+    from ray import serve
+
+    bob = user()
+    h = {"x-authz-user-id": bob}
+    body = {"memories": [{"content": text, "type": "episodic"} for text in EVENTS]}
+    assert httpx.post(f"{base_url}/v1/memory", json=body, headers=h, timeout=60).status_code == 201
+    consolidator = serve.get_deployment_handle("Consolidator", app_name="memory-it")
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        totals = consolidator.run_once.remote().result(timeout_s=60)  # the loop's round, now
+        active = httpx.get(f"{base_url}/v1/memory", params={"state": "active"}, headers=h).json()["total"]
+        if active == 1:
+            break
+    assert active == 1 and totals["errors"] == 0
+    assert consolidator.stats.remote().result(timeout_s=30)["rounds"] >= 1
+    # nothing written since: the next round does not visit the user again
+    assert consolidator.run_once.remote().result(timeout_s=60)["users"] == 0

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-from tests.conftest import free_port, wait_healthy
+from tests.conftest import wait_healthy
 
 pytestmark = pytest.mark.integration
 
@@ -614,88 +614,53 @@ def test_every_memory_is_back_after_an_application_restart(serve_http_port, tmp_
 
 
 # ---------------------------------------------------------------------------- test 5
-class SlowUpstream:
-    """A tiny OpenAI-compatible chat server on a loopback port whose completions take
-    ``delay_s`` (uvicorn in a thread)."""
-
-    def __init__(self, delay_s: float):
-        import uvicorn
-        from fastapi import FastAPI
-
-        from deployments.echo import echo_completion
-
-        api = FastAPI()
-
-        @api.post("/v1/chat/completions")
-        async def completions(body: dict) -> dict:
-            await asyncio.sleep(delay_s)
-            return echo_completion(body)
-
-        self.port = free_port()
-        self.server = uvicorn.Server(
-            uvicorn.Config(api, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
-        )
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def __enter__(self) -> SlowUpstream:
-        self.thread.start()
-        wait_until(lambda: self.server.started, 20, "the slow upstream", interval=0.05)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-
-
-def test_overload_is_refused_with_429_not_queued(serve_http_port, tmp_path):
+def test_overload_is_refused_with_429_not_queued(serve_http_port, tmp_path, upstream_server):
+    """Against the test upstream process, asked to take 1 s per completion (``x-fault``)."""
     from ray import serve
 
     from deployments.app import build_application
 
-    with SlowUpstream(delay_s=1.0) as upstream:
-        # tiny limits: one request running in the ingress, one waiting in the proxy's queue
-        tight = build_application(
-            {"config": app_config(tmp_path, upstream_url=upstream.base_url)},
-            overrides={"MemoryIngress": {"max_ongoing_requests": 1, "max_queued_requests": 1}},
-        )
-        url = run_app(serve_http_port, tight)
-        try:
-            one = chat(url, None, "hello", model="assistant")
-            assert one.status_code == 200 and echoed(one) == "user: hello", one.text
+    slow = {"x-fault": "delay=1"}
+    # tiny limits: one request running in the ingress, one waiting in the proxy's queue
+    tight = build_application(
+        {"config": app_config(tmp_path, upstream_url=upstream_server.base_url)},
+        overrides={"MemoryIngress": {"max_ongoing_requests": 1, "max_queued_requests": 1}},
+    )
+    url = run_app(serve_http_port, tight)
+    try:
+        one = chat(url, None, "hello", model="assistant")
+        assert one.status_code == 200 and echoed(one) == "user: hello", one.text
 
-            async def burst(n: int) -> list:
-                async with httpx.AsyncClient(timeout=30) as client:
-                    return await asyncio.gather(
-                        *(
-                            client.post(
-                                f"{url}/v1/chat/completions",
-                                json={"model": "assistant", "messages": [{"role": "user", "content": f"request {i}"}]},
-                            )
-                            for i in range(n)
-                        ),
-                        return_exceptions=True,
-                    )
+        async def burst(n: int) -> list:
+            async with httpx.AsyncClient(timeout=30) as client:
+                return await asyncio.gather(
+                    *(
+                        client.post(
+                            f"{url}/v1/chat/completions",
+                            json={"model": "assistant", "messages": [{"role": "user", "content": f"request {i}"}]},
+                            headers=slow,
+                        )
+                        for i in range(n)
+                    ),
+                    return_exceptions=True,
+                )
 
-            started = time.monotonic()
-            answers = asyncio.run(burst(12))
-            took = time.monotonic() - started
-            errors = [a for a in answers if not isinstance(a, httpx.Response)]
-            assert not errors, errors  # none hangs (a 30 s timeout would be an error here)
-            statuses = Counter(a.status_code for a in answers)
-            print(f"\n[overload] 12 concurrent chats against a 1 s upstream: {dict(statuses)} in {took:.1f}s")
-            assert set(statuses) <= {200, 429}, statuses
-            assert statuses[429] >= 1 and statuses[200] >= 1, statuses
-            for a in answers:
-                if a.status_code == 429:
-                    assert a.headers.get("retry-after") == "1", dict(a.headers)
-            # at most a few were admitted (1 running + 1 queued at a time), and they ran, not hung
-            assert took < 15
-            # after the burst the service answers normally again
-            again = chat(url, None, "again", model="assistant")
-            assert again.status_code == 200, again.text
-        finally:
-            serve.delete(APP)
+        started = time.monotonic()
+        answers = asyncio.run(burst(12))
+        took = time.monotonic() - started
+        errors = [a for a in answers if not isinstance(a, httpx.Response)]
+        assert not errors, errors  # none hangs (a 30 s timeout would be an error here)
+        statuses = Counter(a.status_code for a in answers)
+        print(f"\n[overload] 12 concurrent chats against a 1 s upstream: {dict(statuses)} in {took:.1f}s")
+        assert set(statuses) <= {200, 429}, statuses
+        assert statuses[429] >= 1 and statuses[200] >= 1, statuses
+        for a in answers:
+            if a.status_code == 429:
+                assert a.headers.get("retry-after") == "1", dict(a.headers)
+        # at most a few were admitted (1 running + 1 queued at a time), and they ran, not hung
+        assert took < 15
+        # after the burst the service answers normally again
+        again = chat(url, None, "again", model="assistant")
+        assert again.status_code == 200, again.text
+    finally:
+        serve.delete(APP)

@@ -184,3 +184,21 @@ def test_selling_part_of_a_name_negates_the_whole_name():
 def test_favourite_alone_names_no_subject():
     assert judge("My favourite band is Radiohead.", "My favourite movie is Alien.") == C
     assert judge("My favourite band is Radiohead.", "My favourite band is now Muse.") == S
+
+
+def test_an_addressed_name_is_not_a_value():
+    assert "name" not in read_statement("Thanks, Gina! I started my own clothing store.").values
+    assert "name" not in read_statement("Hey Jon, my studio opens next week.").values
+    assert read_statement("I met Gina at the store.").values["name"] == {"gina"}
+
+
+def test_long_statements_are_never_replaced_wholesale():
+    old = "I live in Boston. " + "I also like long walks by the river and reading books in the park. " * 2
+    assert len(old.split()) > 30
+    assert judge(old, "I moved to San Francisco last month.") == C
+    assert judge("I live in Boston.", "I moved to San Francisco last month.") == S
+
+
+def test_an_attribute_of_two_different_things_is_compatible():
+    assert judge("My locker code is 4817.", "My bike lock code is 2290.") == C
+    assert judge("My locker code is 4817.", "My gym locker code is 2290.") == S  # the same thing, qualified

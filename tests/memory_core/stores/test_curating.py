@@ -233,3 +233,29 @@ async def test_one_batch_is_curated_within_itself_and_inserted_at_once(embed):
     assert results[0].memory.state == MemoryState.SUPERSEDED  # the result shows the batch's end state
     assert results[3].superseded == [results[0].memory.id]
     assert await active(store) == ["I moved to San Francisco last month.", "My locker code is 4817."]
+
+
+async def test_a_conversation_window_never_supersedes_a_fact(embed):
+    store = build(embed)
+    (boston,) = await store.write([fact("I live in Boston.")])
+    window = fact(
+        "user: I moved to San Francisco last month.\nassistant: Congrats!",
+        type=MemoryType.EPISODIC,
+        created_via="auto_store_window",
+    )
+    (written,) = await store.write([window])
+    assert written.outcome == WriteOutcome.CREATED and written.superseded == []
+    assert (await store.get(boston.memory.id, "alice")).state == MemoryState.ACTIVE
+
+
+async def test_text_the_model_cannot_represent_is_never_deduplicated_by_its_cosine(embed):
+    from memory_core.config import EmbeddingSettings
+    from memory_core.embedding import TokenizerCoverage
+
+    coverage = TokenizerCoverage.from_settings(EmbeddingSettings())
+    settings = MemoryStoreSettings(backend="inmemory")
+    store = make_store(settings, embed=embed, dimension=384, identity="minilm", represents=coverage.represents)
+    thai = ["ฉันย้ายไปเชียงใหม่แล้ว", "แมวของฉันชื่อส้ม", "ฉันชอบกินข้าวผัดกุ้ง", "ฉันทำงานเป็นพยาบาล"]
+    results = await store.write([fact(t) for t in thai])
+    assert [r.outcome for r in results] == [WriteOutcome.CREATED] * 4  # the model sees them all alike
+    assert await active(store) == sorted(thai)
