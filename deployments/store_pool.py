@@ -28,6 +28,7 @@ import ray
 from ray import serve
 from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError, RayError
 from ray.util import metrics as ray_metrics
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from memory_core.config import MemoryStoreSettings
 from memory_core.embedding import CoalescingEmbedFn, ModelIdentity, OnnxEncoder, TokenizerCoverage, open_local_encoder
@@ -239,8 +240,14 @@ class StorePool:
 
     def __init__(self, settings: MemoryStoreSettings, identity: ModelIdentity, embedder):
         key = hashlib.sha256(f"{settings.model_dump_json()}|{identity.digest}".encode()).hexdigest()[:12]
+        # the shards start on this replica's node, so a Serve config's placement of the StorePool
+        # (a worker group's custom resource) places them too (soft: after a node loss a shard
+        # restarts wherever Ray finds room)
+        near = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=True)
         self.shards = [
-            StoreShard.options(name=f"memory-store-{key}-{i}", get_if_exists=True).remote(settings, identity, embedder)
+            StoreShard.options(name=f"memory-store-{key}-{i}", get_if_exists=True, scheduling_strategy=near).remote(
+                settings, identity, embedder
+            )
             for i in range(settings.pool.shards)
         ]
         # fail the replica (and `serve run`) at start on a bad store configuration
