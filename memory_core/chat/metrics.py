@@ -194,6 +194,12 @@ METRICS: tuple[MetricSpec, ...] = (
         {"outcome": WRITE_OUTCOMES, DECISION: None},
     ),
     MetricSpec(
+        "memory_cache_events",
+        "counter",
+        "Hot cache events (as llm_memory_cache_total, without the backend)",
+        {"event": CACHE_EVENTS},
+    ),
+    MetricSpec(
         "memory_requests_refused",
         "counter",
         "Chat requests refused before memory ran, by reason (invalid_header)",

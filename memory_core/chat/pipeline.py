@@ -24,10 +24,10 @@ from ..stores.base import Store
 from ..types import WINDOW_CREATED_VIA, Memory, RetrieveOptions, WriteResult, utcnow
 from .extract import extract_turn
 from .gate import select_gate
-from .tokens import estimate_tokens
 from .inject import content_text, inject_memories, last_user_text
 from .llm_extract import llm_extract
 from .routing import MemoryPolicy, effective_policy, select_decision, skip_reason
+from .tokens import estimate_tokens
 
 log = logging.getLogger(__name__)
 

@@ -186,4 +186,7 @@ async def test_store_failures_never_fail_the_chat():
     assert prepared.skipped == "error"
     assert await p.remember(prepared, {"choices": [{"message": {"content": "ok"}}]}) == []
     assert [n for n, _ in metrics.own()] == ["memory_retrieval_errors", "memory_extraction", "memory_store_errors"]
-    assert ("llm_memory_retrieval_total", {"backend": "milvus", "status": "error"}) in metrics.counts  # the configured one
+    assert (
+        "llm_memory_retrieval_total",
+        {"backend": "milvus", "status": "error"},
+    ) in metrics.counts  # the configured one
