@@ -7,7 +7,8 @@ tests). ``decision`` is the one label whose values come from the configuration: 
 ``routing.decisions`` (finite per deployment), plus ``""`` (no decision matched).
 
 Ray exports every metric with the ``ray_`` prefix (``llm_memory_retrieval_total`` is scraped as
-``ray_llm_memory_retrieval_total``); ``EXPORT_PREFIX``.
+``ray_llm_memory_retrieval_total``; a counter whose name lacks ``_total`` gets it:
+``memory_skipped`` → ``ray_memory_skipped_total``); ``exported_series``.
 """
 
 from __future__ import annotations
@@ -250,14 +251,19 @@ def decision_values(config: RouterConfig | None) -> frozenset[str]:
     return frozenset(names | {""})
 
 
-def exported_names() -> set[str]:
-    """Every series name on Ray's metrics endpoint (with ``EXPORT_PREFIX``; counters as
-    named, histograms with ``_bucket``/``_count``/``_sum``)."""
-    out: set[str] = set()
-    for m in METRICS:
-        base = EXPORT_PREFIX + m.name
-        out |= {base} if m.kind == "counter" else {base + s for s in ("_bucket", "_count", "_sum")}
-    return out
+def exported_series(spec: MetricSpec) -> tuple[str, ...]:
+    """The series names of ``spec`` on Ray's metrics endpoint: ``EXPORT_PREFIX`` + the name;
+    a counter ends in ``_total`` (added when its name lacks it: ``memory_skipped`` is scraped
+    as ``ray_memory_skipped_total``); a histogram has ``_bucket``, ``_count`` and ``_sum``."""
+    base = EXPORT_PREFIX + spec.name
+    if spec.kind == "counter":
+        return (base if base.endswith("_total") else base + "_total",)
+    return tuple(base + s for s in ("_bucket", "_count", "_sum"))
+
+
+def exported_names() -> dict[str, MetricSpec]:
+    """Every series name on Ray's metrics endpoint → its metric (``exported_series``)."""
+    return {series: m for m in METRICS for series in exported_series(m)}
 
 
 class BoundedLabels:

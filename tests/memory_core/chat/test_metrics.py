@@ -129,3 +129,4 @@ def test_exported_names():
     names = exported_names()
     assert EXPORT_PREFIX + "llm_memory_retrieval_total" in names
     assert EXPORT_PREFIX + "llm_memory_retrieval_latency_seconds_bucket" in names
+    assert EXPORT_PREFIX + "memory_skipped_total" in names  # Prometheus adds _total to counters
