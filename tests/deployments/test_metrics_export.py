@@ -45,6 +45,8 @@ EXPECTED = {  # series name (without Ray's prefix) → label values that must ap
     "memory_skipped_total": [{"reason": "no_user"}],
     "memory_extraction_total": [{"outcome": "semantic", "decision": "default"}],
     "memory_injected_count_count": [{}],
+    "memory_consolidation_passes_total": [{"outcome": "ok"}],
+    "memory_consolidation_pass_seconds_count": [{}],
 }
 
 
@@ -117,6 +119,10 @@ def test_metrics_on_rays_endpoint(base_url, ray_metrics_port):
         time.sleep(0.2)
     assert int(chat(base_url, alice, "What is my locker code?").headers["x-memory-injected"]) >= 1  # a hit
     chat(base_url, None, "What is my locker code?")  # skipped: no_user
+    from ray import serve
+
+    consolidator = serve.get_deployment_handle("Consolidator", app_name="memory-metrics")
+    assert consolidator.run_once.remote().result(timeout_s=60)["users"] >= 1  # alice wrote: a pass
     r = httpx.post(f"{base_url}/v1/memory/consolidate", headers={"x-authz-user-id": alice}, json={}, timeout=60)
     assert r.status_code == 200, r.text
 
