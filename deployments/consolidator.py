@@ -13,7 +13,8 @@ Knobs (``user_config``, applied without a restart): ``enabled`` (bool, default t
 Metrics (Ray's metrics endpoint, next to ``ray_serve_*``): ``memory_consolidation_passes``
 (counter, by ``outcome``: ok / error), ``memory_consolidation_groups`` (counter: groups
 merged), ``memory_consolidation_expired`` (counter: memories purged),
-``memory_consolidation_pass_seconds`` (histogram: one user's pass). Serve's health check fails
+``memory_consolidation_pass_seconds`` (histogram: one user's pass); the store shards count
+``llm_memory_consolidation_total{backend,event}`` (declared in ``memory_core.chat.metrics``). Serve's health check fails
 when the loop has died, so Serve replaces the replica.
 """
 
@@ -26,9 +27,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ray import serve
-from ray.serve import metrics
 
 from memory_core.errors import InvalidInput
+
+from .metrics import RayMetrics
 
 log = logging.getLogger("ray.serve")
 
@@ -51,15 +53,13 @@ class Consolidator:
         self._pool = store_pool
         self.config = ConsolidatorConfig()
         self._wake = asyncio.Event()
-        self._passes = metrics.Counter(
-            "memory_consolidation_passes", description="Consolidation passes over one user", tag_keys=("outcome",)
-        )
-        self._groups = metrics.Counter("memory_consolidation_groups", description="Near-duplicate groups merged")
-        self._expired = metrics.Counter("memory_consolidation_expired", description="Expired memories purged")
-        self._seconds = metrics.Histogram(
-            "memory_consolidation_pass_seconds",
-            description="Time of one user's consolidation pass, seconds",
-            boundaries=[0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30],
+        self._metrics = RayMetrics(
+            names=(
+                "memory_consolidation_passes",
+                "memory_consolidation_groups",
+                "memory_consolidation_expired",
+                "memory_consolidation_pass_seconds",
+            )
         )
         self.passes = 0
         self._task = asyncio.get_event_loop().create_task(self._loop())
@@ -93,18 +93,18 @@ class Consolidator:
                     report = await shard.consolidate.remote(user_id)
                 except Exception as e:
                     totals["errors"] += 1
-                    self._passes.inc(1, tags={"outcome": "error"})
+                    self._metrics.count("memory_consolidation_passes", {"outcome": "error"})
                     log.warning("consolidation pass failed for one user: %r", e)
                     continue
                 totals["users"] += 1
                 totals["groups"] += report.groups
                 totals["expired"] += report.expired
-                self._passes.inc(1, tags={"outcome": "ok"})
+                self._metrics.count("memory_consolidation_passes", {"outcome": "ok"})
                 if report.groups:
-                    self._groups.inc(report.groups)
+                    self._metrics.count("memory_consolidation_groups", value=report.groups)
                 if report.expired:
-                    self._expired.inc(report.expired)
-                self._seconds.observe(report.seconds)
+                    self._metrics.count("memory_consolidation_expired", value=report.expired)
+                self._metrics.observe("memory_consolidation_pass_seconds", report.seconds)
         self.passes += 1
         return totals
 

@@ -32,7 +32,9 @@ Knobs (``serve_config.yaml``, ``applications[].deployments[name=Embedder]``)
       never fill (Serve logs a warning).
     - ``num_threads`` may also be passed as a third application arg / keyword.
 
-Observability: ``stats()`` returns the sizes of the recent batches (for tests and benchmarks).
+Observability: ``stats()`` returns the sizes of the recent batches (for tests and benchmarks);
+Ray metrics ``llm_memory_embedder_batch_size`` (texts per forward pass) and
+``llm_memory_embedder_queue_seconds`` (a text's wait in the batch queue).
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ from memory_core.embedding import (
 )
 from memory_core.errors import InvalidInput
 
+from .metrics import RayMetrics
+
 logger = logging.getLogger("ray.serve")
 
 DEFAULT_BATCH_WAIT_TIMEOUT_S = 0.005
@@ -78,6 +82,7 @@ class _Item(NamedTuple):
     count: int  # input tokens before truncation
     max_batch_size: int
     max_batch_tokens: int
+    enqueued: float = 0.0  # time.monotonic() when it entered the queue
 
 
 def item_batch_size(items: list[_Item]) -> int:
@@ -185,6 +190,7 @@ class Embedder:
         self._texts = 0
         self._started = time.time()
         self._config = validate_user_config({}, self.max_seq_length)
+        self._metrics = RayMetrics(names=("llm_memory_embedder_batch_size", "llm_memory_embedder_queue_seconds"))
 
     # ------------------------------------------------------------------ config
     def reconfigure(self, user_config: dict) -> None:
@@ -218,6 +224,10 @@ class Embedder:
         batch_size_fn=item_batch_size,
     )
     async def _embed_one(self, items: list[_Item]) -> list[tuple[list[float], bool, int]]:
+        now = time.monotonic()
+        self._metrics.observe("llm_memory_embedder_batch_size", float(len(items)))
+        for it in items:
+            self._metrics.observe("llm_memory_embedder_queue_seconds", max(0.0, now - it.enqueued))
         return await self.encode_batch_async([it.text for it in items], [it.count for it in items])
 
     # ------------------------------------------------------------------ public
@@ -233,8 +243,9 @@ class Embedder:
             counts = await asyncio.to_thread(self.encoder.count_tokens, texts)
         cfg = self._config
         cap = self.max_seq_length
+        enqueued = time.monotonic()
         items = [
-            _Item(t, min(c, cap) if cap else c, c, cfg["max_batch_size"], cfg["max_batch_tokens"])
+            _Item(t, min(c, cap) if cap else c, c, cfg["max_batch_size"], cfg["max_batch_tokens"], enqueued)
             for t, c in zip(texts, counts, strict=True)
         ]
         results = await asyncio.gather(*(self._embed_one(it) for it in items))

@@ -1,58 +1,54 @@
-"""``MetricsSink`` over ``ray.serve.metrics`` (exported on Ray's metrics port and dashboard)."""
+"""``MetricsSink`` over Ray's metrics (``ray.util.metrics``: exported on Ray's metrics port and
+dashboard, next to ``ray_serve_*``, each name prefixed ``ray_``).
+
+The metrics, their labels and the values each label may take are declared once, in
+``memory_core.chat.metrics.METRICS``; ``RayMetrics`` builds the Ray metrics from that table
+and bounds every label value (``BoundedLabels``: an undeclared value is reported as
+``"other"``). ``ray.util.metrics`` rather than ``ray.serve.metrics``: the same sink serves
+Serve replicas and the store shards (plain actors).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-from ray.serve import metrics
+from ray.util import metrics
 
-_COUNTERS = {
-    "memory_skipped": ("Chat requests where memory was skipped, by reason", ("reason", "decision")),
-    "memory_retrieval_errors": ("Chat requests forwarded without memory after a store/embedder failure", ("decision",)),
-    "memory_injected_total": ("Chat requests that went through retrieval and injection", ("decision",)),
-    "memory_auto_stored_total": ("Turns auto-stored as episodic memories", ("decision",)),
-    "memory_store_errors": ("Auto-store failures (the chat still succeeded)", ("decision",)),
-    "memory_extraction": (
-        "What auto-store kept of a turn (semantic/procedural/episodic/window) or why it skipped it",
-        ("outcome", "decision"),
-    ),
-    "memory_writes": (
-        "Auto-store writes by outcome (created, reinforced, refined, quarantined)",
-        ("outcome", "decision"),
-    ),
-    "memory_requests_refused": ("Chat requests refused before memory ran, by reason (invalid_header)", ("reason",)),
-    "chat_stream_outcomes": (
-        "Streamed chat completions by how they ended (deployments.http.streaming.OUTCOMES)",
-        ("outcome",),
-    ),
-}
-_HISTOGRAMS = {
-    "memory_injected_count": (
-        "Memories injected per chat request (bucket bounds between integers)",
-        (0.5, 1.5, 2.5, 3.5, 5.5, 8.5, 13.5, 21.5),
-        (),
-    ),
-    "memory_overhead_ms": (
-        "Memory work on the chat path (embed+retrieve+gate+inject), ms",
-        (1, 2, 5, 10, 20, 40, 80, 160, 320, 640),
-        (),
-    ),
-}
+from memory_core.chat.metrics import METRICS, BoundedLabels
 
 
 class RayMetrics:
-    """Counters and histograms named in ``_COUNTERS``/``_HISTOGRAMS``; unknown names raise
-    ``KeyError`` so a typo cannot silently drop a metric."""
+    """Counters and histograms named in ``METRICS``; unknown names raise ``KeyError`` so a typo
+    cannot silently drop a metric. ``decisions``: the configured decision names (the values of
+    the ``decision`` label). Metrics are created lazily, on their first use, so a process only
+    exports what it reports."""
 
-    def __init__(self):
-        self._counters = {n: metrics.Counter(n, description=d, tag_keys=k) for n, (d, k) in _COUNTERS.items()}
-        self._histograms = {
-            n: metrics.Histogram(n, description=d, boundaries=list(b), tag_keys=k)
-            for n, (d, b, k) in _HISTOGRAMS.items()
-        }
+    def __init__(self, decisions: Iterable[str] = ("",), *, names: Iterable[str] | None = None):
+        self.labels = BoundedLabels(decisions)
+        wanted = set(names) if names is not None else None
+        self._specs = {m.name: m for m in METRICS if wanted is None or m.name in wanted}
+        self._made: dict[str, Any] = {}
+
+    def _metric(self, name: str, kind: str) -> Any:
+        made = self._made.get(name)
+        if made is not None:
+            return made
+        spec = self._specs[name]
+        if spec.kind != kind:
+            raise KeyError(f"{name} is a {spec.kind}, not a {kind}")
+        keys = tuple(spec.labels)
+        if kind == "counter":
+            made = metrics.Counter(name, description=spec.description, tag_keys=keys)
+        else:
+            made = metrics.Histogram(name, description=spec.description, boundaries=list(spec.buckets), tag_keys=keys)
+        self._made[name] = made
+        return made
 
     def count(self, name: str, tags: Mapping[str, str] | None = None, value: float = 1.0) -> None:
-        self._counters[name].inc(value, tags=dict(tags or {}))
+        metric = self._metric(name, "counter")
+        metric.inc(value, tags=self.labels.bound(name, tags))
 
     def observe(self, name: str, value: float, tags: Mapping[str, str] | None = None) -> None:
-        self._histograms[name].observe(value, tags=dict(tags or {}))
+        metric = self._metric(name, "histogram")
+        metric.observe(value, tags=self.labels.bound(name, tags))

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -27,7 +28,6 @@ from typing import Any, TypeVar
 import ray
 from ray import serve
 from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError, RayError
-from ray.util import metrics as ray_metrics
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from memory_core.config import MemoryStoreSettings
@@ -53,9 +53,19 @@ from memory_core.types import (
 )
 
 from .embedder import EmbedResponse
+from .metrics import RayMetrics
 
 log = logging.getLogger("ray.serve")
 T = TypeVar("T")
+SHARD_METRICS = (
+    "llm_memory_store_latency_seconds",
+    "llm_memory_writes_total",
+    "llm_memory_consolidation_total",
+    "llm_memory_cache_total",
+    "memory_cache_events",
+)
+"""The metrics a store shard reports."""
+_CONSOLIDATION_EVENT = {"consolidation_group": "group", "expired_purged": "expired"}
 
 
 def _in_shard_query_embedder(settings: MemoryStoreSettings, identity: ModelIdentity) -> CoalescingEmbedFn:
@@ -106,13 +116,13 @@ class StoreShard:
         embed_query = None
         if settings.pool.query_embedding == "in_shard":
             embed_query = _in_shard_query_embedder(settings, identity)
-        # the hot cache reports hits, misses and fail-open reads; exported as a Ray metric
-        # (shards are plain actors, so ray.util.metrics rather than ray.serve.metrics)
-        self._cache_events = ray_metrics.Counter(
-            "memory_cache_events",
-            description="Hot cache events (cache_hit, cache_miss, cache_error: fail-open read, ...)",
-            tag_keys=("event",),
-        )
+        # the hot cache (cache_hit, cache_miss, ...) and curation (write_created, ...,
+        # consolidation_group, expired_purged) report events through on_event; they and the
+        # latency of every store operation are exported as Ray metrics (RayMetrics: shards are
+        # plain actors, so ray.util.metrics)
+        self._backend = settings.backend
+        self._metrics = RayMetrics(names=SHARD_METRICS)
+        self._by_backend = {"backend": self._backend}
         # text the model cannot represent (mostly [UNK]) is ranked lexically only
         coverage = TokenizerCoverage.from_settings(settings.embedding)
         self._store = make_store(
@@ -123,8 +133,32 @@ class StoreShard:
             dimension=identity.dimension,
             identity=identity.digest,
             collection_suffix=identity.collection_suffix,
-            on_event=lambda event: self._cache_events.inc(1, tags={"event": event}),
+            on_event=self._on_event,
         )
+
+    def _on_event(self, event: str) -> None:
+        """Counts one store event (``CACHE_EVENTS``, ``CURATION_EVENTS``) in its metric."""
+        if event.startswith("write_"):
+            self._metrics.count("llm_memory_writes_total", {**self._by_backend, "outcome": event[len("write_") :]})
+        elif event in _CONSOLIDATION_EVENT:
+            self._metrics.count(
+                "llm_memory_consolidation_total", {**self._by_backend, "event": _CONSOLIDATION_EVENT[event]}
+            )
+        else:
+            self._metrics.count("llm_memory_cache_total", {**self._by_backend, "event": event})
+            self._metrics.count("memory_cache_events", {"event": event})
+
+    async def _timed(self, operation: str, call: Awaitable[T]) -> T:
+        """Awaits ``call``, observing its time in ``llm_memory_store_latency_seconds``."""
+        started = time.perf_counter()
+        try:
+            return await call
+        finally:
+            self._metrics.observe(
+                "llm_memory_store_latency_seconds",
+                time.perf_counter() - started,
+                {**self._by_backend, "operation": operation},
+            )
 
     async def _embed(self, texts: list[str]) -> list[list[float]]:
         """Vectors for ``texts`` from the Embedder deployment; raises
@@ -145,28 +179,28 @@ class StoreShard:
 
     # ------------------------------------------------------------------ the store contract
     async def store(self, memory: Memory) -> Memory:
-        return await self._store.store(memory)
+        return await self._timed("store", self._store.store(memory))
 
     async def store_many(self, memories: list[Memory]) -> list[Memory]:
-        return await self._store.store_many(memories)
+        return await self._timed("store_many", self._store.store_many(memories))
 
     async def write(self, memories: list[Memory]) -> list[WriteResult]:
-        return await self._store.write(memories)
+        return await self._timed("write", self._store.write(memories))
 
     async def retrieve(self, options: RetrieveOptions) -> list[ScoredMemory]:
-        return await self._store.retrieve(options)
+        return await self._timed("retrieve", self._store.retrieve(options))
 
     async def record_access(self, memory_ids: list[str], user_id: str) -> datetime:
-        return await self._store.record_access(memory_ids, user_id)
+        return await self._timed("record_access", self._store.record_access(memory_ids, user_id))
 
     async def get(self, memory_id: str, user_id: str) -> Memory:
-        return await self._store.get(memory_id, user_id)
+        return await self._timed("get", self._store.get(memory_id, user_id))
 
     async def get_many(self, memory_ids: list[str], user_id: str) -> list[Memory]:
-        return await self._store.get_many(memory_ids, user_id)
+        return await self._timed("get_many", self._store.get_many(memory_ids, user_id))
 
     async def update(self, memory_id: str, user_id: str, changes: dict[str, Any]) -> Memory:
-        return await self._store.update(memory_id, user_id, changes)
+        return await self._timed("update", self._store.update(memory_id, user_id, changes))
 
     async def list(
         self,
@@ -177,15 +211,18 @@ class StoreShard:
         offset: int,
         states: list[MemoryState] | None,
     ) -> ListResult:
-        return await self._store.list(
-            user_id, types=types, project_id=project_id, limit=limit, offset=offset, states=states
+        return await self._timed(
+            "list",
+            self._store.list(user_id, types=types, project_id=project_id, limit=limit, offset=offset, states=states),
         )
 
     async def forget(self, memory_id: str, user_id: str) -> None:
-        await self._store.forget(memory_id, user_id)
+        await self._timed("forget", self._store.forget(memory_id, user_id))
 
     async def forget_by_scope(self, user_id: str, project_id: str | None, types: list[MemoryType] | None) -> int:
-        return await self._store.forget_by_scope(user_id, project_id=project_id, types=types)
+        return await self._timed(
+            "forget_by_scope", self._store.forget_by_scope(user_id, project_id=project_id, types=types)
+        )
 
     async def check_connection(self) -> bool:
         return await self._store.check_connection()
@@ -197,7 +234,7 @@ class StoreShard:
         return self._store
 
     async def history(self, memory_id: str, user_id: str) -> list[Memory]:
-        return await self._curating().history(memory_id, user_id)
+        return await self._timed("history", self._curating().history(memory_id, user_id))
 
     async def restore(self, memory_id: str, user_id: str) -> Memory:
         return await self._curating().restore(memory_id, user_id)
@@ -206,7 +243,7 @@ class StoreShard:
         return await self._curating().unmerge(memory_id, user_id)
 
     async def consolidate(self, user_id: str) -> ConsolidationReport:
-        return await self._curating().consolidate(user_id)
+        return await self._timed("consolidate", self._curating().consolidate(user_id))
 
     def take_dirty_users(self, limit: int) -> list[str]:
         """Users with writes since their last consolidation pass (the consolidation loop's

@@ -39,12 +39,26 @@ def free_port() -> int:
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """One local Ray instance for the whole session (2 CPUs, no dashboard)."""
+    """One local Ray instance for the whole session (2 CPUs, no dashboard; its metrics
+    endpoint on a free port: ``ray_metrics_port``)."""
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            ignore_reinit_error=True,
+            _metrics_export_port=free_port(),
+        )
     yield ray
+
+
+@pytest.fixture(scope="session")
+def ray_metrics_port(ray_session) -> int:
+    """The port of Ray's Prometheus metrics endpoint (``http://127.0.0.1:<port>/metrics``):
+    the metrics agent runs without the dashboard (checked with Ray 2.60)."""
+    return int(ray_session._private.worker.global_worker.node.metrics_export_port)
 
 
 @pytest.fixture(scope="session")

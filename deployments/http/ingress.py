@@ -31,6 +31,7 @@ from pydantic import ValidationError
 from ray import serve
 from ray.exceptions import RayError
 
+from memory_core.chat.metrics import decision_values
 from memory_core.chat.pipeline import MemoryPipeline, PreparedChat
 from memory_core.config import RouterConfig
 from memory_core.curation.llm import http_complete
@@ -211,7 +212,7 @@ class MemoryIngress:
         self.store_pool = store_pool
         self.upstreams = UpstreamRouter(config, echo)
         self.consolidator = consolidator  # the background loop (deployed with the application)
-        self.metrics = RayMetrics()
+        self.metrics = RayMetrics(decision_values(config))
         llm = self.config.memory.extraction.llm
         complete = None
         if llm.enabled:  # the LLM extractor: its own endpoint, or the application's upstream

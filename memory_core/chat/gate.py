@@ -84,12 +84,18 @@ def recency_factor(timestamp: datetime | None, now: datetime, half_life_days: fl
 @runtime_checkable
 class ReflectionGate(Protocol):
     """``apply(candidates, settings, now) -> list[ScoredMemory]``: a pure selection of the
-    memories to inject, in injection order. Must not mutate ``candidates``."""
+    memories to inject, in injection order. Must not mutate ``candidates``. ``drops``, when
+    given, receives the candidates dropped per reason (``blocked``, ``duplicate``, ``budget``;
+    added to what it holds)."""
 
     name: str
 
     def apply(
-        self, candidates: Sequence[ScoredMemory], settings: ReflectionSettings, now: datetime
+        self,
+        candidates: Sequence[ScoredMemory],
+        settings: ReflectionSettings,
+        now: datetime,
+        drops: dict[str, int] | None = None,
     ) -> list[ScoredMemory]: ...
 
 
@@ -104,7 +110,11 @@ class NoopGate:
     name = "noop"
 
     def apply(
-        self, candidates: Sequence[ScoredMemory], settings: ReflectionSettings, now: datetime
+        self,
+        candidates: Sequence[ScoredMemory],
+        settings: ReflectionSettings,
+        now: datetime,
+        drops: dict[str, int] | None = None,
     ) -> list[ScoredMemory]:
         return sorted(candidates, key=_rank_key)
 
@@ -115,7 +125,11 @@ class HeuristicGate:
     name = "heuristic"
 
     def apply(
-        self, candidates: Sequence[ScoredMemory], settings: ReflectionSettings, now: datetime
+        self,
+        candidates: Sequence[ScoredMemory],
+        settings: ReflectionSettings,
+        now: datetime,
+        drops: dict[str, int] | None = None,
     ) -> list[ScoredMemory]:
         if not candidates:
             return []
@@ -125,9 +139,11 @@ class HeuristicGate:
         half_life = settings.recency_half_life_days
 
         ranked: list[tuple[float, str, ScoredMemory]] = []
+        blocked = duplicates = 0
         for c in candidates:
             content = c.memory.content
             if blocks and any(p.search(content) for p in blocks):
+                blocked += 1
                 continue
             m = c.memory
             decayed = c.score * recency_factor(m.updated_at or m.created_at, now, half_life)
@@ -158,6 +174,7 @@ class HeuristicGate:
                     if duplicate:
                         break
             if duplicate:
+                duplicates += 1
                 continue
             tokens = count(content)
             if kept and used + tokens > budget:
@@ -165,6 +182,11 @@ class HeuristicGate:
             used += tokens
             kept_words.append((words, n))
             kept.append(ScoredMemory.model_construct(memory=c.memory, score=-neg_score, similarity=c.similarity))
+        if drops is not None:
+            over_budget = len(ranked) - len(kept) - duplicates
+            for reason, n in (("blocked", blocked), ("duplicate", duplicates), ("budget", over_budget)):
+                if n:
+                    drops[reason] = drops.get(reason, 0) + n
         return kept
 
 

@@ -27,6 +27,7 @@ from .gate import select_gate
 from .inject import content_text, inject_memories, last_user_text
 from .llm_extract import llm_extract
 from .routing import MemoryPolicy, effective_policy, select_decision, skip_reason
+from .tokens import estimate_tokens
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +39,10 @@ OVERFETCH = 3
 
 
 class MetricsSink(Protocol):
-    """Where outcomes are counted. ``count(name, tags)``; ``observe(name, value_ms, tags)``."""
+    """Where outcomes are counted. ``count(name, tags)``; ``observe(name, value, tags)``. The
+    names, labels and label values are those declared in ``chat.metrics.METRICS``."""
 
-    def count(self, name: str, tags: Mapping[str, str] | None = None) -> None: ...
+    def count(self, name: str, tags: Mapping[str, str] | None = None, value: float = 1.0) -> None: ...
 
     def observe(self, name: str, value: float, tags: Mapping[str, str] | None = None) -> None: ...
 
@@ -48,7 +50,7 @@ class MetricsSink(Protocol):
 class NullMetrics:
     """A sink that drops everything (library use, unit tests)."""
 
-    def count(self, name: str, tags: Mapping[str, str] | None = None) -> None:
+    def count(self, name: str, tags: Mapping[str, str] | None = None, value: float = 1.0) -> None:
         return None
 
     def observe(self, name: str, value: float, tags: Mapping[str, str] | None = None) -> None:
@@ -127,6 +129,7 @@ class MemoryPipeline:
             return prepared
         assert user_id is not None  # else skip_reason says "no_user"
         started = time.perf_counter()
+        backend = self.config.memory.backend
         query = user_text[:MAX_QUERY_CHARS]
         try:
             candidates = await self._store.retrieve(
@@ -144,8 +147,11 @@ class MemoryPipeline:
                 )
             )
             t_retrieve = time.perf_counter()
-            kept = select_gate(policy.reflection).apply(candidates, policy.reflection, self._now())
+            drops: dict[str, int] = {}
+            kept = select_gate(policy.reflection).apply(candidates, policy.reflection, self._now(), drops)
             injected = [c.memory for c in kept[: policy.retrieval_limit]]
+            if len(kept) > len(injected):
+                drops["limit"] = len(kept) - len(injected)
             new_body = body
             if injected:
                 new_body = dict(body)
@@ -154,6 +160,7 @@ class MemoryPipeline:
             log.warning("memory retrieval failed for decision %s: %r", policy.decision_name, e)
             prepared.skipped = "error"
             self.metrics.count("memory_retrieval_errors", {"decision": policy.decision_name or ""})
+            self.metrics.count("llm_memory_retrieval_total", {"backend": backend, "status": "error"})
             return prepared
         prepared.injected, prepared.body = injected, new_body
         t_done = time.perf_counter()
@@ -164,6 +171,16 @@ class MemoryPipeline:
         self.metrics.count("memory_injected_total", {"decision": policy.decision_name or ""})
         self.metrics.observe("memory_injected_count", float(len(prepared.injected)), {})
         self.metrics.observe("memory_overhead_ms", (t_done - started) * 1000, {})
+        by_backend = {"backend": backend}
+        status = "hit" if injected else "miss"
+        self.metrics.count("llm_memory_retrieval_total", {"backend": backend, "status": status})
+        self.metrics.observe("llm_memory_retrieval_latency_seconds", t_retrieve - started, by_backend)
+        self.metrics.observe("llm_memory_retrieval_results", float(len(injected)), by_backend)
+        if injected:
+            tokens = sum(estimate_tokens(m.content) for m in injected)
+            self.metrics.observe("llm_memory_injected_tokens", float(tokens), by_backend)
+        for reason, n in drops.items():
+            self.metrics.count("llm_memory_gate_drops_total", {"reason": reason}, n)
         return prepared
 
     async def remember(self, prepared: PreparedChat, response: Mapping[str, Any]) -> list[WriteResult]:

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from memory_core.chat.inject import BLOCK_END, BLOCK_START
+from memory_core.chat.metrics import SPECS, BoundedLabels, decision_values
 from memory_core.chat.pipeline import MemoryPipeline
 from memory_core.config import load_config
 from memory_core.errors import StoreUnavailable
@@ -42,15 +43,30 @@ CONFIG = {
 
 
 class Recorder:
+    """Keeps what the pipeline reports; every name and label value must be declared in
+    ``chat.metrics.METRICS`` (strict ``BoundedLabels``: an undeclared value fails the test)."""
+
     def __init__(self):
+        self.labels = BoundedLabels(decision_values(load_config(CONFIG)), strict=True)
         self.counts: list[tuple[str, dict]] = []
         self.observed: list[tuple[str, float]] = []
+        self.values: dict[tuple[str, tuple], float] = {}
 
-    def count(self, name, tags=None):
-        self.counts.append((name, dict(tags or {})))
+    def count(self, name, tags=None, value=1.0):
+        assert SPECS[name].kind == "counter"
+        bounded = self.labels.bound(name, tags)
+        self.counts.append((name, bounded))
+        key = (name, tuple(sorted(bounded.items())))
+        self.values[key] = self.values.get(key, 0) + value
 
     def observe(self, name, value, tags=None):
+        assert SPECS[name].kind == "histogram"
+        self.labels.bound(name, tags)
         self.observed.append((name, value))
+
+    def own(self, prefix="memory_"):
+        """The counts of the service's own metrics (not the llm_memory_* ones)."""
+        return [(n, t) for n, t in self.counts if n.startswith(prefix)]
 
 
 class FailingStore(InMemoryStore):
@@ -92,6 +108,10 @@ async def test_retrieves_gates_and_injects_into_the_current_turn(store):
     assert user["content"].endswith("- my locker code is 4817\n" + BLOCK_END)
     assert ("memory_injected_total", {"decision": "default"}) in metrics.counts
     assert ("memory_injected_count", 1.0) in metrics.observed
+    assert ("llm_memory_retrieval_total", {"backend": "milvus", "status": "hit"}) in metrics.counts
+    assert ("llm_memory_retrieval_results", 1.0) in metrics.observed
+    assert [n for n, _ in metrics.observed if n == "llm_memory_injected_tokens"]
+    assert [n for n, _ in metrics.observed if n == "llm_memory_retrieval_latency_seconds"]
     assert set(prepared.timings_ms) == {"retrieve", "gate_inject"}
 
 
@@ -165,4 +185,8 @@ async def test_store_failures_never_fail_the_chat():
     prepared = await p.prepare(body("My locker code is 4817."), ctx())
     assert prepared.skipped == "error"
     assert await p.remember(prepared, {"choices": [{"message": {"content": "ok"}}]}) == []
-    assert [n for n, _ in metrics.counts] == ["memory_retrieval_errors", "memory_extraction", "memory_store_errors"]
+    assert [n for n, _ in metrics.own()] == ["memory_retrieval_errors", "memory_extraction", "memory_store_errors"]
+    assert (
+        "llm_memory_retrieval_total",
+        {"backend": "milvus", "status": "error"},
+    ) in metrics.counts  # the configured one
