@@ -193,9 +193,16 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             }
         )
         hits = await self.inner.retrieve(wide, touch=False)
+        finals = await self._chain_ends([h.memory for h in hits if h.memory.state != MemoryState.ACTIVE], options)
         out: dict[str, ScoredMemory] = {}
         for hit in hits:
-            resolved = hit if hit.memory.state == MemoryState.ACTIVE else await self._resolve(hit, options)
+            if hit.memory.state == MemoryState.ACTIVE:
+                resolved: ScoredMemory | None = hit
+            else:
+                end = finals.get(hit.memory.id)
+                resolved = (
+                    None if end is None else hit.model_copy(update={"memory": end, "resolved_from": hit.memory.id})
+                )
             if resolved is not None and resolved.memory.id not in out:
                 out[resolved.memory.id] = resolved
         results = list(out.values())[: options.limit]
@@ -203,22 +210,31 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             await self.inner.record_access([r.memory.id for r in results], options.user_id)
         return results
 
-    async def _resolve(self, hit: ScoredMemory, options: RetrieveOptions) -> ScoredMemory | None:
-        memory = hit.memory
+    async def _chain_ends(self, replaced: list[Memory], options: RetrieveOptions) -> dict[str, Memory]:
+        """For each superseded/consolidated memory of ``replaced``, the active memory at the end
+        of its chain (``superseded_by`` / ``merged_into``, at most ``MAX_CHAIN`` hops), without
+        its vector; absent when the chain ends elsewhere (deleted, too long, expired, or a type
+        outside ``options.types``). One ``get_many`` per hop for all of them."""
+        at = {m.id: m for m in replaced}  # start id → where its chain has got to
+        ends: dict[str, Memory] = {}
+        now = self._now()
         for _ in range(MAX_CHAIN):
-            successor = memory.superseded_by or memory.merged_into
-            if successor is None:
-                return None
-            try:
-                memory = await self.inner.get(successor, options.user_id)
-            except MemoryNotFound:
-                return None  # the replacement was deleted: the chain ends
-            if memory.state == MemoryState.ACTIVE:
-                if memory.expired(self._now()) or (options.types and memory.type not in options.types):
-                    return None
-                memory = memory.model_copy(update={"embedding": None})
-                return hit.model_copy(update={"memory": memory, "resolved_from": hit.memory.id})
-        return None
+            step = {start: m.superseded_by or m.merged_into for start, m in at.items()}
+            wanted = sorted({n for n in step.values() if n})
+            if not wanted:
+                break
+            found = {m.id: m for m in await self.inner.get_many(wanted, options.user_id)}
+            nxt: dict[str, Memory] = {}
+            for start, successor in step.items():
+                memory = found.get(successor) if successor else None
+                if memory is None:
+                    continue  # the chain ends: no successor, or it was deleted
+                if memory.state != MemoryState.ACTIVE:
+                    nxt[start] = memory
+                elif not memory.expired(now) and not (options.types and memory.type not in options.types):
+                    ends[start] = memory.model_copy(update={"embedding": None})
+            at = nxt
+        return ends
 
     # ------------------------------------------------------------------ writes
     async def store(self, memory: Memory) -> Memory:
