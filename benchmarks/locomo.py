@@ -47,7 +47,10 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(rank, len(ordered)) - 1]
 
 
-async def ingest(client: httpx.AsyncClient, user_id: str, sample: dict, batch: int, progress, task) -> int:
+async def ingest(client: httpx.AsyncClient, user_id: str, sample: dict, batch: int, progress=None, task=None) -> int:
+    """Store every turn of ``sample`` as one episodic memory of ``user_id`` through
+    ``POST /v1/memory`` in batches of ``batch``; ``progress``/``task``: a rich progress bar to
+    advance (optional). Returns the number of turns."""
     items = turns(sample)
     for start in range(0, len(items), batch):
         chunk = items[start : start + batch]
@@ -66,7 +69,8 @@ async def ingest(client: httpx.AsyncClient, user_id: str, sample: dict, batch: i
         }
         r = await client.post("/v1/memory", json=body, headers={"x-authz-user-id": user_id})
         r.raise_for_status()
-        progress.advance(task, len(chunk))
+        if progress is not None:
+            progress.advance(task, len(chunk))
     return len(items)
 
 

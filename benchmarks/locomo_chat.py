@@ -40,6 +40,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.locomo import ingest
 from benchmarks.locomo_data import load_samples, questions, recall_at_k, sessions, summarize, turns
 
 app = typer.Typer(add_completion=False)
@@ -123,24 +124,6 @@ async def _feed_chat(client: httpx.AsyncClient, user: str, sample: dict, model: 
     return len(requests)
 
 
-async def _feed_rest(client: httpx.AsyncClient, user: str, sample: dict) -> int:
-    items = turns(sample)
-    for start in range(0, len(items), 32):
-        body = {
-            "memories": [
-                {
-                    "content": t.content,
-                    "type": "episodic",
-                    "metadata": t.metadata,
-                    "created_at": t.created_at.isoformat(),
-                }
-                for t in items[start : start + 32]
-            ]
-        }
-        (await client.post("/v1/memory", json=body, headers={"x-authz-user-id": user})).raise_for_status()
-    return (len(items) + 31) // 32
-
-
 async def scrape(metrics_url: str | None) -> dict[str, float]:
     """The service's extraction/write counters (``<name>{outcome=...}`` summed over labels
     other than ``outcome``) from Ray's Prometheus endpoint; empty without ``metrics_url``."""
@@ -173,7 +156,7 @@ async def run_mode(client: httpx.AsyncClient, mode: str, samples: list[dict], ar
             if mode == "chat":
                 n = await _feed_chat(client, user, sample, args["model"])
             else:
-                n = await _feed_rest(client, user, sample)
+                n = (await ingest(client, user, sample, 32) + 31) // 32  # requests
             await _settle(client, user)
             return n
 
