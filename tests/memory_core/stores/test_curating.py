@@ -259,3 +259,17 @@ async def test_text_the_model_cannot_represent_is_never_deduplicated_by_its_cosi
     results = await store.write([fact(t) for t in thai])
     assert [r.outcome for r in results] == [WriteOutcome.CREATED] * 4  # the model sees them all alike
     assert await active(store) == sorted(thai)
+
+
+async def test_an_imported_line_holding_a_fact_already_held_reinforces_the_record(embed):
+    import json
+
+    from memory_core.migration import import_lines
+
+    store = build(embed)
+    (held,) = await store.write([fact("Remember: my locker code is 4817.")])
+    line = json.dumps({"content": "My locker code is 4817.", "type": "semantic"})  # another wording, no id
+    await import_lines(store, [line], user_id="alice")
+    page = await store.list("alice")
+    assert page.total == 1 and page.memories[0].id == held.memory.id
+    assert page.memories[0].access_count == 1  # reinforced by the import
