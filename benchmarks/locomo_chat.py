@@ -166,7 +166,7 @@ async def run_mode(client: httpx.AsyncClient, mode: str, samples: list[dict], ar
     result.counters = {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)}
     if args["consolidate"]:
         for user in users.values():
-            r = await client.post("/v1/memory/consolidate", headers={"x-authz-user-id": user})
+            r = await client.post("/v1/memory/consolidate", headers={"x-authz-user-id": user, "x-authz-role": "admin"})
             r.raise_for_status()
             result.consolidated_groups += r.json().get("groups", 0)
     for sample in samples:

@@ -54,6 +54,7 @@ from memory_core.types import (
 
 from .embedder import EmbedResponse
 from .metrics import RayMetrics
+from .request_log import current_request_id, json_lines_logger, log_event
 
 log = logging.getLogger("ray.serve")
 T = TypeVar("T")
@@ -113,6 +114,7 @@ class StoreShard:
 
         self._embedder = embedder
         self._identity = identity
+        self._log = json_lines_logger("memory_router.store_shard")
         embed_query = None
         if settings.pool.query_embedding == "in_shard":
             embed_query = _in_shard_query_embedder(settings, identity)
@@ -148,16 +150,30 @@ class StoreShard:
             self._metrics.count("llm_memory_cache_total", {**self._by_backend, "event": event})
             self._metrics.count("memory_cache_events", {"event": event})
 
-    async def _timed(self, operation: str, call: Awaitable[T]) -> T:
-        """Awaits ``call``, observing its time in ``llm_memory_store_latency_seconds``."""
+    async def _timed(self, operation: str, call: Awaitable[T], request_id: str) -> T:
+        """Awaits ``call``, observing its time in ``llm_memory_store_latency_seconds`` and
+        writing one ``store_call`` log line (``request_log.log_event``) with the caller's
+        ``request_id``, the operation, its outcome (``ok`` or the error's code) and time."""
         started = time.perf_counter()
+        outcome = "ok"
         try:
             return await call
+        except BaseException as e:
+            outcome = getattr(e, "code", type(e).__name__)
+            raise
         finally:
+            elapsed = time.perf_counter() - started
             self._metrics.observe(
-                "llm_memory_store_latency_seconds",
-                time.perf_counter() - started,
-                {**self._by_backend, "operation": operation},
+                "llm_memory_store_latency_seconds", elapsed, {**self._by_backend, "operation": operation}
+            )
+            log_event(
+                self._log,
+                "store_call",
+                request_id,
+                operation=operation,
+                backend=self._backend,
+                outcome=outcome,
+                duration_ms=round(elapsed * 1000, 2),
             )
 
     async def _embed(self, texts: list[str]) -> list[list[float]]:
@@ -178,29 +194,29 @@ class StoreShard:
         return result.embeddings
 
     # ------------------------------------------------------------------ the store contract
-    async def store(self, memory: Memory) -> Memory:
-        return await self._timed("store", self._store.store(memory))
+    async def store(self, memory: Memory, request_id: str = "") -> Memory:
+        return await self._timed("store", self._store.store(memory), request_id)
 
-    async def store_many(self, memories: list[Memory]) -> list[Memory]:
-        return await self._timed("store_many", self._store.store_many(memories))
+    async def store_many(self, memories: list[Memory], request_id: str = "") -> list[Memory]:
+        return await self._timed("store_many", self._store.store_many(memories), request_id)
 
-    async def write(self, memories: list[Memory]) -> list[WriteResult]:
-        return await self._timed("write", self._store.write(memories))
+    async def write(self, memories: list[Memory], request_id: str = "") -> list[WriteResult]:
+        return await self._timed("write", self._store.write(memories), request_id)
 
-    async def retrieve(self, options: RetrieveOptions) -> list[ScoredMemory]:
-        return await self._timed("retrieve", self._store.retrieve(options))
+    async def retrieve(self, options: RetrieveOptions, request_id: str = "") -> list[ScoredMemory]:
+        return await self._timed("retrieve", self._store.retrieve(options), request_id)
 
-    async def record_access(self, memory_ids: list[str], user_id: str) -> datetime:
-        return await self._timed("record_access", self._store.record_access(memory_ids, user_id))
+    async def record_access(self, memory_ids: list[str], user_id: str, request_id: str = "") -> datetime:
+        return await self._timed("record_access", self._store.record_access(memory_ids, user_id), request_id)
 
-    async def get(self, memory_id: str, user_id: str) -> Memory:
-        return await self._timed("get", self._store.get(memory_id, user_id))
+    async def get(self, memory_id: str, user_id: str, request_id: str = "") -> Memory:
+        return await self._timed("get", self._store.get(memory_id, user_id), request_id)
 
-    async def get_many(self, memory_ids: list[str], user_id: str) -> list[Memory]:
-        return await self._timed("get_many", self._store.get_many(memory_ids, user_id))
+    async def get_many(self, memory_ids: list[str], user_id: str, request_id: str = "") -> list[Memory]:
+        return await self._timed("get_many", self._store.get_many(memory_ids, user_id), request_id)
 
-    async def update(self, memory_id: str, user_id: str, changes: dict[str, Any]) -> Memory:
-        return await self._timed("update", self._store.update(memory_id, user_id, changes))
+    async def update(self, memory_id: str, user_id: str, changes: dict[str, Any], request_id: str = "") -> Memory:
+        return await self._timed("update", self._store.update(memory_id, user_id, changes), request_id)
 
     async def list(
         self,
@@ -210,18 +226,22 @@ class StoreShard:
         limit: int,
         offset: int,
         states: list[MemoryState] | None,
+        request_id: str = "",
     ) -> ListResult:
         return await self._timed(
             "list",
             self._store.list(user_id, types=types, project_id=project_id, limit=limit, offset=offset, states=states),
+            request_id,
         )
 
-    async def forget(self, memory_id: str, user_id: str) -> None:
-        await self._timed("forget", self._store.forget(memory_id, user_id))
+    async def forget(self, memory_id: str, user_id: str, request_id: str = "") -> None:
+        await self._timed("forget", self._store.forget(memory_id, user_id), request_id)
 
-    async def forget_by_scope(self, user_id: str, project_id: str | None, types: list[MemoryType] | None) -> int:
+    async def forget_by_scope(
+        self, user_id: str, project_id: str | None, types: list[MemoryType] | None, request_id: str = ""
+    ) -> int:
         return await self._timed(
-            "forget_by_scope", self._store.forget_by_scope(user_id, project_id=project_id, types=types)
+            "forget_by_scope", self._store.forget_by_scope(user_id, project_id=project_id, types=types), request_id
         )
 
     async def check_connection(self) -> bool:
@@ -233,17 +253,17 @@ class StoreShard:
             raise InvalidInput("memory curation is disabled (global.stores.memory.curation.enabled: false)")
         return self._store
 
-    async def history(self, memory_id: str, user_id: str) -> list[Memory]:
-        return await self._timed("history", self._curating().history(memory_id, user_id))
+    async def history(self, memory_id: str, user_id: str, request_id: str = "") -> list[Memory]:
+        return await self._timed("history", self._curating().history(memory_id, user_id), request_id)
 
-    async def restore(self, memory_id: str, user_id: str) -> Memory:
-        return await self._curating().restore(memory_id, user_id)
+    async def restore(self, memory_id: str, user_id: str, request_id: str = "") -> Memory:
+        return await self._timed("restore", self._curating().restore(memory_id, user_id), request_id)
 
-    async def unmerge(self, memory_id: str, user_id: str) -> list[Memory]:
-        return await self._curating().unmerge(memory_id, user_id)
+    async def unmerge(self, memory_id: str, user_id: str, request_id: str = "") -> list[Memory]:
+        return await self._timed("unmerge", self._curating().unmerge(memory_id, user_id), request_id)
 
-    async def consolidate(self, user_id: str) -> ConsolidationReport:
-        return await self._timed("consolidate", self._curating().consolidate(user_id))
+    async def consolidate(self, user_id: str, request_id: str = "") -> ConsolidationReport:
+        return await self._timed("consolidate", self._curating().consolidate(user_id), request_id)
 
     def take_dirty_users(self, limit: int) -> list[str]:
         """Users with writes since their last consolidation pass (the consolidation loop's
@@ -368,7 +388,9 @@ class StorePoolClient:
             raise StoreUnavailable(f"store unavailable ({type(e).__name__}); retry") from e
 
     async def store(self, memory: Memory) -> Memory:
-        return await self._call(memory.user_id, lambda s: s.store.remote(memory), read=False)
+        return await self._call(
+            memory.user_id, lambda s: s.store.remote(memory, request_id=current_request_id()), read=False
+        )
 
     async def store_many(self, memories: Sequence[Memory]) -> list[Memory]:
         """``Store.store_many`` on the shard of ``memories[0].user_id`` (the store rejects a
@@ -376,43 +398,65 @@ class StorePoolClient:
         batch = list(memories)
         if not batch:
             return []
-        return await self._call(batch[0].user_id, lambda s: s.store_many.remote(batch), read=False)
+        return await self._call(
+            batch[0].user_id, lambda s: s.store_many.remote(batch, request_id=current_request_id()), read=False
+        )
 
     async def write(self, memories: Sequence[Memory]) -> list[WriteResult]:
         """``Store.write`` on the shard of ``memories[0].user_id``; ``[]`` for none."""
         batch = list(memories)
         if not batch:
             return []
-        return await self._call(batch[0].user_id, lambda s: s.write.remote(batch), read=False)
+        return await self._call(
+            batch[0].user_id, lambda s: s.write.remote(batch, request_id=current_request_id()), read=False
+        )
 
     async def retrieve(self, options: RetrieveOptions) -> list[ScoredMemory]:
-        return await self._call(options.user_id, lambda s: s.retrieve.remote(options), read=True)
+        return await self._call(
+            options.user_id, lambda s: s.retrieve.remote(options, request_id=current_request_id()), read=True
+        )
 
     async def history(self, memory_id: str, user_id: str) -> list[Memory]:
-        return await self._call(user_id, lambda s: s.history.remote(memory_id, user_id), read=True)
+        return await self._call(
+            user_id, lambda s: s.history.remote(memory_id, user_id, request_id=current_request_id()), read=True
+        )
 
     async def restore(self, memory_id: str, user_id: str) -> Memory:
-        return await self._call(user_id, lambda s: s.restore.remote(memory_id, user_id), read=False)
+        return await self._call(
+            user_id, lambda s: s.restore.remote(memory_id, user_id, request_id=current_request_id()), read=False
+        )
 
     async def unmerge(self, memory_id: str, user_id: str) -> list[Memory]:
-        return await self._call(user_id, lambda s: s.unmerge.remote(memory_id, user_id), read=False)
+        return await self._call(
+            user_id, lambda s: s.unmerge.remote(memory_id, user_id, request_id=current_request_id()), read=False
+        )
 
     async def consolidate(self, user_id: str) -> ConsolidationReport:
-        return await self._call(user_id, lambda s: s.consolidate.remote(user_id), read=False)
+        return await self._call(
+            user_id, lambda s: s.consolidate.remote(user_id, request_id=current_request_id()), read=False
+        )
 
     async def record_access(self, memory_ids: Iterable[str], user_id: str) -> datetime:
         ids = list(memory_ids)
-        return await self._call(user_id, lambda s: s.record_access.remote(ids, user_id), read=False)
+        return await self._call(
+            user_id, lambda s: s.record_access.remote(ids, user_id, request_id=current_request_id()), read=False
+        )
 
     async def get(self, memory_id: str, user_id: str) -> Memory:
-        return await self._call(user_id, lambda s: s.get.remote(memory_id, user_id), read=True)
+        return await self._call(
+            user_id, lambda s: s.get.remote(memory_id, user_id, request_id=current_request_id()), read=True
+        )
 
     async def get_many(self, memory_ids: Iterable[str], user_id: str) -> list[Memory]:
         ids = list(memory_ids)
-        return await self._call(user_id, lambda s: s.get_many.remote(ids, user_id), read=True)
+        return await self._call(
+            user_id, lambda s: s.get_many.remote(ids, user_id, request_id=current_request_id()), read=True
+        )
 
     async def update(self, memory_id: str, user_id: str, changes: dict[str, Any]) -> Memory:
-        return await self._call(user_id, lambda s: s.update.remote(memory_id, user_id, changes), read=False)
+        return await self._call(
+            user_id, lambda s: s.update.remote(memory_id, user_id, changes, request_id=current_request_id()), read=False
+        )
 
     async def list(
         self,
@@ -426,17 +470,25 @@ class StorePoolClient:
         kinds = list(types) if types else None
         wanted = list(states) if states else None
         return await self._call(
-            user_id, lambda s: s.list.remote(user_id, kinds, project_id, limit, offset, wanted), read=True
+            user_id,
+            lambda s: s.list.remote(user_id, kinds, project_id, limit, offset, wanted, request_id=current_request_id()),
+            read=True,
         )
 
     async def forget(self, memory_id: str, user_id: str) -> None:
-        await self._call(user_id, lambda s: s.forget.remote(memory_id, user_id), read=False)
+        await self._call(
+            user_id, lambda s: s.forget.remote(memory_id, user_id, request_id=current_request_id()), read=False
+        )
 
     async def forget_by_scope(
         self, user_id: str, project_id: str | None = None, types: Sequence[MemoryType] | None = None
     ) -> int:
         kinds = list(types) if types else None
-        return await self._call(user_id, lambda s: s.forget_by_scope.remote(user_id, project_id, kinds), read=False)
+        return await self._call(
+            user_id,
+            lambda s: s.forget_by_scope.remote(user_id, project_id, kinds, request_id=current_request_id()),
+            read=False,
+        )
 
     async def check_connection(self) -> bool:
         """Every shard answers and its backend is reachable (``StorePool.check_connection``)."""

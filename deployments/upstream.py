@@ -84,11 +84,12 @@ def _connection_named(headers: Iterable[tuple[str, str]]) -> set[str]:
     }
 
 
-def forward_request_headers(headers: Iterable[tuple[str, str]]) -> Headers:
+def forward_request_headers(headers: Iterable[tuple[str, str]], also_dropped: frozenset[str] = frozenset()) -> Headers:
     """The client's request headers that go to the upstream (see the module), in order, with
-    lower-case names; repeated headers stay repeated."""
+    lower-case names; repeated headers stay repeated. ``also_dropped``: further lower-case
+    names to keep back (``authorization`` when it is this service's API key)."""
     items = [(name.lower(), value) for name, value in headers]
-    dropped = NOT_FORWARDED_UPSTREAM | _connection_named(items)
+    dropped = NOT_FORWARDED_UPSTREAM | also_dropped | _connection_named(items)
     return [(name, value) for name, value in items if name not in dropped]
 
 

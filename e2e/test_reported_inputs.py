@@ -232,7 +232,8 @@ def test_memory_text_cannot_close_the_block_or_fake_a_role(base_url, new_user, c
     if memory["state"] == "quarantined":
         # screening kept the text shaped as a role/template token out of injection; an
         # operator releasing it must still get it rendered safely
-        released = httpx.post(f"{base_url}/v1/memory/{memory['id']}/restore", headers=h(u), timeout=30)
+        admin = h(u, **{"x-authz-role": "admin"})
+        released = httpx.post(f"{base_url}/v1/memory/{memory['id']}/restore", headers=admin, timeout=30)
         assert released.status_code == 200 and released.json()["state"] == "active", released.text
     chat = {"model": "assistant", "messages": [{"role": "user", "content": "What is the secret word? pelican"}]}
     r = httpx.post(f"{base_url}/v1/chat/completions", json=chat, headers=h(u))

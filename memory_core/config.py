@@ -428,9 +428,60 @@ class StoresSettings(_Strict):
     memory: MemoryStoreSettings = Field(default_factory=MemoryStoreSettings)
 
 
+class ApiKeySettings(_Strict):
+    """``global.access.api_keys``: where keys (hashed) and seen users are kept, and an
+    optional bootstrap admin key read from the environment variable ``admin_key_env`` (a
+    Kubernetes secret, a CI variable), which acts as ``admin_user_id`` with the admin role."""
+
+    path: str = "./data/access.sqlite"
+    admin_key_env: str | None = None
+    admin_user_id: str = "admin"
+
+    @field_validator("admin_key_env")
+    @classmethod
+    def _env_name(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+            raise ValueError("must be an environment variable name")
+        return value
+
+
+class WriteRateLimitSettings(_Strict):
+    """``global.access.write_rate_limit``: at most ``limit`` write requests per user in any
+    ``window_s`` seconds, per ingress replica (``limit: 0`` turns it off)."""
+
+    limit: int = Field(default=120, ge=0)
+    window_s: int = Field(default=60, gt=0, le=86_400)
+
+
+class AccessSettings(_Strict):
+    """``global.access``: how callers are identified (``memory_core.access``).
+
+    ``mode``: ``trusted_header`` (a gateway sets ``x-authz-user-id``/``x-authz-role``; only
+    peers in ``trusted_proxies``, CIDR notation, may send them) or ``api_key`` (the service
+    checks ``Authorization: Bearer`` keys itself)."""
+
+    mode: Literal["trusted_header", "api_key"] = "trusted_header"
+    trusted_proxies: list[str] = Field(default_factory=lambda: ["127.0.0.1/32", "::1/128"])
+    api_keys: ApiKeySettings = Field(default_factory=ApiKeySettings)
+    write_rate_limit: WriteRateLimitSettings = Field(default_factory=WriteRateLimitSettings)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, values: list[str]) -> list[str]:
+        import ipaddress
+
+        for value in values:
+            try:
+                ipaddress.ip_network(value, strict=False)
+            except ValueError:
+                raise ValueError(f"{value!r} is not an IP address or CIDR network") from None
+        return values
+
+
 class GlobalSettings(_Strict):
     stores: StoresSettings = Field(default_factory=StoresSettings)
     upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
+    access: AccessSettings = Field(default_factory=AccessSettings)
 
 
 class MemoryPluginConfiguration(_Strict):

@@ -68,6 +68,54 @@ class ConfigError(MemoryError_, ValueError):
     code = "invalid_config"
 
 
+class Unauthenticated(MemoryError_):
+    """No caller identity where one is needed (no ``Authorization`` key in ``api_key`` mode,
+    no ``x-authz-user-id`` in ``trusted_header`` mode)."""
+
+    code = "unauthorized"
+
+
+class InvalidApiKey(Unauthenticated):
+    """A malformed, unknown or revoked API key."""
+
+    code = "invalid_api_key"
+
+
+class Forbidden(MemoryError_, PermissionError):
+    """An identified caller asking for what its role does not allow (another user's
+    memories, an admin endpoint)."""
+
+    code = "forbidden"
+
+
+class UntrustedIdentity(Forbidden):
+    """Identity headers from a peer that is not one of the trusted proxies."""
+
+    code = "untrusted_identity"
+
+
+class KeyNotFound(MemoryError_, KeyError):
+    """No API key with that id."""
+
+    code = "key_not_found"
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "API key not found"
+
+
+class RateLimited(MemoryError_):
+    """Too many writes by one user; ``retry_after_s``: whole seconds until one is allowed."""
+
+    code = "rate_limited"
+
+    def __init__(self, message: str, retry_after_s: int = 1):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+    def __reduce__(self):  # crosses Ray process boundaries intact
+        return (type(self), (str(self), self.retry_after_s))
+
+
 ERROR_CLASSES: tuple[type[MemoryError_], ...] = (
     InvalidInput,
     MemoryNotFound,
@@ -78,6 +126,12 @@ ERROR_CLASSES: tuple[type[MemoryError_], ...] = (
     EmbeddingUnavailable,
     MigrationError,
     ConfigError,
+    Unauthenticated,
+    InvalidApiKey,
+    Forbidden,
+    UntrustedIdentity,
+    KeyNotFound,
+    RateLimited,
 )
 """Every concrete error of memory_core (``deployments.http.errors.STATUS`` has a status for
 each; a test holds the two together)."""

@@ -18,6 +18,7 @@ LAYERS = {  # module prefix → (room, rank)
     "memory_core.errors": ("base", 0),
     "memory_core.sanitize": ("base", 0),
     "memory_core.config": ("base", 0),
+    "memory_core.access": ("access", 0.5),
     "memory_core.embedding": ("embedding", 1),
     "memory_core.retrieval": ("retrieval", 1),
     "memory_core.curation": ("curation", 1.5),

@@ -24,12 +24,18 @@ from memory_core.errors import (
     DuplicateMemory,
     EmbeddingIdentityMismatch,
     EmbeddingUnavailable,
+    Forbidden,
+    InvalidApiKey,
     InvalidInput,
+    KeyNotFound,
     MemoryError_,
     MemoryNotFound,
     MigrationError,
+    RateLimited,
     StoreClosed,
     StoreUnavailable,
+    Unauthenticated,
+    UntrustedIdentity,
 )
 
 from .schemas import ErrorBody
@@ -41,8 +47,14 @@ RETRY_AFTER_S = 1
 
 STATUS: dict[type[MemoryError_], int] = {
     InvalidInput: 400,
+    Unauthenticated: 401,
+    InvalidApiKey: 401,
+    Forbidden: 403,
+    UntrustedIdentity: 403,
     MemoryNotFound: 404,  # absent, or another user's: indistinguishable on purpose
+    KeyNotFound: 404,
     DuplicateMemory: 409,
+    RateLimited: 429,
     EmbeddingIdentityMismatch: 409,
     StoreClosed: 503,
     StoreUnavailable: 503,
@@ -56,10 +68,11 @@ DOCUMENTED_ERRORS = {
     status: {"model": ErrorBody, "description": text}
     for status, text in (
         (400, "Invalid input (the message names the field)"),
-        (401, "No caller identity (x-authz-user-id missing)"),
+        (401, "No caller identity (no API key / x-authz-user-id), or an unknown or revoked API key"),
+        (403, "The caller's role does not allow this (another user's memories, an admin endpoint)"),
         (404, "No such memory of the caller"),
         (409, "Conflict (an id in use, vectors of another model identity)"),
-        (429, "Overloaded: the ingress queue is full (Retry-After)"),
+        (429, "Too many writes by this user, or the ingress queue is full (Retry-After)"),
         (503, "A store shard or the embedder is unavailable for a moment (Retry-After)"),
     )
 }
@@ -81,9 +94,12 @@ def status_of(error: MemoryError_) -> int:
     return 500
 
 
-def error_response(status: int, code: str, message: str) -> JSONResponse:
-    """``{"error": {"code", "message"}}`` with ``status``; a 503 carries ``Retry-After``."""
-    headers = {"retry-after": str(RETRY_AFTER_S)} if status == 503 else None
+def error_response(status: int, code: str, message: str, retry_after_s: int | None = None) -> JSONResponse:
+    """``{"error": {"code", "message"}}`` with ``status``; a 503 carries ``Retry-After``
+    (``RETRY_AFTER_S``), as does any response given ``retry_after_s``."""
+    if retry_after_s is None and status == 503:
+        retry_after_s = RETRY_AFTER_S
+    headers = {"retry-after": str(retry_after_s)} if retry_after_s is not None else None
     return JSONResponse(status_code=status, content={"error": {"code": code, "message": message}}, headers=headers)
 
 
@@ -98,7 +114,7 @@ async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
 
 async def memory_error(_: Request | None, exc: MemoryError_) -> JSONResponse:
     """The response of a memory_core error: ``STATUS`` and the error's ``code``."""
-    return error_response(status_of(exc), exc.code, str(exc))
+    return error_response(status_of(exc), exc.code, str(exc), getattr(exc, "retry_after_s", None))
 
 
 async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -1,29 +1,51 @@
-"""A request's headers, interpreted once at the HTTP edge: ``request_context`` turns them
-into the typed ``memory_core.sanitize.RequestContext`` (the rules live in ``sanitize``), and
-``caller`` requires the caller for the memory endpoints."""
+"""A request's identity and headers, interpreted once at the HTTP edge.
+
+``identify`` establishes the caller (``memory_core.access.Authenticator``: a trusted
+gateway's ``x-authz-user-id``/``x-authz-role``, or an API key); ``request_context`` turns the
+headers into the typed ``memory_core.sanitize.RequestContext`` with that caller (the rules
+live in ``sanitize``). In ``api_key`` mode the client's identity headers are dropped before
+anything reads them."""
 
 from __future__ import annotations
 
-from starlette.exceptions import HTTPException as StarletteHTTPException
+import dataclasses
+
 from starlette.requests import Request
 
 from memory_core import sanitize
-from memory_core.sanitize import USER_HEADER, RequestContext
+from memory_core.access import AUTHORIZATION_HEADER, Authenticator, Principal
+from memory_core.sanitize import ROLE_HEADER, USER_HEADER, RequestContext
+
+IDENTITY_HEADERS = frozenset({USER_HEADER, ROLE_HEADER})
 
 
-def request_context(request: Request) -> RequestContext:
-    """The request's ``RequestContext`` (``sanitize.request_context``). Raises
-    ``InvalidInput`` (400) for a repeated or malformed memory header."""
-    return sanitize.request_context(request.headers.items())
+def _items(request: Request, auth: Authenticator) -> list[tuple[str, str]]:
+    """The request's headers; without the client's identity headers in ``api_key`` mode."""
+    items = list(request.headers.items())
+    if auth.api_key_mode:
+        items = [(k, v) for k, v in items if k.lower() not in IDENTITY_HEADERS]
+    return items
 
 
-def caller(request: Request) -> str:
-    """The trusted caller id from ``x-authz-user-id`` (set by the gateway's auth); 401 if
-    absent, 400 if repeated or malformed."""
-    user_id = request_context(request).user_id
-    if user_id is None:
-        raise StarletteHTTPException(401, f"missing {USER_HEADER} header")
-    return user_id
+def identify(request: Request, auth: Authenticator) -> Principal | None:
+    """The caller of ``request`` (``Authenticator.identify``), ``None`` without identity.
+    Raises ``InvalidApiKey`` (401), ``UntrustedIdentity`` (403) or ``InvalidInput`` (400)."""
+    headers = sanitize.normalize_headers(_items(request, auth))
+    peer = request.client.host if request.client else None
+    return auth.identify(headers, peer)
+
+
+def request_context(request: Request, auth: Authenticator, principal: Principal | None) -> RequestContext:
+    """The request's ``RequestContext`` (``sanitize.request_context``) whose ``user_id`` is
+    ``principal``'s. Raises ``InvalidInput`` (400) for a repeated or malformed memory header."""
+    context = sanitize.request_context(_items(request, auth))
+    return dataclasses.replace(context, user_id=principal.user_id if principal else None)
+
+
+def forward_exclusions(auth: Authenticator) -> frozenset[str]:
+    """Request headers never forwarded to an upstream beyond the usual ones: in ``api_key``
+    mode the caller's key is this service's credential, not the upstream's."""
+    return frozenset({AUTHORIZATION_HEADER}) if auth.api_key_mode else frozenset()
 
 
 def _header(name: str, description: str) -> dict:
@@ -31,9 +53,10 @@ def _header(name: str, description: str) -> dict:
 
 
 CALLER_HEADERS = [
-    _header(USER_HEADER, "The caller, set by the gateway from its authentication (memory endpoints: required)")
+    _header(USER_HEADER, "trusted_header mode: the caller, set by the gateway from its authentication"),
+    _header(ROLE_HEADER, "trusted_header mode: the caller's role (user, admin), set by the gateway"),
 ]
-"""The OpenAPI parameter every operation declares."""
+"""The OpenAPI parameters every operation declares."""
 CHAT_HEADERS = [
     _header(
         sanitize.PROJECT_HEADER, "Project scope of the memories read and written (project id rule, ≤ 256 characters)"

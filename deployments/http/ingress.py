@@ -19,9 +19,10 @@ import contextvars
 import dataclasses
 import json
 import logging
+import os
 import time
 from enum import Enum
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import numpy as np
 from fastapi import FastAPI, Query, Request
@@ -31,11 +32,12 @@ from pydantic import ValidationError
 from ray import serve
 from ray.exceptions import RayError
 
+from memory_core.access import Authenticator, KeyRegistry, Principal, WriteRateLimiter
 from memory_core.chat.metrics import decision_values
 from memory_core.chat.pipeline import MemoryPipeline, PreparedChat
 from memory_core.config import RouterConfig
 from memory_core.curation.llm import http_complete
-from memory_core.errors import EmbeddingUnavailable, InvalidInput, MemoryError_, MemoryNotFound
+from memory_core.errors import EmbeddingUnavailable, InvalidInput, MemoryError_, MemoryNotFound, Unauthenticated
 from memory_core.migration import ImportReport, export_user, import_lines
 from memory_core.sanitize import check_json_text, check_project_id, is_memory_id
 from memory_core.types import Memory, MemoryState, MemoryType, RetrieveOptions
@@ -46,25 +48,32 @@ from ..metrics import RayMetrics
 from ..store_pool import StorePoolClient
 from ..upstream import UpstreamError, UpstreamReply, UpstreamRouter, forward_request_headers
 from .errors import DOCUMENTED_ERRORS, UPSTREAM_ERRORS, error_response, install_error_handlers
-from .headers import CALLER_HEADERS, CHAT_HEADERS, caller, request_context
+from .headers import CALLER_HEADERS, CHAT_HEADERS, forward_exclusions, identify, request_context
 from .openai_schema import ChatCompletionRequest
 from .schemas import (
     MAX_EMBEDDING_INPUTS,
     NO_SIMILARITY_FLOOR,
     ConsolidationOut,
+    CreatedKeyOut,
+    CreateKeyRequest,
     CreateMemoriesRequest,
     DeletedOut,
     EmbeddingsOut,
     EmbeddingsRequest,
     HealthOut,
+    KeysOut,
     MemoriesOut,
     MemoryListOut,
     MemoryOut,
     MemoryPage,
+    MeOut,
     ModelsOut,
+    RevokedOut,
     SearchOut,
     SearchRequest,
+    StatsOut,
     UpdateMemoryRequest,
+    UsersOut,
 )
 from .streaming import close_quietly, relay
 
@@ -105,6 +114,10 @@ def _openapi_without_422() -> dict:
                 operation.get("responses", {}).pop("422", None)
                 headers = CALLER_HEADERS + (CHAT_HEADERS if route == "/v1/chat/completions" else [])
                 operation.setdefault("parameters", []).extend(headers)
+    schema["components"]["securitySchemes"] = {
+        "apiKey": {"type": "http", "scheme": "bearer", "description": "global.access.mode api_key: an API key"}
+    }
+    schema["security"] = [{"apiKey": []}, {}]  # trusted_header mode: the gateway's headers instead
     for name in ("HTTPValidationError", "ValidationError"):
         schema.get("components", {}).get("schemas", {}).pop(name, None)
     app.openapi_schema = schema
@@ -112,6 +125,21 @@ def _openapi_without_422() -> dict:
 
 
 app.openapi = _openapi_without_422
+
+
+OwnerQuery = Annotated[
+    str | None,
+    Query(
+        alias="user_id",
+        min_length=1,
+        description="The owner of the memories acted on (default: the caller). Another user's id needs the admin role.",
+    ),
+]
+"""The ``user_id`` query parameter of the memory endpoints."""
+
+
+ADMIN_CONCURRENCY = 8
+"""Store reads the admin endpoints run at once (one count per user)."""
 
 
 def server_timing(**seconds: float) -> str:
@@ -213,12 +241,60 @@ class MemoryIngress:
         self.upstreams = UpstreamRouter(config, echo)
         self.consolidator = consolidator  # the background loop (deployed with the application)
         self.metrics = RayMetrics(decision_values(config))
+        access = config.global_.access
+        self.registry = KeyRegistry(access.api_keys.path)
+        self.auth = Authenticator(access, self.registry, os.environ)
+        self.write_limit = WriteRateLimiter(access.write_rate_limit.limit, access.write_rate_limit.window_s)
+        self._known_users: set[str] = set()
         llm = self.config.memory.extraction.llm
         complete = None
         if llm.enabled:  # the LLM extractor: its own endpoint, or the application's upstream
             complete = http_complete(llm) if llm.base_url else self._complete_upstream
-        self.pipeline = MemoryPipeline(self.config, store=self.store, metrics=self.metrics, complete=complete)
+        self.pipeline = MemoryPipeline(
+            self.config, store=self.store, metrics=self.metrics, complete=complete, admit_write=self._admit_chat_write
+        )
         self._background: set[asyncio.Task] = set()
+
+    # ------------------------------------------------------------------ identity and access
+    def _caller(self, request: Request) -> Principal:
+        """The authenticated caller (``headers.identify``); 401 without identity."""
+        principal = identify(request, self.auth)
+        if principal is None:
+            how = "an API key (Authorization: Bearer)" if self.auth.api_key_mode else "the x-authz-user-id header"
+            raise Unauthenticated(f"missing caller identity: send {how}")
+        return principal
+
+    def _owner(self, request: Request, user_id: str | None) -> str:
+        """The owner of the memories acted on (``Principal.owner``): the caller, or the
+        ``user_id`` query parameter for an admin. 401/403/400 as ``Principal.owner``."""
+        return self._caller(request).owner(user_id)
+
+    def _admin(self, request: Request, action: str) -> Principal:
+        """The caller, who must be an admin (403 otherwise)."""
+        principal = self._caller(request)
+        principal.require_admin(action)
+        return principal
+
+    def _write_as(self, principal: Principal, user_id: str | None) -> str:
+        """``Principal.owner`` for a write: counts the write against the caller's rate limit
+        (429 with ``Retry-After`` beyond it) and records the owner for the admin user list."""
+        owner = principal.owner(user_id)
+        self.write_limit.take(principal.user_id)
+        self._note_user(owner)
+        return owner
+
+    def _note_user(self, user_id: str) -> None:
+        if user_id not in self._known_users:
+            self.registry.note_user(user_id)
+            self._known_users.add(user_id)
+
+    def _admit_chat_write(self, user_id: str) -> bool:
+        """Chat's auto-store asks this before writing a turn's memories (the same per-user
+        write limit; over it the turn is not stored and the answer still goes out)."""
+        if not self.write_limit.allow(user_id):
+            return False
+        self._note_user(user_id)
+        return True
 
     async def _complete_upstream(self, body: dict) -> Any:
         """A chat completion from the default route's upstream (``global.upstream``; the LLM
@@ -290,14 +366,17 @@ class MemoryIngress:
         except ValidationError as e:
             raise RequestValidationError(e.errors()) from e
         try:
-            context = request_context(request)
+            principal = identify(request, self.auth)
+            context = request_context(request, self.auth, principal)
         except InvalidInput:
             self.metrics.count("memory_requests_refused", {"reason": "invalid_header"})
             raise
+        if principal is None and self.auth.api_key_mode:
+            raise Unauthenticated("missing caller identity: send an API key (Authorization: Bearer)")
         prepared = await self.pipeline.prepare(raw, context)
         route = self.upstreams.route(prepared.policy.decision_name)
         body = route.body(prepared.body)
-        forwarded = forward_request_headers(request.headers.items())
+        forwarded = forward_request_headers(request.headers.items(), forward_exclusions(self.auth))
         headers = memory_headers(prepared)
         if parsed.stream:
             return await self._stream(route.upstream, body, forwarded, prepared, headers)
@@ -366,10 +445,13 @@ class MemoryIngress:
 
     # ------------------------------------------------------------------ models
     @app.get("/v1/models", responses={200: {"model": ModelsOut}, **UPSTREAM_ERRORS})
-    async def models(self) -> Response:
+    async def models(self, request: Request) -> Response:
         """The models of the configured upstreams (OpenAI ``list``), merged by id in route
         order. An upstream that fails is left out (logged); when every one fails, the first
-        failure is the answer (an upstream's own status and JSON body, or 502/504)."""
+        failure is the answer (an upstream's own status and JSON body, or 502/504). In
+        ``api_key`` mode it needs a key, as every endpoint but ``/health``."""
+        if self.auth.api_key_mode:
+            self._caller(request)
         servers = self.upstreams.servers()
         replies = await asyncio.gather(*(server.models() for server in servers), return_exceptions=True)
         data: list[dict] = []
@@ -413,8 +495,11 @@ class MemoryIngress:
 
     # ------------------------------------------------------------------ memory REST
     @app.post("/v1/memory", status_code=201, responses={201: {"model": MemoriesOut}})
-    async def create_memories(self, body: CreateMemoriesRequest, request: Request) -> JSONResponse:
-        user_id = caller(request)
+    async def create_memories(
+        self, body: CreateMemoriesRequest, request: Request, owner: OwnerQuery = None
+    ) -> JSONResponse:
+        principal = self._caller(request)
+        user_id = self._write_as(principal, owner)
         contents = [m.content for m in body.memories]  # cleaned and checked by the body model
         batch = await self._embed(contents)
         memories = [
@@ -429,7 +514,7 @@ class MemoryIngress:
                 source=m.source,
                 created_at=m.created_at,
                 created_via="api",
-                created_by_user_id=user_id,
+                created_by_user_id=principal.user_id,
                 embedding=vector,
                 embedding_identity=batch.identity,
             )
@@ -449,8 +534,8 @@ class MemoryIngress:
         )
 
     @app.post("/v1/memory/search", responses={200: {"model": SearchOut}})
-    async def search_memories(self, body: SearchRequest, request: Request) -> JSONResponse:
-        user_id = caller(request)
+    async def search_memories(self, body: SearchRequest, request: Request, owner: OwnerQuery = None) -> JSONResponse:
+        user_id = self._owner(request, owner)
         settings = self.config.memory
         started = time.perf_counter()
         results = await self.store.retrieve(
@@ -492,8 +577,9 @@ class MemoryIngress:
         type: list[str] | None = Query(None),
         project_id: str | None = Query(None, min_length=1),
         state: list[str] | None = Query(None, description="lifecycle states (default: every state)"),
+        owner: OwnerQuery = None,
     ) -> dict:
-        user_id = caller(request)
+        user_id = self._owner(request, owner)
         check_project_id(project_id)
         page = await self.store.list(
             user_id,
@@ -512,12 +598,13 @@ class MemoryIngress:
         type: list[str] | None = Query(None),
         project_id: str | None = Query(None, min_length=1),
         all: bool = Query(False),
+        owner: OwnerQuery = None,
     ) -> dict:
         """Delete the caller's memories matching ``type``/``project_id``; deleting everything
         needs an explicit ``all=true``. Unknown query parameters are rejected (a misspelled
         filter must not turn into "delete everything")."""
-        user_id = caller(request)
-        unknown = set(request.query_params) - {"type", "project_id", "all"}
+        user_id = self._owner(request, owner)
+        unknown = set(request.query_params) - {"type", "project_id", "all", "user_id"}
         if unknown:
             raise InvalidInput(f"unknown query parameters: {sorted(unknown)}")
         types = parse_types(type)
@@ -537,9 +624,11 @@ class MemoryIngress:
             }
         },
     )
-    async def export_memories(self, request: Request) -> StreamingResponse:
+    async def export_memories(self, request: Request, owner: OwnerQuery = None) -> StreamingResponse:
         """The caller's memories as JSONL (``migration.memory_to_export_line``, no vectors)."""
-        return StreamingResponse(export_user(self.store, caller(request)), media_type="application/x-ndjson")
+        return StreamingResponse(
+            export_user(self.store, self._owner(request, owner)), media_type="application/x-ndjson"
+        )
 
     @app.post(
         "/v1/memory/import",
@@ -553,8 +642,10 @@ class MemoryIngress:
             }
         },
     )
-    async def import_memories(self, request: Request) -> dict:
-        user_id = caller(request)
+    async def import_memories(self, request: Request, owner: OwnerQuery = None) -> dict:
+        """Import JSONL export lines into the caller's memories (``user_id``: into another
+        user's, admin only)."""
+        user_id = self._write_as(self._caller(request), owner)
         try:
             text = (await request.body()).decode("utf-8")
         except UnicodeDecodeError as e:
@@ -565,43 +656,47 @@ class MemoryIngress:
 
     # ------------------------------------------------------------------ the lifecycle
     @app.post("/v1/memory/consolidate", response_model=ConsolidationOut)
-    async def consolidate(self, request: Request) -> dict:
-        """One consolidation pass over the caller's memories now (the consolidation loop does
-        it in the background for users with writes): near-duplicates merged, expired purged."""
-        report = await self.store.consolidate(caller(request))
+    async def consolidate(self, request: Request, owner: OwnerQuery = None) -> dict:
+        """One consolidation pass now over the memories of ``user_id`` (default: the caller),
+        admin only (the consolidation loop does it in the background for users with writes):
+        near-duplicates merged, expired purged."""
+        principal = self._admin(request, "consolidation on demand")
+        report = await self.store.consolidate(principal.owner(owner))
         return dataclasses.asdict(report)
 
     @app.get("/v1/memory/{memory_id}/history", response_model=MemoryListOut)
-    async def memory_history(self, memory_id: str, request: Request) -> dict:
+    async def memory_history(self, memory_id: str, request: Request, owner: OwnerQuery = None) -> dict:
         """The versions of the fact ``memory_id`` holds, oldest first (what it superseded or
         merged, what superseded or merged it), every state."""
-        user_id = caller(request)
+        user_id = self._owner(request, owner)
         chain = await self.store.history(path_memory_id(memory_id), user_id)
         return {"memories": [m.public() for m in chain]}
 
     @app.post("/v1/memory/{memory_id}/restore", response_model=MemoryOut)
-    async def restore_memory(self, memory_id: str, request: Request) -> dict:
+    async def restore_memory(self, memory_id: str, request: Request, owner: OwnerQuery = None) -> dict:
         """Make a superseded, consolidated or quarantined memory active again (releasing a
-        quarantined one, undoing a supersession). 400 when it is active already."""
-        user_id = caller(request)
+        quarantined one, undoing a supersession); admin only. 400 when it is active already."""
+        user_id = self._admin(request, "restoring a memory").owner(owner)
         return (await self.store.restore(path_memory_id(memory_id), user_id)).public()
 
     @app.post("/v1/memory/{memory_id}/unmerge", response_model=MemoryListOut)
-    async def unmerge_memory(self, memory_id: str, request: Request) -> dict:
+    async def unmerge_memory(self, memory_id: str, request: Request, owner: OwnerQuery = None) -> dict:
         """Undo a consolidation: the originals become active again and the merged memory is
-        deleted. 400 when ``memory_id`` is not a merged memory."""
-        user_id = caller(request)
+        deleted; admin only. 400 when ``memory_id`` is not a merged memory."""
+        user_id = self._admin(request, "undoing a consolidation").owner(owner)
         originals = await self.store.unmerge(path_memory_id(memory_id), user_id)
         return {"memories": [m.public() for m in originals]}
 
     @app.get("/v1/memory/{memory_id}", response_model=MemoryOut)
-    async def get_memory(self, memory_id: str, request: Request) -> dict:
-        user_id = caller(request)
+    async def get_memory(self, memory_id: str, request: Request, owner: OwnerQuery = None) -> dict:
+        user_id = self._owner(request, owner)
         return (await self.store.get(path_memory_id(memory_id), user_id)).public()
 
     @app.patch("/v1/memory/{memory_id}", response_model=MemoryOut)
-    async def update_memory(self, memory_id: str, body: UpdateMemoryRequest, request: Request) -> dict:
-        user_id = caller(request)
+    async def update_memory(
+        self, memory_id: str, body: UpdateMemoryRequest, request: Request, owner: OwnerQuery = None
+    ) -> dict:
+        user_id = self._write_as(self._caller(request), owner)
         memory_id = path_memory_id(memory_id)
         changes = body.changes()
         if not changes:
@@ -609,14 +704,89 @@ class MemoryIngress:
         return (await self.store.update(memory_id, user_id, changes)).public()
 
     @app.delete("/v1/memory/{memory_id}", response_model=DeletedOut)
-    async def delete_memory(self, memory_id: str, request: Request) -> dict:
-        user_id = caller(request)
+    async def delete_memory(self, memory_id: str, request: Request, owner: OwnerQuery = None) -> dict:
+        user_id = self._owner(request, owner)
         await self.store.forget(path_memory_id(memory_id), user_id)
         return {"deleted": 1, "id": memory_id}
 
+    # ------------------------------------------------------------------ identity, admin
+    @app.get("/v1/me", response_model=MeOut)
+    async def me(self, request: Request) -> dict:
+        """Who the service takes the caller for: user id, role and the access mode."""
+        principal = self._caller(request)
+        return {"user_id": principal.user_id, "role": principal.role.value, "mode": self.auth.settings.mode}
+
+    async def _memory_counts(
+        self, user_ids: list[str], states: list[MemoryState] | None, types: list[MemoryType] | None = None
+    ) -> list[int]:
+        """The number of memories of each user (in ``states``, ``None``: every state; of
+        ``types`` when given), read at most ``ADMIN_CONCURRENCY`` at a time."""
+        gate = asyncio.Semaphore(ADMIN_CONCURRENCY)
+
+        async def count(user_id: str) -> int:
+            async with gate:
+                return (await self.store.list(user_id, limit=1, states=states, types=types)).total
+
+        return list(await asyncio.gather(*(count(u) for u in user_ids)))
+
+    @app.get("/v1/admin/users", response_model=UsersOut)
+    async def admin_users(self, request: Request) -> dict:
+        """Every user the service has seen (wrote memories or holds a key), with the number of
+        their memories (every state) and active keys; admin only."""
+        self._admin(request, "listing users")
+        users = self.registry.users()
+        totals = await self._memory_counts([u for u, _ in users], None)
+        return {
+            "users": [
+                {"user_id": u, "memories": total, "keys": keys} for (u, keys), total in zip(users, totals, strict=True)
+            ]
+        }
+
+    @app.get("/v1/admin/stats", response_model=StatsOut)
+    async def admin_stats(self, request: Request) -> dict:
+        """Totals over every user seen: memories by state and by type, users, active keys;
+        admin only. It costs one count per user and state (and type): an operator's view,
+        not a hot path."""
+        self._admin(request, "service statistics")
+        users = [u for u, _ in self.registry.users()]
+        by_state = {s.value: sum(await self._memory_counts(users, [s])) for s in MemoryState}
+        every = list(MemoryState)
+        by_type = {t.value: sum(await self._memory_counts(users, every, [t])) for t in MemoryType}
+        return {
+            "users": len(users),
+            "memories": sum(by_state.values()),
+            "by_state": by_state,
+            "by_type": by_type,
+            "keys": sum(1 for k in self.registry.keys() if k.revoked_at is None),
+        }
+
+    @app.post("/v1/admin/keys", status_code=201, response_model=CreatedKeyOut)
+    async def create_key(self, body: CreateKeyRequest, request: Request) -> dict:
+        """A new API key for ``user_id`` with ``role``; the key is in this answer only (the
+        service keeps its SHA-256). Admin only."""
+        self._admin(request, "creating API keys")
+        key, record = self.registry.create(body.user_id, body.role, body.name)
+        return {"key": key, **record.public()}
+
+    @app.get("/v1/admin/keys", response_model=KeysOut)
+    async def list_keys(self, request: Request, owner: OwnerQuery = None) -> dict:
+        """Every API key (of ``user_id`` when given), revoked ones included, never the key
+        itself. Admin only."""
+        self._admin(request, "listing API keys")
+        return {"keys": [k.public() for k in self.registry.keys(owner)]}
+
+    @app.delete("/v1/admin/keys/{key_id}", response_model=RevokedOut)
+    async def revoke_key(self, key_id: str, request: Request) -> dict:
+        """Revoke a key: from now on it is answered 401. Admin only; 404 for an unknown id."""
+        self._admin(request, "revoking API keys")
+        record = self.registry.revoke(key_id)
+        return {"revoked": record.key_id, "revoked_at": record.revoked_at}
+
     # ------------------------------------------------------------------ embeddings, health
     @app.post("/v1/embeddings", responses={200: {"model": EmbeddingsOut}})
-    async def embeddings(self, body: EmbeddingsRequest) -> JSONResponse:
+    async def embeddings(self, body: EmbeddingsRequest, request: Request) -> JSONResponse:
+        if self.auth.api_key_mode:
+            self._caller(request)
         texts = body.texts()
         if not texts or len(texts) > MAX_EMBEDDING_INPUTS:
             raise InvalidInput(f"input must hold 1..{MAX_EMBEDDING_INPUTS} strings")

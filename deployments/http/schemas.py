@@ -291,3 +291,74 @@ class HealthOut(BaseModel):
     status: str
     store: bool
     embedder: bool
+
+
+# --------------------------------------------------------------------------- identity, admin
+class MeOut(BaseModel):
+    """``GET /v1/me``: the caller as the service sees it."""
+
+    user_id: str
+    role: Literal["user", "admin"]
+    mode: Literal["trusted_header", "api_key"]
+
+
+class UserOut(BaseModel):
+    """One user of ``GET /v1/admin/users``: memories in every state, active API keys."""
+
+    user_id: str
+    memories: int
+    keys: int
+
+
+class UsersOut(BaseModel):
+    """``GET /v1/admin/users``."""
+
+    users: list[UserOut]
+
+
+class StatsOut(BaseModel):
+    """``GET /v1/admin/stats``: totals over every user seen."""
+
+    users: int
+    memories: int
+    by_state: dict[str, int]
+    by_type: dict[str, int]
+    keys: int
+
+
+class CreateKeyRequest(_Body):
+    """``POST /v1/admin/keys``: the key's owner, role and an optional label."""
+
+    user_id: str = Field(min_length=1)
+    role: Literal["user", "admin"] = "user"
+    name: str | None = Field(None, max_length=200)
+
+
+class KeyOut(BaseModel):
+    """An API key's record (never the key): ``GET /v1/admin/keys``."""
+
+    key_id: str
+    user_id: str
+    role: Literal["user", "admin"]
+    name: str | None
+    created_at: str
+    revoked_at: str | None
+
+
+class CreatedKeyOut(KeyOut):
+    """``POST /v1/admin/keys``: the record and, this once, the key itself."""
+
+    key: str
+
+
+class KeysOut(BaseModel):
+    """``GET /v1/admin/keys``."""
+
+    keys: list[KeyOut]
+
+
+class RevokedOut(BaseModel):
+    """``DELETE /v1/admin/keys/{key_id}``."""
+
+    revoked: str
+    revoked_at: str | None

@@ -49,6 +49,8 @@ STORE_OPERATIONS = frozenset(
         "forget",
         "forget_by_scope",
         "history",
+        "restore",
+        "unmerge",
         "consolidate",
     }
 )
@@ -56,7 +58,7 @@ GATE_DROP_REASONS = frozenset({"blocked", "duplicate", "budget", "limit"})
 """Why the reflection gate (``chat.gate``) or the route's limit dropped a retrieved memory."""
 EXTRACTION_OUTCOMES = frozenset(
     {t.value for t in MemoryType}
-    | {"window", "llm_error", "skipped_llm_nothing"}
+    | {"window", "llm_error", "skipped_llm_nothing", "skipped_rate_limited"}
     | {f"skipped_{r}" for r in EXTRACT_SKIP_REASONS}
 )
 WRITE_OUTCOMES = frozenset({o.value for o in WriteOutcome} | {"superseded"})

@@ -77,7 +77,9 @@ class MemoryPipeline:
     service, a plain store in tests): it embeds the query text and the memories it is given
     without a vector with its own embedder, so its model identity holds. ``now`` is
     injectable for tests. ``complete`` (an OpenAI chat completions call) serves the LLM
-    extractor when ``memory.extraction.llm.enabled``."""
+    extractor when ``memory.extraction.llm.enabled``. ``admit_write(user_id)`` (the per-user
+    write rate limit) is asked before a turn's memories are written: ``False`` skips the
+    write, counted as ``memory_extraction{outcome="skipped_rate_limited"}``."""
 
     def __init__(
         self,
@@ -87,9 +89,11 @@ class MemoryPipeline:
         metrics: MetricsSink | None = None,
         now: Callable[[], datetime] = utcnow,
         complete: Complete | None = None,
+        admit_write: Callable[[str], bool] | None = None,
     ):
         self.config = config
         self._store = store
+        self._admit_write = admit_write
         self.metrics = metrics or NullMetrics()
         self._now = now
         self._complete = complete
@@ -237,6 +241,9 @@ class MemoryPipeline:
                 "memory_extraction", {"outcome": "window" if m.window else m.type.value, "decision": decision}
             )
         if not memories:
+            return []
+        if self._admit_write is not None and not self._admit_write(prepared.user_id):
+            self.metrics.count("memory_extraction", {"outcome": "skipped_rate_limited", "decision": decision})
             return []
         try:
             results = await self._store.write(memories)

@@ -380,7 +380,9 @@ def test_consolidation_merges_near_duplicates_once_and_can_be_undone(base_url):
     created = httpx.post(f"{base_url}/v1/memory", json=body, headers=h, timeout=60)
     assert [o["outcome"] for o in created.json()["outcomes"]] == ["created", "created"]  # events: not deduplicated
 
-    report = httpx.post(f"{base_url}/v1/memory/consolidate", headers=h, timeout=60).json()
+    # consolidation on demand and unmerge are operator actions (the admin role)
+    admin = h | {"x-authz-role": "admin"}
+    report = httpx.post(f"{base_url}/v1/memory/consolidate", headers=admin, timeout=60).json()
     assert report["groups"] == 1 and report["consolidated"] == 2 and len(report["merged"]) == 1
     (merged,) = httpx.get(f"{base_url}/v1/memory", params={"state": "active"}, headers=h).json()["memories"]
     assert merged["id"] == report["merged"][0] and merged["created_via"] == "consolidation"
@@ -389,10 +391,11 @@ def test_consolidation_merges_near_duplicates_once_and_can_be_undone(base_url):
     originals = httpx.get(f"{base_url}/v1/memory", params={"state": "consolidated"}, headers=h).json()["memories"]
     assert {m["merged_into"] for m in originals} == {merged["id"]}
 
-    again = httpx.post(f"{base_url}/v1/memory/consolidate", headers=h, timeout=60).json()
+    again = httpx.post(f"{base_url}/v1/memory/consolidate", headers=admin, timeout=60).json()
     assert again["groups"] == 0  # idempotent
 
-    undone = httpx.post(f"{base_url}/v1/memory/{merged['id']}/unmerge", headers=h, timeout=60)
+    assert httpx.post(f"{base_url}/v1/memory/{merged['id']}/unmerge", headers=h, timeout=60).status_code == 403
+    undone = httpx.post(f"{base_url}/v1/memory/{merged['id']}/unmerge", headers=admin, timeout=60)
     assert undone.status_code == 200 and len(undone.json()["memories"]) == 2
     states = httpx.get(f"{base_url}/v1/memory", headers=h).json()["memories"]
     assert sorted(m["state"] for m in states) == ["active", "active"]

@@ -123,7 +123,12 @@ def test_metrics_on_rays_endpoint(base_url, ray_metrics_port):
 
     consolidator = serve.get_deployment_handle("Consolidator", app_name="memory-metrics")
     assert consolidator.run_once.remote().result(timeout_s=60)["users"] >= 1  # alice wrote: a pass
-    r = httpx.post(f"{base_url}/v1/memory/consolidate", headers={"x-authz-user-id": alice}, json={}, timeout=60)
+    r = httpx.post(
+        f"{base_url}/v1/memory/consolidate",
+        headers={"x-authz-user-id": alice, "x-authz-role": "admin"},
+        json={},
+        timeout=60,
+    )
     assert r.status_code == 200, r.text
 
     deadline = time.time() + 60  # Ray exports application metrics every ~5-10 s

@@ -55,7 +55,8 @@ async def test_the_client_routes_by_user_and_raises_the_shards_errors_as_themsel
         def __init__(self, index, name):
             self.index, self.name = index, name
 
-        async def remote(self, *args):
+        async def remote(self, *args, request_id):
+            assert request_id == ""  # outside a Serve request: no id to hand over
             calls.append((self.index, self.name, args))
             if args and args[0] and args[0][0].content == "boom":
                 raise RayTaskError(

@@ -23,6 +23,12 @@ EXPECTED = {
     "EmbeddingUnavailable": (503, "embedding_unavailable"),
     "MigrationError": (500, "migration_failed"),
     "ConfigError": (500, "invalid_config"),
+    "Unauthenticated": (401, "unauthorized"),
+    "InvalidApiKey": (401, "invalid_api_key"),
+    "Forbidden": (403, "forbidden"),
+    "UntrustedIdentity": (403, "untrusted_identity"),
+    "KeyNotFound": (404, "key_not_found"),
+    "RateLimited": (429, "rate_limited"),
 }
 
 
@@ -51,7 +57,7 @@ async def test_status_and_code_at_the_http_edge_and_across_a_ray_hop(cls):
         response = await handler(None, error)
         assert response.status_code == status
         assert json.loads(response.body) == {"error": {"code": code, "message": "boom"}}
-        assert (response.headers.get("retry-after") == str(RETRY_AFTER_S)) == (status == 503)
+        assert (response.headers.get("retry-after") == str(RETRY_AFTER_S)) == (status in (503, 429))
 
 
 async def test_ray_failures_are_503_with_retry_after():

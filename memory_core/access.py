@@ -1,0 +1,353 @@
+"""Identity and access: who a request is (``Principal``), how that is established
+(``Authenticator``: a trusted gateway's headers, or API keys), the API keys themselves
+(``KeyRegistry``: SQLite, keys stored as SHA-256 digests only) and the per-user write rate
+limit (``WriteRateLimiter``).
+
+Two modes (``AccessSettings.mode``):
+
+- ``trusted_header``: a gateway in front of the service authenticates the caller and sets
+  ``x-authz-user-id`` (and ``x-authz-role``: ``user``/``admin``, default ``user``). The
+  headers are honoured only from a peer address in ``trusted_proxies``; from any other peer
+  they are refused (``UntrustedIdentity``, 403), so a client that reaches the service around
+  the gateway cannot choose its identity.
+- ``api_key``: the service authenticates ``Authorization: Bearer <key>`` itself. A key maps
+  to a user id and a role. Identity headers sent by the client are ignored, and the key is
+  never forwarded to an upstream model.
+
+API keys are 256-bit random tokens (``mr_`` + 43 URL-safe characters), so one SHA-256 of
+the key is the stored form (as GitHub and Stripe store their tokens): a leaked database
+reveals no usable key, and a lookup is one indexed read. A key is shown once, when created.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import math
+import secrets
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import Enum
+from pathlib import Path
+
+from limits import RateLimitItemPerSecond
+from limits.storage import MemoryStorage
+from limits.strategies import MovingWindowRateLimiter
+
+from .errors import Forbidden, InvalidApiKey, InvalidInput, KeyNotFound, RateLimited, UntrustedIdentity
+from .sanitize import ROLE_HEADER, USER_HEADER, require_user_id
+
+KEY_PREFIX = "mr_"
+"""Every API key starts with this (secret scanners can recognise a leaked key)."""
+AUTHORIZATION_HEADER = "authorization"
+
+
+class Role(str, Enum):
+    """What a caller may do: ``user`` acts on its own memories; ``admin`` also acts on any
+    user's memories and runs the operator endpoints (keys, users, consolidation, restoring
+    quarantined or superseded memories)."""
+
+    USER = "user"
+    ADMIN = "admin"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """An authenticated caller: ``user_id`` (the owner id rule of ``sanitize``) and ``role``."""
+
+    user_id: str
+    role: Role = Role.USER
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role is Role.ADMIN
+
+    def require_admin(self, action: str) -> None:
+        """Raises ``Forbidden`` (403) unless the caller is an admin; ``action`` names what
+        was refused in the message."""
+        if not self.is_admin:
+            raise Forbidden(f"{action} needs the admin role")
+
+    def owner(self, requested: str | None) -> str:
+        """The owner of the memories a request acts on: the caller, or ``requested`` (the
+        ``user_id`` query parameter), which a ``user`` may only set to itself. Raises
+        ``Forbidden`` (403) for a user naming another user, ``InvalidInput`` (400) for an id
+        that breaks the owner id rule."""
+        if requested is None or requested == self.user_id:
+            return self.user_id
+        require_user_id(requested, "user_id")
+        if not self.is_admin:
+            raise Forbidden("acting on another user's memories needs the admin role")
+        return requested
+
+
+# --------------------------------------------------------------------------- API keys
+def new_api_key() -> str:
+    """A fresh API key: ``mr_`` + 32 random bytes, URL-safe base64 (43 characters)."""
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def key_digest(key: str) -> str:
+    """The stored form of ``key``: its SHA-256, hex (64 characters)."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class KeyRecord:
+    """A stored API key, without the key: ``key_id`` (public handle, ``key_`` + 16 hex),
+    owner, role, optional ``name``, creation and revocation times (UTC, ISO 8601)."""
+
+    key_id: str
+    user_id: str
+    role: Role
+    name: str | None
+    created_at: str
+    revoked_at: str | None = None
+
+    def public(self) -> dict:
+        """JSON-ready dict for the admin API."""
+        return {
+            "key_id": self.key_id,
+            "user_id": self.user_id,
+            "role": self.role.value,
+            "name": self.name,
+            "created_at": self.created_at,
+            "revoked_at": self.revoked_at,
+        }
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS api_keys (
+    key_id TEXT PRIMARY KEY,
+    digest TEXT NOT NULL UNIQUE,
+    user_id TEXT NOT NULL,
+    role TEXT NOT NULL,
+    name TEXT,
+    created_at TEXT NOT NULL,
+    revoked_at TEXT
+);
+CREATE TABLE IF NOT EXISTS users (
+    user_id TEXT PRIMARY KEY,
+    first_seen TEXT NOT NULL
+);
+"""
+MAX_KEY_NAME_CHARS = 200
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+class KeyRegistry:
+    """API keys (hashed) and the users the service has seen, in one SQLite file (WAL mode,
+    so every ingress replica on a node shares it; on a cluster put ``path`` on storage every
+    ingress node mounts, or use ``trusted_header`` behind a gateway).
+
+    ``path``: the database file (parent folders are created) or ``":memory:"``. Every method
+    is thread-safe and takes well under a millisecond (one indexed statement)."""
+
+    def __init__(self, path: str | Path):
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)
+        if self.path != ":memory:":
+            self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @staticmethod
+    def _record(row: tuple) -> KeyRecord:
+        key_id, user_id, role, name, created_at, revoked_at = row
+        return KeyRecord(key_id, user_id, Role(role), name, created_at, revoked_at)
+
+    def create(self, user_id: str, role: Role | str = Role.USER, name: str | None = None) -> tuple[str, KeyRecord]:
+        """A new key for ``user_id`` with ``role``: returns ``(key, record)``; only the
+        digest is stored, so ``key`` is never available again. Raises ``InvalidInput`` for a
+        bad user id, role or name."""
+        require_user_id(user_id, "user_id")
+        try:
+            role = Role(role)
+        except ValueError:
+            raise InvalidInput(f"role must be one of {[r.value for r in Role]}") from None
+        if name is not None and (len(name) > MAX_KEY_NAME_CHARS or not name.isprintable()):
+            raise InvalidInput(f"name: at most {MAX_KEY_NAME_CHARS} printable characters")
+        key = new_api_key()
+        record = KeyRecord("key_" + secrets.token_hex(8), user_id, role, name, _now())
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO api_keys (key_id, digest, user_id, role, name, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (record.key_id, key_digest(key), user_id, role.value, name, record.created_at),
+            )
+            self._db.execute(
+                "INSERT OR IGNORE INTO users (user_id, first_seen) VALUES (?, ?)", (user_id, record.created_at)
+            )
+        return key, record
+
+    def revoke(self, key_id: str) -> KeyRecord:
+        """Revoke ``key_id`` (from now on the key is refused, 401). Revoking a revoked key
+        keeps its first revocation time. Raises ``KeyNotFound`` (404)."""
+        with self._lock:
+            self._db.execute(
+                "UPDATE api_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL", (_now(), key_id)
+            )
+            row = self._db.execute(
+                "SELECT key_id, user_id, role, name, created_at, revoked_at FROM api_keys WHERE key_id = ?", (key_id,)
+            ).fetchone()
+        if row is None:
+            raise KeyNotFound(f"no API key {key_id!r}")
+        return self._record(row)
+
+    def keys(self, user_id: str | None = None) -> list[KeyRecord]:
+        """Every key (of ``user_id`` when given), oldest first, revoked ones included."""
+        sql = "SELECT key_id, user_id, role, name, created_at, revoked_at FROM api_keys"
+        args: tuple = ()
+        if user_id is not None:
+            sql, args = sql + " WHERE user_id = ?", (user_id,)
+        with self._lock:
+            rows = self._db.execute(sql + " ORDER BY created_at, key_id", args).fetchall()
+        return [self._record(r) for r in rows]
+
+    def verify(self, key: str) -> Principal | None:
+        """The principal of an active ``key``; ``None`` for an unknown or revoked key."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT user_id, role FROM api_keys WHERE digest = ? AND revoked_at IS NULL", (key_digest(key),)
+            ).fetchone()
+        return None if row is None else Principal(row[0], Role(row[1]))
+
+    def note_user(self, user_id: str) -> None:
+        """Remember that ``user_id`` has memories (the admin user list)."""
+        with self._lock:
+            self._db.execute("INSERT OR IGNORE INTO users (user_id, first_seen) VALUES (?, ?)", (user_id, _now()))
+
+    def users(self) -> list[tuple[str, int]]:
+        """Every user seen (written memories or holds a key), sorted by id, with the count of
+        their active keys: ``[(user_id, active_keys)]``."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT u.user_id, COUNT(k.key_id) FROM users u LEFT JOIN api_keys k "
+                "ON k.user_id = u.user_id AND k.revoked_at IS NULL GROUP BY u.user_id ORDER BY u.user_id"
+            ).fetchall()
+        return [(r[0], int(r[1])) for r in rows]
+
+
+# --------------------------------------------------------------------------- who is asking
+def parse_bearer(value: str) -> str:
+    """The token of an ``Authorization: Bearer <token>`` value (RFC 6750 §2.1; the scheme
+    is case-insensitive). Raises ``InvalidApiKey`` (401) for another scheme or no token."""
+    scheme, _, token = value.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise InvalidApiKey("Authorization must be 'Bearer <API key>'")
+    return token
+
+
+class Authenticator:
+    """Establishes a request's ``Principal`` by the configured mode (see the module).
+
+    ``settings``: ``config.AccessSettings``; ``registry``: the key registry (``api_key``
+    mode); ``environ``: where ``api_keys.admin_key_env`` is read (a bootstrap admin key, so a
+    fresh deployment can create its first keys; it maps to ``api_keys.admin_user_id``).
+    Raises ``ConfigError`` at construction when the named variable is unset or empty."""
+
+    def __init__(self, settings, registry: KeyRegistry | None, environ: Mapping[str, str]):
+        from .errors import ConfigError
+
+        self.settings = settings
+        self.registry = registry
+        self._networks = [ipaddress.ip_network(n, strict=False) for n in settings.trusted_proxies]
+        self._admin_digest: str | None = None
+        env = settings.api_keys.admin_key_env
+        if settings.mode == "api_key" and env:
+            key = environ.get(env, "")
+            if not key:
+                raise ConfigError(f"global.access.api_keys.admin_key_env: the variable {env} is unset or empty")
+            self._admin_digest = key_digest(key)
+
+    @property
+    def api_key_mode(self) -> bool:
+        return self.settings.mode == "api_key"
+
+    def trusted_peer(self, peer: str | None) -> bool:
+        """Whether ``peer`` (the TCP peer's address) is one of ``trusted_proxies``."""
+        if peer is None:
+            return False
+        try:
+            address = ipaddress.ip_address(peer)
+        except ValueError:
+            return False
+        return any(address in network for network in self._networks)
+
+    def identify(self, headers: Mapping[str, str], peer: str | None) -> Principal | None:
+        """The caller of a request, or ``None`` when it carries no identity. ``headers``:
+        lower-case names (``sanitize.normalize_headers``); ``peer``: the client address.
+
+        Raises ``InvalidApiKey`` (401: malformed, unknown or revoked key),
+        ``UntrustedIdentity`` (403: identity headers from an untrusted peer) or
+        ``InvalidInput`` (400: a malformed user id or role header)."""
+        if self.api_key_mode:
+            value = headers.get(AUTHORIZATION_HEADER)
+            if not value:
+                return None
+            key = parse_bearer(value)
+            if self._admin_digest is not None and hmac.compare_digest(key_digest(key), self._admin_digest):
+                return Principal(self.settings.api_keys.admin_user_id, Role.ADMIN)
+            principal = self.registry.verify(key) if self.registry is not None else None
+            if principal is None:
+                raise InvalidApiKey("unknown or revoked API key")
+            return principal
+        user_id = headers.get(USER_HEADER) or None
+        role_value = headers.get(ROLE_HEADER) or None
+        if (user_id or role_value) and not self.trusted_peer(peer):
+            raise UntrustedIdentity(
+                f"{USER_HEADER}/{ROLE_HEADER} are accepted only from the trusted proxies (global.access.trusted_proxies)"
+            )
+        if user_id is None:
+            return None
+        try:
+            role = Role((role_value or Role.USER.value).lower())
+        except ValueError:
+            raise InvalidInput(f"{ROLE_HEADER} must be one of {[r.value for r in Role]}") from None
+        return Principal(require_user_id(user_id, USER_HEADER), role)
+
+
+# --------------------------------------------------------------------------- rate limit
+class WriteRateLimiter:
+    """At most ``limit`` write requests per user in any ``window_s`` seconds (a moving
+    window, ``limits.strategies.MovingWindowRateLimiter``), per ingress replica: with N
+    replicas a user may reach N × ``limit``. ``limit`` 0 turns the limit off."""
+
+    def __init__(self, limit: int, window_s: int, clock: Callable[[], float] = time.time):
+        self.enabled = limit > 0
+        self._item = RateLimitItemPerSecond(max(limit, 1), window_s)
+        self._limiter = MovingWindowRateLimiter(MemoryStorage())
+        self._clock = clock
+
+    def take(self, user_id: str) -> None:
+        """Count one write of ``user_id``. Raises ``RateLimited`` (429) carrying
+        ``retry_after_s`` (whole seconds until a write is allowed again, at least 1)."""
+        if not self.enabled or self._limiter.hit(self._item, "writes", user_id):
+            return
+        reset_at, _ = self._limiter.get_window_stats(self._item, "writes", user_id)
+        wait = max(1, math.ceil(reset_at - self._clock()))
+        raise RateLimited(
+            f"too many writes for this user: at most {self._item.amount} per {self._item.multiples} s", wait
+        )
+
+    def allow(self, user_id: str) -> bool:
+        """``take`` as a yes/no (chat's auto-store skips a turn instead of failing the chat)."""
+        try:
+            self.take(user_id)
+        except RateLimited:
+            return False
+        return True

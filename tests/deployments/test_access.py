@@ -1,0 +1,321 @@
+"""Identity and access through the real application (``global.access``): API keys and roles,
+the isolation matrix (every endpoint × {owner, other user, admin, no identity}), the write
+rate limit, and ``trusted_header`` mode refusing identity headers from untrusted peers.
+
+Keys are created in the application's key database (``KeyRegistry`` on the same file) before
+it starts, as an operator bootstrapping with ``memory-router keys create --db`` would."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from memory_core.access import KeyRegistry
+from tests.conftest import wait_healthy
+
+pytestmark = pytest.mark.integration
+
+SECRET = "My locker code is 4817 and my cat is called Zanzibar."
+"""Alice's memory: no other caller may ever see any part of it."""
+LEAKS = ("4817", "Zanzibar")
+WRITE_LIMIT = 40
+
+
+def app_config(tmp, access: dict) -> dict:
+    return {
+        "global": {
+            "stores": {
+                "memory": {
+                    "backend": "milvus",
+                    "milvus": {"uri": str(tmp / "memory.db"), "collection": "access_memory"},
+                    "pool": {"query_embedding": "in_shard"},
+                }
+            },
+            "access": access,
+        },
+        "routing": {"decisions": [{"name": "default", "plugins": [{"type": "memory", "configuration": {}}]}]},
+    }
+
+
+@dataclass
+class Rig:
+    url: str
+    keys: dict[str, str]
+    registry: KeyRegistry
+    alice: str = field(default_factory=lambda: f"alice-{uuid.uuid4().hex[:6]}")
+
+    def h(self, who: str | None) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.keys[who]}"} if who else {}
+
+
+@pytest.fixture(scope="module")
+def rig(serve_http_port, tmp_path_factory):
+    from ray import serve
+
+    from deployments.app import build_app
+
+    tmp = tmp_path_factory.mktemp("access")
+    registry = KeyRegistry(tmp / "access.sqlite")
+    alice = f"alice-{uuid.uuid4().hex[:6]}"
+    keys = {
+        "owner": registry.create(alice, "user")[0],
+        "other": registry.create(f"bob-{uuid.uuid4().hex[:6]}", "user")[0],
+        "admin": registry.create("ops", "admin")[0],
+        "limited": registry.create(f"carol-{uuid.uuid4().hex[:6]}", "user")[0],
+    }
+    access = {
+        "mode": "api_key",
+        "api_keys": {"path": str(tmp / "access.sqlite")},
+        "write_rate_limit": {"limit": WRITE_LIMIT, "window_s": 60},
+    }
+    serve.run(
+        build_app({"config": app_config(tmp, access)}),
+        name="access-it",
+        route_prefix="/",
+        blocking=False,
+        logging_config={"encoding": "JSON"},  # as serve_config.yaml
+    )
+    url = f"http://127.0.0.1:{serve_http_port}"
+    wait_healthy(url)
+    yield Rig(url, keys, registry, alice)
+    serve.delete("access-it")
+    registry.close()
+
+
+def call(rig: Rig, who: str | None, method: str, path: str, **kw) -> httpx.Response:
+    return httpx.request(method, rig.url + path, headers=rig.h(who) | kw.pop("headers", {}), timeout=60, **kw)
+
+
+def leaks(response: httpx.Response, *ids: str) -> list[str]:
+    return [s for s in (*LEAKS, *ids) if s in response.text]
+
+
+def create(rig: Rig, who: str, content: str, **params) -> dict:
+    r = call(rig, who, "POST", "/v1/memory", json={"memories": [{"content": content}]}, params=params)
+    assert r.status_code == 201, r.text
+    return r.json()["memories"][0]
+
+
+def test_every_endpoint_for_owner_other_user_admin_and_no_identity(rig):
+    """The isolation matrix. ``other`` is a user with a valid key of its own; it tries each
+    endpoint on Alice's memory both by id and by naming her (``user_id``)."""
+    alice = rig.alice
+    memory = create(rig, "owner", SECRET)
+    mid = memory["id"]
+    assert memory["user_id"] == alice and memory["created_by_user_id"] == alice
+    old = create(rig, "owner", "My favourite colour is green.")
+    new = create(rig, "owner", "My favourite colour is blue.")
+    assert call(rig, "owner", "GET", f"/v1/memory/{old['id']}").json()["state"] == "superseded", new
+    export_line = json.dumps({"content": "I was born in Lisbon.", "type": "semantic"})
+    search = {"query": "what is my locker code", "threshold": 0.0}
+    as_alice = {"user_id": alice}
+    # (method, path, kwargs) → expected status for owner, other (by id), other naming alice, admin naming alice, none
+    rows = [
+        ("GET", "/v1/me", {}, 200, 200, None, 200, 401),
+        ("GET", "/v1/memory", {}, 200, 200, 403, 200, 401),
+        ("POST", "/v1/memory/search", {"json": search}, 200, 200, 403, 200, 401),
+        ("GET", f"/v1/memory/{mid}", {}, 200, 404, 403, 200, 401),
+        ("GET", f"/v1/memory/{mid}/history", {}, 200, 404, 403, 200, 401),
+        ("PATCH", f"/v1/memory/{mid}", {"json": {"importance": 0.9}}, 200, 404, 403, 200, 401),
+        ("GET", "/v1/memory/export", {}, 200, 200, 403, 200, 401),
+        ("POST", "/v1/memory/import", {"content": export_line}, 200, 200, 403, 200, 401),
+        ("POST", "/v1/memory", {"json": {"memories": [{"content": "I like tea."}]}}, 201, 201, 403, 201, 401),
+        ("POST", "/v1/memory/consolidate", {}, 403, 403, 403, 200, 401),
+        ("POST", f"/v1/memory/{old['id']}/restore", {}, 403, 403, 403, 200, 401),
+        ("POST", f"/v1/memory/{mid}/unmerge", {}, 403, 403, 403, 400, 401),
+        ("DELETE", "/v1/memory", {"params": {"project_id": "nothing-here"}}, 200, 200, 403, 200, 401),
+        ("GET", "/v1/admin/users", {}, 403, 403, None, 200, 401),
+        ("GET", "/v1/admin/stats", {}, 403, 403, None, 200, 401),
+        ("GET", "/v1/admin/keys", {}, 403, 403, 403, 200, 401),
+        ("POST", "/v1/admin/keys", {"json": {"user_id": "mallory", "role": "admin"}}, 403, 403, None, 201, 401),
+        ("GET", "/v1/models", {}, 200, 200, None, 200, 401),
+        ("POST", "/v1/embeddings", {"json": {"input": "hello"}}, 200, 200, None, 200, 401),
+        ("DELETE", f"/v1/memory/{mid}", {}, None, 404, 403, 200, 401),  # the admin deletes it last
+    ]
+    for method, path, kw, owner, other, other_naming, admin, anonymous in rows:
+        params = kw.get("params", {})
+        expected = {
+            ("owner", False): owner,
+            ("other", False): other,
+            ("other", True): other_naming,
+            ("admin", True): admin,
+            (None, False): anonymous,
+        }
+        for (who, naming), status in expected.items():
+            if status is None:
+                continue
+            r = call(rig, who, method, path, **{**kw, "params": params | (as_alice if naming else {})})
+            assert r.status_code == status, f"{method} {path} as {who}{' naming alice' if naming else ''}: {r.text}"
+            if r.status_code >= 400:
+                assert set(r.json()["error"]) == {"code", "message"}
+            if who in ("other", None):  # the ids the caller sent may come back in a message
+                ids = [i for i in (mid, old["id"]) if i not in path]
+                assert not leaks(r, *ids), f"{method} {path} as {who} shows alice's data: {r.text}"
+                assert naming or alice not in r.text
+    # what the rows did, checked where it landed
+    assert call(rig, "owner", "GET", f"/v1/memory/{mid}").status_code == 404  # deleted by the admin
+    assert call(rig, "owner", "GET", f"/v1/memory/{old['id']}").json()["state"] == "active"  # restored by the admin
+    imported = call(rig, "owner", "GET", "/v1/memory", params={"state": "active"}).json()["memories"]
+    assert sum("Lisbon" in m["content"] for m in imported) == 1  # the admin's import found the owner's line
+    # provenance: the owner is alice, the writer the admin
+    for_alice = create(rig, "admin", "I collect stamps from Iceland.", user_id=alice)
+    assert for_alice["user_id"] == alice and for_alice["created_by_user_id"] == "ops"
+
+
+def test_chat_needs_a_key_injects_only_the_callers_memories_and_never_forwards_the_key(rig):
+    create(rig, "owner", SECRET)
+    ask = {"model": "assistant", "messages": [{"role": "user", "content": "What is my locker code?"}]}
+    anonymous = call(rig, None, "POST", "/v1/chat/completions", json=ask)
+    assert anonymous.status_code == 401 and anonymous.json()["error"]["code"] == "unauthorized"
+    owner = call(rig, "owner", "POST", "/v1/chat/completions", json=ask)
+    assert owner.status_code == 200 and "4817" in owner.text
+    # another user, even claiming to be alice through the gateway header, gets none of it
+    spoof = {"x-authz-user-id": rig.alice, "x-authz-role": "admin"}
+    other = call(rig, "other", "POST", "/v1/chat/completions", json=ask, headers=spoof)
+    assert other.status_code == 200 and not leaks(other)
+    listing = call(rig, "other", "GET", "/v1/memory", headers=spoof).json()
+    assert not any(rig.alice == m["user_id"] for m in listing["memories"])
+    assert call(rig, "other", "GET", "/v1/admin/users", headers=spoof).status_code == 403
+
+
+def test_wrong_and_revoked_keys_are_401_and_keys_are_managed_by_admins(rig):
+    wrong = call(rig, None, "GET", "/v1/memory", headers={"authorization": "Bearer mr_not-a-key"})
+    assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "invalid_api_key"
+    basic = call(rig, None, "GET", "/v1/memory", headers={"authorization": "Basic YWxpY2U6cGFzcw=="})
+    assert basic.status_code == 401
+
+    made = call(rig, "admin", "POST", "/v1/admin/keys", json={"user_id": "dave", "role": "user", "name": "ci"})
+    assert made.status_code == 201, made.text
+    key, key_id = made.json()["key"], made.json()["key_id"]
+    dave = {"authorization": f"Bearer {key}"}
+    me = httpx.get(f"{rig.url}/v1/me", headers=dave).json()
+    assert me == {"user_id": "dave", "role": "user", "mode": "api_key"}
+    listed = call(rig, "admin", "GET", "/v1/admin/keys", params={"user_id": "dave"}).json()["keys"]
+    assert [k["key_id"] for k in listed] == [key_id] and key not in json.dumps(listed)
+
+    revoked = call(rig, "admin", "DELETE", f"/v1/admin/keys/{key_id}")
+    assert revoked.status_code == 200 and revoked.json()["revoked"] == key_id
+    again = httpx.get(f"{rig.url}/v1/me", headers=dave)
+    assert again.status_code == 401 and again.json()["error"]["code"] == "invalid_api_key"
+    assert call(rig, "admin", "DELETE", "/v1/admin/keys/key_unknown").status_code == 404
+    bad_role = call(rig, "admin", "POST", "/v1/admin/keys", json={"user_id": "x", "role": "root"})
+    assert bad_role.status_code == 400
+
+
+def test_admin_lists_users_and_stats_with_counts(rig):
+    create(rig, "owner", "I keep my spare key under the blue pot.")
+    users = {u["user_id"]: u for u in call(rig, "admin", "GET", "/v1/admin/users").json()["users"]}
+    assert users[rig.alice]["memories"] >= 1 and users[rig.alice]["keys"] == 1
+    stats = call(rig, "admin", "GET", "/v1/admin/stats").json()
+    assert stats["users"] == len(users) and stats["memories"] == sum(stats["by_state"].values())
+    assert stats["memories"] == sum(u["memories"] for u in users.values()) == sum(stats["by_type"].values())
+    assert stats["by_state"]["active"] >= 1 and stats["keys"] >= 4
+
+
+def test_writes_beyond_the_per_user_limit_are_429_with_retry_after(rig):
+    statuses = []
+    for i in range(WRITE_LIMIT + 2):
+        r = call(rig, "limited", "POST", "/v1/memory", json={"memories": [{"content": f"My pin number {i} is {i}."}]})
+        statuses.append(r.status_code)
+        if r.status_code == 429:
+            refused = r
+            break
+    assert statuses[:WRITE_LIMIT] == [201] * WRITE_LIMIT and statuses[-1] == 429
+    assert refused.json()["error"]["code"] == "rate_limited" and 1 <= int(refused.headers["retry-after"]) <= 60
+    # reads go on, and other users are not limited by carol's writes
+    assert call(rig, "limited", "GET", "/v1/memory").status_code == 200
+    assert call(rig, "other", "POST", "/v1/memory", json={"memories": [{"content": "I like jazz."}]}).status_code == 201
+    # chat still answers over the limit; its turn is not stored
+    before = call(rig, "limited", "GET", "/v1/memory").json()["total"]
+    said = {"model": "assistant", "messages": [{"role": "user", "content": "My boat is called Seahorse."}]}
+    assert call(rig, "limited", "POST", "/v1/chat/completions", json=said).status_code == 200
+    time.sleep(2)
+    assert call(rig, "limited", "GET", "/v1/memory").json()["total"] == before
+
+
+# --------------------------------------------------------------------------- request ids in the logs
+def log_lines_with(logs_dir: Path, needle: str) -> list[str]:
+    lines = []
+    for path in logs_dir.rglob("*"):
+        if path.is_file() and path.suffix in (".log", ".err", ".out"):
+            with path.open(errors="replace") as f:
+                lines += [line for line in f if needle in line]
+    return lines
+
+
+def test_one_request_id_runs_through_the_ingress_embedder_and_store_shard_logs(rig, ray_session):
+    """A client's ``x-request-id`` comes back on the response and is on the JSON log lines of
+    the ingress, the Embedder (Serve carries it through the handle call) and the store shard
+    (handed over by the ingress), without the memory's text."""
+    request_id = f"trace-{uuid.uuid4().hex}"
+    r = call(
+        rig,
+        "owner",
+        "POST",
+        "/v1/memory",
+        json={"memories": [{"content": "My dentist is Dr. Okafor."}]},
+        headers={"x-request-id": request_id},
+    )
+    assert r.status_code == 201 and r.headers["x-request-id"] == request_id
+    logs_dir = Path(ray_session._private.worker.global_worker.node.get_logs_dir_path())
+    deadline, seen = time.time() + 30, {}
+    while time.time() < deadline:
+        lines = log_lines_with(logs_dir, request_id)
+        records = [json.loads(line[line.index("{") :]) for line in lines if "{" in line]
+        seen = {
+            # Serve names a deployment's lines "<application>_<deployment>"
+            "ingress": [x for x in records if str(x.get("deployment")).endswith("_MemoryIngress")],
+            "embedder": [x for x in records if str(x.get("deployment")).endswith("_Embedder")],
+            "store": [x for x in records if x.get("event") == "store_call"],
+        }
+        if all(seen.values()):
+            break
+        time.sleep(0.5)
+    assert all(seen.values()), {k: len(v) for k, v in seen.items()}
+    assert all(x["request_id"] == request_id for v in seen.values() for x in v)
+    assert {x["operation"] for x in seen["store"]} >= {"write"} and all(x["outcome"] == "ok" for x in seen["store"])
+    assert not any("Okafor" in line for line in log_lines_with(logs_dir, request_id))
+
+
+# --------------------------------------------------------------------------- trusted_header mode
+@pytest.fixture(scope="module")
+def gateway_only_url(serve_http_port, tmp_path_factory):
+    """An application that trusts identity headers only from 198.51.100.0/24 (TEST-NET-2): the
+    test client at 127.0.0.1 is not its gateway."""
+    from ray import serve
+
+    from deployments.app import build_app
+
+    tmp = tmp_path_factory.mktemp("gateway")
+    access = {"trusted_proxies": ["198.51.100.0/24"], "api_keys": {"path": str(tmp / "access.sqlite")}}
+    serve.run(build_app({"config": app_config(tmp, access)}), name="gateway-it", route_prefix="/gw", blocking=False)
+    url = f"http://127.0.0.1:{serve_http_port}/gw"
+    wait_healthy(url)
+    yield url
+    serve.delete("gateway-it")
+
+
+def test_identity_headers_from_an_untrusted_peer_are_refused(gateway_only_url):
+    h = {"x-authz-user-id": "alice"}
+    r = httpx.get(f"{gateway_only_url}/v1/memory", headers=h, timeout=30)
+    assert r.status_code == 403 and r.json()["error"]["code"] == "untrusted_identity"
+    r = httpx.post(
+        f"{gateway_only_url}/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+        headers={"x-authz-user-id": "alice", "x-authz-role": "admin"},
+        timeout=30,
+    )
+    assert r.status_code == 403
+    # without identity headers the proxy still works, without memory
+    r = httpx.post(
+        f"{gateway_only_url}/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+        timeout=30,
+    )
+    assert r.status_code == 200 and r.headers["x-memory-skipped"] == "no_user"

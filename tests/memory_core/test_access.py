@@ -1,0 +1,196 @@
+"""Identity and access (``memory_core.access``): API keys stored hashed, the two modes of
+``Authenticator``, acting for another user, the per-user write rate limit."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import pytest
+
+from memory_core.access import (
+    KEY_PREFIX,
+    Authenticator,
+    KeyRegistry,
+    Principal,
+    Role,
+    WriteRateLimiter,
+    key_digest,
+    parse_bearer,
+)
+from memory_core.config import AccessSettings, load_config
+from memory_core.errors import (
+    ConfigError,
+    Forbidden,
+    InvalidApiKey,
+    InvalidInput,
+    KeyNotFound,
+    RateLimited,
+    UntrustedIdentity,
+)
+
+
+@pytest.fixture
+def registry(tmp_path):
+    r = KeyRegistry(tmp_path / "keys" / "access.sqlite")
+    yield r
+    r.close()
+
+
+def api_key_auth(registry, **env) -> Authenticator:
+    settings = AccessSettings(mode="api_key", api_keys={"admin_key_env": "BOOT_KEY" if env else None})
+    return Authenticator(settings, registry, env)
+
+
+# --------------------------------------------------------------------------- registry
+def test_a_created_key_is_stored_only_as_its_digest(registry):
+    key, record = registry.create("alice", "user", "laptop")
+    assert key.startswith(KEY_PREFIX) and len(key) == len(KEY_PREFIX) + 43
+    assert record.user_id == "alice" and record.role is Role.USER and record.revoked_at is None
+    raw = open(registry.path, "rb").read() + open(registry.path + "-wal", "rb").read()
+    assert key.encode() not in raw
+    rows = sqlite3.connect(registry.path).execute("SELECT digest FROM api_keys").fetchall()
+    assert rows == [(key_digest(key),)]
+
+
+def test_verify_maps_a_key_to_its_user_and_role_until_revoked(registry):
+    key, record = registry.create("root", Role.ADMIN)
+    other, _ = registry.create("bob")
+    assert registry.verify(key) == Principal("root", Role.ADMIN)
+    assert registry.verify(other) == Principal("bob", Role.USER)
+    assert registry.verify(key + "x") is None
+    revoked = registry.revoke(record.key_id)
+    assert revoked.revoked_at is not None
+    assert registry.verify(key) is None
+    assert registry.verify(other) == Principal("bob", Role.USER)
+    assert registry.revoke(record.key_id).revoked_at == revoked.revoked_at  # first revocation kept
+
+
+def test_unknown_key_ids_and_bad_key_requests_are_refused(registry):
+    with pytest.raises(KeyNotFound):
+        registry.revoke("key_0000")
+    with pytest.raises(InvalidInput):
+        registry.create("", "user")
+    with pytest.raises(InvalidInput):
+        registry.create("alice", "owner")
+    with pytest.raises(InvalidInput):
+        registry.create("alice", "user", "x\n" * 3)
+
+
+def test_keys_and_users_are_listed_without_the_keys(registry):
+    k1, r1 = registry.create("alice")
+    registry.create("alice", "admin")
+    registry.revoke(r1.key_id)
+    registry.note_user("carol")
+    registry.note_user("carol")
+    assert registry.users() == [("alice", 1), ("carol", 0)]
+    assert [k.user_id for k in registry.keys("alice")] == ["alice", "alice"]
+    assert all(k1 not in str(k.public()) for k in registry.keys())
+
+
+def test_keys_survive_a_reopen(tmp_path):
+    path = tmp_path / "access.sqlite"
+    key, _ = KeyRegistry(path).create("alice")
+    assert KeyRegistry(path).verify(key) == Principal("alice")
+
+
+# --------------------------------------------------------------------------- api_key mode
+def test_api_key_mode_reads_only_the_bearer_key(registry):
+    key, _ = registry.create("bob")
+    auth = api_key_auth(registry)
+    assert auth.identify({"authorization": f"Bearer {key}"}, "203.0.113.9") == Principal("bob")
+    assert auth.identify({"authorization": f"bearer   {key}"}, None) == Principal("bob")
+    # a client-chosen identity header is not an identity in this mode
+    assert auth.identify({"x-authz-user-id": "alice", "x-authz-role": "admin"}, "127.0.0.1") is None
+    assert auth.identify({"authorization": f"Bearer {key}", "x-authz-user-id": "alice"}, "127.0.0.1").user_id == "bob"
+
+
+@pytest.mark.parametrize("value", ["Bearer nope", "Basic YWxpY2U6cHc=", "Bearer", key_digest("x"), "Token mr_x"])
+def test_api_key_mode_refuses_wrong_keys_with_401(registry, value):
+    registry.create("bob")
+    with pytest.raises(InvalidApiKey):
+        api_key_auth(registry).identify({"authorization": value}, None)
+
+
+def test_a_stored_digest_is_not_a_key(registry):
+    key, _ = registry.create("bob")
+    with pytest.raises(InvalidApiKey):
+        api_key_auth(registry).identify({"authorization": f"Bearer {key_digest(key)}"}, None)
+
+
+def test_the_bootstrap_admin_key_comes_from_the_environment(registry):
+    auth = api_key_auth(registry, BOOT_KEY="s3cret-bootstrap")
+    assert auth.identify({"authorization": "Bearer s3cret-bootstrap"}, None) == Principal("admin", Role.ADMIN)
+    with pytest.raises(ConfigError, match="BOOT_KEY"):
+        api_key_auth(registry, OTHER="x")  # named but unset: the replica must not start keyless
+
+
+def test_parse_bearer():
+    assert parse_bearer("Bearer abc") == "abc"
+    with pytest.raises(InvalidApiKey):
+        parse_bearer("abc")
+
+
+# --------------------------------------------------------------------------- trusted_header mode
+def test_trusted_header_mode_honours_identity_only_from_trusted_peers():
+    auth = Authenticator(AccessSettings(trusted_proxies=["10.0.0.0/8", "::1/128"]), None, {})
+    assert auth.identify({"x-authz-user-id": "alice"}, "10.1.2.3") == Principal("alice", Role.USER)
+    assert auth.identify({"x-authz-user-id": "alice", "x-authz-role": "ADMIN"}, "::1") == Principal("alice", Role.ADMIN)
+    assert auth.identify({}, "198.51.100.7") is None  # no identity from anyone: anonymous
+    for headers in ({"x-authz-user-id": "alice"}, {"x-authz-role": "admin"}):
+        for peer in ("198.51.100.7", None, "not-an-ip"):
+            with pytest.raises(UntrustedIdentity):
+                auth.identify(headers, peer)
+    with pytest.raises(InvalidInput):
+        auth.identify({"x-authz-user-id": "alice", "x-authz-role": "root"}, "10.0.0.1")
+    # an Authorization header means nothing to this mode (it goes to the upstream)
+    assert auth.identify({"authorization": "Bearer whatever"}, "10.0.0.1") is None
+
+
+def test_access_settings_validate_networks_and_variable_names():
+    with pytest.raises(ConfigError, match="global.access.trusted_proxies"):
+        load_config({"global": {"access": {"trusted_proxies": ["10.0.0.0/33"]}}})
+    with pytest.raises(ConfigError, match="global.access.api_keys.admin_key_env"):
+        load_config({"global": {"access": {"api_keys": {"admin_key_env": "not a name"}}}})
+    with pytest.raises(ConfigError, match="global.access.mode"):
+        load_config({"global": {"access": {"mode": "open"}}})
+
+
+# --------------------------------------------------------------------------- roles
+def test_a_user_acts_only_on_its_own_memories_and_an_admin_on_anyones():
+    alice, root = Principal("alice"), Principal("root", Role.ADMIN)
+    assert alice.owner(None) == "alice" and alice.owner("alice") == "alice"
+    with pytest.raises(Forbidden):
+        alice.owner("bob")
+    with pytest.raises(Forbidden):
+        alice.require_admin("listing users")
+    assert root.owner("bob") == "bob" and root.owner(None) == "root"
+    with pytest.raises(InvalidInput):
+        root.owner(" bob")  # the owner id rule holds for admins too
+
+
+# --------------------------------------------------------------------------- rate limit
+def test_writes_beyond_the_limit_are_refused_with_a_retry_time_until_the_window_moves():
+    limiter = WriteRateLimiter(limit=3, window_s=1)
+    for _ in range(3):
+        limiter.take("alice")
+    with pytest.raises(RateLimited) as refused:
+        limiter.take("alice")
+    assert refused.value.retry_after_s == 1
+    limiter.take("bob")  # per user
+    assert not limiter.allow("alice")
+    time.sleep(1.1)
+    assert limiter.allow("alice")
+
+
+def test_a_zero_limit_is_off():
+    limiter = WriteRateLimiter(limit=0, window_s=60)
+    for _ in range(1000):
+        limiter.take("alice")
+
+
+def test_rate_limited_survives_pickling():
+    import pickle
+
+    again = pickle.loads(pickle.dumps(RateLimited("slow down", 7)))
+    assert again.retry_after_s == 7 and str(again) == "slow down"
