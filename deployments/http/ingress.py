@@ -76,6 +76,7 @@ from .schemas import (
     UsersOut,
 )
 from .streaming import close_quietly, relay
+from .ui import review_page_response
 
 log = logging.getLogger("ray.serve")
 app = FastAPI(title="memory-router", version="0.1.0", responses=DOCUMENTED_ERRORS)
@@ -825,3 +826,10 @@ class MemoryIngress:
             checks["embedder_error"] = repr(e)
         ok = checks["store"] and checks["embedder"]
         return JSONResponse(status_code=200 if ok else 503, content={"status": "ok" if ok else "degraded", **checks})
+
+    # ------------------------------------------------------------------ the review page
+    @app.get("/ui", include_in_schema=False)
+    async def review_page(self) -> Response:
+        """The memory review page (``deployments/http/ui``): static HTML and JavaScript that sign
+        in with an API key and call this API; answered with its Content-Security-Policy."""
+        return review_page_response()
