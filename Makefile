@@ -20,13 +20,28 @@ install: $(BIN)/.installed
 run: install
 	$(BIN)/serve run serve_config.yaml
 
+# Chromium for the review page's browser test (tests/ui, Playwright driving the system's
+# browser: nothing is downloaded by Playwright). Installed once from Debian's packages when
+# missing; without root or apt-get it says so and tests/ui skips, naming the reason.
+browser:
+	@if command -v chromium >/dev/null 2>&1; then \
+		echo "browser: $$(command -v chromium)"; \
+	elif [ "$$(id -u)" != 0 ]; then \
+		echo "browser: chromium is not installed and this is not root: tests/ui will be skipped"; \
+	elif ! command -v apt-get >/dev/null 2>&1; then \
+		echo "browser: chromium is not installed and there is no apt-get: tests/ui will be skipped"; \
+	else \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium) \
+			|| echo "browser: installing chromium failed: tests/ui will be skipped"; \
+	fi
+
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint
-	$(BIN)/pytest -q -p no:cacheprovider
+test: lint browser
+	$(BIN)/pytest -q -rs -p no:cacheprovider
 	bash e2e/run_against_serve.sh
 
-.PHONY: install run lint test
+.PHONY: install run lint test browser
