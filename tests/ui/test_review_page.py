@@ -308,3 +308,38 @@ def test_a_wrong_key_is_refused_and_nothing_is_kept(open_page):
     expect(ui.testid("error")).to_contain_text("401 invalid_api_key")
     expect(ui.testid("review")).to_be_hidden()
     assert ui.page.evaluate("sessionStorage.length") == 0
+
+
+def test_pages_and_filters_by_type_and_project(open_page, base_url):
+    from playwright.sync_api import expect
+
+    user_id, key = new_user(base_url)
+    notes = [{"content": f"Visited museum number {i} on the trip.", "type": "episodic"} for i in range(12)]
+    with client(base_url, key) as api:
+        r = api.post("/v1/memory", json={"memories": notes})
+        assert r.status_code == 201, r.text
+        assert [o["outcome"] for o in r.json()["outcomes"]] == ["created"] * 12
+        write(api, "My favourite museum is the Prado.", project_id="home")
+
+    ui = open_page()
+    ui.sign_in(key, f"Signed in as {user_id} (user)")
+    ui.testid("page-size").select_option("10")
+    ui.testid("apply").click()
+    expect(ui.testid("summary")).to_have_text(f"Memories 1–10 of 13 (memories of {user_id})")
+    expect(ui.testid("memory-row")).to_have_count(10)
+    expect(ui.testid("page-prev")).to_be_disabled()
+    ui.testid("page-next").click()
+    expect(ui.testid("summary")).to_have_text(f"Memories 11–13 of 13 (memories of {user_id})")
+    expect(ui.testid("memory-row")).to_have_count(3)
+    expect(ui.testid("page-next")).to_be_disabled()
+    ui.testid("page-prev").click()
+    expect(ui.testid("summary")).to_have_text(f"Memories 1–10 of 13 (memories of {user_id})")
+
+    ui.testid("filter-type").select_option("episodic")
+    ui.testid("apply").click()
+    expect(ui.testid("summary")).to_have_text(f"Memories 1–10 of 12 (memories of {user_id})")
+    ui.testid("filter-type").select_option("")
+    ui.testid("filter-project").fill("home")
+    ui.testid("apply").click()
+    expect(ui.testid("summary")).to_have_text(f"Memories 1–1 of 1 (memories of {user_id})")
+    expect(ui.row("Prado").get_by_test_id("memory-project")).to_have_text("home")
