@@ -243,12 +243,24 @@ class Embedder:
             counts = await asyncio.to_thread(self.encoder.count_tokens, texts)
         cfg = self._config
         cap = self.max_seq_length
+        if len(texts) >= cfg["max_batch_size"]:
+            # a bulk request fills a batch by itself: one encoder call plans its forward passes
+            # over all of it (longest first, within max_batch_size/max_batch_tokens) instead of
+            # cutting it into batches in arrival order behind the other callers' items
+            self._metrics.observe("llm_memory_embedder_batch_size", float(len(texts)))
+            self._metrics.observe("llm_memory_embedder_queue_seconds", 0.0)
+            results = await self.encode_batch_async(list(texts), counts)
+            return self._response(results)
         enqueued = time.monotonic()
         items = [
             _Item(t, min(c, cap) if cap else c, c, cfg["max_batch_size"], cfg["max_batch_tokens"], enqueued)
             for t, c in zip(texts, counts, strict=True)
         ]
-        results = await asyncio.gather(*(self._embed_one(it) for it in items))
+        return self._response(await asyncio.gather(*(self._embed_one(it) for it in items)))
+
+    def _response(self, results: list[tuple[list[float], bool, int]]) -> EmbedResponse:
+        """The answer for per-text ``(vector, truncated, tokens)`` results, in input order."""
+        cap = self.max_seq_length
         return EmbedResponse(
             embeddings=[r[0] for r in results],
             identity=self.identity.digest,

@@ -502,7 +502,9 @@ class MemoryIngress:
         principal = self._caller(request)
         user_id = self._write_as(principal, owner)
         contents = [m.content for m in body.memories]  # cleaned and checked by the body model
+        started = time.perf_counter()
         batch = await self._embed(contents)
+        embedded = time.perf_counter()
         memories = [
             Memory(
                 content=content,
@@ -524,8 +526,10 @@ class MemoryIngress:
         # validated as a whole first (nothing is written when one is refused), then each
         # curated: a fact already held reinforces its record, a new value supersedes
         results = await self.store.write(memories)
+        written = time.perf_counter()
         return JSONResponse(
             status_code=201,
+            headers={"server-timing": server_timing(embed=embedded - started, write=written - embedded)},
             content={
                 "memories": [r.memory.public() for r in results],
                 "outcomes": [

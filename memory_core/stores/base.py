@@ -20,6 +20,8 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
+
 from ..errors import (
     DuplicateMemory,
     EmbeddingIdentityMismatch,
@@ -289,15 +291,18 @@ class MemoryStore(ABC):
             raise EmbeddingIdentityMismatch(
                 f"vector of model identity {identity!r} offered to a store of identity {self.identity!r}"
             )
-        vec = [float(x) for x in vector]
-        if len(vec) != self.dimension:
-            raise InvalidInput(f"vector has {len(vec)} dimensions; the store expects {self.dimension}")
-        norm = math.sqrt(sum(x * x for x in vec))
+        try:
+            arr = np.asarray(vector, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise InvalidInput("vector must be a list of numbers") from None
+        if arr.ndim != 1 or len(arr) != self.dimension:
+            raise InvalidInput(f"vector has {arr.size} dimensions; the store expects {self.dimension}")
+        norm = float(np.sqrt(np.dot(arr, arr)))
         if not math.isfinite(norm) or norm == 0.0:
             raise InvalidInput("vector must be finite and non-zero")
         if abs(norm - 1.0) > 1e-3:
-            vec = [x / norm for x in vec]
-        return vec
+            arr = arr / norm
+        return arr.tolist()
 
     def _lock(self, user_id: str) -> asyncio.Lock:
         return self._user_locks[user_id]

@@ -100,6 +100,15 @@ class _BatchPlan:
     held: dict[str, Memory] = field(default_factory=dict)
     supersede_stored: dict[str, tuple[str, str]] = field(default_factory=dict)
     reinforce_stored: dict[str, tuple[int, str | None, float]] = field(default_factory=dict)
+    _units: dict[tuple[str, int], Any] = field(default_factory=dict)
+
+    def unit(self, memory: Memory) -> Any:
+        """``unit_vector(memory.embedding)``, computed once per memory and vector within the
+        batch (every later memory of the batch is compared with every earlier one)."""
+        key = (memory.id, id(memory.embedding))  # a refined memory carries a new vector
+        if key not in self._units:
+            self._units[key] = unit_vector(memory.embedding)
+        return self._units[key]
 
     def reinforce(self, old: Memory, new: Memory, *, refine: bool, now: datetime) -> Memory:
         """``old`` holds ``new``'s fact: access count +1, last accessed, importance
@@ -373,12 +382,12 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         too for an episodic memory."""
         s = self.settings
         types = (memory.type, MemoryType.SEMANTIC) if memory.type == MemoryType.EPISODIC else (memory.type,)
-        query = unit_vector(memory.embedding)
+        query = plan.unit(memory)
         pending = []
         for m in plan.new.values():
             if m.state != MemoryState.ACTIVE or m.type not in types or m.project_id != memory.project_id:
                 continue
-            cos = cosine(unit_vector(m.embedding), query) if query is not None else None
+            cos = cosine(plan.unit(m), query) if query is not None else None
             if cos is not None and cos >= s.candidate_min_cosine:
                 pending.append((m, cos))
         pending.sort(key=lambda mc: -mc[1])
