@@ -33,7 +33,6 @@ import httpx
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from memory_core.locomo import (
     dia_ids_of,
@@ -41,8 +40,8 @@ from memory_core.locomo import (
     load_samples,
     questions,
     recall_at_k,
+    recall_table,
     search_body,
-    summarize,
     turns,
 )
 
@@ -137,12 +136,11 @@ def main(
     rows = runs[0][0]
     if any(r != rows for r, _, _ in runs[1:]):
         console.print("[yellow]recall differed between passes; the table shows the first pass[/yellow]")
-    table = Table(title=f"LoCoMo evidence recall through {url} ({len(samples)} conversations, threshold {threshold})")
-    for col in ("questions", "n", "recall@5", "recall@10"):
-        table.add_column(col)
-    for name, s in summarize(rows).items():
-        table.add_row(name, str(s["n"]), f"{s['r@5']:.3f}", f"{s['r@10']:.3f}")
-    console.print(table)
+    console.print(
+        recall_table(
+            rows, f"LoCoMo evidence recall through {url} ({len(samples)} conversations, threshold {threshold})"
+        )
+    )
     console.print(
         f"ingest: {stored} memories in {ingest_s:.1f} s = {stored / ingest_s:.1f} memories/s "
         f"(batch {batch}, {concurrency} conversations in parallel)"

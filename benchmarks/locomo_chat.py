@@ -36,11 +36,10 @@ from pathlib import Path
 import httpx
 import typer
 from rich.console import Console
-from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from memory_core.locomo import evaluate, feed_chat, ingest_rest, load_samples, settle, summarize, turns
+from memory_core.locomo import evaluate, feed_chat, ingest_rest, load_samples, recall_table, settle, summarize, turns
 
 app = typer.Typer(add_completion=False)
 console = Console()
@@ -125,12 +124,11 @@ async def run_mode(client: httpx.AsyncClient, mode: str, samples: list[dict], ar
 
 
 def show(result: ModeResult, n_conv: int) -> None:
-    table = Table(title=f"LoCoMo through {result.mode} ({n_conv} conversations, evidence found by containment)")
-    for col in ("questions", "n", "recall@5", "recall@10"):
-        table.add_column(col)
-    for name, s in summarize(result.rows).items():
-        table.add_row(name, str(s["n"]), f"{s['r@5']:.3f}", f"{s['r@10']:.3f}")
-    console.print(table)
+    console.print(
+        recall_table(
+            result.rows, f"LoCoMo through {result.mode} ({n_conv} conversations, evidence found by containment)"
+        )
+    )
     total = sum(result.states.values())
     console.print(
         f"{result.mode}: {result.requests} requests in {result.seconds:.1f} s; "

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import httpx
+from rich.table import Table
 
 from .retrieval.timeparse import parse_session_date
 
@@ -211,6 +212,16 @@ def summarize(rows: Iterable[tuple[int, float, float]]) -> dict[str, dict[str, f
         name: {"n": len(v), "r@5": sum(a for a, _ in v) / len(v), "r@10": sum(b for _, b in v) / len(v)}
         for name, v in sorted(groups.items(), key=lambda kv: (kv[0] != "overall", kv[0]))
     }
+
+
+def recall_table(rows: Iterable[tuple[int, float, float]], title: str) -> Table:
+    """``summarize(rows)`` as a rich table: questions, n, recall@5, recall@10 per line."""
+    table = Table(title=title)
+    for col in ("questions", "n", "recall@5", "recall@10"):
+        table.add_column(col)
+    for name, s in summarize(rows).items():
+        table.add_row(name, str(s["n"]), f"{s['r@5']:.3f}", f"{s['r@10']:.3f}")
+    return table
 
 
 def normalize(text: str) -> str:
