@@ -6,8 +6,9 @@ Commands, one module per group (each command: parse options, talk to the service
 - ``memories``: ``export`` (``GET /v1/memory/export`` → JSONL), ``import`` (JSONL →
   ``POST /v1/memory/import`` in chunks);
 - ``admin``: ``consolidate`` (``POST /v1/memory/consolidate``, one user or ``--all``),
-  ``stats`` (``GET /v1/admin/stats`` and ``/v1/admin/users``), ``keys create|list|revoke``
-  (``/v1/admin/keys``);
+  ``stats`` (``GET /v1/admin/stats`` and ``/v1/admin/users``);
+- ``keys``: ``keys create|list|revoke`` (``/v1/admin/keys``, or ``--db``: the key database
+  itself, for the first admin key);
 - ``replay``: ``replay-locomo`` (LoCoMo conversations into the service, ``--evaluate`` for
   evidence recall);
 - ``migrate``: re-embed memories into a new model's collection, store to store (no service:
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import typer
 
-from . import admin, memories, migrate, replay
+from . import admin, keys, memories, migrate, replay
 
 app = typer.Typer(
     name="memory-router",
@@ -37,7 +38,7 @@ app.command("export")(memories.export_cmd)
 app.command("import")(memories.import_cmd)
 app.command("consolidate")(admin.consolidate_cmd)
 app.command("stats")(admin.stats_cmd)
-app.add_typer(admin.keys_app, name="keys")
+app.add_typer(keys.keys_app, name="keys")
 app.command("replay-locomo")(replay.replay_cmd)
 app.command("migrate")(migrate.migrate_cmd)
 

@@ -1,5 +1,5 @@
-"""Admin commands over the service's API (``access_contract``): ``consolidate``, ``stats`` and
-``keys create|list|revoke``.
+"""Admin commands over the service's API: ``consolidate`` and ``stats`` (``keys`` has its own
+module).
 
 - ``consolidate`` — ``POST /v1/memory/consolidate`` for the caller, one user (``--user-id``,
   ``?user_id=``) or every user ``GET /v1/admin/users`` lists (``--all``, with a progress bar);
@@ -7,10 +7,6 @@
   consolidated, expired purged, seconds). With ``--all`` a user whose pass failed is listed
   with its error and the command exits 1; an identity or role error (401/403) stops it.
 - ``stats`` — ``GET /v1/admin/stats`` and ``GET /v1/admin/users`` as tables.
-- ``keys create`` — ``POST /v1/admin/keys``: the new key is printed once, alone on stdout
-  (``KEY=$(memory-router keys create ...)``), its id and owner on stderr.
-- ``keys list`` — ``GET /v1/admin/keys`` (never the keys themselves); ``keys revoke KEY_ID`` —
-  ``DELETE /v1/admin/keys/{key_id}``.
 
 Tables go to stdout, progress and messages to stderr.
 """
@@ -19,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 from typing import TYPE_CHECKING, Annotated, Any
-from urllib.parse import quote
 
 import typer
 from rich.table import Table
@@ -30,7 +25,6 @@ from .common import (
     ApiKey,
     BaseUrl,
     CliError,
-    Role,
     RoleOpt,
     Service,
     Timeout,
@@ -50,7 +44,6 @@ if TYPE_CHECKING:
 CONSOLIDATE_PATH = "/v1/memory/consolidate"
 USERS_PATH = "/v1/admin/users"
 STATS_PATH = "/v1/admin/stats"
-KEYS_PATH = "/v1/admin/keys"
 SHOWN_MERGED = 3
 
 
@@ -179,76 +172,3 @@ def stats_cmd(
         table.add_row(str(u["user_id"]), str(u.get("memories", "")), str(u.get("keys", "")))
     for t in (summary, by_state, by_type, table):
         stdout.print(t)
-
-
-# --------------------------------------------------------------------------- keys
-keys_app = typer.Typer(
-    name="keys", help="API keys (admin): create, list, revoke.", no_args_is_help=True, add_completion=False
-)
-
-
-@keys_app.command("create")
-def keys_create(
-    key_user: Annotated[str, typer.Option("--user-id", help="The user the key identifies.")],
-    key_role: Annotated[Role, typer.Option("--role", help="The key's role.")] = Role.user,
-    name: Annotated[str | None, typer.Option("--name", help="A label for the key (who/what uses it).")] = None,
-    base_url: BaseUrl = DEFAULT_URL,
-    api_key: ApiKey = None,
-    user: UserOpt = None,
-    as_role: Annotated[
-        Role | None, typer.Option("--as-role", help="Role sent as x-authz-role with --user (trusted_header mode).")
-    ] = None,
-    timeout: Timeout = 60.0,
-) -> None:
-    """Create an API key; prints the key (shown once) alone on stdout and its id on stderr."""
-    svc = service(base_url, api_key, user, as_role, timeout)
-    with svc.reported(), svc.client() as client:
-        answer = svc.call(client, "POST", KEYS_PATH, json={"user_id": key_user, "role": key_role.value, "name": name})
-        try:
-            key, key_id = str(answer["key"]), str(answer["key_id"])
-        except (KeyError, TypeError) as e:
-            raise CliError(f"unexpected answer of {KEYS_PATH}: {str(answer)[:300]}") from e
-    typer.echo(key)
-    console.print(
-        f"key id {key_id} for user {answer.get('user_id', key_user)!r} (role {answer.get('role', key_role.value)}); "
-        "the key is shown only now: keep it",
-        highlight=False,
-    )
-
-
-@keys_app.command("list")
-def keys_list(
-    base_url: BaseUrl = DEFAULT_URL,
-    api_key: ApiKey = None,
-    user: UserOpt = None,
-    role: RoleOpt = None,
-    timeout: Timeout = 60.0,
-) -> None:
-    """List the API keys (id, user, role, name, created, revoked); never the keys themselves."""
-    svc = service(base_url, api_key, user, role, timeout)
-    with svc.reported(), svc.client() as client:
-        answer = svc.call(client, "GET", KEYS_PATH)
-        try:
-            keys = list(answer["keys"])
-        except (KeyError, TypeError) as e:
-            raise CliError(f"unexpected answer of {KEYS_PATH}: {str(answer)[:300]}") from e
-    table = new_table("key id", "user", "role", "name", "created", "revoked", title=f"API keys ({len(keys)})")
-    for k in keys:
-        table.add_row(*(str(k.get(f) or "") for f in ("key_id", "user_id", "role", "name", "created_at", "revoked_at")))
-    stdout.print(table)
-
-
-@keys_app.command("revoke")
-def keys_revoke(
-    key_id: Annotated[str, typer.Argument(help="The key's id (keys list shows them).")],
-    base_url: BaseUrl = DEFAULT_URL,
-    api_key: ApiKey = None,
-    user: UserOpt = None,
-    role: RoleOpt = None,
-    timeout: Timeout = 60.0,
-) -> None:
-    """Revoke an API key: requests with it are refused (401) from now on."""
-    svc = service(base_url, api_key, user, role, timeout)
-    with svc.reported(), svc.client() as client:
-        svc.call(client, "DELETE", f"{KEYS_PATH}/{quote(key_id, safe='')}")
-    console.print(f"revoked {key_id}", highlight=False)

@@ -21,7 +21,6 @@ import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from enum import Enum
 from typing import Annotated, Any
 
 import httpx
@@ -30,9 +29,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Column, Table
 
-from ..sanitize import USER_HEADER
+from ..access import Role
+from ..sanitize import ROLE_HEADER, USER_HEADER
 
-ROLE_HEADER = "x-authz-role"
 API_KEY_ENV = "MEMORY_ROUTER_API_KEY"
 URL_ENV = "MEMORY_ROUTER_URL"
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -49,13 +48,6 @@ MAX_RETRY_AFTER_S = 30.0
 console = Console(stderr=True, soft_wrap=True)
 """Messages, progress bars and errors: stderr (stdout carries data: an export, a new key, tables)."""
 stdout = Console()
-
-
-class Role(str, Enum):
-    """The roles of the access contract."""
-
-    user = "user"
-    admin = "admin"
 
 
 BaseUrl = Annotated[str, typer.Option("--base-url", envvar=URL_ENV, help="Service base URL.")]
