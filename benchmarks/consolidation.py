@@ -24,11 +24,11 @@ import typer
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.locomo_data import load_samples, sessions  # noqa: E402
 from memory_core.chat.pipeline import MemoryPipeline  # noqa: E402
 from memory_core.config import ConsolidationSettings, load_config  # noqa: E402
 from memory_core.curation.consolidate import lost_words  # noqa: E402
 from memory_core.embedding import CoalescingEmbedFn, LocalEncoder  # noqa: E402
+from memory_core.locomo import load_samples, sessions  # noqa: E402
 from memory_core.sanitize import RequestContext  # noqa: E402
 from memory_core.stores import make_store  # noqa: E402
 from memory_core.types import MemoryState  # noqa: E402

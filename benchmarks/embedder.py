@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks.locomo_data import default_path
 from memory_core.config import EmbeddingSettings
 from memory_core.embedding import compute_identity, resolve_model_path
+from memory_core.locomo import default_path
 
 LOCOMO = default_path()
 console = Console()

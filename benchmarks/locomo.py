@@ -1,7 +1,7 @@
 """Replay LoCoMo conversations into a running memory-router over HTTP and measure retrieval.
 
 Each conversation is one user; each dialogue turn becomes one memory created through
-``POST /v1/memory`` (content ``"Speaker: text"``, metadata keeps ``dia_id``, ``session_date``,
+``POST /v1/memory`` (``memory_core.locomo.ingest_rest``) (content ``"Speaker: text"``, metadata keeps ``dia_id``, ``session_date``,
 ``speaker``, ``session``; ``created_at`` = the session date). Then every category 1–4 question
 with evidence is searched as that user through ``POST /v1/memory/search``.
 
@@ -33,9 +33,17 @@ import httpx
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from benchmarks.locomo_data import dia_ids_of, load_samples, questions, recall_at_k, summarize, turns
+from memory_core.locomo import (
+    dia_ids_of,
+    ingest_rest,
+    load_samples,
+    questions,
+    recall_at_k,
+    recall_table,
+    search_body,
+    turns,
+)
 
 app = typer.Typer(add_completion=False)
 
@@ -45,33 +53,6 @@ def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     rank = max(1, int(round(q / 100 * len(ordered) + 0.5)))
     return ordered[min(rank, len(ordered)) - 1]
-
-
-async def ingest(client: httpx.AsyncClient, user_id: str, sample: dict, batch: int, progress=None, task=None) -> int:
-    """Store every turn of ``sample`` as one episodic memory of ``user_id`` through
-    ``POST /v1/memory`` in batches of ``batch``; ``progress``/``task``: a rich progress bar to
-    advance (optional). Returns the number of turns."""
-    items = turns(sample)
-    for start in range(0, len(items), batch):
-        chunk = items[start : start + batch]
-        body = {
-            "memories": [
-                {
-                    "content": t.content,
-                    "type": "episodic",
-                    "metadata": t.metadata,
-                    "created_at": t.created_at.isoformat(),
-                    "source": "locomo",
-                    "conversation_id": sample["sample_id"],
-                }
-                for t in chunk
-            ]
-        }
-        r = await client.post("/v1/memory", json=body, headers={"x-authz-user-id": user_id})
-        r.raise_for_status()
-        if progress is not None:
-            progress.advance(task, len(chunk))
-    return len(items)
 
 
 @app.command()
@@ -105,7 +86,13 @@ def main(
 
                 async def one(sample):
                     async with gate:
-                        return await ingest(client, users[sample["sample_id"]], sample, batch, progress, t_ingest)
+                        return await ingest_rest(
+                            client,
+                            sample,
+                            headers={"x-authz-user-id": users[sample["sample_id"]]},
+                            batch=batch,
+                            on_progress=lambda n: progress.advance(t_ingest, n),
+                        )
 
                 started = time.perf_counter()
                 stored = sum(await asyncio.gather(*(one(s) for s in samples)))
@@ -116,9 +103,7 @@ def main(
                     t_search = progress.add_task(f"search questions (pass {n + 1})", total=len(qs))
                     rows, latencies, server = [], [], {}
                     for sample_id, q in qs:
-                        body = {"query": q.question, "limit": 10}
-                        if search_threshold is not None:
-                            body["threshold"] = search_threshold
+                        body = search_body(q.question, 10, search_threshold)
                         t0 = time.perf_counter()
                         r = await client.post(
                             "/v1/memory/search", json=body, headers={"x-authz-user-id": users[sample_id]}
@@ -151,12 +136,11 @@ def main(
     rows = runs[0][0]
     if any(r != rows for r, _, _ in runs[1:]):
         console.print("[yellow]recall differed between passes; the table shows the first pass[/yellow]")
-    table = Table(title=f"LoCoMo evidence recall through {url} ({len(samples)} conversations, threshold {threshold})")
-    for col in ("questions", "n", "recall@5", "recall@10"):
-        table.add_column(col)
-    for name, s in summarize(rows).items():
-        table.add_row(name, str(s["n"]), f"{s['r@5']:.3f}", f"{s['r@10']:.3f}")
-    console.print(table)
+    console.print(
+        recall_table(
+            rows, f"LoCoMo evidence recall through {url} ({len(samples)} conversations, threshold {threshold})"
+        )
+    )
     console.print(
         f"ingest: {stored} memories in {ingest_s:.1f} s = {stored / ingest_s:.1f} memories/s "
         f"(batch {batch}, {concurrency} conversations in parallel)"

@@ -36,46 +36,14 @@ from pathlib import Path
 import httpx
 import typer
 from rich.console import Console
-from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.locomo import ingest
-from benchmarks.locomo_data import load_samples, questions, recall_at_k, sessions, summarize, turns
+from memory_core.locomo import evaluate, feed_chat, ingest_rest, load_samples, recall_table, settle, summarize, turns
 
 app = typer.Typer(add_completion=False)
 console = Console()
 STATES = ("active", "superseded", "consolidated", "quarantined")
-
-
-def normalize(text: str) -> str:
-    """Lower-cased, whitespace collapsed: how turn texts and memory contents are compared."""
-    return " ".join(text.lower().split())
-
-
-def found_turns(content: str, turn_texts: dict[str, str]) -> list[str]:
-    """dia_ids of the turns whose (normalised, non-empty) text ``content`` contains."""
-    c = normalize(content)
-    return [dia for dia, text in turn_texts.items() if text and text in c]
-
-
-def chat_requests(sample: dict) -> list[list[dict]]:
-    """The ``messages`` of each chat request replaying ``sample``: one per turn of the first
-    speaker, holding the session up to that turn."""
-    conv = sample["conversation"]
-    user_speaker = conv.get("speaker_a") or conv[f"session_{sessions(sample)[0]}"][0]["speaker"]
-    out = []
-    for n in sessions(sample):
-        history: list[dict] = []
-        for t in conv[f"session_{n}"]:
-            text = t.get("text", "")
-            if t.get("blip_caption"):
-                text += f" [shares a photo: {t['blip_caption']}]"
-            role = "user" if t["speaker"] == user_speaker else "assistant"
-            history.append({"role": role, "content": text})
-            if role == "user":
-                out.append(list(history))
-    return out
 
 
 @dataclass
@@ -97,31 +65,6 @@ async def _count_states(client: httpx.AsyncClient, user: str) -> Counter:
         r.raise_for_status()
         out[state] = r.json()["total"]
     return out
-
-
-async def _settle(client: httpx.AsyncClient, user: str, quiet_s: float = 3.0, timeout_s: float = 300) -> None:
-    """Wait until the user's memory count stops changing (auto-store runs after the answer)."""
-    last, since, deadline = -1, time.monotonic(), time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        r = await client.get("/v1/memory", params={"limit": 1}, headers={"x-authz-user-id": user})
-        total = r.json()["total"]
-        if total != last:
-            last, since = total, time.monotonic()
-        elif time.monotonic() - since >= quiet_s:
-            return
-        await asyncio.sleep(0.5)
-
-
-async def _feed_chat(client: httpx.AsyncClient, user: str, sample: dict, model: str) -> int:
-    requests = chat_requests(sample)
-    for messages in requests:
-        r = await client.post(
-            "/v1/chat/completions",
-            json={"model": model, "messages": messages},
-            headers={"x-authz-user-id": user},
-        )
-        r.raise_for_status()
-    return len(requests)
 
 
 async def scrape(metrics_url: str | None) -> dict[str, float]:
@@ -152,12 +95,12 @@ async def run_mode(client: httpx.AsyncClient, mode: str, samples: list[dict], ar
 
     async def feed(sample):
         async with gate:
-            user = users[sample["sample_id"]]
+            headers = {"x-authz-user-id": users[sample["sample_id"]]}
             if mode == "chat":
-                n = await _feed_chat(client, user, sample, args["model"])
+                n = await feed_chat(client, sample, headers=headers, model=args["model"])
             else:
-                n = (await ingest(client, user, sample, 32) + 31) // 32  # requests
-            await _settle(client, user)
+                n = (await ingest_rest(client, sample, headers=headers, batch=32) + 31) // 32  # requests
+            await settle(client, headers=headers)
             return n
 
     result.requests = sum(await asyncio.gather(*(feed(s) for s in samples)))
@@ -173,14 +116,7 @@ async def run_mode(client: httpx.AsyncClient, mode: str, samples: list[dict], ar
         user = users[sample["sample_id"]]
         result.turns += len(turns(sample))
         result.states.update(await _count_states(client, user))
-        texts = {t.dia_id: normalize(t.text) for t in turns(sample)}
-        for q in questions(sample):
-            r = await client.post(
-                "/v1/memory/search", json={"query": q.question, "limit": 10}, headers={"x-authz-user-id": user}
-            )
-            r.raise_for_status()
-            ranked = [found_turns(m["content"], texts) for m in r.json()["memories"]]
-            result.rows.append((q.category, recall_at_k(ranked, q.evidence, 5), recall_at_k(ranked, q.evidence, 10)))
+        result.rows += await evaluate(client, sample, headers={"x-authz-user-id": user}, match="content")
     if not args["keep"]:
         for user in users.values():
             await client.delete("/v1/memory", params={"all": "true"}, headers={"x-authz-user-id": user})
@@ -188,12 +124,11 @@ async def run_mode(client: httpx.AsyncClient, mode: str, samples: list[dict], ar
 
 
 def show(result: ModeResult, n_conv: int) -> None:
-    table = Table(title=f"LoCoMo through {result.mode} ({n_conv} conversations, evidence found by containment)")
-    for col in ("questions", "n", "recall@5", "recall@10"):
-        table.add_column(col)
-    for name, s in summarize(result.rows).items():
-        table.add_row(name, str(s["n"]), f"{s['r@5']:.3f}", f"{s['r@10']:.3f}")
-    console.print(table)
+    console.print(
+        recall_table(
+            result.rows, f"LoCoMo through {result.mode} ({n_conv} conversations, evidence found by containment)"
+        )
+    )
     total = sum(result.states.values())
     console.print(
         f"{result.mode}: {result.requests} requests in {result.seconds:.1f} s; "

@@ -35,9 +35,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import locomo_data as ld  # noqa: E402
 from locomo_offline import EmbedCache, replay  # noqa: E402
 
+from memory_core import locomo as ld  # noqa: E402
 from memory_core.config import CurationSettings, MemoryStoreSettings, RetrievalSettings  # noqa: E402
 from memory_core.stores import make_store  # noqa: E402
 from memory_core.types import RetrieveOptions  # noqa: E402

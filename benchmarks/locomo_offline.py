@@ -1,6 +1,6 @@
 """LoCoMo evidence recall of hybrid retrieval, in process (no service, no Ray).
 
-Each conversation is replayed as one user (one memory per turn, see ``benchmarks/locomo_data.py``;
+Each conversation is replayed as one user (one memory per turn, see ``memory_core/locomo.py``;
 precomputed vectors, ``store_many`` in batches where the store has it) into the store
 ``make_store`` builds for ``--backend`` (``inmemory`` by default: ``InMemoryStore`` wrapped in
 ``HybridStore``; ``milvus`` (Lite) / ``qdrant`` (local) in a temporary directory; ``valkey``
@@ -45,8 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import locomo_data as ld  # noqa: E402
-
+from memory_core import locomo as ld  # noqa: E402
 from memory_core.config import (  # noqa: E402
     DEFAULT_SIMILARITY_THRESHOLD,
     MemoryStoreSettings,

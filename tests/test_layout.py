@@ -3,7 +3,7 @@
 - ``memory_core`` imports no Ray, no FastAPI/Starlette and nothing of ``deployments``;
 - inside ``memory_core`` every import goes down the layers (or stays in its own room):
   ``types/errors/sanitize/config`` ← ``embedding``, ``retrieval`` ← ``curation`` ← ``stores`` ← ``chat`` ←
-  ``migration``, ``cli``;
+  ``migration``, ``cli``, ``locomo``;
 - no import cycle among the modules of ``memory_core`` and ``deployments``.
 """
 
@@ -26,6 +26,7 @@ LAYERS = {  # module prefix → (room, rank)
     "memory_core.chat": ("chat", 3),
     "memory_core.migration": ("tools", 4),
     "memory_core.cli": ("tools", 4),
+    "memory_core.locomo": ("tools", 4),
 }
 FORBIDDEN_IN_CORE = ("ray", "fastapi", "starlette", "deployments")
 
