@@ -27,7 +27,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks.locomo_data import load_samples, turns
+from memory_core.locomo import load_samples, turns
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 app = typer.Typer(add_completion=False)
