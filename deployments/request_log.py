@@ -11,14 +11,22 @@ line per operation with it (``log_event``).
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import sys
 from typing import Any
 
+_carried: contextvars.ContextVar[str] = contextvars.ContextVar("memory_router_request_id", default="")
+"""The request id of work that outlives its request (``context_carrying_request_id``)."""
+
 
 def current_request_id() -> str:
-    """The id of the Serve request being handled ("" outside one: a background task, a test)."""
+    """The id of the Serve request being handled, or of the request a background task was
+    started for (``context_carrying_request_id``); "" outside both (a test, the loop)."""
+    carried = _carried.get()
+    if carried:
+        return carried
     try:
         from ray.serve.context import _get_serve_request_context
 
@@ -46,3 +54,14 @@ def json_lines_logger(name: str) -> logging.Logger:
         logger.setLevel(logging.INFO)
         logger.propagate = False
     return logger
+
+
+def context_carrying_request_id() -> contextvars.Context:
+    """A fresh ``contextvars.Context`` (none of the request's Serve state, so Ray Serve does
+    not cancel work started in it when the request ends) that still carries the current
+    request id for ``current_request_id``: the turn a chat request stores after answering is
+    logged under that request's id."""
+    request_id = current_request_id()
+    context = contextvars.Context()
+    context.run(_carried.set, request_id)
+    return context

@@ -40,11 +40,13 @@ from limits.storage import MemoryStorage
 from limits.strategies import MovingWindowRateLimiter
 
 from .errors import Forbidden, InvalidApiKey, InvalidInput, KeyNotFound, RateLimited, UntrustedIdentity
-from .sanitize import ROLE_HEADER, USER_HEADER, require_user_id
+from .sanitize import GATEWAY_SECRET_HEADER, ROLE_HEADER, USER_HEADER, require_user_id
 
 KEY_PREFIX = "mr_"
 """Every API key starts with this (secret scanners can recognise a leaked key)."""
 AUTHORIZATION_HEADER = "authorization"
+MIN_SECRET_CHARS = 16
+"""The shortest bootstrap admin key or gateway secret accepted from the environment."""
 
 
 class Role(str, Enum):
@@ -267,11 +269,24 @@ class Authenticator:
         self.registry = registry
         self._networks = [ipaddress.ip_network(n, strict=False) for n in settings.trusted_proxies]
         self._admin_digest: str | None = None
+        self._gateway_digest: str | None = None
+        secret_env = settings.gateway_secret_env
+        if settings.mode == "trusted_header" and secret_env:
+            secret = environ.get(secret_env, "")
+            if len(secret) < MIN_SECRET_CHARS:
+                raise ConfigError(
+                    f"global.access.gateway_secret_env: the variable {secret_env} is unset or shorter than "
+                    f"{MIN_SECRET_CHARS} characters"
+                )
+            self._gateway_digest = key_digest(secret)
         env = settings.api_keys.admin_key_env
         if settings.mode == "api_key" and env:
             key = environ.get(env, "")
-            if not key:
-                raise ConfigError(f"global.access.api_keys.admin_key_env: the variable {env} is unset or empty")
+            if len(key) < MIN_SECRET_CHARS:
+                raise ConfigError(
+                    f"global.access.api_keys.admin_key_env: the variable {env} is unset or shorter than "
+                    f"{MIN_SECRET_CHARS} characters"
+                )
             self._admin_digest = key_digest(key)
 
     @property
@@ -286,6 +301,8 @@ class Authenticator:
             address = ipaddress.ip_address(peer)
         except ValueError:
             return False
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped  # ::ffff:127.0.0.1 from a dual-stack listener
         return any(address in network for network in self._networks)
 
     def identify(self, headers: Mapping[str, str], peer: str | None) -> Principal | None:
@@ -312,6 +329,10 @@ class Authenticator:
             raise UntrustedIdentity(
                 f"{USER_HEADER}/{ROLE_HEADER} are accepted only from the trusted proxies (global.access.trusted_proxies)"
             )
+        if (user_id or role_value) and self._gateway_digest is not None:
+            sent = headers.get(GATEWAY_SECRET_HEADER, "")
+            if not hmac.compare_digest(key_digest(sent), self._gateway_digest):
+                raise UntrustedIdentity(f"{USER_HEADER}/{ROLE_HEADER} need the gateway's {GATEWAY_SECRET_HEADER}")
         if user_id is None:
             return None
         try:

@@ -458,12 +458,21 @@ class AccessSettings(_Strict):
 
     ``mode``: ``trusted_header`` (a gateway sets ``x-authz-user-id``/``x-authz-role``; only
     peers in ``trusted_proxies``, CIDR notation, may send them) or ``api_key`` (the service
-    checks ``Authorization: Bearer`` keys itself)."""
+    checks ``Authorization: Bearer`` keys itself). ``gateway_secret_env``: in
+    ``trusted_header`` mode, the environment variable holding a secret the gateway must send
+    in ``x-authz-gateway-secret`` with the identity headers (for gateways whose address the
+    service cannot see, e.g. behind ``X-Forwarded-For``)."""
 
     mode: Literal["trusted_header", "api_key"] = "trusted_header"
     trusted_proxies: list[str] = Field(default_factory=lambda: ["127.0.0.1/32", "::1/128"])
+    gateway_secret_env: str | None = None
     api_keys: ApiKeySettings = Field(default_factory=ApiKeySettings)
     write_rate_limit: WriteRateLimitSettings = Field(default_factory=WriteRateLimitSettings)
+
+    @field_validator("gateway_secret_env")
+    @classmethod
+    def _secret_env_name(cls, value: str | None) -> str | None:
+        return ApiKeySettings._env_name(value)
 
     @field_validator("trusted_proxies")
     @classmethod

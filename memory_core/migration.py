@@ -182,14 +182,15 @@ def import_id(user_id: str, given_id: str | None, content: str, created_at: Any)
     return scoped_memory_id(user_id, "content:" + json.dumps([content, created_at], ensure_ascii=False))
 
 
-def parse_import_line(line: str, *, user_id: str | None) -> ParsedLine:
+def parse_import_line(line: str, *, user_id: str | None, created_by: str | None = None) -> ParsedLine:
     """The memory described by one export line (without vector; the store re-embeds it).
 
     ``user_id`` is the importing user: a line without ``user_id`` is assigned to it, a line
     of another user is refused. With ``user_id=None`` the line must name its user. The
     memory's id is ``import_id`` of the line's id (which must have the memory id format when
     given). With an importing ``user_id``, ``created_via`` is ``import`` and
-    ``created_by_user_id`` that user (a line cannot claim another creator); without one,
+    ``created_by_user_id`` that user, or ``created_by`` when someone else imports for it (an
+    admin; a line cannot claim another creator); without one,
     ``created_via`` defaults to ``import``. Field values follow the rules of
     ``POST /v1/memory``.
 
@@ -233,7 +234,7 @@ def parse_import_line(line: str, *, user_id: str | None) -> ParsedLine:
         # provenance is what happened here: the importing user wrote it through the import
         # pipeline; ``source`` keeps where it came from
         created_via="import" if user_id is not None else (fields.created_via or "import"),
-        created_by_user_id=user_id if user_id is not None else fields.created_by_user_id,
+        created_by_user_id=(created_by or user_id) if user_id is not None else fields.created_by_user_id,
     )
     return ParsedLine(memory=memory, given_id=given_id)
 
@@ -284,6 +285,7 @@ async def import_lines(
     lines: Iterable[str] | AsyncIterable[str],
     *,
     user_id: str | None = None,
+    created_by: str | None = None,
     on_progress: Callable[[ImportReport], None] | None = None,
     concurrency: int = DEFAULT_CONCURRENCY,
 ) -> ImportReport:
@@ -345,7 +347,7 @@ async def import_lines(
             if not raw.strip():
                 continue
             try:
-                parsed = parse_import_line(raw, user_id=user_id)
+                parsed = parse_import_line(raw, user_id=user_id, created_by=created_by)
             except InvalidInput as e:
                 report.failed.append(ImportFailure(line=number, error=str(e)))
                 progress()

@@ -308,13 +308,17 @@ USER_HEADER = "x-authz-user-id"
 """The caller, set by the gateway in front of the service from its authentication."""
 ROLE_HEADER = "x-authz-role"
 """The caller's role (``user``/``admin``), set by the gateway with ``USER_HEADER``."""
+GATEWAY_SECRET_HEADER = "x-authz-gateway-secret"
+"""The shared secret a gateway sends with the identity headers (``access.gateway_secret_env``)."""
 PROJECT_HEADER = "x-project-id"
 """Project scope of a chat request's memories."""
 CONVERSATION_HEADER = "x-conversation-id"
 """Conversation of a chat request's turn (provenance of auto-stored memories)."""
 DISABLE_HEADER = "x-disable-router-memory"
 """Turns memory off for one request (value ``true``/``1``/``yes``, any case)."""
-CONTROLLED_HEADERS = frozenset({USER_HEADER, ROLE_HEADER, PROJECT_HEADER, CONVERSATION_HEADER, DISABLE_HEADER})
+CONTROLLED_HEADERS = frozenset(
+    {USER_HEADER, ROLE_HEADER, GATEWAY_SECRET_HEADER, PROJECT_HEADER, CONVERSATION_HEADER, DISABLE_HEADER}
+)
 """Headers this service acts on; each may appear at most once in a request."""
 _TRUE_VALUES = frozenset({"true", "1", "yes"})
 

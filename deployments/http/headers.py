@@ -14,9 +14,13 @@ from starlette.requests import Request
 
 from memory_core import sanitize
 from memory_core.access import AUTHORIZATION_HEADER, Authenticator, Principal
-from memory_core.sanitize import ROLE_HEADER, USER_HEADER, RequestContext
+from memory_core.errors import Forbidden, InvalidInput
+from memory_core.sanitize import GATEWAY_SECRET_HEADER, ROLE_HEADER, USER_HEADER, RequestContext
 
-IDENTITY_HEADERS = frozenset({USER_HEADER, ROLE_HEADER})
+IDENTITY_HEADERS = frozenset({USER_HEADER, ROLE_HEADER, GATEWAY_SECRET_HEADER})
+UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+FORM_CONTENT_TYPES = frozenset({"text/plain", "application/x-www-form-urlencoded", "multipart/form-data"})
+"""The body types a cross-site HTML form can send without a CORS preflight."""
 
 
 def _items(request: Request, auth: Authenticator) -> list[tuple[str, str]]:
@@ -40,6 +44,20 @@ def request_context(request: Request, auth: Authenticator, principal: Principal 
     ``principal``'s. Raises ``InvalidInput`` (400) for a repeated or malformed memory header."""
     context = sanitize.request_context(_items(request, auth))
     return dataclasses.replace(context, user_id=principal.user_id if principal else None)
+
+
+def refuse_cross_site(request: Request) -> None:
+    """Cross-site request forgery guard (a browser signed in to a cookie-based gateway must
+    not let another site write, delete or chat): an unsafe method a browser marks
+    ``Sec-Fetch-Site: cross-site`` is refused (``Forbidden``, 403), and so is a body of a type
+    a plain HTML form can send (``InvalidInput``, 400). Non-browser clients send neither."""
+    if request.method not in UNSAFE_METHODS:
+        return
+    if request.headers.get("sec-fetch-site", "").lower() == "cross-site":
+        raise Forbidden("cross-site requests are refused")
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type in FORM_CONTENT_TYPES:
+        raise InvalidInput(f"content-type {content_type} is not accepted (send JSON, or JSONL for an import)")
 
 
 def forward_exclusions(auth: Authenticator) -> frozenset[str]:

@@ -15,7 +15,6 @@ error statuses included, pass through as the upstream sent them.
 
 import asyncio
 import base64
-import contextvars
 import dataclasses
 import json
 import logging
@@ -45,10 +44,18 @@ from memory_core.types import Memory, MemoryState, MemoryType, RetrieveOptions
 from .. import sse
 from ..embedder import EmbedResponse
 from ..metrics import RayMetrics
+from ..request_log import context_carrying_request_id
 from ..store_pool import StorePoolClient
 from ..upstream import UpstreamError, UpstreamReply, UpstreamRouter, forward_request_headers
-from .errors import DOCUMENTED_ERRORS, UPSTREAM_ERRORS, error_response, install_error_handlers
-from .headers import CALLER_HEADERS, CHAT_HEADERS, forward_exclusions, identify, request_context
+from .errors import DOCUMENTED_ERRORS, UPSTREAM_ERRORS, error_response, install_error_handlers, memory_error
+from .headers import (
+    CALLER_HEADERS,
+    CHAT_HEADERS,
+    forward_exclusions,
+    identify,
+    refuse_cross_site,
+    request_context,
+)
 from .openai_schema import ChatCompletionRequest
 from .schemas import (
     MAX_EMBEDDING_INPUTS,
@@ -81,6 +88,17 @@ from .ui import review_page_response
 log = logging.getLogger("ray.serve")
 app = FastAPI(title="memory-router", version="0.1.0", responses=DOCUMENTED_ERRORS)
 install_error_handlers(app)
+
+
+@app.middleware("http")
+async def _refuse_cross_site(request: Request, call_next):
+    """``headers.refuse_cross_site`` before any route (its error in the usual shape)."""
+    try:
+        refuse_cross_site(request)
+    except MemoryError_ as e:
+        return await memory_error(request, e)
+    return await call_next(request)
+
 
 _SSE_EVENT_SCHEMA = {
     "type": "object",
@@ -321,8 +339,9 @@ class MemoryIngress:
         """Run ``coro`` (the auto-store of a turn) after the response, outside the request:
         in a fresh context, because Ray Serve cancels the handle calls made in a request's
         context when that request is cancelled (a client closing its connection, e.g. right
-        after a stream's ``[DONE]``), which would cancel the store call."""
-        task = asyncio.get_running_loop().create_task(coro, context=contextvars.Context())
+        after a stream's ``[DONE]``), which would cancel the store call. The request id stays
+        (``request_log.context_carrying_request_id``)."""
+        task = asyncio.get_running_loop().create_task(coro, context=context_carrying_request_id())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
@@ -650,13 +669,14 @@ class MemoryIngress:
     async def import_memories(self, request: Request, owner: OwnerQuery = None) -> dict:
         """Import JSONL export lines into the caller's memories (``user_id``: into another
         user's, admin only)."""
-        user_id = self._write_as(self._caller(request), owner)
+        principal = self._caller(request)
+        user_id = self._write_as(principal, owner)
         try:
             text = (await request.body()).decode("utf-8")
         except UnicodeDecodeError as e:
             raise InvalidInput(f"import body must be UTF-8 JSONL: {e}") from e
         # split on "\n" only: str.splitlines() also splits inside JSON strings at U+2028/U+0085
-        report = await import_lines(self.store, text.split("\n"), user_id=user_id)
+        report = await import_lines(self.store, text.split("\n"), user_id=user_id, created_by=principal.user_id)
         return report.model_dump()
 
     # ------------------------------------------------------------------ the lifecycle

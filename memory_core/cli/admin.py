@@ -17,6 +17,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from .common import (
@@ -75,13 +76,19 @@ def _consolidation_table(rows: list[tuple[str, ConsolidationReport | str]]) -> T
     )
     for user_id, r in rows:
         if isinstance(r, str):
-            table.add_row(user_id, "[red]failed[/red]", "", "", "", "", "")
+            table.add_row(escape(user_id), "[red]failed[/red]", "", "", "", "", "")
             continue
         merged = ", ".join(r.merged[:SHOWN_MERGED]) + (
             f" (+{len(r.merged) - SHOWN_MERGED})" if len(r.merged) > SHOWN_MERGED else ""
         )
         table.add_row(
-            user_id, str(r.examined), str(r.groups), str(r.consolidated), str(r.expired), merged, f"{r.seconds:.2f}"
+            escape(user_id),
+            str(r.examined),
+            str(r.groups),
+            str(r.consolidated),
+            str(r.expired),
+            merged,
+            f"{r.seconds:.2f}",
         )
     return table
 
@@ -125,7 +132,7 @@ def consolidate_cmd(
     stdout.print(_consolidation_table(rows))
     for uid, r in rows:
         if isinstance(r, str):
-            console.print(f"[red]failed[/red] {uid}: {r}", highlight=False)
+            console.print(f"[red]failed[/red] {escape(uid)}: {escape(r)}", highlight=False)
     done = [r for _, r in rows if not isinstance(r, str)]
     failed = len(rows) - len(done)
     console.print(
@@ -141,7 +148,7 @@ def consolidate_cmd(
 def _counts_table(title: str, counts: dict[str, int]) -> Table:
     table = new_table(title.split()[-1], "memories", title=title)
     for name, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
-        table.add_row(name, str(n))
+        table.add_row(escape(name), str(n))
     return table
 
 
@@ -169,6 +176,6 @@ def stats_cmd(
     shown = ranked[:top] if top else ranked
     table = new_table("user", "memories", "keys", title=f"users ({len(shown)} of {len(users)})")
     for u in shown:
-        table.add_row(str(u["user_id"]), str(u.get("memories", "")), str(u.get("keys", "")))
+        table.add_row(escape(str(u["user_id"])), str(u.get("memories", "")), str(u.get("keys", "")))
     for t in (summary, by_state, by_type, table):
         stdout.print(t)

@@ -26,6 +26,7 @@ from typing import Annotated, Any
 import httpx
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Column, Table
 
@@ -82,7 +83,7 @@ class CliError(Exception):
 
 def fail(message: str, code: int = EXIT_ERROR) -> typer.Exit:
     """Print ``error: message`` on stderr; returns the ``typer.Exit(code)`` to raise."""
-    console.print(f"[red]error:[/red] {message}", highlight=False)
+    console.print(f"[red]error:[/red] {escape(message)}", highlight=False)
     return typer.Exit(code)
 
 

@@ -21,6 +21,7 @@ from typing import Annotated, Any
 from urllib.parse import quote
 
 import typer
+from rich.markup import escape
 
 from ..access import KeyRegistry
 from ..errors import MemoryError_
@@ -66,7 +67,7 @@ def _registry(path: Path, *, create: bool = False) -> Iterator[KeyRegistry]:
     if not path.exists():
         if not create:
             raise fail(f"no key database at {path}")
-        console.print(f"creating the key database {path}", highlight=False)
+        console.print(f"creating the key database {escape(str(path))}", highlight=False)
     try:
         registry = KeyRegistry(path)
     except (sqlite3.Error, OSError) as e:
@@ -145,7 +146,9 @@ def keys_list(
             keys = list(_keys_answer(answer, "keys"))
     table = new_table("key id", "user", "role", "name", "created", "revoked", title=f"API keys ({len(keys)})")
     for k in keys:
-        table.add_row(*(str(k.get(f) or "") for f in ("key_id", "user_id", "role", "name", "created_at", "revoked_at")))
+        table.add_row(
+            *(escape(str(k.get(f) or "")) for f in ("key_id", "user_id", "role", "name", "created_at", "revoked_at"))
+        )
     stdout.print(table)
 
 
@@ -167,4 +170,4 @@ def keys_revoke(
         svc = service(base_url, api_key, user, role, timeout)
         with svc.reported(), svc.client() as client:
             svc.call(client, "DELETE", f"{KEYS_PATH}/{quote(key_id, safe='')}")
-    console.print(f"revoked {key_id}", highlight=False)
+    console.print(f"revoked {escape(key_id)}", highlight=False)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from ..migration import ImportReport
 from .common import (
@@ -93,7 +94,7 @@ def export_cmd(
         if partial is not None and partial.exists():
             partial.unlink()
     who = repr(owner) if owner else svc.identity.describe()
-    console.print(f"exported {lines} memories of {who}" + ("" if output == "-" else f" to {output}"))
+    console.print(escape(f"exported {lines} memories of {who}" + ("" if output == "-" else f" to {output}")))
 
 
 def _read_lines(file: Path) -> list[str]:
@@ -172,7 +173,7 @@ def import_cmd(
     if report.failed:
         table = new_table("line", "error", title="failed lines")
         for f in report.failed[:SHOWN_FAILURES]:
-            table.add_row(str(f.line), f.error)
+            table.add_row(str(f.line), escape(f.error))
         console.print(table)
         if len(report.failed) > SHOWN_FAILURES:
             console.print(f"... and {len(report.failed) - SHOWN_FAILURES} more")

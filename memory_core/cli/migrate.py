@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.progress import TaskID
 
 from ..errors import MemoryError_
@@ -147,6 +148,6 @@ def migrate_cmd(
         raise fail(str(e)) from e
     table = new_table("user", "source", "migrated", "already there", "target", title="migration")
     for u in report.users:
-        table.add_row(u.user_id, str(u.source), str(u.migrated), str(u.skipped_existing), str(u.target))
+        table.add_row(escape(u.user_id), str(u.source), str(u.migrated), str(u.skipped_existing), str(u.target))
     console.print(table)
     console.print(f"migrated {report.migrated}, skipped {report.skipped_existing} (re-embedded: {report.reembedded})")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from .. import locomo
 from ..sanitize import USER_HEADER
@@ -213,7 +214,7 @@ def replay_cmd(
         "user", "turns sent", "memories", title=f"LoCoMo replay ({mode.value}, {len(users)} conversations)"
     )
     for owner, n, memories in users:
-        table.add_row(owner, str(n), str(memories))
+        table.add_row(escape(owner), str(n), str(memories))
     stdout.print(table)
     if rows:
         stdout.print(locomo.recall_table(rows, f"evidence recall ({len(rows)} questions, {mode.value} replay)"))

@@ -414,7 +414,19 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
 
     # ------------------------------------------------------------------ other writes
     async def update(self, memory_id: str, user_id: str, changes: dict[str, Any]) -> Memory:
+        """``inner.update``; new ``content`` is screened as a write is (an active memory whose
+        edited text looks like an injection is quarantined, so an edit cannot route around
+        the admin-only release)."""
         self._dirty[user_id] = None
+        content = changes.get("content")
+        if self.settings.screening and isinstance(content, str) and "state" not in changes:
+            current = await self.inner.get(memory_id, user_id)
+            if current.state == MemoryState.ACTIVE:
+                window = current.created_via == WINDOW_CREATED_VIA
+                reason = screen_window(content) if window else screen(content)
+                if reason is not None:
+                    changes = {**changes, "state": MemoryState.QUARANTINED, "state_reason": f"screening: {reason}"}
+                    self._count("write_quarantined")
         return await self.inner.update(memory_id, user_id, changes)
 
     # ------------------------------------------------------------------ lifecycle operations

@@ -168,7 +168,7 @@ def test_every_endpoint_for_owner_other_user_admin_and_no_identity(rig):
     assert for_alice["user_id"] == alice and for_alice["created_by_user_id"] == "ops"
 
 
-def test_chat_needs_a_key_injects_only_the_callers_memories_and_never_forwards_the_key(rig):
+def test_chat_needs_a_key_and_injects_only_the_callers_memories_whatever_headers_claim(rig):
     create(rig, "owner", SECRET)
     ask = {"model": "assistant", "messages": [{"role": "user", "content": "What is my locker code?"}]}
     anonymous = call(rig, None, "POST", "/v1/chat/completions", json=ask)
@@ -281,6 +281,39 @@ def test_one_request_id_runs_through_the_ingress_embedder_and_store_shard_logs(r
     assert all(x["request_id"] == request_id for v in seen.values() for x in v)
     assert {x["operation"] for x in seen["store"]} >= {"write"} and all(x["outcome"] == "ok" for x in seen["store"])
     assert not any("Okafor" in line for line in log_lines_with(logs_dir, request_id))
+
+    # a chat turn is stored after the answer, in the background: still under its request id
+    chat_id = f"trace-{uuid.uuid4().hex}"
+    said = {"model": "assistant", "messages": [{"role": "user", "content": "My dentist's office is on Elm Street."}]}
+    r = call(rig, "owner", "POST", "/v1/chat/completions", json=said, headers={"x-request-id": chat_id})
+    assert r.status_code == 200 and r.headers["x-request-id"] == chat_id
+    deadline, writes = time.time() + 30, []
+    while time.time() < deadline and not writes:
+        lines = log_lines_with(logs_dir, chat_id)
+        writes = [line for line in lines if '"store_call"' in line and '"operation": "write"' in line]
+        time.sleep(0.5)
+    assert writes, "the background store of the chat turn lost the request id"
+
+
+def test_cross_site_browser_writes_and_form_bodies_are_refused(rig):
+    """CSRF: a browser marks another site's requests ``Sec-Fetch-Site: cross-site``; an HTML
+    form can only send text/plain, urlencoded or multipart bodies without a preflight."""
+    body = {"memories": [{"content": "I planted tulips."}]}
+    cross = call(rig, "owner", "POST", "/v1/memory", json=body, headers={"sec-fetch-site": "cross-site"})
+    assert cross.status_code == 403 and cross.json()["error"]["code"] == "forbidden"
+    same = call(rig, "owner", "POST", "/v1/memory", json=body, headers={"sec-fetch-site": "same-origin"})
+    assert same.status_code == 201
+    assert call(rig, "owner", "GET", "/v1/memory", headers={"sec-fetch-site": "cross-site"}).status_code == 200
+    line = json.dumps({"content": "I was planted by another site."})
+    for content_type in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"):
+        form = call(rig, "owner", "POST", "/v1/memory/import", content=line, headers={"content-type": content_type})
+        assert form.status_code == 400 and "content-type" in form.json()["error"]["message"], content_type
+    listed = call(rig, "owner", "GET", "/v1/memory", params={"limit": 1000}).json()["memories"]
+    assert not any("another site" in m["content"] for m in listed)
+    ndjson = call(
+        rig, "owner", "POST", "/v1/memory/import", content=line, headers={"content-type": "application/x-ndjson"}
+    )
+    assert ndjson.status_code == 200 and ndjson.json()["imported"] == 1
 
 
 # --------------------------------------------------------------------------- trusted_header mode

@@ -194,3 +194,31 @@ def test_rate_limited_survives_pickling():
 
     again = pickle.loads(pickle.dumps(RateLimited("slow down", 7)))
     assert again.retry_after_s == 7 and str(again) == "slow down"
+
+
+def test_a_gateway_secret_is_required_with_the_identity_headers_when_configured():
+    settings = AccessSettings(trusted_proxies=["0.0.0.0/0"], gateway_secret_env="GW_SECRET")
+    auth = Authenticator(settings, None, {"GW_SECRET": "a-long-gateway-secret"})
+    ok = {"x-authz-user-id": "alice", "x-authz-gateway-secret": "a-long-gateway-secret"}
+    assert auth.identify(ok, "203.0.113.5") == Principal("alice")
+    for secret in (None, "", "a-long-gateway-secreT", "a-long-gateway-secret "):
+        headers = {"x-authz-user-id": "alice", "x-authz-role": "admin"}
+        if secret is not None:
+            headers["x-authz-gateway-secret"] = secret
+        with pytest.raises(UntrustedIdentity):
+            auth.identify(headers, "203.0.113.5")
+    assert auth.identify({}, "203.0.113.5") is None  # anonymous needs no secret
+    for env in ({}, {"GW_SECRET": "short"}):
+        with pytest.raises(ConfigError, match="GW_SECRET"):
+            Authenticator(settings, None, env)
+
+
+def test_ipv4_mapped_peers_match_ipv4_networks():
+    auth = Authenticator(AccessSettings(), None, {})
+    assert auth.trusted_peer("::ffff:127.0.0.1") and auth.trusted_peer("::1")
+    assert not auth.trusted_peer("::ffff:10.0.0.1")
+
+
+def test_a_short_bootstrap_admin_key_is_refused(registry):
+    with pytest.raises(ConfigError, match="BOOT_KEY"):
+        api_key_auth(registry, BOOT_KEY="short")

@@ -347,3 +347,28 @@ def test_migrate_command_reembeds_into_new_collection(tmp_path, local_encoder, b
 
     res = runner.invoke(cli.app, args[:-2] + ["--to-identity", "ffffffffffff"])
     assert res.exit_code == 2 and "target identity" in res.output
+
+
+def test_service_strings_are_printed_as_text_not_rich_markup(stub):
+    """User ids and error messages come from callers: ``[/]`` or ``[link=…]`` must print as
+    written (no crash, no hidden text)."""
+    stub.routes[("GET", "/v1/admin/stats")] = [
+        Answer(200, {"users": 2, "memories": 3, "by_state": {"active": 3}, "by_type": {"semantic": 3}, "keys": 1})
+    ]
+    stub.routes[("GET", "/v1/admin/users")] = [
+        Answer(
+            200,
+            {
+                "users": [
+                    {"user_id": "[/]", "memories": 1, "keys": 0},
+                    {"user_id": "[link=x]bob[/link]", "memories": 2, "keys": 1},
+                ]
+            },
+        )
+    ]
+    res = run(stub, "stats", "--user", "ops", "--role", "admin")
+    assert res.exit_code == 0, res.output
+    assert "[/]" in res.output and "[link=x]bob[/link]" in res.output
+    stub.routes[("GET", "/v1/admin/stats")] = [Answer(403, {"error": {"code": "forbidden", "message": "no [/] way"}})]
+    res = run(stub, "stats", "--user", "ops", "--role", "admin")
+    assert res.exit_code == 2 and "no [/] way" in res.output

@@ -312,3 +312,12 @@ async def test_migrate_between_milvus_lite_collections(tmp_path):
     finally:
         await src.close()
         await dst.close()
+
+
+def test_an_import_for_another_user_records_who_imported_it():
+    from memory_core.migration import parse_import_line
+
+    line = '{"content": "I was born in Lisbon.", "created_by_user_id": "mallory"}'
+    assert parse_import_line(line, user_id="alice").memory.created_by_user_id == "alice"
+    parsed = parse_import_line(line, user_id="alice", created_by="ops")
+    assert parsed.memory.user_id == "alice" and parsed.memory.created_by_user_id == "ops"
