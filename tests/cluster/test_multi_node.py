@@ -372,6 +372,7 @@ def test_a_lost_node_loses_no_acknowledged_write_and_the_app_recovers(tmp_path):
                 assert c.response.headers.get("retry-after") == "1", dict(c.response.headers)
                 assert c.response.json()["error"]["code"] in {"embedding_unavailable", "service_unavailable"}
         assert any(c.kind == "write" for c in in_outage), "no write overlapped the outage"
+        codes_503 = Counter(c.response.json()["error"]["code"] for c in calls if c.status == 503)  # type: ignore[union-attr]
 
         # every acknowledged write is readable, with its content
         acked = [(c.user, c.content, c.response.json()) for c in traffic.of("write") if c.status == 201]  # type: ignore[union-attr]
@@ -400,7 +401,8 @@ def test_a_lost_node_loses_no_acknowledged_write_and_the_app_recovers(tmp_path):
             f"node declared dead {marks['node declared dead'] - marks['killed']:.1f}s after the kill; "
             f"Embedders running on the replacement {marks['embedders running'] - marks['replacement up']:.1f}s "
             f"after it joined; answers (kind, status) {dict(statuses)} ({len(acked)} writes acknowledged, all "
-            f"readable), of calls overlapping the outage {dict(outage)}; slowest {slowest} s"
+            f"readable; 503 codes {dict(codes_503)}), of calls overlapping the outage {dict(outage)}; "
+            f"slowest {slowest} s"
         )
     except BaseException:
         for name, tail in cluster.logs():
