@@ -1,7 +1,7 @@
 # Two entry points for a newcomer on a fresh machine (see README):
 #   make run   — install and start the service (serve run serve_config.yaml)
 #   make test  — install, lint (ruff, mypy on memory_core), run the test suites (unit +
-#                integration, then e2e against `serve run`)
+#                integration, the two-node cluster test, then e2e against `serve run`)
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -42,6 +42,8 @@ lint: install
 
 test: lint browser
 	$(BIN)/pytest -q -rs -p no:cacheprovider
+	# two Ray nodes (ray start) + serve deploy, a node killed mid-traffic: ~1 min (tests/cluster)
+	$(BIN)/pytest -q -rs -p no:cacheprovider -m multinode tests/cluster
 	bash e2e/run_against_serve.sh
 
 .PHONY: install run lint test browser

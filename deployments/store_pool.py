@@ -288,6 +288,23 @@ class StoreShard:
 SHARD_PROBE_TIMEOUT_S = 10.0
 
 
+SHARD_RESOURCE_SLIVER = 0.001
+"""How much of each of the StorePool replica's custom resources a shard asks for."""
+
+
+def shard_resources(assigned: dict[str, float]) -> dict[str, float]:
+    """The custom resources a shard asks for, given the resources assigned to its StorePool
+    replica (``ray.get_runtime_context().get_assigned_resources()``): ``SHARD_RESOURCE_SLIVER``
+    of each custom resource (``memory_router_cpu``: a CPU worker group), none of Ray's own
+    (CPU, GPU, memory, node markers, placement-group bundle resources)."""
+    builtin = {"CPU", "GPU", "TPU", "memory", "object_store_memory"}
+    return {
+        name: SHARD_RESOURCE_SLIVER
+        for name, amount in assigned.items()
+        if amount > 0 and name not in builtin and not name.startswith("node:") and "_group_" not in name
+    }
+
+
 @serve.deployment
 class StorePool:
     """Owns the shards (options: ``deployments.app.DEPLOYMENT_OPTIONS``; its health check
@@ -297,14 +314,18 @@ class StorePool:
 
     def __init__(self, settings: MemoryStoreSettings, identity: ModelIdentity, embedder):
         key = hashlib.sha256(f"{settings.model_dump_json()}|{identity.digest}".encode()).hexdigest()[:12]
-        # the shards start on this replica's node, so a Serve config's placement of the StorePool
-        # (a worker group's custom resource) places them too (soft: after a node loss a shard
-        # restarts wherever Ray finds room)
-        near = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=True)
+        # the shards start on this replica's node (soft: after a node loss a shard restarts
+        # elsewhere) and ask for a sliver of the custom resources this replica was given, so a
+        # Serve config's placement of the StorePool (a worker group's custom resource) places
+        # them too: Ray places an actor that asks for no resource at all on a random node,
+        # whatever its soft affinity (tests/cluster/test_multi_node.py saw a shard on the GPU node)
+        context = ray.get_runtime_context()
+        near = NodeAffinitySchedulingStrategy(node_id=context.get_node_id(), soft=True)
+        resources = shard_resources(context.get_assigned_resources())
         self.shards = [
-            StoreShard.options(name=f"memory-store-{key}-{i}", get_if_exists=True, scheduling_strategy=near).remote(
-                settings, identity, embedder
-            )
+            StoreShard.options(
+                name=f"memory-store-{key}-{i}", get_if_exists=True, scheduling_strategy=near, resources=resources
+            ).remote(settings, identity, embedder)
             for i in range(settings.pool.shards)
         ]
         # fail the replica (and `serve run`) at start on a bad store configuration

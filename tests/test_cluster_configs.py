@@ -303,6 +303,9 @@ def _max_replicas(d: dict[str, Any]) -> int:
 
 @pytest.mark.parametrize("cluster_name", sorted(CLUSTERS))
 def test_no_replica_on_the_head_and_every_replica_has_a_worker_group(cluster_name):
+    from deployments.app import AppArgs
+    from deployments.store_pool import shard_resources
+
     describe, serve_name = CLUSTERS[cluster_name]
     head, workers = describe()
     assert head.get("CPU") == 0 and head.get("GPU", 0) == 0
@@ -320,6 +323,11 @@ def test_no_replica_on_the_head_and_every_replica_has_a_worker_group(cluster_nam
         (home, node, _) = homes[0]
         for k, v in demand.items():
             used[home][k] = used[home].get(k, 0.0) + v * _max_replicas(d)
+        if d["name"] == "StorePool":  # its shards ask for a sliver of the pool's custom resources, on its group
+            shards = AppArgs.model_validate(app["args"]).load().memory.pool.shards
+            for k, v in shard_resources(demand).items():
+                assert k in node
+                used[home][k] += v * shards * _max_replicas(d)
 
     # at their maximum size the groups hold every deployment at its maximum replica count
     for name, node, max_nodes in workers:

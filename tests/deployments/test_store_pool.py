@@ -88,3 +88,23 @@ async def test_the_client_routes_by_user_and_raises_the_shards_errors_as_themsel
     with pytest.raises(DuplicateMemory) as e:
         await client.store_many([Memory(user_id="bob", content="boom")])
     assert type(e.value) is DuplicateMemory and str(e.value) == "memories already exist"
+
+
+def test_a_shard_asks_for_a_sliver_of_the_pools_custom_resources_and_none_of_rays_own():
+    """Ray places an actor that asks for no resource on a random node whatever its soft
+    affinity, so a shard asks for a sliver of its pool's custom resources (the node group the
+    Serve config placed the pool on) — and only those."""
+    from deployments.store_pool import SHARD_RESOURCE_SLIVER, shard_resources
+
+    assigned = {
+        "CPU": 0.5,
+        "GPU": 0.0,
+        "memory": 1e9,
+        "memory_router_cpu": 1.0,
+        "node:10.0.0.3": 0.001,
+        "bundle_group_0_ab12": 1.0,
+        "other_custom": 0.0,
+    }
+    assert shard_resources(assigned) == {"memory_router_cpu": SHARD_RESOURCE_SLIVER}
+    assert shard_resources({"CPU": 1.0}) == {}  # one machine, no custom resource: nothing to follow
+    assert 0 < SHARD_RESOURCE_SLIVER < 0.01
