@@ -14,6 +14,21 @@ Usage::
 
 Valkey runs against a throw-away server started like the test fixture
 (``memory_core.testing.valkey_server``).
+
+``--flat``: per-user cost as memory grows. Every user holds ``--per-user`` memories (1,000
+by default) and the total grows through ``--totals`` (10,000 then 1,000,000 by default: 10
+then 1,000 users) in ONE store per backend, loaded through the public bulk path
+(``store_many``) with random unit vectors and short texts (no model). At each total, after
+the load has settled (Milvus server: segments flushed and the vector index built on every
+row), ``--queries`` retrieves of random users (limit 5, vector given, the write-behind access
+update off: it is not on the read path) are timed sequentially; the table gives p50/p95 per
+total and the ratio of the largest total to the smallest per backend (goal: p95 ratio ≤
+1.3). Backends run one after another; each is closed and its server stopped before the
+next. ``milvus_server`` is a standalone Milvus server (``memory_core.testing.milvus_server``,
+the ``milvus`` package)::
+
+    python benchmarks/stores.py --flat --backends milvus,milvus_server,valkey,inmemory
+    python benchmarks/stores.py --flat --totals 2000,20000 --per-user 200 --queries 50   # smoke
 """
 
 from __future__ import annotations
@@ -37,6 +52,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from memory_core.config import (  # noqa: E402
+    CurationSettings,
     MemoryStoreSettings,
     MilvusSettings,
     QdrantSettings,
@@ -44,7 +60,7 @@ from memory_core.config import (  # noqa: E402
     ValkeySettings,
 )
 from memory_core.sanitize import scoped_memory_id  # noqa: E402
-from memory_core.stores import make_store  # noqa: E402
+from memory_core.stores import MemoryStore, make_store  # noqa: E402
 from memory_core.types import Memory, RetrieveOptions  # noqa: E402
 
 BACKENDS = ("milvus", "qdrant", "valkey", "inmemory")
@@ -159,6 +175,176 @@ async def run_one(backend: str, size: int, args, workdir: Path, valkey_url: str 
     }
 
 
+FLAT_BACKENDS = ("milvus", "milvus_server", "valkey", "inmemory", "qdrant")
+
+
+def user_memories(rng: np.random.Generator, user: int, n: int, dim: int, t0: datetime) -> list[Memory]:
+    """The ``n`` synthetic memories of user ``user`` (random unit vectors, short texts, one
+    per second from ``t0``)."""
+    vecs = unit_rows(rng, n, dim)
+    uid = f"u{user:06d}"
+    return [
+        Memory(
+            id=scoped_memory_id(uid, f"m{j:06d}"),
+            user_id=uid,
+            content=f"note {j} of {uid}: item {int(rng.integers(1_000_000))}",
+            created_at=t0 + timedelta(seconds=j),
+            updated_at=t0 + timedelta(seconds=j),
+            embedding=vecs[j].tolist(),
+        )
+        for j in range(n)
+    ]
+
+
+async def settle(store, backend: str, expected_rows: int, timeout_s: float = 3600.0) -> float:
+    """Wait until the backend has taken in what was loaded; returns the seconds waited.
+    Milvus server: flush (seal the growing segments) and wait until the index coordinator
+    knows all ``expected_rows`` rows and none waits for an index build. Milvus Lite: flush. Others: nothing to wait for
+    (Valkey indexes each HSET as it runs)."""
+    began = time.perf_counter()
+    if backend not in ("milvus", "milvus_server"):
+        return 0.0
+    await store._flush()
+    if backend == "milvus":
+        return time.perf_counter() - began
+    client, name = store._conn, store.collection
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        index = await store._call(client.list_indexes, name)
+        info = await store._call(client.describe_index, name, index[0])
+        # every row sealed and known to the index coordinator, none waiting for an index
+        # build (segments too small to index are searched by brute force: not pending)
+        if int(info.get("total_rows", 0)) >= expected_rows and int(info.get("pending_index_rows", 0)) == 0:
+            print(f"  {backend}: index {info}", file=sys.stderr, flush=True)
+            return time.perf_counter() - began
+        await asyncio.sleep(1.0)
+    raise TimeoutError(f"milvus index still building after {timeout_s} s: {info}")
+
+
+async def flat_one(backend: str, args, workdir: Path) -> list[dict]:
+    """Per-user retrieve latency of one backend at each of ``args.totals`` (one store, grown
+    in place); a row per total."""
+    from memory_core.testing.milvus_server import start_milvus_server
+    from memory_core.testing.valkey_server import start_valkey_server
+
+    cap = dict((b, int(n)) for b, n in (c.split("=") for c in args.cap.split(",") if c.strip()))
+    totals = sorted(int(t) for t in args.totals.split(",") if int(t) <= cap.get(backend, int(t)))
+    name = f"flat_{backend}_{uuid.uuid4().hex[:6]}"
+    server = milvus = None
+    milvus_settings = MilvusSettings(uri=str(workdir / f"{name}.db"), collection=name)
+    if backend == "valkey":
+        server = start_valkey_server(search=True)
+    if backend == "milvus_server":
+        milvus = start_milvus_server(workdir=workdir / f"{name}-server")
+        # Session reads: after the load has settled they wait for nothing, so the figure is the
+        # search's cost (Strong reads wait for the server's next time tick, ~200 ms here)
+        milvus_settings = MilvusSettings(
+            uri=milvus.uri, collection=name, num_partitions=args.num_partitions, consistency="Session"
+        )
+    settings = MemoryStoreSettings(
+        backend="milvus" if backend == "milvus_server" else backend,
+        milvus=milvus_settings,
+        qdrant=QdrantSettings(path=str(workdir / name), collection=name),
+        valkey=ValkeySettings(
+            url=server.url_db(0) if server else "valkey://127.0.0.1:1/0", prefix=f"{name}:", index=name
+        ),
+        retrieval=RetrievalSettings(hybrid=False),  # the backend alone: no hybrid index,
+        curation=CurationSettings(enabled=False),  # no curation, no cache
+    )
+    store = make_store(settings, embed=None, dimension=args.dim, identity=None)
+    assert isinstance(store, MemoryStore)
+    rows: list[dict] = []
+    try:
+        await store.open()
+        rng = np.random.default_rng(args.seed)
+        t0 = datetime(2025, 1, 1, tzinfo=UTC)
+        users = 0
+        for total in totals:
+            began = time.perf_counter()
+            while users * args.per_user < total:
+                await bulk_load(
+                    store, user_memories(rng, users, args.per_user, args.dim, t0), BULK_CALL_ROWS.get(backend)
+                )
+                users += 1
+                loaded = users * args.per_user
+                if loaded % 50_000 == 0:
+                    print(
+                        f"  {backend}: {loaded:,} rows ({(loaded - rows[-1]['total'] if rows else loaded) / (time.perf_counter() - began):,.0f} rows/s)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+            load_s = time.perf_counter() - began
+            settle_s = await settle(store, backend, users * args.per_user)
+            qrng = np.random.default_rng(args.seed + total)
+            queries = unit_rows(qrng, args.queries + args.warmup, args.dim)
+            who = qrng.integers(users, size=len(queries))
+            lat: list[float] = []
+            hits = 0
+            for i, (q, u) in enumerate(zip(queries, who, strict=True)):
+                opts = RetrieveOptions(user_id=f"u{int(u):06d}", embedding=q.tolist(), limit=5, threshold=-1.0)
+                t = time.perf_counter()
+                res = await store.retrieve(opts, touch=False)
+                if i >= args.warmup:
+                    lat.append((time.perf_counter() - t) * 1000)
+                    hits += len(res)
+            row = {
+                "backend": backend,
+                "total": users * args.per_user,
+                "users": users,
+                "load_s": load_s,
+                "settle_s": settle_s,
+                "p50": statistics.median(lat),
+                "p95": pct(lat, 0.95),
+                "hits": hits / len(lat),
+            }
+            print(f"  {row}", file=sys.stderr, flush=True)
+            rows.append(row)
+    finally:
+        await store.close()
+        if server is not None:
+            server.stop()
+        if milvus is not None:
+            milvus.stop()
+    return rows
+
+
+def flat_table(rows: list[dict], args) -> Table:
+    t = Table(
+        title=f"per-user retrieve as the total grows ({args.per_user:,} memories per user, dim {args.dim}, "
+        f"{args.queries} timed retrieves of random users per total, limit 5, sequential)"
+    )
+    for col in ("backend", "memories", "users", "load s", "settle s", "p50 ms", "p95 ms", "p50 ratio", "p95 ratio",
+                "goal p95 ≤ 1.3×"):  # fmt: skip
+        t.add_column(col, justify="right")
+    first: dict[str, dict] = {}
+    for r in rows:
+        base = first.setdefault(r["backend"], r)
+        p50r, p95r = r["p50"] / base["p50"], r["p95"] / base["p95"]
+        verdict = "" if r is base else ("met" if p95r <= 1.3 else "MISSED")
+        t.add_row(
+            r["backend"], f"{r['total']:,}", f"{r['users']:,}", f"{r['load_s']:,.0f}", f"{r['settle_s']:,.0f}",
+            f"{r['p50']:.2f}", f"{r['p95']:.2f}", f"{p50r:.2f}×", f"{p95r:.2f}×", verdict,
+        )  # fmt: skip
+    return t
+
+
+async def main_flat(args) -> list[dict]:
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    unknown = set(backends) - set(FLAT_BACKENDS)
+    if unknown:
+        raise SystemExit(f"unknown backends: {sorted(unknown)} (choose from {', '.join(FLAT_BACKENDS)})")
+    console = Console(width=170)
+    rows: list[dict] = []
+    for backend in backends:
+        console.log(f"{backend}: totals {args.totals} ...")
+        began = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="bench-flat-") as tmp:
+            rows += await flat_one(backend, args, Path(tmp))
+        console.log(f"{backend}: done in {time.perf_counter() - began:,.0f} s")
+    console.print(flat_table(rows, args))
+    return rows
+
+
 def table(rows: list[dict], args) -> Table:
     t = Table(title=f"store latency (dim {args.dim}, {args.users} users, {args.ops} timed calls each, sequential)")
     for col in ("backend", "memories", "bulk load rows/s", "store p50 ms", "store p95 ms", "store ops/s",
@@ -181,7 +367,24 @@ async def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--users", type=int, default=20)
     p.add_argument("--dim", type=int, default=384)
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--flat", action="store_true", help="per-user cost as the total grows (see above)")
+    p.add_argument("--totals", default="10000,1000000", help="--flat: totals of memories, ascending")
+    p.add_argument("--per-user", type=int, default=1000, help="--flat: memories per user")
+    p.add_argument("--queries", type=int, default=500, help="--flat: timed retrieves per total")
+    p.add_argument("--warmup", type=int, default=20, help="--flat: untimed retrieves before each timing")
+    p.add_argument(
+        "--cap",
+        default="",
+        help="--flat: largest total per backend, e.g. milvus=100000 (Milvus Lite loads slowly as it grows)",
+    )
+    p.add_argument(
+        "--num-partitions", type=int, default=None, help="--flat: milvus_server partitions (default: server's)"
+    )
     args = p.parse_args(argv)
+    if args.flat:
+        if args.backends == ",".join(BACKENDS):
+            args.backends = "milvus,milvus_server,valkey,inmemory"
+        return await main_flat(args)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     unknown = set(backends) - set(BACKENDS)

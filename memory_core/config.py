@@ -44,13 +44,64 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+def _refuse_literal_secret(value: Any, key: str, env_key: str) -> None:
+    """Raise ``ValueError`` when a literal secret is given in the configuration: secrets come
+    from an environment variable named by ``env_key``. The value is never echoed."""
+    if value is not None:
+        raise ValueError(
+            f"{key}: a literal secret in the configuration is refused (it would travel in the Serve config "
+            f"and the RayService manifest); put it in an environment variable and name the variable in {env_key}"
+        )
+
+
 class MilvusSettings(_Strict):
-    """Milvus: ``uri`` is a local file path (Milvus Lite, embedded) or ``http(s)://host:port``."""
+    """Milvus: ``uri`` is a local file path (Milvus Lite, embedded) or ``http(s)://host:port``
+    (a server; ``https://`` turns TLS on).
+
+    Credentials are never literal values: ``token_env`` names the environment variable
+    holding a token (``user:password`` or an API key), or ``user`` with ``password_env``
+    naming the variable holding that user's password. The store reads the variable when it
+    opens (``memory_core.stores.credentials``): a missing or empty variable fails the start with
+    a ``ConfigError`` naming the key and the variable (never the value). Milvus Lite takes no
+    credentials.
+
+    TLS (server only): ``secure`` (implied by ``https://``); ``server_pem_path`` (the
+    server's certificate, one-way TLS) and ``server_name`` (the name to verify, when it
+    differs from the URI's host); ``ca_pem_path`` + ``client_pem_path`` + ``client_key_path``
+    together for mutual TLS — file paths on every node that runs a store shard, as
+    ``pymilvus.MilvusClient`` takes them.
+
+    ``num_partitions``: partitions of the ``user_id`` partition key when the store creates
+    the collection (``null``: the server's default, 16 on Milvus 2.4+; at most 4096, the
+    server's ``rootCoord.maxPartitionNum``). A user's search reads the one partition its
+    user id hashes to, so more partitions mean fewer other users' rows per search; an
+    existing collection keeps the number it was created with. Milvus Lite ignores it.
+
+    ``consistency``: the consistency level of reads (``null``: the collection's, ``Strong``
+    for the collections the store creates; ``Strong`` waits for the server's newest time tick
+    on every read, ~200 ms on the Milvus 2.3.5 test server; ``Session`` did not see deletes at
+    once there; see ``MilvusStore``).
+    """
 
     uri: str = Field(default="./data/memory.db", validate_default=True)
     token: str | None = None
+    """Refused when set (a literal secret); see ``token_env``."""
+    token_env: str | None = Field(default=None, pattern=_ENV_NAME)
+    user: str | None = Field(default=None, min_length=1)
+    password_env: str | None = Field(default=None, pattern=_ENV_NAME)
     db_name: str | None = None
     collection: str = Field(default="agentic_memory", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,200}$")
+    secure: bool = False
+    server_pem_path: str | None = None
+    server_name: str | None = None
+    ca_pem_path: str | None = None
+    client_pem_path: str | None = None
+    client_key_path: str | None = None
+    num_partitions: int | None = Field(default=None, ge=1, le=4096)
+    consistency: Literal["Strong", "Session", "Bounded", "Eventually"] | None = None
 
     @property
     def is_lite(self) -> bool:
@@ -61,14 +112,37 @@ class MilvusSettings(_Strict):
     def _absolute_lite_path(cls, uri: str) -> str:
         # replicas run in other working directories: pin a relative Milvus Lite path to the
         # directory the configuration was loaded from (where `serve run` was started)
+        if _is_url(uri) and re.match(r"^[a-z]+://[^/]*@", uri):
+            raise ValueError("uri must not hold credentials (user:password@); use user + password_env or token_env")
         return uri if _is_url(uri) else str(Path(uri).expanduser().resolve())
+
+    @model_validator(mode="after")
+    def _credentials(self) -> MilvusSettings:
+        _refuse_literal_secret(self.token, "token", "token_env")
+        if self.token_env and (self.user or self.password_env):
+            raise ValueError("give either token_env or user + password_env, not both")
+        if bool(self.user) != bool(self.password_env):
+            raise ValueError("user and password_env go together (the password comes from the environment)")
+        mutual = [self.ca_pem_path, self.client_pem_path, self.client_key_path]
+        if any(mutual) and not all(mutual):
+            raise ValueError("mutual TLS needs ca_pem_path, client_pem_path and client_key_path together")
+        tls_files = self.server_pem_path or self.server_name or any(mutual)
+        if self.is_lite and (self.token_env or self.user or self.secure or tls_files):
+            raise ValueError("credentials and TLS options need a Milvus server uri (http(s)://host:port)")
+        if tls_files and not (self.secure or self.uri.startswith("https://")):
+            raise ValueError("TLS files need secure: true (or an https:// uri)")
+        return self
 
 
 class QdrantSettings(_Strict):
-    """Qdrant: ``url`` for a server, else local mode at ``path``."""
+    """Qdrant: ``url`` for a server, else local mode at ``path``. ``api_key_env``: the
+    environment variable holding the server's API key (read when the store opens; a literal
+    ``api_key`` is refused)."""
 
     url: str | None = None
     api_key: str | None = None
+    """Refused when set (a literal secret); see ``api_key_env``."""
+    api_key_env: str | None = Field(default=None, pattern=_ENV_NAME)
     path: str = Field(default="./data/qdrant", validate_default=True)
     collection: str = Field(default="agentic_memory", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,200}$")
 
@@ -77,11 +151,51 @@ class QdrantSettings(_Strict):
     def _absolute_path(cls, path: str) -> str:
         return str(Path(path).expanduser().resolve())
 
+    @model_validator(mode="after")
+    def _credentials(self) -> QdrantSettings:
+        _refuse_literal_secret(self.api_key, "api_key", "api_key_env")
+        if self.api_key_env and not self.url:
+            raise ValueError("api_key_env needs a server url (local mode takes no key)")
+        return self
 
-class ValkeySettings(_Strict):
-    """Valkey with the search module: HASH keys under ``prefix``, FT index ``index``."""
+
+class ValkeyConnectionSettings(_Strict):
+    """How to reach a Valkey (or Redis) server: ``url`` (``valkey://host:port/db``;
+    ``valkeys://`` or ``tls: true`` for TLS, ``ca_cert_path`` the CA bundle to verify the
+    server with, else the system's) and, with ACLs or ``requirepass``, ``username``
+    (optional: ``default``) and ``password_env``, the environment variable holding the
+    password. The URL must not hold credentials; the password is read when the client is
+    created (store open, cache start): a missing or empty variable fails the start with a
+    ``ConfigError`` naming the key and the variable, never the value."""
 
     url: str = "valkey://127.0.0.1:6379/0"
+    username: str | None = Field(default=None, min_length=1)
+    password_env: str | None = Field(default=None, pattern=_ENV_NAME)
+    tls: bool = False
+    ca_cert_path: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _no_credentials_in_url(cls, url: str) -> str:
+        if not re.match(r"^(valkey|valkeys|redis|rediss|unix)://", url):
+            raise ValueError("url must start with valkey://, valkeys://, redis://, rediss:// or unix://")
+        if re.match(r"^[a-z]+://[^/]*@", url):
+            raise ValueError("url must not hold credentials (user:password@); use username + password_env")
+        return url
+
+    @model_validator(mode="after")
+    def _tls(self) -> ValkeyConnectionSettings:
+        if self.ca_cert_path and not (self.tls or self.url.startswith(("valkeys://", "rediss://"))):
+            raise ValueError("ca_cert_path needs tls: true (or a valkeys:// url)")
+        if self.username and not self.password_env:
+            raise ValueError("username needs password_env (the password comes from the environment)")
+        return self
+
+
+class ValkeySettings(ValkeyConnectionSettings):
+    """Valkey with the search module: HASH keys under ``prefix``, FT index ``index``; the
+    connection fields are those of ``ValkeyConnectionSettings``."""
+
     prefix: str = "memory:"
     index: str = Field(default="agentic_memory", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,200}$")
 
@@ -108,8 +222,9 @@ class EmbeddingSettings(_Strict):
     remote: RemoteEmbeddingSettings | None = None
 
 
-class CacheSettings(_Strict):
-    """Valkey/Redis hot cache of retrieve results."""
+class CacheSettings(ValkeyConnectionSettings):
+    """Valkey/Redis hot cache of retrieve results; the connection fields (credentials, TLS)
+    are those of ``ValkeyConnectionSettings``."""
 
     enabled: bool = False
     url: str = "valkey://127.0.0.1:6379/1"
@@ -350,7 +465,6 @@ class MemoryStoreSettings(_Strict):
         return self
 
 
-_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 DEFAULT_UPSTREAM_TIMEOUT_S = 120.0
 
 

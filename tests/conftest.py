@@ -101,6 +101,35 @@ def valkey_server():
         server.stop()
 
 
+MILVUS_PASSWORD_ENV = "MEMORY_ROUTER_TEST_MILVUS_PASSWORD"
+"""The environment variable the Milvus server rigs name in ``milvus.password_env``."""
+
+
+@pytest.fixture(scope="module")
+def milvus_server():
+    """A standalone Milvus server (the ``milvus`` package, 2.3.5) with authorization on, on
+    free loopback ports in a temp dir, stopped after the test module (an idle server still
+    takes CPU and ~1 GB: it does not outlive the modules that use it); its root password
+    is put in ``MILVUS_PASSWORD_ENV`` for the stores to read. Skips the test when the
+    package is not installed (starting takes ~10 s on the 2-core machine)."""
+    from memory_core.testing.milvus_server import ROOT_PASSWORD, milvus_server_missing, start_milvus_server
+
+    missing = milvus_server_missing()
+    if missing:
+        pytest.skip(missing)
+    server = start_milvus_server(authorization=True)
+    previous = os.environ.get(MILVUS_PASSWORD_ENV)
+    os.environ[MILVUS_PASSWORD_ENV] = ROOT_PASSWORD
+    try:
+        yield server
+    finally:
+        if previous is None:
+            os.environ.pop(MILVUS_PASSWORD_ENV, None)
+        else:
+            os.environ[MILVUS_PASSWORD_ENV] = previous
+        server.stop()
+
+
 @pytest.fixture(scope="session")
 def upstream_server():
     """The test upstream (``tests.upstream_server``: the echo as an HTTP server process, with

@@ -160,16 +160,21 @@ def test_serve_schema_refuses_a_local_working_dir():
     ServeDeploySchema.model_validate(doc)
 
 
-def test_no_credential_env_fields_for_milvus_or_valkey():
-    """cluster/README.md says the configuration reads no Milvus/Valkey credentials from the
-    environment: an invented key is refused (the args are validated strictly)."""
+@pytest.mark.parametrize("name", CLUSTER_SERVE_CONFIGS)
+def test_store_credentials_are_environment_variable_names(name):
+    """The cluster configs name the variables holding the Milvus token and the Valkey cache
+    password (no literal secret: a literal ``token`` is refused)."""
     from deployments.app import AppArgs
     from memory_core.errors import ConfigError
 
-    args = copy.deepcopy(_load(GPU_SERVE_CONFIG)["applications"][0]["args"])
-    args["config"]["global"]["stores"]["memory"]["milvus"]["token_env"] = "MILVUS_TOKEN"
-    with pytest.raises(ConfigError, match="token_env"):
+    args = copy.deepcopy(SERVE_CONFIGS[name]()["applications"][0]["args"])
+    memory = AppArgs.model_validate(args).load().memory
+    assert memory.milvus.token_env == "MILVUS_TOKEN" and memory.milvus.token is None
+    assert memory.cache.password_env == "VALKEY_PASSWORD"
+    args["config"]["global"]["stores"]["memory"]["milvus"]["token"] = "root:Milvus"
+    with pytest.raises(ConfigError, match="token_env") as e:
         AppArgs.model_validate(args).load()
+    assert "root:Milvus" not in str(e.value)
 
 
 # ---------------------------------------------------------------------------- cluster launcher
@@ -253,6 +258,13 @@ def test_rayservice_manifest():
         "name": "memory-router-secrets",
         "key": "upstream-api-key",
     }
+    # ... and the store credentials the serve config names, on the group that runs the store shards
+    memory = _rayservice_serve_config()["applications"][0]["args"]["config"]["global"]["stores"]["memory"]
+    for variable, key in (
+        (memory["milvus"]["token_env"], "milvus-token"),
+        (memory["cache"]["password_env"], "valkey-password"),
+    ):
+        assert env[variable]["valueFrom"]["secretKeyRef"] == {"name": "memory-router-secrets", "key": key}
 
 
 # ---------------------------------------------------------------------------- placement

@@ -39,11 +39,15 @@ import json
 import logging
 import secrets
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import StoreClosed
 from ..types import Memory, RetrieveOptions, ScoredMemory
 from .base import MemoryStore, StoreDecorator
+from .credentials import valkey_client
+
+if TYPE_CHECKING:
+    from ..config import ValkeyConnectionSettings
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +104,14 @@ class CachingStore(StoreDecorator):
         on_event: optional callback receiving event names (``EVENT_NAMES``); exceptions it
             raises are logged and ignored.
         timeout_s: socket connect/read timeout towards the cache, seconds.
+        connection: credentials and TLS of the cache server (``ValkeyConnectionSettings``,
+            e.g. ``CacheSettings``; its ``url`` is used in place of ``url``); the password is
+            read from the environment variable it names here, at construction.
+        settings_key: the configuration key of ``connection``, named in errors.
+
+    Raises ``ConfigError`` when ``connection.password_env`` names a variable that is unset.
+    A cache server that refuses the credentials fails open like an unreachable one (its
+    errors are counted as ``cache_error``).
     """
 
     def __init__(
@@ -111,19 +123,24 @@ class CachingStore(StoreDecorator):
         prefix: str = "memcache:",
         on_event: Callable[[str], None] | None = None,
         timeout_s: float = 0.5,
+        connection: ValkeyConnectionSettings | None = None,
+        settings_key: str = "global.stores.memory.cache",
     ):
         super().__init__(inner)
-        import valkey.asyncio as avalkey
+        from ..config import ValkeyConnectionSettings
 
         if ttl_s <= 0:
             raise ValueError("ttl_s must be positive")
+        if connection is None:
+            connection = ValkeyConnectionSettings(url=url)
+        url = connection.url
         self.url = url
         self.ttl_s = int(ttl_s)
         self.prefix = prefix
         self.on_event = on_event
         self.counters: dict[str, int] = dict.fromkeys(COUNTER_NAMES, 0)
-        self._client = avalkey.from_url(
-            url, decode_responses=False, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+        self._client = valkey_client(
+            connection, settings_key, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
         )
         self._write_script = self._client.register_script(_WRITE_LUA)
         self._invalidate_script = self._client.register_script(_INVALIDATE_LUA)

@@ -45,9 +45,15 @@ def make_store(
     embeds query texts instead of ``embed`` when given; ``represents`` tells which texts the
     embedding model can represent (see ``MemoryStore``).
 
+    Credentials come from the environment variables the settings name (``token_env``,
+    ``password_env``, ``api_key_env``; ``memory_core.stores.credentials``): the cache reads
+    its password here, the backends when they open.
+
     Building does no I/O; ``await store.open()`` (or the first operation) connects and
     creates or checks the collection/index, raising ``ConfigError`` (e.g. an existing
-    collection of another vector dimension) or ``StoreUnavailable`` (unreachable).
+    collection of another vector dimension, a credential variable that is unset, refused
+    credentials) or ``StoreUnavailable`` (unreachable). Building raises ``ConfigError`` when
+    the cache's password variable is unset.
     """
     common: _CommonArgs = {
         "embed": embed,
@@ -63,20 +69,42 @@ def make_store(
 
         m = settings.milvus
         name = physical_name(m.collection, collection_suffix)
-        store = MilvusStore(uri=m.uri, collection=name, token=m.token, db_name=m.db_name, **common)
+        tls = {
+            "secure": m.secure,
+            "server_pem_path": m.server_pem_path,
+            "server_name": m.server_name,
+            "ca_pem_path": m.ca_pem_path,
+            "client_pem_path": m.client_pem_path,
+            "client_key_path": m.client_key_path,
+        }
+        store = MilvusStore(
+            uri=m.uri,
+            collection=name,
+            token_env=m.token_env,
+            user=m.user,
+            password_env=m.password_env,
+            settings_key="global.stores.memory.milvus",
+            db_name=m.db_name,
+            tls=tls,
+            num_partitions=m.num_partitions,
+            consistency=m.consistency,
+            **common,
+        )
     elif backend == "qdrant":
         from .qdrant import QdrantStore
 
         q = settings.qdrant
         name = physical_name(q.collection, collection_suffix)
-        store = QdrantStore(url=q.url, api_key=q.api_key, path=q.path, collection=name, **common)
+        store = QdrantStore(url=q.url, api_key_env=q.api_key_env, path=q.path, collection=name, **common)
     elif backend == "valkey":
         from .valkey import ValkeyStore
 
         v = settings.valkey
         name = physical_name(v.index, collection_suffix)
         prefix = physical_name(v.prefix.rstrip(":"), collection_suffix) + ":" if collection_suffix else v.prefix
-        store = ValkeyStore(url=v.url, prefix=prefix, index=name, **common)
+        store = ValkeyStore(
+            url=v.url, prefix=prefix, index=name, connection=v, settings_key="global.stores.memory.valkey", **common
+        )
     elif backend == "inmemory":
         from .inmemory import InMemoryStore
 
@@ -94,7 +122,15 @@ def make_store(
         from .cache import CachingStore
 
         c = settings.cache
-        store = CachingStore(store, url=c.url, ttl_s=c.ttl_s, prefix=f"{c.prefix}{backend}:{name}:", on_event=on_event)
+        store = CachingStore(
+            store,
+            url=c.url,
+            ttl_s=c.ttl_s,
+            prefix=f"{c.prefix}{backend}:{name}:",
+            on_event=on_event,
+            connection=c,
+            settings_key="global.stores.memory.cache",
+        )
     if not settings.curation.enabled:
         return store
     # outermost: every write is curated (screening, one record per fact, supersession), and

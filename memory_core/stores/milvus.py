@@ -16,6 +16,23 @@ metadata       JSON
 embedding      FLOAT_VECTOR     HNSW index, COSINE metric (Milvus Lite 3.2 accepts both)
 ============== ================ =====================================================
 
+Null values: fields marked ``null`` above are nullable where the server has nullable fields
+(Milvus 2.5+, Milvus Lite 3). A server without them (Milvus 2.3/2.4 ignores the flag and
+refuses a missing value) gets a collection whose fields are not nullable; the store then
+writes the sentinels ``""`` (VARCHAR) and ``NULL_MS`` (INT64), which no valid value equals
+(ids are non-empty, times are after year 1), and reads both back as ``None``; such a server
+also keeps only objects in JSON fields, so ``merged_from`` is stored as ``{"ids": [...]}``.
+The choice follows the collection as the server describes it, so a collection keeps working
+wherever it is opened.
+
+Partition key: ``user_id`` is the collection's partition key, so a Milvus server hashes
+each user to one of ``num_partitions`` partitions and a search filtered on ``user_id ==``
+reads that partition only. Milvus Lite 3 keeps 16 buckets but searches all of them.
+
+Credentials and TLS (servers): the token (or ``user`` + password) is read from the
+environment variable the configuration names when the store opens
+(``memory_core.stores.credentials``) and never appears in logs or errors.
+
 Every value that enters a Milvus expression goes through :func:`milvus_literal` (the one
 escaping helper of this backend; Milvus Lite has no expression templates), ids included:
 reads and deletes by id use ``id in [...]`` expressions built here (with the owner's
@@ -44,6 +61,7 @@ from ..errors import ConfigError, StoreUnavailable
 from ..types import ListResult, Memory, MemoryState, MemoryType, RetrieveOptions, ScoredMemory
 from ._records import LIFECYCLE_FIELDS, lifecycle_fields, memory_from_fields, newest_first, record_fields, to_ms
 from .base import MemoryStore, candidate_count
+from .credentials import secret_from_env
 
 if TYPE_CHECKING:
     from pymilvus import MilvusClient
@@ -75,6 +93,18 @@ _QUERY_BATCH = 4096
 LEGACY_UPGRADE_SUFFIX = "_l2"
 """Suffix of the collection a collection from before memory lifecycles is copied into."""
 _MAX_TOPK = 16384
+NULL_MS = -(2**63)
+"""INT64 sentinel of a null time in a collection without nullable fields."""
+_NULLABLE_VARCHAR = (
+    "project_id",
+    "conversation_id",
+    "created_by_user_id",
+    "embedding_identity",
+    "superseded_by",
+    "merged_into",
+    "state_reason",
+)
+_NULLABLE_INT64 = ("last_accessed", "valid_from", "valid_to", "expires_at")
 
 
 def milvus_literal(value: str) -> str:
@@ -114,6 +144,12 @@ def _ids_filter(ids: list[str], user_id: str | None = None) -> str:
     return expr if user_id is None else f"{expr} and user_id == {milvus_literal(user_id)}"
 
 
+def _is_auth_error(exc: BaseException) -> bool:
+    """Whether a pymilvus error says the credentials were refused or missing."""
+    text = str(exc).lower()
+    return any(w in text for w in ("auth", "credential", "password", "unauthenticated", "permission denied"))
+
+
 def _is_transient(exc: BaseException) -> bool:
     """Errors worth retrying: connection/timeouts and Milvus 'unavailable'/'rate limit'."""
     if isinstance(exc, (ConnectionError, TimeoutError)):
@@ -130,11 +166,41 @@ def _is_transient(exc: BaseException) -> bool:
     return False
 
 
-def _to_row(memory: Memory) -> dict[str, Any]:
-    return {**record_fields(memory), _VECTOR_FIELD: [float(x) for x in memory.embedding or []]}
+def _to_row(memory: Memory, nullable: bool = True) -> dict[str, Any]:
+    """The Milvus row of ``memory``; without ``nullable`` (a collection whose fields are not
+    nullable) ``None`` values are written as the sentinels (module docstring)."""
+    row = {**record_fields(memory), _VECTOR_FIELD: [float(x) for x in memory.embedding or []]}
+    if not nullable:
+        _fill_nulls(row)
+    return row
+
+
+def _fill_nulls(row: dict[str, Any]) -> None:
+    """Make ``row`` fit a collection of a server before Milvus 2.5, in place: ``None`` in the
+    nullable fields becomes their sentinels, and ``merged_from`` (a list) is wrapped as
+    ``{"ids": [...]}`` (such a server stores only objects in JSON fields)."""
+    if isinstance(row.get("merged_from"), list):
+        row["merged_from"] = {"ids": row["merged_from"]}
+    for name in _NULLABLE_VARCHAR:
+        if row.get(name) is None:
+            row[name] = ""
+    for name in _NULLABLE_INT64:
+        if row.get(name) is None:
+            row[name] = NULL_MS
 
 
 def _from_row(row: dict[str, Any]) -> Memory:
+    """The ``Memory`` of a Milvus row (sentinels read as ``None``, a wrapped
+    ``merged_from`` unwrapped)."""
+    merged = row.get("merged_from")
+    if isinstance(merged, dict):
+        row["merged_from"] = merged.get("ids") or []
+    for name in _NULLABLE_VARCHAR:
+        if row.get(name) == "":
+            row[name] = None
+    for name in _NULLABLE_INT64:
+        if row.get(name) == NULL_MS:
+            row[name] = None
     return memory_from_fields(row, row.get(_VECTOR_FIELD))
 
 
@@ -144,7 +210,26 @@ class MilvusStore(MemoryStore):
     Args:
         uri: Milvus Lite file path (``./data/memory.db``) or server URL.
         collection: collection name (created when absent, with the layout above).
-        token, db_name: server credentials / database (ignored by Milvus Lite).
+        token: a literal token, for programs that hold one (the configuration never gives
+            one: ``token_env``).
+        token_env: environment variable holding the token (``user:password`` or an API key).
+        user, password_env: a user and the environment variable holding its password.
+        settings_key: the configuration key of these settings, named in errors.
+        db_name: server database (ignored by Milvus Lite).
+        tls: ``pymilvus.MilvusClient`` TLS keyword arguments (``secure``,
+            ``server_pem_path``, ``server_name``, ``ca_pem_path``, ``client_pem_path``,
+            ``client_key_path``); only those set are passed.
+        num_partitions: partitions of the ``user_id`` partition key when this store creates
+            the collection on a server (``None``: the server's default).
+        consistency: the consistency level of every read (``Strong``, ``Session``,
+            ``Bounded``, ``Eventually``); ``None``: the collection's own level (``Strong`` for
+            the collections this store creates). ``Strong`` waits on every read for the
+            server's newest time tick (measured on the Milvus 2.3.5 test server: every search
+            ~200 ms whatever the data). ``Session`` is meant to read this process's own
+            writes without that wait, but on Milvus 2.3.5 it did not see deletes at once (4
+            conformance tests failed: a forgotten memory was still returned), so it is not
+            the default; choose it only on a server where the conformance suite passes with
+            it.
         retries: attempts per call on transient errors (≥ 1); ``backoff_s`` is the first
             pause, doubled each retry.
         flush_every: flush (seal the growing segment so the HNSW index covers it) after
@@ -165,10 +250,11 @@ class MilvusStore(MemoryStore):
             search over < 100 unflushed rows costs little.
         embed, dimension, identity: see :class:`MemoryStore`.
 
-    Opening (``await store.open()`` or the first operation) connects, creates or checks
-    the collection and loads it (a collection reopened
-    from disk must be loaded before search). Raises ``ConfigError`` when an existing
-    collection's vector dimension differs from ``dimension``, ``StoreUnavailable`` when the
+    Opening (``await store.open()`` or the first operation) reads the credentials from the
+    environment, connects, creates or checks the collection and loads it (a collection
+    reopened from disk must be loaded before search). Raises ``ConfigError`` when a
+    credential variable is unset, the server refuses the credentials, or an existing
+    collection's vector dimension differs from ``dimension``; ``StoreUnavailable`` when the
     server cannot be reached.
     """
 
@@ -180,7 +266,14 @@ class MilvusStore(MemoryStore):
         uri: str,
         collection: str,
         token: str | None = None,
+        token_env: str | None = None,
+        user: str | None = None,
+        password_env: str | None = None,
+        settings_key: str = "global.stores.memory.milvus",
         db_name: str | None = None,
+        tls: dict[str, Any] | None = None,
+        num_partitions: int | None = None,
+        consistency: str | None = None,
         retries: int = 3,
         backoff_s: float = 0.05,
         flush_every: int | None = None,
@@ -203,7 +296,18 @@ class MilvusStore(MemoryStore):
         self.flush_count = 0  # flushes done (any trigger); idle_flush_count: by the idle timer
         self.idle_flush_count = 0
         self._token = token
+        self._token_env = token_env
+        self._user = user
+        self._password_env = password_env
+        self._settings_key = settings_key
         self._db_name = db_name
+        self._tls = {k: v for k, v in (tls or {}).items() if v}
+        self._num_partitions = num_partitions
+        self._lite = lite
+        self._nullable = True  # whether the collection in use has nullable fields (set by _prepare)
+        # reads name their consistency level when one is configured (else the collection's
+        # own level, Strong for the collections this store creates)
+        self._read_level: dict[str, Any] = {} if consistency is None else {"consistency_level": consistency}
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="milvus")
         self._client: MilvusClient | None = None
 
@@ -217,17 +321,32 @@ class MilvusStore(MemoryStore):
     async def _open(self) -> None:
         loop = asyncio.get_running_loop()
         if self._client is None:
+            token = self._credential()
             self._client = await loop.run_in_executor(
-                self._executor, self._connect, self.uri, self._token, self._db_name
+                self._executor, self._connect, self.uri, token, self._db_name, self._tls, self._settings_key
             )
         await loop.run_in_executor(self._executor, self._prepare)
 
+    def _credential(self) -> str | None:
+        """The token to connect with: from ``token_env``, else ``user:<password_env>``, else
+        the literal ``token``. Raises ``ConfigError`` naming the key and the variable when
+        the variable is unset."""
+        if self._token_env:
+            return secret_from_env(self._token_env, f"{self._settings_key}.token_env")
+        if self._user and self._password_env:
+            return f"{self._user}:{secret_from_env(self._password_env, f'{self._settings_key}.password_env')}"
+        return self._token
+
     # ------------------------------------------------------------------ sync (worker thread)
     @staticmethod
-    def _connect(uri: str, token: str | None, db_name: str | None) -> MilvusClient:
+    def _connect(
+        uri: str, token: str | None, db_name: str | None, tls: dict[str, Any], settings_key: str
+    ) -> MilvusClient:
+        """A connected client. Raises ``ConfigError`` when the server refuses the
+        credentials, ``StoreUnavailable`` otherwise; the token never appears in either."""
         from pymilvus import MilvusClient
 
-        kwargs: dict[str, Any] = {"uri": uri}
+        kwargs: dict[str, Any] = {"uri": uri, **tls}
         if not re.match(r"^[a-z]+://", uri):  # Milvus Lite: a file whose directory must exist
             Path(uri).expanduser().parent.mkdir(parents=True, exist_ok=True)
         if token:
@@ -237,7 +356,13 @@ class MilvusStore(MemoryStore):
         try:
             return MilvusClient(**kwargs)
         except Exception as e:
-            raise StoreUnavailable(f"cannot open Milvus at {uri}: {e}") from e
+            text = str(e).replace(token, "***") if token else str(e)
+            if _is_auth_error(e):
+                raise ConfigError(
+                    f"Milvus at {uri} refused the credentials ({text}); check {settings_key}.token_env or "
+                    f"{settings_key}.user/password_env"
+                ) from None
+            raise StoreUnavailable(f"cannot open Milvus at {uri}: {text}") from None
 
     def _prepare(self) -> None:
         c = self._conn
@@ -254,9 +379,20 @@ class MilvusStore(MemoryStore):
                 if not c.has_collection(self.collection):
                     self._create(self.collection)
                     self._copy_legacy(name, self.collection)
+        self._nullable = self._has_nullable(self.collection)
         # a collection reopened from disk (or released) must be loaded before search;
         # loading a loaded collection is a no-op
         c.load_collection(self.collection)
+
+    def _has_nullable(self, name: str) -> bool:
+        """Whether collection ``name`` declares its optional fields nullable (``project_id``
+        stands for all: they are created together). Logs once when it does not (a server
+        without nullable fields: the store writes sentinels)."""
+        fields = self._conn.describe_collection(name).get("fields", [])
+        nullable = any(f.get("name") == "project_id" and f.get("nullable") for f in fields)
+        if not nullable:
+            log.info("milvus collection %r has no nullable fields: nulls are stored as sentinels", name)
+        return nullable
 
     def _check_dimension(self, name: str) -> None:
         """Raise ``ConfigError`` unless collection ``name`` holds vectors of this store's
@@ -288,6 +424,7 @@ class MilvusStore(MemoryStore):
         c = self._conn
         c.load_collection(legacy)
         legacy_fields = [f for f in _SCALAR_FIELDS if f not in LIFECYCLE_FIELDS] + [_VECTOR_FIELD]
+        nullable = self._has_nullable(target)
         it = c.query_iterator(legacy, batch_size=1000, filter='id != ""', output_fields=legacy_fields)
         copied = 0
         try:
@@ -300,8 +437,10 @@ class MilvusStore(MemoryStore):
                     row = dict(r)
                     row.update(lifecycle_fields(memory_from_fields(row)))
                     row[_VECTOR_FIELD] = [float(x) for x in row[_VECTOR_FIELD]]
+                    if not nullable:
+                        _fill_nulls(row)
                     rows.append(row)
-                c.upsert(target, rows)
+                self._write_rows(rows, target, nullable)
                 copied += len(rows)
         finally:
             it.close()
@@ -356,7 +495,10 @@ class MilvusStore(MemoryStore):
             metric_type="COSINE",
             params={"M": 16, "efConstruction": 200},
         )
-        c.create_collection(name, schema=s, index_params=index, consistency_level="Strong")
+        extra: dict[str, Any] = {}
+        if self._num_partitions and not self._lite:
+            extra["num_partitions"] = self._num_partitions
+        c.create_collection(name, schema=s, index_params=index, consistency_level="Strong", **extra)
 
     # ------------------------------------------------------------------ plumbing
     async def _call(self, fn: Callable[..., Any], *args, **kwargs) -> Any:
@@ -377,9 +519,29 @@ class MilvusStore(MemoryStore):
                 delay *= 2
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def _write_rows(
+        self, rows: list[dict[str, Any]], collection: str | None = None, modern: bool | None = None
+    ) -> None:
+        """Write ``rows`` (whole records) into ``collection`` (default: the one in use),
+        replacing records of the same ids; idempotent, so a retried call is harmless.
+
+        Upsert, except on a server before Milvus 2.5 (a collection without nullable fields,
+        ``modern`` False): Milvus 2.3.5 upserts rows of a partition-key collection into a
+        partition other than the one its partition-key filter reads (measured: rows upserted
+        for ``user_id`` "u" were found by ``id in [...]`` but not by ``user_id == "u"``;
+        inserted rows were), so there the ids are deleted, then the rows inserted."""
+        name = collection or self.collection
+        if modern if modern is not None else self._nullable:
+            self._conn.upsert(name, rows)
+            return
+        self._conn.delete(name, filter=_ids_filter([str(r["id"]) for r in rows]))
+        self._conn.insert(name, rows)
+
     def _query_all(self, expr: str, fields: list[str]) -> list[dict[str, Any]]:
         """Every row matching ``expr`` (iterator: no 16384-row query window)."""
-        it = self._conn.query_iterator(self.collection, batch_size=_QUERY_BATCH, filter=expr, output_fields=fields)
+        it = self._conn.query_iterator(
+            self.collection, batch_size=_QUERY_BATCH, filter=expr, output_fields=fields, **self._read_level
+        )
         rows: list[dict[str, Any]] = []
         try:
             while True:
@@ -396,7 +558,11 @@ class MilvusStore(MemoryStore):
         for start in range(0, len(ids), 1000):
             batch = ids[start : start + 1000]
             rows = self._conn.query(
-                self.collection, filter=_ids_filter(batch, user_id), output_fields=fields, limit=len(batch)
+                self.collection,
+                filter=_ids_filter(batch, user_id),
+                output_fields=fields,
+                limit=len(batch),
+                **self._read_level,
             )
             out.extend(dict(r) for r in rows)
         return out
@@ -452,18 +618,18 @@ class MilvusStore(MemoryStore):
 
     async def _insert(self, memory: Memory) -> None:
         # upsert: idempotent when a transient error makes us retry a write that landed
-        await self._call(self._conn.upsert, self.collection, [_to_row(memory)])
+        await self._call(self._write_rows, [_to_row(memory, self._nullable)])
         await self._wrote(1)
 
     async def _insert_many(self, memories: list[Memory]) -> None:
         # one upsert per ≤ 1000 rows (idempotent under retries, like _insert)
         for start in range(0, len(memories), 1000):
-            rows = [_to_row(m) for m in memories[start : start + 1000]]
-            await self._call(self._conn.upsert, self.collection, rows)
+            rows = [_to_row(m, self._nullable) for m in memories[start : start + 1000]]
+            await self._call(self._write_rows, rows)
             await self._wrote(len(rows))
 
     async def _replace(self, memory: Memory) -> None:
-        await self._call(self._conn.upsert, self.collection, [_to_row(memory)])
+        await self._call(self._write_rows, [_to_row(memory, self._nullable)])
         await self._wrote(1)
 
     async def _get_many(self, memory_ids: list[str], user_id: str | None = None) -> list[Memory]:
@@ -479,6 +645,7 @@ class MilvusStore(MemoryStore):
             limit=k,
             output_fields=_SCALAR_FIELDS,  # the distance is the similarity: no vectors to ship
             search_params={"metric_type": "COSINE", "params": {"ef": max(64, k)}},
+            **self._read_level,
         )
         return [(float(hit["distance"]), dict(hit["entity"])) for hit in res[0]]
 
@@ -503,7 +670,9 @@ class MilvusStore(MemoryStore):
             r["access_count"] = int(r.get("access_count") or 0) + increments.get(str(r["id"]), 0)
             r["last_accessed"] = stamp
             r[_VECTOR_FIELD] = [float(x) for x in r[_VECTOR_FIELD]]
-        await self._call(self._conn.upsert, self.collection, rows)
+            if not self._nullable:
+                _fill_nulls(r)
+        await self._call(self._write_rows, rows)
         await self._wrote(len(rows))
 
     async def _list(self, user_id, types, project_id, limit, offset, states) -> ListResult:

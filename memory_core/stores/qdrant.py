@@ -22,6 +22,7 @@ from ..errors import ConfigError, StoreUnavailable
 from ..types import ListResult, Memory, MemoryState, MemoryType, RetrieveOptions, ScoredMemory
 from ._records import memory_from_fields, newest_first, record_fields, to_ms
 from .base import MemoryStore, candidate_count
+from .credentials import secret_from_env
 
 if TYPE_CHECKING:
     from qdrant_client import AsyncQdrantClient
@@ -88,7 +89,10 @@ class QdrantStore(MemoryStore):
 
     Args:
         url: server URL (``http://host:6333``); ``None`` → local mode at ``path``.
-        api_key: server API key.
+        api_key_env: the environment variable holding the server's API key, read when the
+            store opens (``ConfigError`` naming ``settings_key.api_key_env`` and the variable
+            when it is unset).
+        settings_key: the configuration key of these settings, named in errors.
         path: local-mode directory (one process at a time may open it).
         collection: collection name (created when absent).
         embed, dimension, identity: see :class:`MemoryStore`.
@@ -100,7 +104,16 @@ class QdrantStore(MemoryStore):
 
     name = "qdrant"
 
-    def __init__(self, *, url: str | None, path: str, collection: str, api_key: str | None = None, **kwargs):
+    def __init__(
+        self,
+        *,
+        url: str | None,
+        path: str,
+        collection: str,
+        api_key_env: str | None = None,
+        settings_key: str = "global.stores.memory.qdrant",
+        **kwargs,
+    ):
         import httpx
         from qdrant_client.http.exceptions import ResponseHandlingException
 
@@ -110,7 +123,8 @@ class QdrantStore(MemoryStore):
         self.url = url
         self.path = path
         self.collection = collection
-        self._api_key = api_key
+        self._api_key_env = api_key_env
+        self._settings_key = settings_key
         self._client: AsyncQdrantClient | None = None
 
     @property
@@ -131,9 +145,16 @@ class QdrantStore(MemoryStore):
         if self._client is None:
             try:
                 if self.url:
-                    self._client = AsyncQdrantClient(url=self.url, api_key=self._api_key)
+                    key = (
+                        secret_from_env(self._api_key_env, f"{self._settings_key}.api_key_env")
+                        if self._api_key_env
+                        else None
+                    )
+                    self._client = AsyncQdrantClient(url=self.url, api_key=key)
                 else:
                     self._client = AsyncQdrantClient(path=self.path)
+            except ConfigError:
+                raise
             except Exception as e:
                 raise StoreUnavailable(f"cannot open Qdrant at {self._where}: {e}") from e
         c = self._client

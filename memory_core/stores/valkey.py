@@ -39,10 +39,13 @@ from ..errors import ConfigError, DuplicateMemory, StoreUnavailable
 from ..types import ListResult, Memory, MemoryState, MemoryType, RetrieveOptions, ScoredMemory
 from ._records import LIFECYCLE_FIELDS, from_ms, lifecycle_fields, lifecycle_from_fields, newest_first, to_ms
 from .base import MemoryStore, candidate_count
+from .credentials import valkey_client
 
 if TYPE_CHECKING:
     from valkey.asyncio import Valkey
     from valkey.commands.core import AsyncScript
+
+    from ..config import ValkeyConnectionSettings
 
 _MAX_TOPK = 10000
 LEGACY_UPGRADE_SUFFIX = "_l2"
@@ -135,21 +138,42 @@ class ValkeyStore(MemoryStore):
         url: ``valkey://host:port/db`` (``redis://`` works too).
         prefix: key prefix of this store's keys.
         index: FT index name (created when absent).
+        connection: credentials and TLS (``ValkeyConnectionSettings``; its ``url`` is used
+            in place of ``url``); ``None``: ``url`` alone, no credentials.
+        settings_key: the configuration key of ``connection``, named in errors.
         embed, dimension, identity: see :class:`MemoryStore`.
 
-    Opening (``await store.open()`` or the first operation) creates the index or checks it
-    with FT.INFO: ``ConfigError`` when its vector dimension is not ``dimension``,
-    ``StoreUnavailable`` when the server cannot be reached or has no search module.
+    Opening (``await store.open()`` or the first operation) reads the password from the
+    environment variable ``connection.password_env`` names, then creates the index or checks
+    it with FT.INFO: ``ConfigError`` when the variable is missing, the server refuses the
+    credentials (or asks for some and none are configured), or the index's vector dimension
+    is not ``dimension``; ``StoreUnavailable`` when the server cannot be reached or has no
+    search module.
     """
 
     name = "valkey"
 
-    def __init__(self, *, url: str, prefix: str, index: str, **kwargs):
+    def __init__(
+        self,
+        *,
+        url: str,
+        prefix: str,
+        index: str,
+        connection: ValkeyConnectionSettings | None = None,
+        settings_key: str = "global.stores.memory.valkey",
+        **kwargs,
+    ):
         from valkey.exceptions import ConnectionError as ValkeyConnectionError
         from valkey.exceptions import TimeoutError as ValkeyTimeoutError
 
+        from ..config import ValkeyConnectionSettings
+
         super().__init__(**kwargs)
+        # AuthenticationError is a ConnectionError: only reachability errors are "unavailable"
         self.unavailable_errors = (ValkeyConnectionError, ValkeyTimeoutError, OSError)
+        self._connection = connection if connection is not None else ValkeyConnectionSettings(url=url)
+        self._settings_key = settings_key
+        url = self._connection.url
         self.url = url
         self.prefix = prefix
         self.index = index
@@ -238,13 +262,12 @@ class ValkeyStore(MemoryStore):
 
     # ------------------------------------------------------------------ open
     async def _open(self) -> None:
-        import valkey.asyncio as avalkey
-        from valkey.exceptions import ResponseError, ValkeyError
+        from valkey.exceptions import AuthenticationError, ResponseError, ValkeyError
 
         if self._client is None:
             # explicit timeouts: a bulk write script on a large index can outlast the default
-            self._client = avalkey.from_url(
-                self.url, decode_responses=False, socket_timeout=30.0, socket_connect_timeout=5.0
+            self._client = valkey_client(
+                self._connection, self._settings_key, socket_timeout=30.0, socket_connect_timeout=5.0
             )
             self._insert_script = self._client.register_script(_INSERT_LUA)
             self._insert_many_script = self._client.register_script(_INSERT_MANY_LUA)
@@ -252,6 +275,11 @@ class ValkeyStore(MemoryStore):
         c = self._client
         try:
             await c.ping()
+        except AuthenticationError as e:  # refused or missing credentials (NOAUTH, WRONGPASS)
+            raise ConfigError(
+                f"Valkey at {self.url} refused the connection's credentials ({e}); check "
+                f"{self._settings_key}.username and .password_env"
+            ) from e
         except (ValkeyError, OSError) as e:
             raise StoreUnavailable(f"cannot reach Valkey at {self.url}: {e}") from e
         try:

@@ -109,12 +109,17 @@ def start_valkey_server(
     persistent: bool = False,
     workdir: Path | None = None,
     port: int | None = None,
+    requirepass: str | None = None,
+    acl_users: list[str] | None = None,
 ) -> ValkeyServer:
     """Start ``valkey-server`` on a loopback port (``port`` or a free one), in ``workdir`` (or
     a new temporary directory), loading the search module when ``search``; with
     ``persistent`` every write goes to an append-only file there (``appendfsync always``),
-    else nothing is persisted. Returns once PING answers. Raises ``RuntimeError`` when it
-    does not come up within ``timeout_s`` (its log is in the message)."""
+    else nothing is persisted. ``requirepass``: the password of the ``default`` user (clients
+    must authenticate); ``acl_users``: ACL rules, one ``--user`` line each (e.g.
+    ``"alice on >secret ~* &* +@all"``). Returns once PING answers (after AUTH with
+    ``requirepass``). Raises ``RuntimeError`` when it does not come up within ``timeout_s``
+    (its log is in the message)."""
     workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="valkey-"))
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
@@ -137,6 +142,10 @@ def start_valkey_server(
         cmd += ["--appendonly", "no"]
     if search:
         cmd += ["--loadmodule", str(search_module_path())]
+    if requirepass is not None:
+        cmd += ["--requirepass", requirepass]
+    for rule in acl_users or []:
+        cmd += ["--user", *rule.split()]
     log = open(workdir / "server.log", "ab")
     try:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, env={**os.environ})
@@ -149,6 +158,11 @@ def start_valkey_server(
             break
         with contextlib.suppress(OSError):
             with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+                if requirepass is not None:
+                    word = requirepass.encode()
+                    s.sendall(b"*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n" % (len(word), word))
+                    if not s.recv(64).startswith(b"+OK"):
+                        raise OSError("AUTH refused")
                 s.sendall(b"PING\r\n")
                 if s.recv(64).startswith(b"+PONG"):
                     return server

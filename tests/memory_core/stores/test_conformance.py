@@ -1,10 +1,13 @@
 """One store contract, proven on every backend.
 
-Every test runs on InMemory, Milvus Lite (tmp file), Qdrant local (tmp path) and Valkey
-(real server with the search module), each bare and behind the hot cache, and on InMemory and
-Milvus Lite (bare and cached) behind ``HybridStore`` (``retrieval.hybrid=true``), where every
-retrieve of the suite is a hybrid one (``Q`` builds the options) — as the service issues them.
-Stores are built by ``make_store`` from settings, so the factory is exercised too.
+Every test runs on InMemory, Milvus Lite (tmp file), Qdrant local (tmp path) and Valkey (real
+server with the search module), each bare and behind the hot cache; on InMemory and Milvus
+Lite (bare and cached) behind ``HybridStore`` (``retrieval.hybrid=true``), where every
+retrieve of the suite is a hybrid one (``Q`` builds the options) — as the service issues
+them; and on a Milvus server (``milvus_server``, bare: the standalone server of the
+``milvus`` package with authorization on, the password read from the environment; marked
+``milvus_server``, skipped when the package is absent). Stores are built by ``make_store``
+from settings, so the factory is exercised too.
 """
 
 from __future__ import annotations
@@ -41,12 +44,17 @@ from memory_core.stores import make_store
 from memory_core.stores.base import StoreDecorator
 from memory_core.testing.fake_embed import DIM, CountingEmbed, fake_vector
 from memory_core.types import Memory, MemoryType, RetrieveOptions
+from tests.conftest import MILVUS_PASSWORD_ENV
 from tests.ids import tid, tname, tnames
 
 BACKENDS = ["inmemory", "milvus", "qdrant", "valkey"]
-PERSISTENT = {"milvus", "qdrant", "valkey"}
+PERSISTENT = {"milvus", "qdrant", "valkey", "milvus_server"}
 HYBRID_RIGS = [("inmemory", False), ("inmemory", True), ("milvus", False), ("milvus", True)]
+# the Milvus server bare only: the cache and the hybrid index are backend-independent layers
+# (proven on the other backends), and every call to this server costs ~0.1-0.3 s (Strong
+# consistency waits for its time tick): the 35 tests take ~6 min on the 2-core machine
 RIGS = [(b, c, False) for b in BACKENDS for c in (False, True)] + [(b, c, True) for b, c in HYBRID_RIGS]
+RIGS += [pytest.param(("milvus_server", False, False), marks=pytest.mark.milvus_server)]
 _counter = itertools.count()
 _hybrid_retrieve = False  # set per test by the ``rig`` fixture
 
@@ -71,6 +79,7 @@ class Rig:
     tmp: Path
     server: Any
     name: str
+    milvus_uri: str | None = None  # the Milvus server of the milvus_server rigs
     embed: CountingEmbed = field(default_factory=CountingEmbed)
     opened: list = field(default_factory=list)
 
@@ -84,9 +93,14 @@ class Rig:
             cache = CacheSettings(
                 enabled=True, url=cache_url or self.server.url_db(1), ttl_s=60, prefix=f"c_{self.name}:"
             )
+        milvus = MilvusSettings(uri=str(self.tmp / "milvus.db"), collection=self.name)
+        if self.milvus_uri:
+            milvus = MilvusSettings(
+                uri=self.milvus_uri, collection=self.name, user="root", password_env=MILVUS_PASSWORD_ENV
+            )
         return MemoryStoreSettings(
-            backend=self.kind,
-            milvus=MilvusSettings(uri=str(self.tmp / "milvus.db"), collection=self.name),
+            backend="milvus" if self.kind == "milvus_server" else self.kind,
+            milvus=milvus,
             qdrant=QdrantSettings(path=str(self.tmp / "qdrant"), collection=self.name),
             valkey=ValkeySettings(
                 url=self.server.url_db(0) if self.server else "valkey://127.0.0.1:1/0",
@@ -114,6 +128,7 @@ async def rig(request, tmp_path):
     global _hybrid_retrieve
     kind, cached, hybrid = request.param
     server = request.getfixturevalue("valkey_server") if (kind == "valkey" or cached) else None
+    milvus = request.getfixturevalue("milvus_server") if kind == "milvus_server" else None
     r = Rig(
         kind=kind,
         cached=cached,
@@ -121,6 +136,7 @@ async def rig(request, tmp_path):
         tmp=tmp_path,
         server=server,
         name=f"t{next(_counter)}_{uuid.uuid4().hex[:6]}",
+        milvus_uri=milvus.uri if milvus else None,
     )
     _hybrid_retrieve = hybrid
     try:

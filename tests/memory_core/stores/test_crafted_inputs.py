@@ -32,9 +32,12 @@ from memory_core.stores import make_store
 from memory_core.stores.base import StoreDecorator
 from memory_core.testing.fake_embed import DIM, CountingEmbed
 from memory_core.types import Memory, MemoryType, RetrieveOptions
+from tests.conftest import MILVUS_PASSWORD_ENV
 
 BACKENDS = ["inmemory", "milvus", "qdrant", "valkey"]
-RIGS = [(b, cached, hybrid) for b in BACKENDS for cached in (False, True) for hybrid in (False, True)]
+RIGS = [(b, cached, hybrid) for b in BACKENDS for cached in (False, True) for hybrid in (False, True)] + [
+    pytest.param(("milvus_server", False, False), marks=pytest.mark.milvus_server)
+]
 _n = itertools.count()
 
 A, V = "attacker", "victim"
@@ -87,13 +90,18 @@ CRAFTED_SCOPES = [
 ]
 
 
-def settings(kind: str, cached: bool, hybrid: bool, tmp, server, name: str) -> MemoryStoreSettings:
+def settings(
+    kind: str, cached: bool, hybrid: bool, tmp, server, name: str, milvus_uri: str | None = None
+) -> MemoryStoreSettings:
     cache = CacheSettings(enabled=False)
     if cached:
         cache = CacheSettings(enabled=True, url=server.url_db(1), ttl_s=60, prefix=f"c_{name}:")
+    milvus = MilvusSettings(uri=str(tmp / "milvus.db"), collection=name)
+    if milvus_uri:  # the milvus_server rig: a Milvus server with authorization on
+        milvus = MilvusSettings(uri=milvus_uri, collection=name, user="root", password_env=MILVUS_PASSWORD_ENV)
     return MemoryStoreSettings(
-        backend=kind,
-        milvus=MilvusSettings(uri=str(tmp / "milvus.db"), collection=name),
+        backend="milvus" if kind == "milvus_server" else kind,
+        milvus=milvus,
         qdrant=QdrantSettings(path=str(tmp / "qdrant"), collection=name),
         valkey=ValkeySettings(
             url=server.url_db(0) if server else "valkey://127.0.0.1:1/0", prefix=f"m_{name}:", index=name
@@ -172,9 +180,13 @@ def assert_none_of_victims(value: Any) -> None:
 async def stores(request, tmp_path):
     kind, cached, hybrid = request.param
     server = request.getfixturevalue("valkey_server") if (kind == "valkey" or cached) else None
+    milvus = request.getfixturevalue("milvus_server") if kind == "milvus_server" else None
     name = f"x{next(_n)}_{uuid.uuid4().hex[:6]}"
     store = make_store(
-        settings(kind, cached, hybrid, tmp_path, server, name), embed=CountingEmbed(), dimension=DIM, identity="fake"
+        settings(kind, cached, hybrid, tmp_path, server, name, milvus.uri if milvus else None),
+        embed=CountingEmbed(),
+        dimension=DIM,
+        identity="fake",
     )
     try:
         yield store
