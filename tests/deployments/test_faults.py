@@ -58,7 +58,8 @@ def app_config(
     if cache_url:
         memory["cache"] = {"enabled": True, "url": cache_url, "ttl_s": 300}
     config = {
-        "global": {"stores": {"memory": memory}},
+        # these tests retry writes through outages: the per-user write limit is not their subject
+        "global": {"stores": {"memory": memory}, "access": {"write_rate_limit": {"limit": 0}}},
         "routing": {
             "decisions": [
                 # retrieval only: chats of this model never write (no auto-store invalidations)
