@@ -159,17 +159,26 @@ class RayNode:
         except OSError:
             return ""
 
-    def kill(self) -> list[int]:
-        """SIGKILL every process of the node at once (a machine that fails); returns the
-        pids killed. The ``ray start`` process is reaped."""
-        pids = self.pids()
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.process.wait(timeout=30)
-        return pids
+    def kill(self, timeout_s: float = 15) -> list[int]:
+        """SIGKILL every process of the node at once (a machine that fails), again until none
+        is left (a process can be starting while the first list is taken, and a killed one
+        is listed until the kernel has ended it) or ``timeout_s`` passed; returns the pids
+        killed. The ``ray start`` process is reaped."""
+        killed: set[int] = set()
+        deadline = time.monotonic() + timeout_s
+        while (pids := self.pids()) and time.monotonic() < deadline:
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            killed.update(pids)
+            time.sleep(0.1)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        return sorted(killed)
 
     def stop(self, grace_s: float = 5) -> None:
         """SIGTERM the node's process group, wait up to ``grace_s`` for its processes to
