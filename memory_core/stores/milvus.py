@@ -253,7 +253,8 @@ class MilvusStore(MemoryStore):
     Opening (``await store.open()`` or the first operation) reads the credentials from the
     environment, connects, creates or checks the collection and loads it (a collection
     reopened from disk must be loaded before search). Raises ``ConfigError`` when a
-    credential variable is unset, the server refuses the credentials, or an existing
+    credential variable is unset, the server says it refuses the credentials (Milvus 2.3.5
+    does not: a wrong password there is a failed connection, ``StoreUnavailable``), or an existing
     collection's vector dimension differs from ``dimension``; ``StoreUnavailable`` when the
     server cannot be reached.
     """
