@@ -23,7 +23,9 @@ the load has settled (Milvus server: segments flushed and the vector index built
 row), ``--queries`` retrieves of random users (limit 5, vector given, the write-behind access
 update off: it is not on the read path) are timed sequentially; the table gives p50/p95 per
 total and the ratio of the largest total to the smallest per backend (goal: p95 ratio ≤
-1.3). Backends run one after another; each is closed and its server stopped before the
+1.3). Valkey is timed twice per total: with its KNN pre-filter (the store's default, where
+the module parses it) and, as ``valkey (module plan)``, with the module choosing its own
+hybrid plan. Backends run one after another; each is closed and its server stopped before the
 next. ``milvus_server`` is a standalone Milvus server (``memory_core.testing.milvus_server``,
 the ``milvus`` package)::
 
@@ -286,31 +288,14 @@ async def flat_one(backend: str, args, workdir: Path) -> list[dict]:
                     )
             load_s = time.perf_counter() - began
             settle_s, held = await settle(store, backend, users * args.per_user)
-            qrng = np.random.default_rng(args.seed + total)
-            queries = unit_rows(qrng, args.queries + args.warmup, args.dim)
-            who = qrng.integers(users, size=len(queries))
-            lat: list[float] = []
-            hits = 0
-            for i, (q, u) in enumerate(zip(queries, who, strict=True)):
-                opts = RetrieveOptions(user_id=f"u{int(u):06d}", embedding=q.tolist(), limit=5, threshold=-1.0)
-                t = time.perf_counter()
-                res = await store.retrieve(opts, touch=False)
-                if i >= args.warmup:
-                    lat.append((time.perf_counter() - t) * 1000)
-                    hits += len(res)
-            row = {
-                "backend": backend,
-                "total": users * args.per_user,
-                "users": users,
-                "load_s": load_s,
-                "settle_s": settle_s,
-                "held": held,
-                "p50": statistics.median(lat),
-                "p95": pct(lat, 0.95),
-                "hits": hits / len(lat),
-            }
-            print(f"  {row}", file=sys.stderr, flush=True)
-            rows.append(row)
+            plans = [(backend, None)]
+            if getattr(store, "knn_prefilter", False):  # Valkey: the module's own plan as well
+                plans.append((f"{backend} (module plan)", False))
+            for label, prefilter in plans:
+                row = await time_retrieves(store, args, total, users, prefilter)
+                row.update(backend=label, load_s=load_s, settle_s=settle_s, held=held)
+                print(f"  {row}", file=sys.stderr, flush=True)
+                rows.append(row)
     finally:
         await store.close()
         if server is not None:
@@ -318,6 +303,38 @@ async def flat_one(backend: str, args, workdir: Path) -> list[dict]:
         if milvus is not None:
             milvus.stop()
     return rows
+
+
+async def time_retrieves(store, args, total: int, users: int, prefilter: bool | None) -> dict:
+    """``args.queries`` timed retrieves of random users (after ``args.warmup`` untimed ones),
+    the same queries for a given ``total``; ``prefilter`` (Valkey) sets the store's
+    ``knn_prefilter`` for these and restores it. Returns total, users, p50, p95 (ms), hits."""
+    qrng = np.random.default_rng(args.seed + total)
+    queries = unit_rows(qrng, args.queries + args.warmup, args.dim)
+    who = qrng.integers(users, size=len(queries))
+    saved = getattr(store, "knn_prefilter", None)
+    if prefilter is not None:
+        store.knn_prefilter = prefilter
+    lat: list[float] = []
+    hits = 0
+    try:
+        for i, (q, u) in enumerate(zip(queries, who, strict=True)):
+            opts = RetrieveOptions(user_id=f"u{int(u):06d}", embedding=q.tolist(), limit=5, threshold=-1.0)
+            t = time.perf_counter()
+            res = await store.retrieve(opts, touch=False)
+            if i >= args.warmup:
+                lat.append((time.perf_counter() - t) * 1000)
+                hits += len(res)
+    finally:
+        if prefilter is not None:
+            store.knn_prefilter = saved
+    return {
+        "total": users * args.per_user,
+        "users": users,
+        "p50": statistics.median(lat),
+        "p95": pct(lat, 0.95),
+        "hits": hits / len(lat),
+    }
 
 
 def flat_table(rows: list[dict], args) -> Table:

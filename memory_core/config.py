@@ -198,6 +198,10 @@ class ValkeySettings(ValkeyConnectionSettings):
 
     prefix: str = "memory:"
     index: str = Field(default="agentic_memory", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,200}$")
+    knn_prefilter: bool = True
+    """Ask the search module to score only the rows the user filter selects
+    (``HYBRID_POLICY ADHOC_BF``, where the module parses it): a search then costs what the
+    user's own memories cost, not what the index holds. False: the module's planner decides."""
 
 
 class RemoteEmbeddingSettings(_Strict):

@@ -103,7 +103,13 @@ def make_store(
         name = physical_name(v.index, collection_suffix)
         prefix = physical_name(v.prefix.rstrip(":"), collection_suffix) + ":" if collection_suffix else v.prefix
         store = ValkeyStore(
-            url=v.url, prefix=prefix, index=name, connection=v, settings_key="global.stores.memory.valkey", **common
+            url=v.url,
+            prefix=prefix,
+            index=name,
+            connection=v,
+            settings_key="global.stores.memory.valkey",
+            knn_prefilter=v.knn_prefilter,
+            **common,
         )
     elif backend == "inmemory":
         from .inmemory import InMemoryStore

@@ -10,7 +10,14 @@ Keys (``P`` = the configured prefix):
   ms), written in the same atomic step as the HASH.
 
 Retrieval is a hybrid KNN query ``(@user_tag:{..} ...)=>[KNN k @embedding $vec AS __dist]``
-with DIALECT 2; the COSINE distance is converted to similarity (``1 - distance``).
+with DIALECT 2; the COSINE distance is converted to similarity (``1 - distance``). With
+``knn_prefilter`` (the default) the KNN clause asks for ``HYBRID_POLICY ADHOC_BF`` when the
+module parses it (RediSearch; probed when the store opens): the module scores exactly the
+rows the filter selects, so a user's search costs what that user's memories cost, however
+many the index holds. RediSearch's own choice for a 0.1 % filter on a 1,000,000-vector HNSW
+graph was its batches mode, ~50 ms per search where the pre-filter takes ~1 ms (see
+``benchmarks/stores.py --flat``). A module that does not parse it (valkey-search, whose
+planner picks pre-filtering itself for selective filters) gets ``EF_RUNTIME`` as before.
 
 TAG values: valkey-search splits TAG strings on a separator (punctuation only), strips
 whitespace and folds case unless CASESENSITIVE, so a raw user id like ``" a"`` or ``"a,b"``
@@ -30,6 +37,7 @@ the user's ids (HMGET of the two fields).
 from __future__ import annotations
 
 import json
+import logging
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, overload
 
@@ -46,6 +54,8 @@ if TYPE_CHECKING:
     from valkey.commands.core import AsyncScript
 
     from ..config import ValkeyConnectionSettings
+
+log = logging.getLogger(__name__)
 
 _MAX_TOPK = 10000
 LEGACY_UPGRADE_SUFFIX = "_l2"
@@ -161,6 +171,7 @@ class ValkeyStore(MemoryStore):
         index: str,
         connection: ValkeyConnectionSettings | None = None,
         settings_key: str = "global.stores.memory.valkey",
+        knn_prefilter: bool = True,
         **kwargs,
     ):
         from valkey.exceptions import ConnectionError as ValkeyConnectionError
@@ -182,6 +193,9 @@ class ValkeyStore(MemoryStore):
         self._insert_script: AsyncScript | None = None
         self._insert_many_script: AsyncScript | None = None
         self._touch_script: AsyncScript | None = None
+        self._want_prefilter = knn_prefilter
+        self.knn_prefilter = False
+        """Whether searches ask the module for the pre-filter (set when the store opens)."""
 
     @property
     def _conn(self) -> Valkey:
@@ -262,6 +276,29 @@ class ValkeyStore(MemoryStore):
 
     # ------------------------------------------------------------------ open
     async def _open(self) -> None:
+        await self._open_index()
+        self.knn_prefilter = self._want_prefilter and await self._module_parses_prefilter()
+
+    async def _module_parses_prefilter(self) -> bool:
+        """Whether the search module accepts ``HYBRID_POLICY ADHOC_BF`` in a KNN clause (one
+        query on the index whose filter matches nothing)."""
+        from valkey.exceptions import ResponseError
+
+        probe = np.zeros(self.dimension, dtype="<f4")
+        probe[0] = 1.0
+        try:
+            await self._conn.execute_command(
+                "FT.SEARCH", self.index,
+                f"(@user_tag:{{{tag_escape(tag_value('probe'))}}} @state:{{none}})"
+                "=>[KNN 1 @embedding $vec HYBRID_POLICY ADHOC_BF AS __dist]",
+                "PARAMS", "2", "vec", probe.tobytes(), "LIMIT", "0", "1", "DIALECT", "2",
+            )  # fmt: skip
+        except ResponseError as e:
+            log.info("valkey search module does not parse HYBRID_POLICY (%s): it plans hybrid KNN itself", e)
+            return False
+        return True
+
+    async def _open_index(self) -> None:
         from valkey.exceptions import AuthenticationError, ResponseError, ValkeyError
 
         if self._client is None:
@@ -427,9 +464,10 @@ class ValkeyStore(MemoryStore):
 
     async def _search(self, options: RetrieveOptions, vector: list[float]) -> list[ScoredMemory]:
         k = candidate_count(options, _MAX_TOPK)
+        plan = "HYBRID_POLICY ADHOC_BF" if self.knn_prefilter else f"EF_RUNTIME {max(k, 64)}"
         query = (
             f"{_query_filter(options.user_id, options.types, options.project_id, options.states)}"
-            f"=>[KNN {k} @embedding $vec EF_RUNTIME {max(k, 64)} AS __dist]"
+            f"=>[KNN {k} @embedding $vec {plan} AS __dist]"
         )
         reply = await self._conn.execute_command(
             "FT.SEARCH", self.index, query,
