@@ -109,6 +109,7 @@ def make_store(
             connection=v,
             settings_key="global.stores.memory.valkey",
             knn_prefilter=v.knn_prefilter,
+            vector_index=v.vector_index,
             **common,
         )
     elif backend == "inmemory":

@@ -5,19 +5,26 @@ Keys (``P`` = the configured prefix):
 
 - ``P m:<id>``: one HASH per memory; FT index ``index`` over the prefix ``P m:`` with only
   the field types valkey-search implements: TAG ``user_tag``/``project_tag``/``memory_type``
-  (CASESENSITIVE), NUMERIC ``created_at``, VECTOR ``embedding`` (HNSW, COSINE, FLOAT32).
+  (CASESENSITIVE), NUMERIC ``created_at``, VECTOR ``embedding`` (FLAT by default, or HNSW;
+  COSINE, FLOAT32).
 - ``P u:<user_id>``: one ZSET per user, member = memory id, score = ``created_at`` (epoch
   ms), written in the same atomic step as the HASH.
 
 Retrieval is a hybrid KNN query ``(@user_tag:{..} ...)=>[KNN k @embedding $vec AS __dist]``
-with DIALECT 2; the COSINE distance is converted to similarity (``1 - distance``). With
-``knn_prefilter`` (the default) the KNN clause asks for ``HYBRID_POLICY ADHOC_BF`` when the
-module parses it (RediSearch; probed when the store opens): the module scores exactly the
-rows the filter selects, so a user's search costs what that user's memories cost, however
-many the index holds. RediSearch's own choice for a 0.1 % filter on a 1,000,000-vector HNSW
-graph was its batches mode, ~50 ms per search where the pre-filter takes ~1 ms (see
-``benchmarks/stores.py --flat``). A module that does not parse it (valkey-search, whose
-planner picks pre-filtering itself for selective filters) gets ``EF_RUNTIME`` as before.
+with DIALECT 2; the COSINE distance is converted to similarity (``1 - distance``).
+
+Per-user cost. Every search is filtered to one user, so the store never needs a graph over
+all users' vectors: the default vector index is FLAT, scored only on the rows the filter
+selects. With ``knn_prefilter`` (the default) the KNN clause asks for
+``HYBRID_POLICY ADHOC_BF`` when the module parses it (RediSearch; probed when the store
+opens), so the module scores exactly the user's rows; valkey-search does not parse it and
+always pre-filters a FLAT index (``UsePreFiltering`` in its ``src/query/planner.cc``; on HNSW
+it pre-filters only when the filter's estimate is ≤ 0.1 % of the index). A user's search then
+costs what that user's memories cost, however many the index holds
+(``benchmarks/stores.py --flat``). Measured on the RediSearch test module with the old HNSW
+index and the module's own plan: flat to 100,000 memories, then ~50 ms p50 at 1,000,000
+(1,000 per user). ``vector_index: hnsw`` suits users holding far more memories each than
+a brute-force scan of their own rows can serve (≫ 100,000).
 
 TAG values: valkey-search splits TAG strings on a separator (punctuation only), strips
 whitespace and folds case unless CASESENSITIVE, so a raw user id like ``" a"`` or ``"a,b"``
@@ -172,6 +179,7 @@ class ValkeyStore(MemoryStore):
         connection: ValkeyConnectionSettings | None = None,
         settings_key: str = "global.stores.memory.valkey",
         knn_prefilter: bool = True,
+        vector_index: str = "flat",
         **kwargs,
     ):
         from valkey.exceptions import ConnectionError as ValkeyConnectionError
@@ -194,6 +202,10 @@ class ValkeyStore(MemoryStore):
         self._insert_many_script: AsyncScript | None = None
         self._touch_script: AsyncScript | None = None
         self._want_prefilter = knn_prefilter
+        if vector_index not in ("flat", "hnsw"):
+            raise ConfigError(f"valkey vector_index must be 'flat' or 'hnsw', not {vector_index!r}")
+        self.vector_index = vector_index
+        self._hnsw = vector_index == "hnsw"  # of the index in use: read from FT.INFO on open
         self.knn_prefilter = False
         """Whether searches ask the module for the pre-filter (set when the store opens)."""
 
@@ -277,6 +289,8 @@ class ValkeyStore(MemoryStore):
     # ------------------------------------------------------------------ open
     async def _open(self) -> None:
         await self._open_index()
+        info = await self._conn.execute_command("FT.INFO", self.index)
+        self._hnsw = (self._index_algorithm(info) or self.vector_index) == "hnsw"
         self.knn_prefilter = self._want_prefilter and await self._module_parses_prefilter()
 
     async def _module_parses_prefilter(self) -> bool:
@@ -359,10 +373,15 @@ class ValkeyStore(MemoryStore):
             "memory_type", "TAG", "CASESENSITIVE",
             "state", "TAG", "CASESENSITIVE",
             "created_at", "NUMERIC",
-            "embedding", "VECTOR", "HNSW", "10",
-            "TYPE", "FLOAT32", "DIM", str(self.dimension), "DISTANCE_METRIC", "COSINE",
-            "M", "16", "EF_CONSTRUCTION", "200",
+            "embedding", "VECTOR", *self._vector_spec(),
         )  # fmt: skip
+
+    def _vector_spec(self) -> list[str]:
+        """The ``VECTOR`` attribute's algorithm and parameters for ``FT.CREATE``."""
+        common = ["TYPE", "FLOAT32", "DIM", str(self.dimension), "DISTANCE_METRIC", "COSINE"]
+        if self.vector_index == "hnsw":
+            return ["HNSW", "10", *common, "M", "16", "EF_CONSTRUCTION", "200"]
+        return ["FLAT", "6", *common]
 
     async def _upgrade_legacy(self, info: Any) -> None:
         """Use ``<index>_l2`` (with the state TAG) in place of a legacy index ``info``
@@ -401,17 +420,42 @@ class ValkeyStore(MemoryStore):
     def _index_dimension(info: Any) -> int | None:
         """Vector dimension of the ``embedding`` attribute in an FT.INFO reply (RediSearch
         and valkey-search shape their replies differently; both name it dim/dimensions)."""
+        dim = ValkeyStore._embedding_param(info, ("dim", "dimensions"))
+        return None if dim is None else int(dim)
+
+    @staticmethod
+    def _index_algorithm(info: Any) -> str | None:
+        """``"flat"`` or ``"hnsw"``: the ``embedding`` attribute's algorithm in an FT.INFO
+        reply (RediSearch: ``algorithm FLAT``; valkey-search: ``algorithm name FLAT``), or
+        None when the reply does not say."""
+        flat = ValkeyStore._embedding_items(info)
+        for i, item in enumerate(flat):
+            if isinstance(item, str) and item.lower() == "algorithm":
+                for value in flat[i + 1 : i + 3]:
+                    if isinstance(value, str) and value.lower() in ("flat", "hnsw"):
+                        return value.lower()
+        return None
+
+    @staticmethod
+    def _embedding_items(info: Any) -> list[Any]:
+        """The flattened FT.INFO reply from the ``embedding`` attribute on."""
         flat = [_s(x) if isinstance(x, bytes) else x for x in _flatten(info)]
         try:
             start = flat.index("attributes")
         except ValueError:
             start = 0
-        seen_embedding = False
-        for i in range(start, len(flat) - 1):
+        for i in range(start, len(flat)):
             if flat[i] == "embedding":
-                seen_embedding = True
-            if seen_embedding and isinstance(flat[i], str) and flat[i].lower() in ("dim", "dimensions"):
-                return int(flat[i + 1])
+                return flat[i:]
+        return []
+
+    @staticmethod
+    def _embedding_param(info: Any, names: tuple[str, ...]) -> Any:
+        """The value after the first of ``names`` in the ``embedding`` attribute, or None."""
+        flat = ValkeyStore._embedding_items(info)
+        for i in range(len(flat) - 1):
+            if isinstance(flat[i], str) and flat[i].lower() in names:
+                return flat[i + 1]
         return None
 
     # ------------------------------------------------------------------ hooks
@@ -464,7 +508,10 @@ class ValkeyStore(MemoryStore):
 
     async def _search(self, options: RetrieveOptions, vector: list[float]) -> list[ScoredMemory]:
         k = candidate_count(options, _MAX_TOPK)
-        plan = "HYBRID_POLICY ADHOC_BF" if self.knn_prefilter else f"EF_RUNTIME {max(k, 64)}"
+        if self.knn_prefilter:
+            plan = "HYBRID_POLICY ADHOC_BF"
+        else:  # the module plans; EF_RUNTIME is an HNSW parameter (a FLAT index refuses it)
+            plan = f"EF_RUNTIME {max(k, 64)}" if self._hnsw else ""
         query = (
             f"{_query_filter(options.user_id, options.types, options.project_id, options.states)}"
             f"=>[KNN {k} @embedding $vec {plan} AS __dist]"

@@ -197,3 +197,32 @@ async def test_valkey_unreachable_is_store_unavailable():
     with pytest.raises(StoreUnavailable):
         await store.list("u")
     await store.close()
+
+
+@pytest.mark.parametrize(
+    ("info", "algorithm"),
+    [
+        # RediSearch shape
+        (
+            [b"attributes", [[b"identifier", b"embedding", b"type", b"VECTOR", b"algorithm", b"FLAT", b"dim", 8]]],
+            "flat",
+        ),
+        (
+            [b"attributes", [[b"identifier", b"embedding", b"type", b"VECTOR", b"algorithm", b"HNSW", b"dim", 8]]],
+            "hnsw",
+        ),
+        # valkey-search shape (the algorithm inside the attribute's index section)
+        (
+            [
+                b"attributes",
+                [[b"identifier", b"embedding", b"index", [b"algorithm", [b"name", b"FLAT"], b"dimensions", 8]]],
+            ],
+            "flat",
+        ),
+        # an attribute other than the embedding's does not count; no algorithm: None
+        ([b"attributes", [[b"identifier", b"user_tag", b"algorithm", b"HNSW"], [b"identifier", b"embedding"]]], None),
+        ([b"attributes", [[b"identifier", b"embedding", b"type", b"VECTOR", b"dim", 8]]], None),
+    ],
+)
+def test_valkey_index_algorithm(info, algorithm):
+    assert ValkeyStore._index_algorithm(info) == algorithm

@@ -1,4 +1,5 @@
-"""Valkey KNN pre-filter: when the search module parses ``HYBRID_POLICY ADHOC_BF``
+"""Valkey per-user search: a FLAT vector index by default (HNSW on request), and the KNN
+pre-filter: when the search module parses ``HYBRID_POLICY ADHOC_BF``
 (RediSearch, the test module) searches ask for it, so the module scores exactly the user's
 rows (the per-user cost figure is in ``benchmarks/stores.py --flat``); a module that refuses
 it gets the module-planned query; the setting turns it off."""
@@ -12,7 +13,7 @@ import pytest
 
 from memory_core.config import MemoryStoreSettings, ValkeySettings
 from memory_core.stores.factory import make_store
-from memory_core.stores.valkey import ValkeyStore
+from memory_core.stores.valkey import ValkeyStore, _flatten
 from memory_core.types import Memory, RetrieveOptions
 
 DIM = 16
@@ -68,10 +69,20 @@ def exact_top(memories: list[Memory], query: np.ndarray, k: int) -> list[str]:
     return [memories[i].id for i in np.argsort(-sims, kind="stable")[:k]]
 
 
-async def test_prefilter_is_used_and_scores_exactly_the_users_rows(valkey_server):
+def index_algorithm(info) -> str:
+    """The vector attribute's algorithm in an FT.INFO reply (RediSearch's flat list shape)."""
+    flat = [x.decode() if isinstance(x, bytes) else x for x in _flatten(info)]
+    at = [i for i, x in enumerate(flat) if isinstance(x, str) and x.lower() == "algorithm"]
+    assert at, flat
+    return str(flat[at[0] + 1]).upper()
+
+
+@pytest.mark.parametrize("vector_index", ["flat", "hnsw"])
+async def test_prefilter_is_used_and_scores_exactly_the_users_rows(valkey_server, vector_index):
     rng = np.random.default_rng(3)
-    store = await open_store(valkey_server)
+    store = await open_store(valkey_server, vector_index=vector_index)
     try:
+        assert index_algorithm(await store._conn.execute_command("FT.INFO", store.index)) == vector_index.upper()
         assert store.knn_prefilter  # RediSearch parses it
         stored = await fill(store, rng)
         spy = QuerySpy(store._conn)
@@ -100,17 +111,23 @@ async def test_a_module_that_refuses_it_gets_the_planned_query(valkey_server):
             RetrieveOptions(user_id="bob", embedding=unit(rng, 1)[0].tolist(), limit=5, threshold=-1.0), touch=False
         )
         assert len(got) == 5 and {r.memory.user_id for r in got} == {"bob"}
-        assert "EF_RUNTIME" in spy.queries[-1] and "HYBRID_POLICY" not in spy.queries[-1]
+        assert "HYBRID_POLICY" not in spy.queries[-1] and "EF_RUNTIME" not in spy.queries[-1]  # FLAT
     finally:
         await store.close()
 
 
 @pytest.mark.parametrize("wanted", [True, False])
-async def test_the_setting_reaches_the_store(valkey_server, wanted):
+async def test_the_settings_reach_the_store(valkey_server, wanted):
     name = f"pf_{uuid.uuid4().hex[:8]}"
     settings = MemoryStoreSettings(
         backend="valkey",
-        valkey=ValkeySettings(url=valkey_server.url_db(0), prefix=f"{name}:", index=name, knn_prefilter=wanted),
+        valkey=ValkeySettings(
+            url=valkey_server.url_db(0),
+            prefix=f"{name}:",
+            index=name,
+            knn_prefilter=wanted,
+            vector_index="hnsw" if wanted else "flat",
+        ),
     )
     store = make_store(settings, embed=None, dimension=DIM, identity=None)
     inner = store
@@ -119,5 +136,13 @@ async def test_the_setting_reaches_the_store(valkey_server, wanted):
     await store.open()
     try:
         assert inner.knn_prefilter is wanted
+        assert inner.vector_index == ("hnsw" if wanted else "flat")
     finally:
         await store.close()
+
+
+def test_an_unknown_vector_index_is_refused():
+    from memory_core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="vector_index"):
+        ValkeyStore(url="valkey://127.0.0.1:1/0", prefix="x:", index="x", embed=None, dimension=DIM, vector_index="ivf")
