@@ -21,7 +21,7 @@ import contextlib
 import hashlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -381,8 +381,10 @@ class StorePoolClient:
             self._shards = await self._handle.shard_handles.remote()
         return self._shards[shard_for(user_id, len(self._shards))]
 
-    async def _call(self, user_id: str, call: Callable[[Any], Awaitable[T]], *, read: bool) -> T:
-        """``call(shard)`` on the shard of ``user_id``.
+    async def _call(self, user_id: str, method: str, *args: Any, read: bool) -> Any:
+        """``shard.<method>.remote(*args, request_id=...)`` on the shard of ``user_id``; the
+        request id is that of the request being served (``current_request_id()``), which the
+        shard logs with the call.
 
         A memory_core error raised in the shard is raised here as itself. If the shard is
         unreachable (its process died and Ray is restarting it, or its StorePool replica was
@@ -390,6 +392,11 @@ class StorePoolClient:
         raises ``StoreUnavailable`` (503 + ``Retry-After``: it may or may not have landed, and
         a retried write must not run twice behind the caller's back). Any other Ray failure on
         the way is ``StoreUnavailable`` too, never a 500."""
+        request_id = current_request_id()
+
+        def call(shard: Any) -> Awaitable[Any]:
+            return getattr(shard, method).remote(*args, request_id=request_id)
+
         try:
             try:
                 return await call(await self._shard(user_id))
@@ -409,9 +416,7 @@ class StorePoolClient:
             raise StoreUnavailable(f"store unavailable ({type(e).__name__}); retry") from e
 
     async def store(self, memory: Memory) -> Memory:
-        return await self._call(
-            memory.user_id, lambda s: s.store.remote(memory, request_id=current_request_id()), read=False
-        )
+        return await self._call(memory.user_id, "store", memory, read=False)
 
     async def store_many(self, memories: Sequence[Memory]) -> list[Memory]:
         """``Store.store_many`` on the shard of ``memories[0].user_id`` (the store rejects a
@@ -419,65 +424,41 @@ class StorePoolClient:
         batch = list(memories)
         if not batch:
             return []
-        return await self._call(
-            batch[0].user_id, lambda s: s.store_many.remote(batch, request_id=current_request_id()), read=False
-        )
+        return await self._call(batch[0].user_id, "store_many", batch, read=False)
 
     async def write(self, memories: Sequence[Memory]) -> list[WriteResult]:
         """``Store.write`` on the shard of ``memories[0].user_id``; ``[]`` for none."""
         batch = list(memories)
         if not batch:
             return []
-        return await self._call(
-            batch[0].user_id, lambda s: s.write.remote(batch, request_id=current_request_id()), read=False
-        )
+        return await self._call(batch[0].user_id, "write", batch, read=False)
 
     async def retrieve(self, options: RetrieveOptions) -> list[ScoredMemory]:
-        return await self._call(
-            options.user_id, lambda s: s.retrieve.remote(options, request_id=current_request_id()), read=True
-        )
+        return await self._call(options.user_id, "retrieve", options, read=True)
 
     async def history(self, memory_id: str, user_id: str) -> list[Memory]:
-        return await self._call(
-            user_id, lambda s: s.history.remote(memory_id, user_id, request_id=current_request_id()), read=True
-        )
+        return await self._call(user_id, "history", memory_id, user_id, read=True)
 
     async def restore(self, memory_id: str, user_id: str) -> Memory:
-        return await self._call(
-            user_id, lambda s: s.restore.remote(memory_id, user_id, request_id=current_request_id()), read=False
-        )
+        return await self._call(user_id, "restore", memory_id, user_id, read=False)
 
     async def unmerge(self, memory_id: str, user_id: str) -> list[Memory]:
-        return await self._call(
-            user_id, lambda s: s.unmerge.remote(memory_id, user_id, request_id=current_request_id()), read=False
-        )
+        return await self._call(user_id, "unmerge", memory_id, user_id, read=False)
 
     async def consolidate(self, user_id: str) -> ConsolidationReport:
-        return await self._call(
-            user_id, lambda s: s.consolidate.remote(user_id, request_id=current_request_id()), read=False
-        )
+        return await self._call(user_id, "consolidate", user_id, read=False)
 
     async def record_access(self, memory_ids: Iterable[str], user_id: str) -> datetime:
-        ids = list(memory_ids)
-        return await self._call(
-            user_id, lambda s: s.record_access.remote(ids, user_id, request_id=current_request_id()), read=False
-        )
+        return await self._call(user_id, "record_access", list(memory_ids), user_id, read=False)
 
     async def get(self, memory_id: str, user_id: str) -> Memory:
-        return await self._call(
-            user_id, lambda s: s.get.remote(memory_id, user_id, request_id=current_request_id()), read=True
-        )
+        return await self._call(user_id, "get", memory_id, user_id, read=True)
 
     async def get_many(self, memory_ids: Iterable[str], user_id: str) -> list[Memory]:
-        ids = list(memory_ids)
-        return await self._call(
-            user_id, lambda s: s.get_many.remote(ids, user_id, request_id=current_request_id()), read=True
-        )
+        return await self._call(user_id, "get_many", list(memory_ids), user_id, read=True)
 
     async def update(self, memory_id: str, user_id: str, changes: dict[str, Any]) -> Memory:
-        return await self._call(
-            user_id, lambda s: s.update.remote(memory_id, user_id, changes, request_id=current_request_id()), read=False
-        )
+        return await self._call(user_id, "update", memory_id, user_id, changes, read=False)
 
     async def list(
         self,
@@ -490,26 +471,16 @@ class StorePoolClient:
     ) -> ListResult:
         kinds = list(types) if types else None
         wanted = list(states) if states else None
-        return await self._call(
-            user_id,
-            lambda s: s.list.remote(user_id, kinds, project_id, limit, offset, wanted, request_id=current_request_id()),
-            read=True,
-        )
+        return await self._call(user_id, "list", user_id, kinds, project_id, limit, offset, wanted, read=True)
 
     async def forget(self, memory_id: str, user_id: str) -> None:
-        await self._call(
-            user_id, lambda s: s.forget.remote(memory_id, user_id, request_id=current_request_id()), read=False
-        )
+        await self._call(user_id, "forget", memory_id, user_id, read=False)
 
     async def forget_by_scope(
         self, user_id: str, project_id: str | None = None, types: Sequence[MemoryType] | None = None
     ) -> int:
         kinds = list(types) if types else None
-        return await self._call(
-            user_id,
-            lambda s: s.forget_by_scope.remote(user_id, project_id, kinds, request_id=current_request_id()),
-            read=False,
-        )
+        return await self._call(user_id, "forget_by_scope", user_id, project_id, kinds, read=False)
 
     async def check_connection(self) -> bool:
         """Every shard answers and its backend is reachable (``StorePool.check_connection``)."""

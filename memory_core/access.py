@@ -99,6 +99,18 @@ def key_digest(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
+def _secret_digest(environ: Mapping[str, str], env_name: str, setting: str) -> str:
+    """``key_digest`` of the secret in ``environ[env_name]``, the variable the setting
+    ``setting`` (its dotted name, for the message) names. Raises ``ConfigError`` when the
+    variable is unset or shorter than ``MIN_SECRET_CHARS``."""
+    from .errors import ConfigError
+
+    secret = environ.get(env_name, "")
+    if len(secret) < MIN_SECRET_CHARS:
+        raise ConfigError(f"{setting}: the variable {env_name} is unset or shorter than {MIN_SECRET_CHARS} characters")
+    return key_digest(secret)
+
+
 @dataclass(frozen=True)
 class KeyRecord:
     """A stored API key, without the key: ``key_id`` (public handle, ``key_`` + 16 hex),
@@ -263,8 +275,6 @@ class Authenticator:
     Raises ``ConfigError`` at construction when the named variable is unset or empty."""
 
     def __init__(self, settings, registry: KeyRegistry | None, environ: Mapping[str, str]):
-        from .errors import ConfigError
-
         self.settings = settings
         self.registry = registry
         self._networks = [ipaddress.ip_network(n, strict=False) for n in settings.trusted_proxies]
@@ -272,22 +282,10 @@ class Authenticator:
         self._gateway_digest: str | None = None
         secret_env = settings.gateway_secret_env
         if settings.mode == "trusted_header" and secret_env:
-            secret = environ.get(secret_env, "")
-            if len(secret) < MIN_SECRET_CHARS:
-                raise ConfigError(
-                    f"global.access.gateway_secret_env: the variable {secret_env} is unset or shorter than "
-                    f"{MIN_SECRET_CHARS} characters"
-                )
-            self._gateway_digest = key_digest(secret)
+            self._gateway_digest = _secret_digest(environ, secret_env, "global.access.gateway_secret_env")
         env = settings.api_keys.admin_key_env
         if settings.mode == "api_key" and env:
-            key = environ.get(env, "")
-            if len(key) < MIN_SECRET_CHARS:
-                raise ConfigError(
-                    f"global.access.api_keys.admin_key_env: the variable {env} is unset or shorter than "
-                    f"{MIN_SECRET_CHARS} characters"
-                )
-            self._admin_digest = key_digest(key)
+            self._admin_digest = _secret_digest(environ, env, "global.access.api_keys.admin_key_env")
 
     @property
     def api_key_mode(self) -> bool:

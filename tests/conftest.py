@@ -30,6 +30,27 @@ def wait_healthy(url: str, timeout: float = 120) -> None:
     pytest.fail("application did not become healthy")
 
 
+def wait_until(predicate, timeout: float, what: str, interval: float = 0.5):
+    """Poll ``predicate`` until it returns a truthy value (returned); fail after ``timeout``.
+
+    An ``httpx.HTTPError`` raised by ``predicate`` counts as a falsy value (the service may be
+    down or restarting while it is polled); the failure message names ``what``."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+        except httpx.HTTPError:
+            value = None
+        if value:
+            return value
+        time.sleep(interval)
+    pytest.fail(f"{what}: not within {timeout:.0f}s")
+
+
 def free_port() -> int:
     """A free TCP port on 127.0.0.1."""
     with socket.socket() as s:

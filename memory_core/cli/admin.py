@@ -21,21 +21,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from .common import (
-    DEFAULT_URL,
     EXIT_PARTIAL,
-    ApiKey,
-    BaseUrl,
     CliError,
-    RoleOpt,
     Service,
-    Timeout,
-    UserOpt,
+    ServiceOptions,
     console,
     fail,
     for_user,
     new_table,
     progress,
-    service,
+    service_options,
     stdout,
 )
 
@@ -93,16 +88,14 @@ def _consolidation_table(rows: list[tuple[str, ConsolidationReport | str]]) -> T
     return table
 
 
+@service_options(timeout=300.0)
 def consolidate_cmd(
     user_id: Annotated[
         str | None, typer.Option("--user-id", help="Consolidate this user's memories (?user_id=; admin).")
     ] = None,
     all_users: Annotated[bool, typer.Option("--all", help="Consolidate every user /v1/admin/users lists.")] = False,
-    base_url: BaseUrl = DEFAULT_URL,
-    api_key: ApiKey = None,
-    user: UserOpt = None,
-    role: RoleOpt = None,
-    timeout: Timeout = 300.0,
+    *,
+    options: ServiceOptions,
 ) -> None:
     """Run a consolidation pass now (near-duplicates merged, expired memories purged) and print what it did.
 
@@ -110,9 +103,9 @@ def consolidate_cmd(
     """
     if user_id and all_users:
         raise fail("give --user-id or --all, not both")
-    svc = service(base_url, api_key, user, role, timeout)
+    svc = options.service()
     rows: list[tuple[str, ConsolidationReport | str]] = []
-    with svc.reported(), svc.client() as client:
+    with svc.session() as client:
         if not all_users:
             report = _report(svc.call(client, "POST", CONSOLIDATE_PATH, params=for_user(user_id)))
             rows.append((report.user_id, report))
@@ -152,17 +145,15 @@ def _counts_table(title: str, counts: dict[str, int]) -> Table:
     return table
 
 
+@service_options(timeout=60.0)
 def stats_cmd(
     top: Annotated[int, typer.Option("--top", min=0, help="Show the N users with most memories (0: all).")] = 0,
-    base_url: BaseUrl = DEFAULT_URL,
-    api_key: ApiKey = None,
-    user: UserOpt = None,
-    role: RoleOpt = None,
-    timeout: Timeout = 60.0,
+    *,
+    options: ServiceOptions,
 ) -> None:
     """Service totals (users, memories by state and type, active keys) and the users with their counts (admin)."""
-    svc = service(base_url, api_key, user, role, timeout)
-    with svc.reported(), svc.client() as client:
+    svc = options.service()
+    with svc.session() as client:
         stats = svc.call(client, "GET", STATS_PATH)
         users = _admin_users(svc, client)
         try:

@@ -1,6 +1,6 @@
-"""What every service command of the CLI shares: the connection and identity options, the HTTP
-client (retrying 429 after ``Retry-After``), and the translation of failures into one clear
-line on stderr and an exit code.
+"""What every service command of the CLI shares: the connection and identity options (added to
+a command by ``service_options``), the HTTP client (retrying 429 after ``Retry-After``), and the
+translation of failures into one clear line on stderr and an exit code.
 
 Identity (``access_contract``): ``--api-key`` (or ``$MEMORY_ROUTER_API_KEY``) is sent as
 ``Authorization: Bearer <key>`` (``api_key`` mode: the key carries the user and role);
@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import inspect
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -289,14 +291,75 @@ class Service:
         """``reported`` for this service's URL and timeout."""
         return reported(self.base_url, self.timeout)
 
+    @contextlib.contextmanager
+    def session(self) -> Iterator[httpx.Client]:
+        """``client()`` inside ``reported()``: the client a command's requests go through, its
+        failures (and those of the block) reported as ``error: ...`` and ``typer.Exit``."""
+        with self.reported(), self.client() as client:
+            yield client
 
-def service(base_url: str, api_key: str | None, user: str | None, role: Role | None, timeout: float) -> Service:
-    """The ``Service`` of a command's options; prints the identity error and exits 2 when the
-    options give none (``Identity.from_options``)."""
-    try:
-        return Service(base_url, Identity.from_options(api_key, user, role), timeout)
-    except CliError as e:
-        raise fail(e.message, e.code) from e
+
+@dataclass(frozen=True)
+class ServiceOptions:
+    """A service command's connection and identity options as given (``service_options``):
+    nothing is checked until ``service()``."""
+
+    base_url: str
+    api_key: str | None
+    user: str | None
+    role: Role | None
+    timeout: float
+
+    def service(self) -> Service:
+        """The ``Service`` of these options; prints the identity error and exits 2 when they
+        give none (``Identity.from_options``)."""
+        try:
+            return Service(self.base_url, Identity.from_options(self.api_key, self.user, self.role), self.timeout)
+        except CliError as e:
+            raise fail(e.message, e.code) from e
+
+
+def service_options(
+    *, timeout: float, role_option: Any = RoleOpt
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Decorator of a service command ``command(..., options: ServiceOptions)``. The function it
+    returns is what typer registers: ``command``'s own parameters (without ``options``), then
+    ``--base-url`` (``$MEMORY_ROUTER_URL``), ``--api-key`` (``$MEMORY_ROUTER_API_KEY``),
+    ``--user``, the role option (``role_option``: ``RoleOpt``'s ``--role``, or another option in
+    its place, as ``keys create`` has ``--as-role``) and ``--timeout`` (default ``timeout``), in
+    that order in the help; it calls ``command`` with the five gathered in ``options``."""
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        own = inspect.signature(command, eval_str=True)
+        shared = [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
+            for name, annotation, default in (
+                ("base_url", BaseUrl, DEFAULT_URL),
+                ("api_key", ApiKey, None),
+                ("user", UserOpt, None),
+                ("role", role_option, None),
+                ("timeout", Timeout, timeout),
+            )
+        ]
+
+        @functools.wraps(command)
+        def run(
+            *args: Any,
+            base_url: str,
+            api_key: str | None,
+            user: str | None,
+            role: Role | None,
+            timeout: float,
+            **kwargs: Any,
+        ) -> None:
+            command(*args, options=ServiceOptions(base_url, api_key, user, role, timeout), **kwargs)
+
+        run.__signature__ = own.replace(  # type: ignore[attr-defined]
+            parameters=[p for p in own.parameters.values() if p.name != "options"] + shared
+        )
+        return run
+
+    return decorate
 
 
 def progress(*, transient: bool = False) -> Progress:

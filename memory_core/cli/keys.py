@@ -26,18 +26,13 @@ from rich.markup import escape
 from ..access import KeyRegistry
 from ..errors import MemoryError_
 from .common import (
-    DEFAULT_URL,
-    ApiKey,
-    BaseUrl,
     CliError,
     Role,
-    RoleOpt,
-    Timeout,
-    UserOpt,
+    ServiceOptions,
     console,
     fail,
     new_table,
-    service,
+    service_options,
     stdout,
 )
 
@@ -58,6 +53,10 @@ KeyDb = Annotated[
         "without the service (--base-url and identity options are not used).",
     ),
 ]
+AsRole = Annotated[
+    Role | None, typer.Option("--as-role", help="Role sent as x-authz-role with --user (trusted_header mode).")
+]
+"""The caller's role option of ``keys create``, in the place of ``RoleOpt`` (its ``--role`` is the new key's)."""
 
 
 @contextmanager
@@ -90,18 +89,14 @@ def _keys_answer(answer: Any, field: str) -> Any:
 
 
 @keys_app.command("create")
+@service_options(timeout=60.0, role_option=AsRole)
 def keys_create(
     key_user: Annotated[str, typer.Option("--user-id", help="The user the key identifies.")],
     key_role: Annotated[Role, typer.Option("--role", help="The key's role.")] = Role.USER,
     name: Annotated[str | None, typer.Option("--name", help="A label for the key (who/what uses it).")] = None,
     db: KeyDb = None,
-    base_url: BaseUrl = DEFAULT_URL,
-    api_key: ApiKey = None,
-    user: UserOpt = None,
-    as_role: Annotated[
-        Role | None, typer.Option("--as-role", help="Role sent as x-authz-role with --user (trusted_header mode).")
-    ] = None,
-    timeout: Timeout = 60.0,
+    *,
+    options: ServiceOptions,
 ) -> None:
     """Create an API key; prints the key (shown once) alone on stdout and its id on stderr."""
     if db is not None:
@@ -109,8 +104,8 @@ def keys_create(
             key, record = registry.create(key_user, key_role, name)
             created = record.public()
     else:
-        svc = service(base_url, api_key, user, as_role, timeout)
-        with svc.reported(), svc.client() as client:
+        svc = options.service()
+        with svc.session() as client:
             created = svc.call(
                 client, "POST", KEYS_PATH, json={"user_id": key_user, "role": key_role.value, "name": name}
             )
@@ -125,14 +120,12 @@ def keys_create(
 
 
 @keys_app.command("list")
+@service_options(timeout=60.0)
 def keys_list(
     key_user: Annotated[str | None, typer.Option("--user-id", help="Only this user's keys.")] = None,
     db: KeyDb = None,
-    base_url: BaseUrl = DEFAULT_URL,
-    api_key: ApiKey = None,
-    user: UserOpt = None,
-    role: RoleOpt = None,
-    timeout: Timeout = 60.0,
+    *,
+    options: ServiceOptions,
 ) -> None:
     """List the API keys (id, user, role, name, created, revoked), oldest first; never the keys themselves."""
     keys: list[dict[str, Any]]
@@ -140,8 +133,8 @@ def keys_list(
         with _registry(db) as registry:
             keys = [k.public() for k in registry.keys(key_user)]
     else:
-        svc = service(base_url, api_key, user, role, timeout)
-        with svc.reported(), svc.client() as client:
+        svc = options.service()
+        with svc.session() as client:
             answer = svc.call(client, "GET", KEYS_PATH, params={"user_id": key_user} if key_user else None)
             keys = list(_keys_answer(answer, "keys"))
     table = new_table("key id", "user", "role", "name", "created", "revoked", title=f"API keys ({len(keys)})")
@@ -153,21 +146,19 @@ def keys_list(
 
 
 @keys_app.command("revoke")
+@service_options(timeout=60.0)
 def keys_revoke(
     key_id: Annotated[str, typer.Argument(help="The key's id (keys list shows them).")],
     db: KeyDb = None,
-    base_url: BaseUrl = DEFAULT_URL,
-    api_key: ApiKey = None,
-    user: UserOpt = None,
-    role: RoleOpt = None,
-    timeout: Timeout = 60.0,
+    *,
+    options: ServiceOptions,
 ) -> None:
     """Revoke an API key: requests with it are refused (401) from now on."""
     if db is not None:
         with _registry(db) as registry:
             registry.revoke(key_id)
     else:
-        svc = service(base_url, api_key, user, role, timeout)
-        with svc.reported(), svc.client() as client:
+        svc = options.service()
+        with svc.session() as client:
             svc.call(client, "DELETE", f"{KEYS_PATH}/{quote(key_id, safe='')}")
     console.print(f"revoked {escape(key_id)}", highlight=False)

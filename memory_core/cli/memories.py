@@ -22,20 +22,15 @@ from rich.markup import escape
 
 from ..migration import ImportReport
 from .common import (
-    DEFAULT_URL,
     EXIT_PARTIAL,
-    ApiKey,
-    BaseUrl,
     CliError,
-    RoleOpt,
-    Timeout,
-    UserOpt,
+    ServiceOptions,
     api_error,
     console,
     for_user,
     new_table,
     progress,
-    service,
+    service_options,
 )
 
 EXPORT_PATH = "/v1/memory/export"
@@ -49,22 +44,20 @@ ForUser = Annotated[
 ]
 
 
+@service_options(timeout=120.0)
 def export_cmd(
     output: Annotated[str, typer.Option("--output", "-o", help="JSONL file to write; '-' for stdout.")] = "-",
     owner: ForUser = None,
-    base_url: BaseUrl = DEFAULT_URL,
-    api_key: ApiKey = None,
-    user: UserOpt = None,
-    role: RoleOpt = None,
-    timeout: Timeout = 120.0,
+    *,
+    options: ServiceOptions,
 ) -> None:
     """Download every memory of the caller (or of --for-user) as JSONL: content and metadata, no vectors."""
-    svc = service(base_url, api_key, user, role, timeout)
+    svc = options.service()
     params = for_user(owner)
     partial = None if output == "-" else Path(f"{output}.part")
     lines = 0
     try:
-        with svc.reported(), svc.client() as client:
+        with svc.session() as client:
             total = int(svc.call(client, "GET", "/v1/memory", params={**params, "limit": 1})["total"])
             with client.stream("GET", EXPORT_PATH, params=params) as resp:
                 if resp.status_code >= 400:
@@ -117,22 +110,20 @@ def _merge(total: ImportReport, part: ImportReport, offset: int) -> None:
     total.renamed += [r.model_copy(update={"line": r.line + offset}) for r in part.renamed]
 
 
+@service_options(timeout=600.0)
 def import_cmd(
     file: Annotated[Path, typer.Argument(help="JSONL file (one memory per line, as export writes); '-' for stdin.")],
     owner: ForUser = None,
     chunk_lines: Annotated[int, typer.Option("--chunk-lines", min=1, help="Lines per request.")] = 500,
-    base_url: BaseUrl = DEFAULT_URL,
-    api_key: ApiKey = None,
-    user: UserOpt = None,
-    role: RoleOpt = None,
-    timeout: Timeout = 600.0,
+    *,
+    options: ServiceOptions,
 ) -> None:
     """Upload a JSONL export into the caller's (or --for-user's) memories.
 
     Idempotent: memories already present are skipped, so an interrupted import can be rerun.
     Exit 1 when some lines failed (they are listed).
     """
-    svc = service(base_url, api_key, user, role, timeout)
+    svc = options.service()
     params = for_user(owner)
     report = ImportReport()
     done = 0

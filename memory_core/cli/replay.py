@@ -34,19 +34,15 @@ from rich.markup import escape
 from .. import locomo
 from ..sanitize import USER_HEADER
 from .common import (
-    DEFAULT_URL,
-    ApiKey,
-    BaseUrl,
     CliError,
     Identity,
-    RoleOpt,
     Service,
-    Timeout,
-    UserOpt,
+    ServiceOptions,
     console,
     fail,
     new_table,
     progress,
+    service_options,
     stdout,
 )
 
@@ -139,6 +135,7 @@ async def _replay(
     return users, rows
 
 
+@service_options(timeout=120.0)
 def replay_cmd(
     path: Annotated[
         Path | None,
@@ -164,11 +161,8 @@ def replay_cmd(
         "assistant"
     ),
     cleanup: Annotated[bool, typer.Option("--cleanup", help="Delete the replayed users' memories at the end.")] = False,
-    base_url: BaseUrl = DEFAULT_URL,
-    api_key: ApiKey = None,
-    user: UserOpt = None,
-    role: RoleOpt = None,
-    timeout: Timeout = 120.0,
+    *,
+    options: ServiceOptions,
 ) -> None:
     """Replay LoCoMo conversations into the running service, one user per conversation.
 
@@ -178,8 +172,8 @@ def replay_cmd(
     """
     identity: Identity | None = None
     try:
-        if api_key or user or role:
-            identity = Identity.from_options(api_key, user, role)
+        if options.api_key or options.user or options.role:
+            identity = Identity.from_options(options.api_key, options.user, options.role)
             if mode is Mode.chat:
                 raise CliError(
                     "--mode chat sends each conversation as its own user (x-authz-user-id, trusted_header mode): "
@@ -187,7 +181,7 @@ def replay_cmd(
                 )
     except CliError as e:
         raise fail(e.message, e.code) from e
-    svc = Service(base_url, identity or Identity(), timeout)
+    svc = Service(options.base_url, identity or Identity(), options.timeout)
     with svc.reported():
         try:
             samples = locomo.load_samples(path, conversations or None)

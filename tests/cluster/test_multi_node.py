@@ -48,6 +48,7 @@ import pytest
 import yaml
 
 from memory_core.testing.ray_cluster import LocalRayCluster, RayNode, free_port
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.multinode
 
@@ -120,20 +121,6 @@ class Deadline:
     def disarm() -> None:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
-
-
-def wait_until(predicate, timeout: float, what: str, interval: float = 0.5):
-    """Poll ``predicate`` until it returns a truthy value (returned); fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-        except httpx.HTTPError:
-            value = None
-        if value:
-            return value
-        time.sleep(interval)
-    pytest.fail(f"{what}: not within {timeout:.0f}s")
 
 
 def hdr(user_id: str) -> dict[str, str]:

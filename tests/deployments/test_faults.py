@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-from tests.conftest import wait_healthy
+from tests.conftest import wait_healthy, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -83,20 +83,6 @@ def user(kind: str = "u") -> str:
 
 def hdr(user_id: str) -> dict:
     return {"x-authz-user-id": user_id}
-
-
-def wait_until(predicate, timeout: float, what: str, interval: float = 0.5):
-    """Poll ``predicate`` until it returns a truthy value (returned); fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-        except httpx.HTTPError:
-            value = None
-        if value:
-            return value
-        time.sleep(interval)
-    pytest.fail(f"{what}: not within {timeout:.0f}s")
 
 
 def healthy(url: str) -> bool:
