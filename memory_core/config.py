@@ -200,12 +200,13 @@ class ValkeySettings(ValkeyConnectionSettings):
     index: str = Field(default="agentic_memory", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,200}$")
     vector_index: Literal["flat", "hnsw"] = "flat"
     """Vector index of a new FT index (an existing one keeps its own): FLAT, scored only on
-    the user's rows (every search is filtered to one user), or HNSW for users holding far
+    the user's rows (every search is filtered to one user: what kept per-user cost flat to
+    1,000,000 memories), or HNSW (the module plans each hybrid query) for users holding far
     more memories each than a scan of their own rows serves (≫ 100,000)."""
     knn_prefilter: bool = True
-    """Ask the search module to score only the rows the user filter selects
-    (``HYBRID_POLICY ADHOC_BF``, where the module parses it): a search then costs what the
-    user's own memories cost, not what the index holds. False: the module's planner decides."""
+    """On a FLAT index, also ask the search module for its ad-hoc brute force over the rows
+    the user filter selects (``HYBRID_POLICY ADHOC_BF``, where the module parses it): a guard
+    against a module heuristic scanning the whole index. False: the module's planner decides."""
 
 
 class RemoteEmbeddingSettings(_Strict):

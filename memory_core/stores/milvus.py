@@ -528,39 +528,49 @@ class MilvusStore(MemoryStore):
         *,
         replaces: bool = True,
     ) -> None:
-        """Write ``rows`` (whole records) into ``collection`` (default: the one in use),
-        replacing records of the same ids; idempotent, so a retried call is harmless.
+        """Write ``rows`` (whole records) into ``collection`` (default: the one in use);
+        idempotent, so a retried call is harmless.
 
-        Upsert, except on a server before Milvus 2.5 (a collection without nullable fields,
-        ``modern`` False): Milvus 2.3.5 upserts rows of a partition-key collection into a
-        partition other than the one its partition-key filter reads (measured: rows upserted
-        for ``user_id`` "u" were found by ``id in [...]`` but not by ``user_id == "u"``;
-        inserted rows were), so there the ids are deleted, then the rows inserted. With
-        ``replaces`` False (rows that are new unless an earlier attempt landed) only the ids
-        the server holds are deleted (a Strong ``id in [...]`` query first): a delete of ids
-        that do not exist followed by their insert lost whole batches on Milvus 2.3.5 (a
-        1,000,000-row load ended with 898,000 rows, no error returned; an insert after a delete
-        of the same primary key is a known fault of Milvus 2.x, milvus-io/milvus#21446)."""
+        ``replaces`` True: the rows replace records of the same ids. Upsert, except on a
+        server before Milvus 2.5 (a collection without nullable fields, ``modern`` False):
+        Milvus 2.3.5 upserts rows of a partition-key collection into a partition other than
+        the one its partition-key filter reads (measured: rows upserted for ``user_id`` "u"
+        were found by ``id in [...]`` but not by ``user_id == "u"``; inserted rows were), so
+        there the ids are deleted, then the rows inserted. An insert after a delete of the
+        same primary keys is a known fault of Milvus 2.x (milvus-io/milvus#21446): on such a
+        server this path (updates, access counts) keeps that risk; see README "Stores".
+
+        ``replaces`` False: the rows are new (nobody else holds their ids) unless an earlier
+        attempt of this same write landed, with the same content. Upsert on a modern server;
+        before 2.5, a Strong ``id in [...]`` query finds the ids already held and only the
+        other rows are inserted, with no delete: a delete of ids followed by their insert
+        lost whole batches on Milvus 2.3.5 (a 1,000,000-row load ended with 898,000 rows, no
+        error returned). An earlier attempt whose insert had not yet been assigned a
+        timestamp when this query ran (a client timeout while the server still works on it)
+        is not seen, and its rows can end up stored twice."""
         name = collection or self.collection
         if modern if modern is not None else self._nullable:
             self._conn.upsert(name, rows)
             return
+        if replaces:
+            self._conn.delete(name, filter=_ids_filter([str(r["id"]) for r in rows]))
+            self._conn.insert(name, rows)
+            return
         ids = [str(r["id"]) for r in rows]
-        if not replaces:
-            held = self._conn.query(name, filter=_ids_filter(ids), output_fields=["id"], consistency_level="Strong")
-            ids = [str(r["id"]) for r in held]
-        if ids:
-            self._conn.delete(name, filter=_ids_filter(ids))
-        self._conn.insert(name, rows)
+        held = self._conn.query(name, filter=_ids_filter(ids), output_fields=["id"], consistency_level="Strong")
+        landed = {str(r["id"]) for r in held}
+        missing = [r for r in rows if str(r["id"]) not in landed]
+        if missing:
+            self._conn.insert(name, missing)
 
     async def _write_new_rows(self, rows: list[dict[str, Any]]) -> None:
-        """Write rows whose ids are new (the base checked they are not held): the first
-        attempt inserts, or upserts on a modern server; a retry first deletes what an
-        earlier attempt may have written (``_write_rows(replaces=False)``), so it stays
-        idempotent. Raises ``StoreUnavailable`` like ``_call``."""
+        """Write rows whose ids are new (the base checked no record holds them): the first
+        attempt inserts (upserts on a modern server); a retry inserts only what an earlier
+        attempt did not land (``_write_rows(replaces=False)``), so it stays idempotent.
+        Raises ``StoreUnavailable`` like ``_call``."""
         attempts = 0
 
-        def write() -> None:
+        def write_new_rows() -> None:
             nonlocal attempts
             attempts += 1
             if attempts == 1 and not self._nullable:
@@ -568,7 +578,7 @@ class MilvusStore(MemoryStore):
             else:
                 self._write_rows(rows, replaces=False)
 
-        await self._call(write)
+        await self._call(write_new_rows)
 
     def _query_all(self, expr: str, fields: list[str]) -> list[dict[str, Any]]:
         """Every row matching ``expr`` (iterator: no 16384-row query window)."""

@@ -15,16 +15,18 @@ with DIALECT 2; the COSINE distance is converted to similarity (``1 - distance``
 
 Per-user cost. Every search is filtered to one user, so the store never needs a graph over
 all users' vectors: the default vector index is FLAT, scored only on the rows the filter
-selects. With ``knn_prefilter`` (the default) the KNN clause asks for
-``HYBRID_POLICY ADHOC_BF`` when the module parses it (RediSearch; probed when the store
-opens), so the module scores exactly the user's rows; valkey-search does not parse it and
-always pre-filters a FLAT index (``UsePreFiltering`` in its ``src/query/planner.cc``; on HNSW
-it pre-filters only when the filter's estimate is ≤ 0.1 % of the index). A user's search then
-costs what that user's memories cost, however many the index holds
-(``benchmarks/stores.py --flat``). Measured on the RediSearch test module with the old HNSW
-index and the module's own plan: flat to 100,000 memories, then ~50 ms p50 at 1,000,000
-(1,000 per user). ``vector_index: hnsw`` suits users holding far more memories each than
-a brute-force scan of their own rows can serve (≫ 100,000).
+selects (valkey-search always pre-filters a FLAT index: ``UsePreFiltering`` in its
+``src/query/planner.cc``; RediSearch's own plan on FLAT stayed flat too in the
+measurement). With ``knn_prefilter`` (the default) a FLAT index's KNN clause also asks for
+``HYBRID_POLICY ADHOC_BF`` where the module parses it (RediSearch; probed when the store
+opens; the valkey-search 1.x planner we read does not parse it), so no module heuristic can
+fall back to scanning the whole index. A user's search then costs what that user's
+memories cost: p95 1.10× from 10,000 to 1,000,000 memories in total at 1,000 per user
+(``benchmarks/stores.py --flat``; the module's own plan on FLAT 1.03×), where the earlier
+HNSW index with the module's plan went from flat at 100,000 to ~50 ms p50 at 1,000,000.
+``vector_index: hnsw`` (new indexes; an existing index keeps its algorithm, read from
+FT.INFO) suits users holding far more memories each than a scan of their own rows serves
+(≫ 100,000); on HNSW the module plans the hybrid query (``EF_RUNTIME``), no pre-filter.
 
 TAG values: valkey-search splits TAG strings on a separator (punctuation only), strips
 whitespace and folds case unless CASESENSITIVE, so a raw user id like ``" a"`` or ``"a,b"``
@@ -63,6 +65,10 @@ if TYPE_CHECKING:
     from ..config import ValkeyConnectionSettings
 
 log = logging.getLogger(__name__)
+
+_NOT_PARSED = ("hybrid_policy", "argument", "parsing", "syntax", "unexpected", "unknown", "invalid")
+"""Words of a search module's reply to a KNN clause it cannot parse (RediSearch: "Unknown
+argument", "Error parsing vector similarity parameters"; others: "Unexpected"/"Invalid")."""
 
 _MAX_TOPK = 10000
 LEGACY_UPGRADE_SUFFIX = "_l2"
@@ -205,7 +211,7 @@ class ValkeyStore(MemoryStore):
         if vector_index not in ("flat", "hnsw"):
             raise ConfigError(f"valkey vector_index must be 'flat' or 'hnsw', not {vector_index!r}")
         self.vector_index = vector_index
-        self._hnsw = vector_index == "hnsw"  # of the index in use: read from FT.INFO on open
+        self._index_is_hnsw = vector_index == "hnsw"  # of the index in use: read from FT.INFO on open
         self.knn_prefilter = False
         """Whether searches ask the module for the pre-filter (set when the store opens)."""
 
@@ -290,12 +296,15 @@ class ValkeyStore(MemoryStore):
     async def _open(self) -> None:
         await self._open_index()
         info = await self._conn.execute_command("FT.INFO", self.index)
-        self._hnsw = (self._index_algorithm(info) or self.vector_index) == "hnsw"
-        self.knn_prefilter = self._want_prefilter and await self._module_parses_prefilter()
+        self._index_is_hnsw = (self._index_algorithm(info) or self.vector_index) == "hnsw"
+        # on HNSW the module plans (EF_RUNTIME): a brute-force pre-filter would bypass the graph
+        self.knn_prefilter = self._want_prefilter and not self._index_is_hnsw and await self._module_parses_prefilter()
 
     async def _module_parses_prefilter(self) -> bool:
         """Whether the search module accepts ``HYBRID_POLICY ADHOC_BF`` in a KNN clause (one
-        query on the index whose filter matches nothing)."""
+        query on the index whose filter matches nothing). A reply that says the query could
+        not be parsed means no; any other error of the server (permissions, a loading index)
+        is raised."""
         from valkey.exceptions import ResponseError
 
         probe = np.zeros(self.dimension, dtype="<f4")
@@ -308,6 +317,9 @@ class ValkeyStore(MemoryStore):
                 "PARAMS", "2", "vec", probe.tobytes(), "LIMIT", "0", "1", "DIALECT", "2",
             )  # fmt: skip
         except ResponseError as e:
+            text = str(e).lower()
+            if not any(w in text for w in _NOT_PARSED):
+                raise
             log.info("valkey search module does not parse HYBRID_POLICY (%s): it plans hybrid KNN itself", e)
             return False
         return True
@@ -511,7 +523,7 @@ class ValkeyStore(MemoryStore):
         if self.knn_prefilter:
             plan = "HYBRID_POLICY ADHOC_BF"
         else:  # the module plans; EF_RUNTIME is an HNSW parameter (a FLAT index refuses it)
-            plan = f"EF_RUNTIME {max(k, 64)}" if self._hnsw else ""
+            plan = f"EF_RUNTIME {max(k, 64)}" if self._index_is_hnsw else ""
         query = (
             f"{_query_filter(options.user_id, options.types, options.project_id, options.states)}"
             f"=>[KNN {k} @embedding $vec {plan} AS __dist]"

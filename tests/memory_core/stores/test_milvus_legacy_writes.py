@@ -17,20 +17,23 @@ from memory_core.types import Memory
 
 class LegacyClient:
     """Rows as a list (duplicate ids kept, like Milvus); ``fail_after_insert`` makes the next
-    ``insert`` land and then raise a transient error (the reply was lost)."""
+    ``insert`` land and then raise a transient error (the reply was lost);
+    ``fail_before_insert`` makes it raise one without landing."""
 
     def __init__(self):
         self.rows: list[dict] = []
         self.events: list[str] = []
         self.fail_after_insert = 0
+        self.fail_before_insert = 0
 
     @staticmethod
     def _ids(expr: str) -> set[str]:
         assert expr.startswith("id in [")
         return set(re.findall(r'"((?:[^"\\]|\\.)*)"', expr.split("]")[0]))
 
-    def query(self, collection, filter, output_fields, **kw):
-        self.events.append("query")
+    def query(self, collection, filter, output_fields, consistency_level=None, **kw):
+        # a retry must see an insert that landed: only a Strong read waits for it
+        self.events.append("query" if consistency_level == "Strong" else f"query:{consistency_level}")
         ids = self._ids(filter)
         return [dict(r) for r in self.rows if r["id"] in ids]
 
@@ -40,6 +43,10 @@ class LegacyClient:
         self.rows = [r for r in self.rows if r["id"] not in ids]
 
     def insert(self, collection, rows, **kw):
+        if self.fail_before_insert:
+            self.fail_before_insert -= 1
+            self.events.append("insert-failed")
+            raise ConnectionError("the insert did not reach the server")
         self.events.append(f"insert:{len(rows)}")
         self.rows += [dict(r) for r in rows]
         if self.fail_after_insert:
@@ -89,8 +96,31 @@ async def test_a_retried_insert_that_had_landed_is_not_doubled(tmp_path, bulk):
     want = sorted(m.id for m in stored)
     assert ids_held(client) == want  # each id once, although the first insert landed
     n = len(want)
-    # the retry asked which ids landed and deleted exactly those before inserting again
-    assert client.events[-4:] == [f"insert:{n}", "query", f"delete:{n}", f"insert:{n}"]
+    # the retry asked (Strong) which ids landed, found them all: nothing deleted, nothing re-inserted
+    assert client.events[-2:] == [f"insert:{n}", "query"]
+    assert not [e for e in client.events if e.startswith("delete")]
+
+
+async def test_a_retried_insert_that_had_not_landed_inserts_the_rows(tmp_path):
+    store, client = legacy_store(tmp_path)
+    client.fail_before_insert = 1
+    stored = await store.store_many([Memory(user_id="u", content=f"bulk {i}") for i in range(3)])
+    assert ids_held(client) == sorted(m.id for m in stored)
+    assert client.events[-3:] == ["insert-failed", "query", "insert:3"]
+    assert not [e for e in client.events if e.startswith("delete")]
+
+
+async def test_a_retry_inserts_only_the_rows_that_had_not_landed(tmp_path):
+    store, client = legacy_store(tmp_path)
+    memories = [Memory(user_id="u", content=f"bulk {i}") for i in range(4)]
+    stored = await store.store_many(memories[:2])  # as if an earlier attempt landed half
+    rows_before = len(client.rows)
+    client.events.clear()
+    from memory_core.stores.milvus import _to_row
+
+    await store._call(store._write_rows, [_to_row(m, False) for m in (*stored, *memories[2:])], replaces=False)
+    assert client.events == ["query", "insert:2"]
+    assert len(client.rows) == rows_before + 2 and len(set(ids_held(client))) == 4
 
 
 async def test_replacing_a_held_row_deletes_then_inserts(tmp_path):

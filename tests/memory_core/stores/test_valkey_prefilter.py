@@ -1,8 +1,8 @@
-"""Valkey per-user search: a FLAT vector index by default (HNSW on request), and the KNN
-pre-filter: when the search module parses ``HYBRID_POLICY ADHOC_BF``
-(RediSearch, the test module) searches ask for it, so the module scores exactly the user's
-rows (the per-user cost figure is in ``benchmarks/stores.py --flat``); a module that refuses
-it gets the module-planned query; the setting turns it off."""
+"""Valkey per-user search: a FLAT vector index by default (HNSW on request; an existing
+index keeps its algorithm), and on FLAT the KNN pre-filter: when the search module parses
+``HYBRID_POLICY ADHOC_BF`` (RediSearch, the test module) searches ask for it; a module that
+refuses it gets the module-planned query; the setting turns it off. Results stay the user's
+own rows. The per-user cost figure is ``benchmarks/stores.py --flat``'s."""
 
 from __future__ import annotations
 
@@ -77,25 +77,60 @@ def index_algorithm(info) -> str:
     return str(flat[at[0] + 1]).upper()
 
 
-@pytest.mark.parametrize("vector_index", ["flat", "hnsw"])
-async def test_prefilter_is_used_and_scores_exactly_the_users_rows(valkey_server, vector_index):
+async def search_alice(store: ValkeyStore, stored: dict[str, list[Memory]], rng, exact: bool) -> None:
+    """20 searches of alice's: only her rows come back, in brute-force order when ``exact``."""
+    for query in unit(rng, 20):
+        got = await store.retrieve(
+            RetrieveOptions(user_id="alice", embedding=query.tolist(), limit=8, threshold=-1.0), touch=False
+        )
+        assert {r.memory.user_id for r in got} == {"alice"} and len(got) == 8
+        if exact:
+            assert [r.memory.id for r in got] == exact_top(stored["alice"], query, 8)
+
+
+async def test_a_flat_index_with_the_prefilter_by_default(valkey_server):
     rng = np.random.default_rng(3)
-    store = await open_store(valkey_server, vector_index=vector_index)
+    store = await open_store(valkey_server)
     try:
-        assert index_algorithm(await store._conn.execute_command("FT.INFO", store.index)) == vector_index.upper()
+        assert index_algorithm(await store._conn.execute_command("FT.INFO", store.index)) == "FLAT"
         assert store.knn_prefilter  # RediSearch parses it
         stored = await fill(store, rng)
         spy = QuerySpy(store._conn)
-        for query in unit(rng, 20):
-            got = await store.retrieve(
-                RetrieveOptions(user_id="alice", embedding=query.tolist(), limit=8, threshold=-1.0), touch=False
-            )
-            assert {r.memory.user_id for r in got} == {"alice"}
-            # brute force over the user's rows: the exact top-k (HNSW is only approximate)
-            assert [r.memory.id for r in got] == exact_top(stored["alice"], query, 8)
+        await search_alice(store, stored, rng, exact=True)
         assert spy.queries and all("HYBRID_POLICY ADHOC_BF" in q and "EF_RUNTIME" not in q for q in spy.queries)
     finally:
         await store.close()
+
+
+async def test_an_hnsw_index_is_planned_by_the_module(valkey_server):
+    rng = np.random.default_rng(5)
+    store = await open_store(valkey_server, vector_index="hnsw")
+    try:
+        assert index_algorithm(await store._conn.execute_command("FT.INFO", store.index)) == "HNSW"
+        assert not store.knn_prefilter  # a brute-force pre-filter would bypass the graph
+        stored = await fill(store, rng)
+        spy = QuerySpy(store._conn)
+        await search_alice(store, stored, rng, exact=False)  # HNSW is approximate
+        assert spy.queries and all("EF_RUNTIME" in q and "HYBRID_POLICY" not in q for q in spy.queries)
+    finally:
+        await store.close()
+
+
+async def test_an_existing_hnsw_index_keeps_its_algorithm_under_the_flat_default(valkey_server):
+    rng = np.random.default_rng(6)
+    first = await open_store(valkey_server, vector_index="hnsw")
+    stored = await fill(first, rng)
+    await first.close()
+    # the same prefix and index, opened with the default configuration (vector_index flat)
+    again = ValkeyStore(url=valkey_server.url_db(0), prefix=first.prefix, index=first.index, embed=None, dimension=DIM)
+    await again.open()
+    try:
+        assert again.vector_index == "flat" and again._index_is_hnsw and not again.knn_prefilter
+        spy = QuerySpy(again._conn)
+        await search_alice(again, stored, rng, exact=False)
+        assert all("EF_RUNTIME" in q and "HYBRID_POLICY" not in q for q in spy.queries)  # FLAT would refuse it
+    finally:
+        await again.close()
 
 
 async def test_a_module_that_refuses_it_gets_the_planned_query(valkey_server):
@@ -116,8 +151,31 @@ async def test_a_module_that_refuses_it_gets_the_planned_query(valkey_server):
         await store.close()
 
 
-@pytest.mark.parametrize("wanted", [True, False])
-async def test_the_settings_reach_the_store(valkey_server, wanted):
+async def test_a_probe_failing_for_another_reason_is_raised(valkey_server):
+    from valkey.exceptions import ResponseError
+
+    store = await open_store(valkey_server)
+    try:
+        inner = store._conn.execute_command
+
+        async def no_permission(*args, **kw):
+            if args and args[0] == "FT.SEARCH":
+                raise ResponseError("NOPERM this user has no permissions to run the 'FT.SEARCH' command")
+            return await inner(*args, **kw)
+
+        store._conn.execute_command = no_permission
+        with pytest.raises(ResponseError, match="NOPERM"):
+            await store._module_parses_prefilter()
+    finally:
+        store._conn.execute_command = inner
+        await store.close()
+
+
+@pytest.mark.parametrize(
+    ("vector_index", "knn_prefilter", "prefiltered"),
+    [("flat", True, True), ("flat", False, False), ("hnsw", True, False)],
+)
+async def test_the_settings_reach_the_store(valkey_server, vector_index, knn_prefilter, prefiltered):
     name = f"pf_{uuid.uuid4().hex[:8]}"
     settings = MemoryStoreSettings(
         backend="valkey",
@@ -125,8 +183,8 @@ async def test_the_settings_reach_the_store(valkey_server, wanted):
             url=valkey_server.url_db(0),
             prefix=f"{name}:",
             index=name,
-            knn_prefilter=wanted,
-            vector_index="hnsw" if wanted else "flat",
+            knn_prefilter=knn_prefilter,
+            vector_index=vector_index,
         ),
     )
     store = make_store(settings, embed=None, dimension=DIM, identity=None)
@@ -135,8 +193,8 @@ async def test_the_settings_reach_the_store(valkey_server, wanted):
         inner = inner.inner
     await store.open()
     try:
-        assert inner.knn_prefilter is wanted
-        assert inner.vector_index == ("hnsw" if wanted else "flat")
+        assert inner.knn_prefilter is prefiltered
+        assert inner.vector_index == vector_index
     finally:
         await store.close()
 
