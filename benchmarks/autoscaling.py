@@ -40,7 +40,8 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from memory_core.testing.ray_cluster import LocalRayCluster, free_port
+from memory_core.testing.net import free_port, wait_healthy
+from memory_core.testing.ray_cluster import LocalRayCluster
 
 app = typer.Typer(add_completion=False)
 console = Console()
@@ -228,16 +229,7 @@ def main(
             started = time.monotonic()
             cluster.serve_deploy(config_path)
             url, dashboard, headers = f"http://127.0.0.1:{http_port}", cluster.dashboard_url, cluster.auth_headers
-            deadline = started + 300
-            while time.monotonic() < deadline:
-                try:
-                    if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(1)
-            else:
-                raise RuntimeError("the service did not become healthy within 300 s")
+            wait_healthy(url, timeout_s=300, interval_s=1)
             console.print(f"deployed (serve deploy) and healthy after {time.monotonic() - started:.0f}s")
         state = embedder_state(dashboard, headers)
         if state is None:

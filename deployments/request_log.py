@@ -35,11 +35,11 @@ def current_request_id() -> str:
         return ""
 
 
-def log_event(logger: logging.Logger, event: str, request_id: str, level: int = logging.INFO, **fields: Any) -> None:
+def log_event(logger: logging.Logger, event: str, request_id: str, **fields: Any) -> None:
     """One JSON object per line: ``{"event", "request_id", **fields}`` (values JSON-encoded,
     anything else as its ``str``). Fields must be bounded and free of memory text and user
     ids: logs are read by more people than the data."""
-    logger.log(level, json.dumps({"event": event, "request_id": request_id, **fields}, default=str, sort_keys=True))
+    logger.info(json.dumps({"event": event, "request_id": request_id, **fields}, default=str, sort_keys=True))
 
 
 def json_lines_logger(name: str) -> logging.Logger:

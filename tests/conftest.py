@@ -4,9 +4,12 @@ for it (``ray_session``): ``ray.init`` costs ~10 s on this machine."""
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
+
+from memory_core.testing.net import free_port  # re-exported: tests import it from here
+
+__all__ = ["free_port"]
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -15,19 +18,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 def wait_healthy(url: str, timeout: float = 120) -> None:
     """Poll ``{url}/health`` until it answers 200; fail the test after ``timeout`` seconds."""
-    import time
+    from memory_core.testing.net import wait_healthy as wait
 
-    import httpx
-
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    pytest.fail("application did not become healthy")
+    try:
+        wait(url, timeout)
+    except TimeoutError:
+        pytest.fail("application did not become healthy")
 
 
 def wait_until(predicate, timeout: float, what: str, interval: float = 0.5):
@@ -49,13 +45,6 @@ def wait_until(predicate, timeout: float, what: str, interval: float = 0.5):
             return value
         time.sleep(interval)
     pytest.fail(f"{what}: not within {timeout:.0f}s")
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

@@ -773,16 +773,16 @@ class MemoryIngress:
         admin only. It costs one count per user and state (and type): an operator's view,
         not a hot path."""
         self._admin(request, "service statistics")
-        users = [u for u, _ in self.registry.users()]
+        seen = self.registry.users()  # every key's user is among them (``KeyRegistry.create``)
+        users = [u for u, _ in seen]
         by_state = {s.value: sum(await self._memory_counts(users, [s])) for s in MemoryState}
-        every = list(MemoryState)
-        by_type = {t.value: sum(await self._memory_counts(users, every, [t])) for t in MemoryType}
+        by_type = {t.value: sum(await self._memory_counts(users, None, [t])) for t in MemoryType}
         return {
             "users": len(users),
             "memories": sum(by_state.values()),
             "by_state": by_state,
             "by_type": by_type,
-            "keys": sum(1 for k in self.registry.keys() if k.revoked_at is None),
+            "keys": sum(keys for _, keys in seen),
         }
 
     @app.post("/v1/admin/keys", status_code=201, response_model=CreatedKeyOut)

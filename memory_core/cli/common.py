@@ -16,17 +16,16 @@ Errors: the service cannot be reached → ``cannot reach the service at URL``; a
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import inspect
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 import httpx
 import typer
+from httpx_retries import Retry, RetryTransport
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -210,43 +209,20 @@ def reported(base_url: str, timeout: float | None = None) -> Iterator[None]:
 
 
 # --------------------------------------------------------------------------- HTTP
-class _Retry429(httpx.BaseTransport):
-    """Sends again, after ``Retry-After`` (≤ ``MAX_RETRY_AFTER_S``), a request answered 429,
-    up to ``RETRY_429`` times: the rate limiter refused it, so nothing was done."""
-
-    def __init__(self, inner: httpx.BaseTransport):
-        self.inner = inner
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        for _ in range(RETRY_429):
-            response = self.inner.handle_request(request)
-            if response.status_code != 429:
-                return response
-            response.close()
-            time.sleep(_retry_after(response))
-        return self.inner.handle_request(request)
-
-    def close(self) -> None:
-        self.inner.close()
-
-
-class _AsyncRetry429(httpx.AsyncBaseTransport):
-    """``_Retry429`` for ``httpx.AsyncClient``."""
-
-    def __init__(self, inner: httpx.AsyncBaseTransport):
-        self.inner = inner
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        for _ in range(RETRY_429):
-            response = await self.inner.handle_async_request(request)
-            if response.status_code != 429:
-                return response
-            await response.aclose()
-            await asyncio.sleep(_retry_after(response))
-        return await self.inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
+def _retry_429() -> Retry:
+    """Send again, after ``Retry-After`` (≤ ``MAX_RETRY_AFTER_S``), a request of any method
+    answered 429, up to ``RETRY_429`` times: the rate limiter refused it, so nothing was
+    done. Nothing else is retried (a failed connection or a timeout is reported at once)."""
+    return Retry(
+        total=RETRY_429,
+        allowed_methods=["GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE"],
+        status_forcelist=[429],
+        retry_on_exceptions=(),
+        respect_retry_after_header=True,
+        max_backoff_wait=MAX_RETRY_AFTER_S,
+        backoff_factor=0.5,  # without a Retry-After: 1, 2, 4 … s (capped like Retry-After)
+        backoff_jitter=0.0,
+    )
 
 
 @dataclass(frozen=True)
@@ -260,21 +236,16 @@ class Service:
 
     def client(self) -> httpx.Client:
         """A client on ``base_url`` sending the identity headers, retrying 429s."""
-        return httpx.Client(
-            base_url=self.base_url.rstrip("/"),
-            headers=self.identity.headers(),
-            timeout=self.timeout,
-            transport=_Retry429(httpx.HTTPTransport()),
-        )
+        return httpx.Client(transport=RetryTransport(httpx.HTTPTransport(), _retry_429()), **self._client_options())
 
     def async_client(self) -> httpx.AsyncClient:
         """``client`` for asyncio code (the LoCoMo replay)."""
         return httpx.AsyncClient(
-            base_url=self.base_url.rstrip("/"),
-            headers=self.identity.headers(),
-            timeout=self.timeout,
-            transport=_AsyncRetry429(httpx.AsyncHTTPTransport()),
+            transport=RetryTransport(httpx.AsyncHTTPTransport(), _retry_429()), **self._client_options()
         )
+
+    def _client_options(self) -> dict[str, Any]:
+        return {"base_url": self.base_url.rstrip("/"), "headers": self.identity.headers(), "timeout": self.timeout}
 
     def call(self, client: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
         """``method path`` through ``client``; the JSON body of a success. Raises ``CliError``

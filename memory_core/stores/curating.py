@@ -100,15 +100,18 @@ class _BatchPlan:
     held: dict[str, Memory] = field(default_factory=dict)
     supersede_stored: dict[str, tuple[str, str]] = field(default_factory=dict)
     reinforce_stored: dict[str, tuple[int, str | None, float]] = field(default_factory=dict)
-    _units: dict[tuple[str, int], Any] = field(default_factory=dict)
+    _units: dict[str, tuple[Any, Any]] = field(default_factory=dict)
 
     def unit(self, memory: Memory) -> Any:
         """``unit_vector(memory.embedding)``, computed once per memory and vector within the
-        batch (every later memory of the batch is compared with every earlier one)."""
-        key = (memory.id, id(memory.embedding))  # a refined memory carries a new vector
-        if key not in self._units:
-            self._units[key] = unit_vector(memory.embedding)
-        return self._units[key]
+        batch (every later memory of the batch is compared with every earlier one). The cache
+        keeps the vector it was computed from and compares by identity: a refined memory
+        carries a new vector object."""
+        cached = self._units.get(memory.id)
+        if cached is None or cached[0] is not memory.embedding:
+            cached = (memory.embedding, unit_vector(memory.embedding))
+            self._units[memory.id] = cached
+        return cached[1]
 
     def reinforce(self, old: Memory, new: Memory, *, refine: bool, now: datetime) -> Memory:
         """``old`` holds ``new``'s fact: access count +1, last accessed, importance
@@ -305,17 +308,22 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         start = memory.created_at or self._now()
         return memory.model_copy(update={"expires_at": start + timedelta(days=days)})
 
+    def _screening_reason(self, content: str, created_via: str | None) -> str | None:
+        """The ``state_reason`` quarantining ``content`` (``"screening: …"``), or None when
+        screening is off or passes it; a conversation window's text gets the window screen."""
+        if not self.settings.screening:
+            return None
+        reason = screen_window(content) if created_via == WINDOW_CREATED_VIA else screen(content)
+        return None if reason is None else f"screening: {reason}"
+
     async def _plan_one(self, memory: Memory, plan: _BatchPlan) -> WriteResult:
         """Decide what writing ``memory`` does and record it in ``plan`` (nothing is written
         here): the candidates are the stored memories and the batch's earlier new ones."""
         memory = self._with_retention(memory)
-        if self.settings.screening and memory.state == MemoryState.ACTIVE:
-            window = memory.created_via == WINDOW_CREATED_VIA
-            reason = screen_window(memory.content) if window else screen(memory.content)
+        if memory.state == MemoryState.ACTIVE:
+            reason = self._screening_reason(memory.content, memory.created_via)
             if reason is not None:
-                quarantined = memory.model_copy(
-                    update={"state": MemoryState.QUARANTINED, "state_reason": f"screening: {reason}"}
-                )
+                quarantined = memory.model_copy(update={"state": MemoryState.QUARANTINED, "state_reason": reason})
                 plan.new[quarantined.id] = quarantined
                 return WriteResult(memory=quarantined, outcome=WriteOutcome.QUARANTINED)
         superseded: list[tuple[Memory, str]] = []
@@ -422,10 +430,9 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         if self.settings.screening and isinstance(content, str) and "state" not in changes:
             current = await self.inner.get(memory_id, user_id)
             if current.state == MemoryState.ACTIVE:
-                window = current.created_via == WINDOW_CREATED_VIA
-                reason = screen_window(content) if window else screen(content)
+                reason = self._screening_reason(content, current.created_via)
                 if reason is not None:
-                    changes = {**changes, "state": MemoryState.QUARANTINED, "state_reason": f"screening: {reason}"}
+                    changes = {**changes, "state": MemoryState.QUARANTINED, "state_reason": reason}
                     self._count("write_quarantined")
         return await self.inner.update(memory_id, user_id, changes)
 

@@ -48,7 +48,7 @@ class InMemoryStore(MemoryStore):
         previous = self._rows.get(memory.id)
         if previous is not None and previous.user_id != memory.user_id:
             self._drop(memory.id)
-        self._rows[memory.id] = memory.model_copy(deep=True, update={"embedding": None})
+        self._rows[memory.id] = memory.model_copy(update={"embedding": None}).model_copy(deep=True)  # vector not copied
         self._by_user.setdefault(memory.user_id, set()).add(memory.id)
         self._held.setdefault(memory.user_id, HeldVectors()).put(memory.id, memory.embedding)
 

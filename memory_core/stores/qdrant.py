@@ -143,18 +143,16 @@ class QdrantStore(MemoryStore):
         from qdrant_client import models as qm
 
         if self._client is None:
+            key = (
+                secret_from_env(self._api_key_env, f"{self._settings_key}.api_key_env")
+                if self.url and self._api_key_env
+                else None
+            )
             try:
                 if self.url:
-                    key = (
-                        secret_from_env(self._api_key_env, f"{self._settings_key}.api_key_env")
-                        if self._api_key_env
-                        else None
-                    )
                     self._client = AsyncQdrantClient(url=self.url, api_key=key)
                 else:
                     self._client = AsyncQdrantClient(path=self.path)
-            except ConfigError:
-                raise
             except Exception as e:
                 raise StoreUnavailable(f"cannot open Qdrant at {self._where}: {e}") from e
         c = self._client

@@ -32,27 +32,21 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from .net import free_port
+
 NODE_MARKER = "MEMORY_ROUTER_RAY_NODE"
 """The environment variable naming a node's temp dir in each of its processes."""
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def ray_executable() -> str:
@@ -63,55 +57,45 @@ def ray_executable() -> str:
     return str(candidate)
 
 
-def _processes_naming(text: str) -> list[int]:
-    """Pids of this machine's processes whose command line names the path ``text`` (itself or
-    below it; read from ``/proc``; processes that vanish while being read are skipped)."""
+def _pids_where(name: str, matches: Callable[[bytes], bool]) -> list[int]:
+    """Pids of this machine's processes, other than this one, whose ``/proc/<pid>/<name>``
+    satisfies ``matches`` (processes that vanish or cannot be read are skipped)."""
     found = []
-    needles = (f"{text}/".encode(), f"{text}\0".encode(), f"{text} ".encode())
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes()
+            content = (entry / name).read_bytes()
         except OSError:
             continue
-        if cmdline.endswith(text.encode()) or any(n in cmdline for n in needles):
+        if matches(content):
             found.append(int(entry.name))
-    return sorted(pid for pid in found if pid != os.getpid())
+    return sorted(found)
+
+
+def _processes_naming(text: str) -> list[int]:
+    """Pids of this machine's processes whose command line names the path ``text`` (itself or
+    below it)."""
+    needles = (f"{text}/".encode(), f"{text}\0".encode(), f"{text} ".encode())
+    return _pids_where("cmdline", lambda c: c.endswith(text.encode()) or any(n in c for n in needles))
 
 
 def _processes_with_env(entry: str) -> list[int]:
     """Pids of this machine's processes whose environment holds ``entry`` (``NAME=value``,
-    exactly; read from ``/proc/<pid>/environ``)."""
-    found = []
+    exactly)."""
     needle = entry.encode()
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            environ = (proc / "environ").read_bytes()
-        except OSError:
-            continue
-        if needle in environ.split(b"\0"):
-            found.append(int(proc.name))
-    return sorted(pid for pid in found if pid != os.getpid())
+    return _pids_where("environ", lambda environ: needle in environ.split(b"\0"))
 
 
 def _group_members(pgid: int) -> list[int]:
-    """Pids of the processes in process group ``pgid`` (from ``/proc/<pid>/stat``)."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
+    """Pids of the live (not zombie) processes in process group ``pgid``."""
+
+    def in_group(stat: bytes) -> bool:
         # the fields after the command name (which may hold spaces) end with ')'
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":  # a zombie is dead already
-            members.append(int(entry.name))
-    return sorted(members)
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        return len(fields) > 2 and int(fields[2]) == pgid and fields[0] != b"Z"  # a zombie is dead already
+
+    return _pids_where("stat", in_group)
 
 
 @dataclass

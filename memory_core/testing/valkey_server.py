@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from .net import free_port
+
 
 def _package_dir(name: str) -> Path:
     spec = importlib.util.find_spec(name)
@@ -46,13 +48,6 @@ def search_module_path() -> Path:
     if not path.is_file():
         raise RuntimeError(f"search module not found at {path}")
     return path
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

@@ -47,7 +47,8 @@ import httpx
 import pytest
 import yaml
 
-from memory_core.testing.ray_cluster import LocalRayCluster, RayNode, free_port
+from memory_core.testing.net import free_port
+from memory_core.testing.ray_cluster import LocalRayCluster, RayNode
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.multinode
@@ -125,6 +126,18 @@ class Deadline:
 
 def hdr(user_id: str) -> dict[str, str]:
     return {"x-authz-user-id": user_id}
+
+
+def assert_chat_recalls_the_fact(url: str, user_id: str) -> None:
+    """A chat of ``user_id`` asking ``QUESTION`` is answered with ``FACT`` injected (the echo
+    upstream repeats what it is sent)."""
+    chat = httpx.post(
+        f"{url}/v1/chat/completions",
+        json={"model": "assistant", "messages": [{"role": "user", "content": QUESTION}]},
+        headers=hdr(user_id),
+        timeout=60,
+    )
+    assert chat.status_code == 200 and "4817" in chat.json()["choices"][0]["message"]["content"], chat.text
 
 
 def healthy(url: str) -> bool:
@@ -299,13 +312,7 @@ def test_a_lost_node_loses_no_acknowledged_write_and_the_app_recovers(tmp_path):
         alice = f"mn-alice-{uuid.uuid4().hex[:8]}"
         r = httpx.post(f"{url}/v1/memory", json={"memories": [{"content": FACT}]}, headers=hdr(alice), timeout=60)
         assert r.status_code == 201, r.text
-        chat = httpx.post(
-            f"{url}/v1/chat/completions",
-            json={"model": "assistant", "messages": [{"role": "user", "content": QUESTION}]},
-            headers=hdr(alice),
-            timeout=60,
-        )
-        assert chat.status_code == 200 and "4817" in chat.json()["choices"][0]["message"]["content"], chat.text
+        assert_chat_recalls_the_fact(url, alice)
 
         # the second node lost mid-traffic
         embedder_pids = {r["pid"] for r in replicas["Embedder"]}
@@ -371,13 +378,7 @@ def test_a_lost_node_loses_no_acknowledged_write_and_the_app_recovers(tmp_path):
             if created["outcomes"][0]["outcome"] == "created":
                 assert got.json()["content"] == content
         # and memory works end to end on the replacement node
-        chat = httpx.post(
-            f"{url}/v1/chat/completions",
-            json={"model": "assistant", "messages": [{"role": "user", "content": QUESTION}]},
-            headers=hdr(alice),
-            timeout=60,
-        )
-        assert chat.status_code == 200 and "4817" in chat.json()["choices"][0]["message"]["content"], chat.text
+        assert_chat_recalls_the_fact(url, alice)
         assert store_shard_nodes(cluster) == [head.node_id]
         marks["checked"] = time.monotonic()
 

@@ -985,7 +985,7 @@ async def test_cache_never_stores_result_of_retrieve_that_raced_a_delete(rig):
 async def test_cache_fail_open(rig):
     if not rig.cached:
         pytest.skip("cache only")
-    from memory_core.testing.valkey_server import free_port
+    from memory_core.testing.net import free_port
 
     events: list[str] = []
     dead = f"valkey://127.0.0.1:{free_port()}/0"
