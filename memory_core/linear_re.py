@@ -53,7 +53,7 @@ Pattern = re2._Regexp  # type: ignore[attr-defined]
 ``sub``, ``split``, as ``re.Pattern`` has them)."""
 
 
-def compile(pattern: str, flags: int = 0) -> Pattern:  # noqa: A001 - the re module's name
+def compile(pattern: str, flags: int = 0) -> Pattern:
     """``pattern`` compiled by RE2 (linear-time matching), with ``flags`` from this module
     (``IGNORECASE``, ``MULTILINE``, ``DOTALL``; others raise ``ValueError``).
 
