@@ -26,6 +26,7 @@ long texts, and bound the number of matches a rule asks for.
 from __future__ import annotations
 
 import re
+from typing import TypeAlias
 
 import re2
 
@@ -48,7 +49,7 @@ DOTALL = re.DOTALL
 _FLAG_PREFIX = ((IGNORECASE, "i"), (MULTILINE, "m"), (DOTALL, "s"))
 _ASCII_ONLY = re.compile(r"(?<!\\)(?:\\\\)*\\[wdsbWDSB]")
 
-Pattern = re2._Regexp  # type: ignore[attr-defined]
+Pattern: TypeAlias = re2._Regexp
 """The compiled pattern type (``search``, ``match``, ``fullmatch``, ``finditer``, ``findall``,
 ``sub``, ``split``, as ``re.Pattern`` has them)."""
 
