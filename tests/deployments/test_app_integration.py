@@ -395,7 +395,12 @@ def test_consolidation_merges_near_duplicates_once_and_can_be_undone(base_url):
     assert again["groups"] == 0  # idempotent
 
     assert httpx.post(f"{base_url}/v1/memory/{merged['id']}/unmerge", headers=h, timeout=60).status_code == 403
-    undone = httpx.post(f"{base_url}/v1/memory/{merged['id']}/unmerge", headers=admin, timeout=60)
+    unmerge = f"{base_url}/v1/memory/{merged['id']}/unmerge"
+    elsewhere = httpx.post(unmerge, params={"project_id": "elsewhere"}, headers=admin, timeout=60)
+    assert elsewhere.status_code == 404 and elsewhere.json()["error"]["code"] == "memory_not_found", elsewhere.text
+    padded = httpx.post(unmerge, params={"project_id": " p "}, headers=admin, timeout=60)
+    assert padded.status_code == 400 and "error" in padded.json(), padded.text
+    undone = httpx.post(unmerge, headers=admin, timeout=60)
     assert undone.status_code == 200 and len(undone.json()["memories"]) == 2
     states = httpx.get(f"{base_url}/v1/memory", headers=h).json()["memories"]
     assert sorted(m["state"] for m in states) == ["active", "active"]
