@@ -301,6 +301,14 @@ async def test_history_lists_only_the_callers_memories(curated):
     await cells.check("user: a forged successor in another user's memories is not listed",
                       lambda: _ids(s.history(bobs_pred.id, u["bob"])), [bobs_pred.id])  # fmt: skip
     await cells.raises("user: walking to another user's id", lambda: s.history(bobs.id, u["alice"]), MemoryNotFound)
+
+    # a link field on a memory whose state has no such link (active) is not followed
+    later = Memory(user_id=u["alice"], content=NEW)
+    stray = Memory(user_id=u["alice"], content="I like tea.", superseded_by=later.id)
+    await raw(s).store_many([later, stray])
+    await cells.check("state: an active memory's stray superseded_by is no link",
+                      lambda: _ids(s.history(stray.id, u["alice"])), [stray.id])  # fmt: skip
+    await cells.check("state: nor is it a predecessor", lambda: _ids(s.history(later.id, u["alice"])), [later.id])
     cells.verify()
 
 
