@@ -259,8 +259,10 @@ class StoreShard:
     async def restore(self, memory_id: str, user_id: str, request_id: str = "") -> Memory:
         return await self._timed("restore", self._curating().restore(memory_id, user_id), request_id)
 
-    async def unmerge(self, memory_id: str, user_id: str, request_id: str = "") -> list[Memory]:
-        return await self._timed("unmerge", self._curating().unmerge(memory_id, user_id), request_id)
+    async def unmerge(
+        self, memory_id: str, user_id: str, project_id: str | None = None, request_id: str = ""
+    ) -> list[Memory]:
+        return await self._timed("unmerge", self._curating().unmerge(memory_id, user_id, project_id), request_id)
 
     async def consolidate(self, user_id: str, request_id: str = "") -> ConsolidationReport:
         return await self._timed("consolidate", self._curating().consolidate(user_id), request_id)
@@ -442,8 +444,8 @@ class StorePoolClient:
     async def restore(self, memory_id: str, user_id: str) -> Memory:
         return await self._call(user_id, "restore", memory_id, user_id, read=False)
 
-    async def unmerge(self, memory_id: str, user_id: str) -> list[Memory]:
-        return await self._call(user_id, "unmerge", memory_id, user_id, read=False)
+    async def unmerge(self, memory_id: str, user_id: str, project_id: str | None = None) -> list[Memory]:
+        return await self._call(user_id, "unmerge", memory_id, user_id, project_id, read=False)
 
     async def consolidate(self, user_id: str) -> ConsolidationReport:
         return await self._call(user_id, "consolidate", user_id, read=False)

@@ -170,6 +170,20 @@ class RetrieveOptions(BaseModel):
     lexical_weight: float = DEFAULT_LEXICAL_WEIGHT
     temporal_boost: bool = False
 
+    def admits(self, memory: Memory, now: datetime, states: tuple[MemoryState, ...] | None = None) -> bool:
+        """Whether ``memory`` lies in the caller's whole scope: owned by ``user_id``; in
+        ``project_id`` when one is given (``None``: every project of the user, and memories of
+        no project); of one of ``types`` when given; in ``states`` (default: ``self.states``);
+        not expired at ``now`` (UTC). The one rule every search result, and every memory a
+        link (``superseded_by``, ``merged_into``) leads a search to, must pass."""
+        return (
+            memory.user_id == self.user_id
+            and (self.project_id is None or memory.project_id == self.project_id)
+            and (not self.types or memory.type in self.types)
+            and memory.state in (self.states if states is None else states)
+            and not memory.expired(now)
+        )
+
 
 class ScoredMemory(BaseModel):
     """A retrieved memory. ``score`` is what results are ranked by (cosine similarity for plain

@@ -705,11 +705,20 @@ class MemoryIngress:
         return (await self.store.restore(path_memory_id(memory_id), user_id)).public()
 
     @app.post("/v1/memory/{memory_id}/unmerge", response_model=MemoryListOut)
-    async def unmerge_memory(self, memory_id: str, request: Request, owner: OwnerQuery = None) -> dict:
-        """Undo a consolidation: the originals become active again and the merged memory is
-        deleted; admin only. 400 when ``memory_id`` is not a merged memory."""
+    async def unmerge_memory(
+        self,
+        memory_id: str,
+        request: Request,
+        project_id: str | None = Query(None, min_length=1),
+        owner: OwnerQuery = None,
+    ) -> dict:
+        """Undo a consolidation: the originals (the owner's memories consolidated into it)
+        become active again and the merged memory is deleted; admin only. ``project_id``: only
+        within that project (404 when the merged memory is elsewhere). 400 when ``memory_id``
+        is not a merged memory."""
         user_id = self._admin(request, "undoing a consolidation").owner(owner)
-        originals = await self.store.unmerge(path_memory_id(memory_id), user_id)
+        check_project_id(project_id)
+        originals = await self.store.unmerge(path_memory_id(memory_id), user_id, project_id)
         return {"memories": [m.public() for m in originals]}
 
     @app.get("/v1/memory/{memory_id}", response_model=MemoryOut)

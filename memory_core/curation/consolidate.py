@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from ..types import Memory
+from ..types import Memory, MemoryState
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\u0e00-\u0eff]")
@@ -99,18 +99,30 @@ def lost_words(merged: str, members: Sequence[Memory]) -> set[str]:
     return {w for m in members for w in words(m.content)} - have
 
 
+def successor(memory: Memory) -> str | None:
+    """The id of the memory that replaced ``memory``: ``superseded_by`` of a superseded one,
+    ``merged_into`` of a consolidated one; ``None`` in any other state (a link field left on
+    a memory of another state is not followed)."""
+    if memory.state == MemoryState.SUPERSEDED:
+        return memory.superseded_by
+    if memory.state == MemoryState.CONSOLIDATED:
+        return memory.merged_into
+    return None
+
+
 def history(memory_id: str, memories: Sequence[Memory]) -> list[Memory]:
     """The versions of the fact ``memory_id`` holds, oldest first: the memories it replaced
-    (its ``superseded_by``/``merged_into`` predecessors, recursively), itself, and the memories
-    that replaced it (following ``superseded_by``/``merged_into``). ``memories``: the owner's
-    memories in every state. ``[]`` when ``memory_id`` is not among them."""
+    (the memories whose ``successor`` it is, recursively), itself, and the memories that
+    replaced it (following ``successor``). ``memories``: the owner's memories in every state,
+    and only those: a link to an id not among them (deleted, another user's) ends the walk
+    there. ``[]`` when ``memory_id`` is not among them."""
     by_id = {m.id: m for m in memories}
     if memory_id not in by_id:
         return []
-    successors = {m.id: m.superseded_by or m.merged_into for m in memories}
+    successors = {m.id: successor(m) for m in memories}
     predecessors: dict[str, list[str]] = {}
     for m in memories:
-        nxt = m.superseded_by or m.merged_into
+        nxt = successors[m.id]
         if nxt:
             predecessors.setdefault(nxt, []).append(m.id)
     chain: dict[str, Memory] = {}

@@ -49,7 +49,7 @@ from typing import Any
 
 from ..config import CurationSettings
 from ..curation.consolidate import history as version_chain
-from ..curation.consolidate import merged_content, plan_groups
+from ..curation.consolidate import merged_content, plan_groups, successor
 from ..curation.judge import Verdict, judge, same_values
 from ..curation.llm import LLMJudge
 from ..curation.screening import screen, screen_window
@@ -75,6 +75,10 @@ REINFORCE_IMPORTANCE = 0.05
 
 MAX_CHAIN = 8
 """Hops ``retrieve`` follows from a superseded/consolidated memory to the active one."""
+
+
+CHAIN_STATES = (MemoryState.ACTIVE, MemoryState.SUPERSEDED, MemoryState.CONSOLIDATED)
+"""States a version chain passes through (superseded, consolidated) or ends at (active)."""
 
 
 def _superseded_changes(new_id: str, now: datetime, by: str) -> dict[str, Any]:
@@ -194,8 +198,10 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         answers with "I moved to San Francisco last month" that replaced it, though the new
         wording alone is below the similarity threshold. (The bi-temporal invalidation of
         Zep/Graphiti, arXiv:2501.13956, read the other way: old facts lead to new ones.) A
-        replacement outside ``options.types``, or expired, is dropped. Other ``states``: plain
-        retrieval."""
+        chain that leaves the caller's scope (``_chain_ends``: another user, another project
+        than ``options.project_id``, a type outside ``options.types``, expired, not active at
+        its end) answers nothing: the match is dropped, not answered with the replaced memory.
+        Other ``states``: plain retrieval."""
         if tuple(options.states) != (MemoryState.ACTIVE,):
             return await self.inner.retrieve(options, touch=touch)
         wide = options.model_copy(
@@ -224,27 +230,31 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
 
     async def _chain_ends(self, replaced: list[Memory], options: RetrieveOptions) -> dict[str, Memory]:
         """For each superseded/consolidated memory of ``replaced``, the active memory at the end
-        of its chain (``superseded_by`` / ``merged_into``, at most ``MAX_CHAIN`` hops), without
-        its vector; absent when the chain ends elsewhere (deleted, too long, expired, or a type
-        outside ``options.types``). One ``get_many`` per hop for all of them."""
+        of its chain (``successor``: ``superseded_by`` / ``merged_into``, at most ``MAX_CHAIN``
+        hops), without its vector. Every memory the chain reaches must lie in the caller's
+        whole scope (``options.admits``: the same user, ``options.project_id`` when given,
+        ``options.types``, not expired; a superseded or consolidated one goes on, an active one
+        ends it); absent when the chain leaves that scope, ends elsewhere (deleted, another
+        user's id, quarantined) or is too long: the match is then not answered at all. One
+        ``get_many`` (the caller's memories only) per hop for all of them."""
         at = {m.id: m for m in replaced}  # start id → where its chain has got to
         ends: dict[str, Memory] = {}
         now = self._now()
         for _ in range(MAX_CHAIN):
-            step = {start: m.superseded_by or m.merged_into for start, m in at.items()}
+            step = {start: successor(m) for start, m in at.items()}
             wanted = sorted({n for n in step.values() if n})
             if not wanted:
                 break
             found = {m.id: m for m in await self.inner.get_many(wanted, options.user_id)}
             nxt: dict[str, Memory] = {}
-            for start, successor in step.items():
-                memory = found.get(successor) if successor else None
-                if memory is None:
-                    continue  # the chain ends: no successor, or it was deleted
-                if memory.state != MemoryState.ACTIVE:
-                    nxt[start] = memory
-                elif not memory.expired(now) and not (options.types and memory.type not in options.types):
+            for start, successor_id in step.items():
+                memory = found.get(successor_id) if successor_id else None
+                if memory is None or not options.admits(memory, now, states=CHAIN_STATES):
+                    continue  # the chain ends outside the caller's scope: nothing answers the match
+                if memory.state == MemoryState.ACTIVE:
                     ends[start] = memory.model_copy(update={"embedding": None})
+                else:
+                    nxt[start] = memory
             at = nxt
         return ends
 
@@ -468,20 +478,40 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
                  "state_reason": f"restored from {current.state.value}"},
             )  # fmt: skip
 
-    async def unmerge(self, memory_id: str, user_id: str) -> list[Memory]:
+    async def unmerge(self, memory_id: str, user_id: str, project_id: str | None = None) -> list[Memory]:
         """Undo a consolidation: the originals of the merged memory ``memory_id`` become
-        ``active`` again and the merged memory is deleted. Returns the originals. Raises
-        ``MemoryNotFound``; ``InvalidInput`` when ``memory_id`` is not a merged memory."""
+        ``active`` again and the merged memory is deleted. An original is one of
+        ``merged_from`` that is ``user_id``'s, ``consolidated`` and links back
+        (``merged_into == memory_id``); any other id listed there (another user's, deleted,
+        restored meanwhile, a memory of another state) is left as it is. ``project_id`` (when
+        given): the merged memory must be in that project (else ``MemoryNotFound``) and so must
+        every original (else ``InvalidInput``, before any change). Returns the originals made
+        active, in ``merged_from`` order. Raises ``MemoryNotFound``; ``InvalidInput`` when
+        ``memory_id`` is not a merged memory."""
         async with self._locks[user_id]:
             merged = await self.inner.get(memory_id, user_id)
+            if project_id is not None and merged.project_id != project_id:
+                raise MemoryNotFound(f"memory {memory_id!r} not found in project {project_id!r}")
             if not merged.merged_from:
                 raise InvalidInput(f"memory {memory_id} is not the result of a consolidation")
+            found = {m.id: m for m in await self.inner.get_many(merged.merged_from, user_id)}
+            linked = [
+                found[i]
+                for i in dict.fromkeys(merged.merged_from)
+                if i in found
+                and found[i].user_id == user_id
+                and found[i].state == MemoryState.CONSOLIDATED
+                and found[i].merged_into == memory_id
+            ]
+            outside = [m.id for m in linked if project_id is not None and m.project_id != project_id]
+            if outside:
+                raise InvalidInput(f"originals {outside} are in another project than {project_id!r}")
             originals = []
-            for original_id in merged.merged_from:
+            for original in linked:
                 with contextlib.suppress(MemoryNotFound):
                     originals.append(
                         await self.inner.update(
-                            original_id,
+                            original.id,
                             user_id,
                             {"state": MemoryState.ACTIVE, "merged_into": None, "state_reason": "unmerged"},
                         )

@@ -707,15 +707,11 @@ class HybridStore(StoreDecorator):
         into: dict[str, tuple[Memory | None, float]],
     ) -> None:
         """Add to ``into`` as (memory, similarity with the query, ``sim``) those of ``memories``
-        that pass the ``project_id``/``types``/``states`` filters, have not expired and carry a
-        finite vector."""
+        that lie in the caller's scope (``RetrieveOptions.admits``: user, ``project_id``,
+        ``types``, ``states``, not expired) and carry a finite vector."""
         now = utcnow()
         for m in memories:
-            if options.project_id is not None and m.project_id != options.project_id:
-                continue
-            if options.types and m.type not in options.types:
-                continue
-            if m.state not in options.states or m.expired(now):
+            if not options.admits(m, now):
                 continue
             cos = sim.of(m.id, unit_vector(m.embedding))
             if cos is not None:

@@ -395,7 +395,12 @@ def test_consolidation_merges_near_duplicates_once_and_can_be_undone(base_url):
     assert again["groups"] == 0  # idempotent
 
     assert httpx.post(f"{base_url}/v1/memory/{merged['id']}/unmerge", headers=h, timeout=60).status_code == 403
-    undone = httpx.post(f"{base_url}/v1/memory/{merged['id']}/unmerge", headers=admin, timeout=60)
+    unmerge = f"{base_url}/v1/memory/{merged['id']}/unmerge"
+    elsewhere = httpx.post(unmerge, params={"project_id": "elsewhere"}, headers=admin, timeout=60)
+    assert elsewhere.status_code == 404 and elsewhere.json()["error"]["code"] == "memory_not_found", elsewhere.text
+    padded = httpx.post(unmerge, params={"project_id": " p "}, headers=admin, timeout=60)
+    assert padded.status_code == 400 and "error" in padded.json(), padded.text
+    undone = httpx.post(unmerge, headers=admin, timeout=60)
     assert undone.status_code == 200 and len(undone.json()["memories"]) == 2
     states = httpx.get(f"{base_url}/v1/memory", headers=h).json()["memories"]
     assert sorted(m["state"] for m in states) == ["active", "active"]
@@ -419,3 +424,35 @@ def test_the_consolidator_deployment_passes_over_users_with_writes(base_url):
     assert consolidator.stats.remote().result(timeout_s=30)["rounds"] >= 1
     # nothing written since: the next round does not visit the user again
     assert consolidator.run_once.remote().result(timeout_s=60)["users"] == 0
+
+
+def test_a_chain_moved_to_another_project_answers_nothing_in_the_first(base_url):
+    """The issue's case: the newer member of a supersession chain PATCHed to project q; a search
+    and a chat in project p are not answered with q's memory (nor with the superseded one)."""
+    alice = user()
+    h = {"x-authz-user-id": alice}
+    for text in ("I live in Boston.", "I moved to San Francisco last month."):
+        r = httpx.post(f"{base_url}/v1/memory", json={"memories": [{"content": text, "project_id": "p"}]}, headers=h)
+        assert r.status_code == 201, r.text
+    (outcome,) = r.json()["outcomes"]
+    assert len(outcome["superseded"]) == 1  # San Francisco replaced Boston
+    sf, boston = outcome["id"], outcome["superseded"][0]
+
+    def search(**scope) -> list[tuple[str, str | None]]:
+        r = httpx.post(f"{base_url}/v1/memory/search", json={"query": "Where do I live?", **scope}, headers=h)
+        assert r.status_code == 200, r.text
+        return [(m["id"], m["resolved_from"]) for m in r.json()["memories"]]
+
+    def chat_in_p() -> httpx.Response:
+        question = [{"role": "user", "content": "Where do I live?"}]
+        return chat(base_url, alice, question, model="loose", headers={"x-project-id": "p"})
+
+    assert sf in [i for i, _ in search(project_id="p")]  # before: p's chain ends in p
+    assert "San Francisco" in echoed(chat_in_p())
+    moved = httpx.patch(f"{base_url}/v1/memory/{sf}", json={"project_id": "q"}, headers=h)
+    assert moved.status_code == 200 and moved.json()["project_id"] == "q"
+    found, r = search(project_id="p"), chat_in_p()  # Boston matches, its replacement is in q: nothing answers
+    told = {city for city in ("San Francisco", "Boston") if city in echoed(r)}
+    assert (found, told, r.headers["x-memory-injected"]) == ([], set(), "0")
+    assert (sf, None) in search(project_id="q")  # q's own memory, found as itself
+    assert sf in [i for i, _ in search()] and boston not in [i for i, _ in search()]  # unscoped: every project
