@@ -49,7 +49,7 @@ from .errors import (
     UnsupportedMediaType,
     UntrustedIdentity,
 )
-from .sanitize import GATEWAY_SECRET_HEADER, ROLE_HEADER, USER_HEADER, require_user_id
+from .sanitize import GATEWAY_SECRET_HEADER, ROLE_HEADER, USER_HEADER, parse_origin, require_user_id
 
 KEY_PREFIX = "mr_"
 """Every API key starts with this (secret scanners can recognise a leaked key)."""
@@ -423,34 +423,6 @@ JSON_LINES_MEDIA_TYPES = frozenset(
     {"application/x-ndjson", "application/ndjson", "application/jsonl", "application/x-jsonlines"}
 )
 """The body types of JSON lines (an import) accepted."""
-DEFAULT_PORTS = {"http": 80, "https": 443}
-_HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789.-_")
-_IPV6_CHARS = frozenset("0123456789abcdef:.")
-
-
-def parse_origin(value: str) -> str | None:
-    """A browser origin (``Origin`` header, RFC 6454) in normal form: ``scheme://host[:port]``,
-    lower case, the scheme's default port left out (``https://a.example:443`` →
-    ``https://a.example``). ``None`` for anything else: ``null`` (an opaque origin), another
-    scheme than http/https, a path, user info, a bad host or port. Linear in ``value``."""
-    scheme, sep, rest = value.strip().lower().partition("://")
-    if not sep or scheme not in DEFAULT_PORTS or not rest:
-        return None
-    port = ""
-    if rest.startswith("["):  # an IPv6 literal
-        host, bracket, tail = rest[1:].partition("]")
-        if not bracket or not host or not set(host) <= _IPV6_CHARS or (tail and not tail.startswith(":")):
-            return None
-        host, port = f"[{host}]", tail[1:]
-    else:
-        host, _, port = rest.partition(":")
-        if not host or not set(host) <= _HOST_CHARS:
-            return None
-    if ":" in port or (port and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536)):
-        return None
-    if port and int(port) == DEFAULT_PORTS[scheme]:
-        port = ""
-    return f"{scheme}://{host}" + (f":{int(port)}" if port else "")
 
 
 def check_same_origin(
@@ -465,7 +437,7 @@ def check_same_origin(
 
     ``fetch_site``: the ``Sec-Fetch-Site`` header; ``origin``: the ``Origin`` header (``None``
     when absent); ``own_origins``: the service's origins as this request reaches it
-    (``parse_origin`` form); ``allowed_origins``: ``access.allowed_origins``. With fetch
+    (``sanitize.parse_origin`` form); ``allowed_origins``: ``access.allowed_origins``. With fetch
     metadata, ``same-origin`` and ``none`` (the user's own navigation) pass, ``cross-site``
     and ``same-site`` (a sibling subdomain is another origin) pass only from an allowed
     origin. Without it (an older browser; non-browser clients send neither header) an

@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from .errors import ConfigError
+from .sanitize import parse_origin
 
 DEFAULT_SIMILARITY_THRESHOLD = 0.425
 """Cosine floor calibrated for all-MiniLM-L6-v2 (see README "Calibrating the threshold" and
@@ -622,8 +623,6 @@ class AccessSettings(_Strict):
     @field_validator("allowed_origins")
     @classmethod
     def _origins(cls, values: list[str]) -> list[str]:
-        from .access import parse_origin
-
         out = []
         for value in values:
             origin = parse_origin(value.rstrip("/"))

@@ -22,10 +22,9 @@ from memory_core.access import (
     Principal,
     check_body_type,
     check_same_origin,
-    parse_origin,
 )
 from memory_core.errors import MemoryError_
-from memory_core.sanitize import GATEWAY_SECRET_HEADER, ROLE_HEADER, USER_HEADER, RequestContext
+from memory_core.sanitize import GATEWAY_SECRET_HEADER, ROLE_HEADER, USER_HEADER, RequestContext, parse_origin
 
 from .errors import memory_error
 
@@ -70,7 +69,7 @@ def _first(value: str | None) -> str | None:
 
 
 def own_origins(request: Request) -> set[str]:
-    """The service's origins as ``request`` reaches it (``access.parse_origin`` form): the
+    """The service's origins as ``request`` reaches it (``sanitize.parse_origin`` form): the
     request's scheme and ``Host``, and the ``X-Forwarded-Proto``/``X-Forwarded-Host`` a proxy
     in front set (a browser page cannot add these to a cross-origin request without a CORS
     preflight, so they need no trust)."""

@@ -20,7 +20,6 @@ from memory_core.access import (
     check_same_origin,
     key_digest,
     parse_bearer,
-    parse_origin,
 )
 from memory_core.config import AccessSettings, load_config
 from memory_core.errors import (
@@ -34,6 +33,7 @@ from memory_core.errors import (
     UnsupportedMediaType,
     UntrustedIdentity,
 )
+from memory_core.sanitize import parse_origin
 
 
 @pytest.fixture
