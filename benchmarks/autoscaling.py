@@ -113,6 +113,11 @@ def embedder_state(dashboard: str, headers: dict[str, str]) -> tuple[int, int, d
     return running, int(deployment["target_num_replicas"]), dict(states)
 
 
+CALLER = {"x-authz-user-id": "autoscaling-bench"}
+"""The load's identity (trusted_header mode): requests without one are rate limited per client
+address (``global.access.anonymous``), which would cap the load this benchmark means to apply."""
+
+
 async def drive(
     url: str,
     dashboard: str,
@@ -135,7 +140,7 @@ async def drive(
     async def caller(client: httpx.AsyncClient) -> None:
         while time.monotonic() < load_end:
             try:
-                r = await client.post(f"{url}/v1/embeddings", json=body)
+                r = await client.post(f"{url}/v1/embeddings", json=body, headers=CALLER)
                 statuses[r.status_code] += 1
                 if r.status_code == 200:
                     completed[int(time.monotonic() - started)] += 1

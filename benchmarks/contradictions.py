@@ -159,7 +159,9 @@ async def run_api(url: str, pairs: list[Pair], headers: dict[str, str]) -> list[
                 got.raise_for_status()
                 rows.append((pair.label, observed_of(got.json()["state"], outcome)))
             finally:
-                await client.delete("/v1/memory", params={"all": "true"}, headers=h)
+                await client.delete(
+                    "/v1/memory", params={"all": "true"}, headers=h | {"content-type": "application/json"}
+                )
     return rows
 
 

@@ -162,7 +162,11 @@ async def run_load(
         result.lost = await _lost_writes(client, result.acknowledged)
         if cleanup:
             for u in ids:
-                await client.delete("/v1/memory", params={"all": "true"}, headers={"x-authz-user-id": u})
+                await client.delete(
+                    "/v1/memory",
+                    params={"all": "true"},
+                    headers={"x-authz-user-id": u} | {"content-type": "application/json"},
+                )
     return result
 
 

@@ -129,7 +129,11 @@ def main(
                         raise RuntimeError(f"an empty query should be rejected with 400, got {r.status_code}")
             if not keep:
                 for user_id in users.values():
-                    await client.delete("/v1/memory", params={"all": "true"}, headers={"x-authz-user-id": user_id})
+                    await client.delete(
+                        "/v1/memory",
+                        params={"all": "true"},
+                        headers={"x-authz-user-id": user_id} | {"content-type": "application/json"},
+                    )
             return stored, ingest_s, runs, floor
 
     stored, ingest_s, runs, floor = asyncio.run(go())

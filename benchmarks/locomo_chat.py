@@ -109,7 +109,10 @@ async def run_mode(client: httpx.AsyncClient, mode: str, samples: list[dict], ar
     result.counters = {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)}
     if args["consolidate"]:
         for user in users.values():
-            r = await client.post("/v1/memory/consolidate", headers={"x-authz-user-id": user, "x-authz-role": "admin"})
+            r = await client.post(
+                "/v1/memory/consolidate",
+                headers={"x-authz-user-id": user, "x-authz-role": "admin"} | {"content-type": "application/json"},
+            )
             r.raise_for_status()
             result.consolidated_groups += r.json().get("groups", 0)
     for sample in samples:
@@ -119,7 +122,11 @@ async def run_mode(client: httpx.AsyncClient, mode: str, samples: list[dict], ar
         result.rows += await evaluate(client, sample, headers={"x-authz-user-id": user}, match="content")
     if not args["keep"]:
         for user in users.values():
-            await client.delete("/v1/memory", params={"all": "true"}, headers={"x-authz-user-id": user})
+            await client.delete(
+                "/v1/memory",
+                params={"all": "true"},
+                headers={"x-authz-user-id": user} | {"content-type": "application/json"},
+            )
     return result
 
 

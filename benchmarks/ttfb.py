@@ -196,7 +196,12 @@ def measure(url: str, upstream: str, requests: int, warmup: int, memories: int) 
         else "no memory requests"
     )
     if facts:
-        httpx.delete(f"{url}/v1/memory", params={"all": "true"}, headers={"x-authz-user-id": user}, timeout=60)
+        httpx.delete(
+            f"{url}/v1/memory",
+            params={"all": "true"},
+            headers={"x-authz-user-id": user} | {"content-type": "application/json"},
+            timeout=60,
+        )
     return series
 
 

@@ -59,7 +59,7 @@ def test_crafted_path_ids_never_touch_another_user(base_url, new_user):
     for bad in crafted:
         path = f"{base_url}/v1/memory/" + urllib.parse.quote(bad, safe="")
         for method, kw in (("GET", {}), ("DELETE", {}), ("PATCH", {"json": {"content": "taken over"}})):
-            r = httpx.request(method, path, headers=h(a), timeout=30, **kw)
+            r = httpx.request(method, path, headers=h(a) | {"content-type": "application/json"}, timeout=30, **kw)
             assert r.status_code == 404, (method, bad, r.status_code, r.text)
             assert r.json()["error"]["code"] == "memory_not_found"
     assert total(base_url, v) == 2 and total(base_url, a) == 1
@@ -79,7 +79,12 @@ def test_import_ids_are_scoped_to_the_importer(base_url, new_user):
             json.dumps({"content": "\u200b\u200c\u200d"}),
         ]
     )
-    r = httpx.post(f"{base_url}/v1/memory/import", content=lines, headers=h(a), timeout=60)
+    r = httpx.post(
+        f"{base_url}/v1/memory/import",
+        content=lines,
+        headers=h(a) | {"content-type": "application/x-ndjson"},
+        timeout=60,
+    )
     assert r.status_code == 200, r.text
     report = r.json()
     assert report["imported"] == 1 and report["skipped_duplicates"] == 0
@@ -233,7 +238,11 @@ def test_memory_text_cannot_close_the_block_or_fake_a_role(base_url, new_user, c
         # screening kept the text shaped as a role/template token out of injection; an
         # operator releasing it must still get it rendered safely
         admin = h(u, **{"x-authz-role": "admin"})
-        released = httpx.post(f"{base_url}/v1/memory/{memory['id']}/restore", headers=admin, timeout=30)
+        released = httpx.post(
+            f"{base_url}/v1/memory/{memory['id']}/restore",
+            headers=admin | {"content-type": "application/json"},
+            timeout=30,
+        )
         assert released.status_code == 200 and released.json()["state"] == "active", released.text
     chat = {"model": "assistant", "messages": [{"role": "user", "content": "What is the secret word? pelican"}]}
     r = httpx.post(f"{base_url}/v1/chat/completions", json=chat, headers=h(u))

@@ -52,7 +52,9 @@ def test_fact_told_in_one_conversation_is_used_in_a_new_one(base_url, new_user):
     other, _ = chat(base_url, bob, fresh)
     assert "4817" not in other
 
-    r = httpx.delete(f"{base_url}/v1/memory/{fact['id']}", headers={"x-authz-user-id": alice})
+    r = httpx.delete(
+        f"{base_url}/v1/memory/{fact['id']}", headers={"x-authz-user-id": alice} | {"content-type": "application/json"}
+    )
     assert r.status_code == 200
     after, _ = chat(base_url, alice, fresh)
     assert "4817" not in after
@@ -74,7 +76,9 @@ def test_memory_api_round_trip_and_isolation(base_url, new_user):
     ).json()
     assert none["memories"] == []
     assert httpx.get(f"{base_url}/v1/memory").status_code == 401
-    assert httpx.delete(f"{base_url}/v1/memory/{mid}", headers=h).status_code == 200
+    assert (
+        httpx.delete(f"{base_url}/v1/memory/{mid}", headers=h | {"content-type": "application/json"}).status_code == 200
+    )
     assert httpx.get(f"{base_url}/v1/memory/{mid}", headers=h).status_code == 404
 
 

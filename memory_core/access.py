@@ -29,7 +29,7 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
@@ -39,8 +39,17 @@ from limits import RateLimitItemPerSecond
 from limits.storage import MemoryStorage
 from limits.strategies import MovingWindowRateLimiter
 
-from .errors import Forbidden, InvalidApiKey, InvalidInput, KeyNotFound, RateLimited, UntrustedIdentity
-from .sanitize import GATEWAY_SECRET_HEADER, ROLE_HEADER, USER_HEADER, require_user_id
+from .errors import (
+    Forbidden,
+    InvalidApiKey,
+    InvalidInput,
+    KeyNotFound,
+    RateLimited,
+    Unauthenticated,
+    UnsupportedMediaType,
+    UntrustedIdentity,
+)
+from .sanitize import GATEWAY_SECRET_HEADER, ROLE_HEADER, USER_HEADER, parse_origin, require_user_id
 
 KEY_PREFIX = "mr_"
 """Every API key starts with this (secret scanners can recognise a leaked key)."""
@@ -286,6 +295,10 @@ class Authenticator:
         env = settings.api_keys.admin_key_env
         if settings.mode == "api_key" and env:
             self._admin_digest = _secret_digest(environ, env, "global.access.api_keys.admin_key_env")
+        anonymous = settings.anonymous.rate_limit
+        self._anonymous_limit = WriteRateLimiter(
+            anonymous.limit, anonymous.window_s, what="requests without identity from this address"
+        )
 
     @property
     def api_key_mode(self) -> bool:
@@ -302,6 +315,34 @@ class Authenticator:
         if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
             address = address.ipv4_mapped  # ::ffff:127.0.0.1 from a dual-stack listener
         return any(address in network for network in self._networks)
+
+    def from_gateway(self, headers: Mapping[str, str], peer: str | None) -> bool:
+        """Whether a request comes through the gateway: ``peer`` is one of ``trusted_proxies``
+        and, when ``gateway_secret_env`` is set, ``headers`` (lower-case names) carry the
+        gateway secret."""
+        if not self.trusted_peer(peer):
+            return False
+        if self._gateway_digest is None:
+            return True
+        return hmac.compare_digest(key_digest(headers.get(GATEWAY_SECRET_HEADER, "")), self._gateway_digest)
+
+    def admit_anonymous(self, headers: Mapping[str, str], peer: str | None) -> None:
+        """Let a request without identity through to an endpoint that works without a user
+        (chat without memory, embeddings, models), by ``anonymous.allow``: ``gateway`` (only
+        ``from_gateway``), ``anyone`` or ``nobody``; in ``api_key`` mode never. An admitted
+        request counts against ``anonymous.rate_limit`` for ``peer`` (the client address).
+
+        Raises ``Unauthenticated`` (401) when it is not admitted, ``RateLimited`` (429, with
+        ``retry_after_s``) beyond the limit."""
+        if self.api_key_mode:
+            raise Unauthenticated("missing caller identity: send an API key (Authorization: Bearer)")
+        allow = self.settings.anonymous.allow
+        if allow == "nobody" or (allow == "gateway" and not self.from_gateway(headers, peer)):
+            raise Unauthenticated(
+                f"missing caller identity: send {USER_HEADER} through the gateway "
+                f"(requests without identity: global.access.anonymous.allow = {allow})"
+            )
+        self._anonymous_limit.take(peer or "unknown")
 
     def identify(self, headers: Mapping[str, str], peer: str | None) -> Principal | None:
         """The caller of a request, or ``None`` when it carries no identity. ``headers``:
@@ -346,11 +387,14 @@ class WriteRateLimiter:
     window, ``limits.strategies.MovingWindowRateLimiter``), per ingress replica: with N
     replicas a user may reach N × ``limit``. ``limit`` 0 turns the limit off."""
 
-    def __init__(self, limit: int, window_s: int, clock: Callable[[], float] = time.time):
+    def __init__(
+        self, limit: int, window_s: int, clock: Callable[[], float] = time.time, what: str = "writes for this user"
+    ):
         self.enabled = limit > 0
         self._item = RateLimitItemPerSecond(max(limit, 1), window_s)
         self._limiter = MovingWindowRateLimiter(MemoryStorage())
         self._clock = clock
+        self._what = what  # what is counted, for the message (the same limiter keys requests per address)
 
     def take(self, user_id: str) -> None:
         """Count one write of ``user_id``. Raises ``RateLimited`` (429) carrying
@@ -359,9 +403,7 @@ class WriteRateLimiter:
             return
         reset_at, _ = self._limiter.get_window_stats(self._item, "writes", user_id)
         wait = max(1, math.ceil(reset_at - self._clock()))
-        raise RateLimited(
-            f"too many writes for this user: at most {self._item.amount} per {self._item.multiples} s", wait
-        )
+        raise RateLimited(f"too many {self._what}: at most {self._item.amount} per {self._item.multiples} s", wait)
 
     def allow(self, user_id: str) -> bool:
         """``take`` as a yes/no (chat's auto-store skips a turn instead of failing the chat)."""
@@ -370,3 +412,81 @@ class WriteRateLimiter:
         except RateLimited:
             return False
         return True
+
+
+# --------------------------------------------------------------------------- browsers
+JSON_CONTENT_TYPE = "application/json"
+"""The body type of every state-changing request but an import (clients send it, body or not)."""
+UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+"""The state-changing methods: each needs a JSON body type and a same-origin browser."""
+JSON_LINES_MEDIA_TYPES = frozenset(
+    {"application/x-ndjson", "application/ndjson", "application/jsonl", "application/x-jsonlines"}
+)
+"""The body types of JSON lines (an import) accepted."""
+
+
+def check_same_origin(
+    method: str,
+    fetch_site: str | None,
+    origin: str | None,
+    own_origins: Collection[str],
+    allowed_origins: Collection[str],
+) -> None:
+    """Cross-site request forgery guard for a request with ``method``: a state-changing one
+    (``UNSAFE_METHODS``) must come from the service's own origin or an allowed one.
+
+    ``fetch_site``: the ``Sec-Fetch-Site`` header; ``origin``: the ``Origin`` header (``None``
+    when absent); ``own_origins``: the service's origins as this request reaches it
+    (``sanitize.parse_origin`` form); ``allowed_origins``: ``access.allowed_origins``. With fetch
+    metadata, ``same-origin`` and ``none`` (the user's own navigation) pass, ``cross-site``
+    and ``same-site`` (a sibling subdomain is another origin) pass only from an allowed
+    origin. Without it (an older browser; non-browser clients send neither header) an
+    ``Origin`` that is present must be the service's own or an allowed one; ``Origin: null``
+    never is. Raises ``Forbidden`` (403)."""
+    if method.upper() not in UNSAFE_METHODS:
+        return
+    site = (fetch_site or "").strip().lower()
+    if site in ("same-origin", "none"):
+        return
+    parsed = parse_origin(origin) if origin is not None else None
+    if parsed is not None and parsed in allowed_origins:
+        return
+    if site in ("cross-site", "same-site"):
+        raise Forbidden(f"{site} requests are refused (global.access.allowed_origins lists other origins accepted)")
+    if origin is None:
+        return
+    if parsed is None:
+        raise Forbidden("requests from an opaque or malformed origin (Origin: null) are refused")
+    if parsed not in own_origins:
+        raise Forbidden(
+            "cross-origin requests are refused (global.access.allowed_origins lists other origins accepted)"
+        )
+
+
+def check_body_type(method: str, content_type: str | None, json_lines: bool = False) -> None:
+    """A state-changing request (``UNSAFE_METHODS``) must say its body is JSON
+    (``application/json`` or ``application/*+json``) or, for an endpoint that takes JSON lines
+    (``json_lines``: the import), one of ``JSON_LINES_MEDIA_TYPES``, also when it sends no
+    body: a cross-site page cannot make a browser send these types without a CORS preflight,
+    while an HTML form sends ``text/plain``, urlencoded or multipart bodies freely. A
+    ``charset`` parameter other than UTF-8 is refused (JSON is UTF-8, RFC 8259).
+
+    ``content_type``: the ``Content-Type`` header (``None`` when absent). Raises
+    ``UnsupportedMediaType`` (415)."""
+    if method.upper() not in UNSAFE_METHODS:
+        return
+    wanted = "JSON lines (application/x-ndjson)" if json_lines else "application/json"
+    media, _, parameters = (content_type or "").partition(";")
+    media = media.strip().lower()
+    if json_lines:
+        ok = media in JSON_LINES_MEDIA_TYPES
+    else:
+        ok = media == JSON_CONTENT_TYPE or (media.startswith("application/") and media.endswith("+json"))
+    if not ok:
+        shown = f"content-type {media}" if media else "no content-type"
+        raise UnsupportedMediaType(f"{shown} is not accepted here: send {wanted}, also without a body")
+    for parameter in parameters.split(";"):
+        name, _, value = parameter.partition("=")
+        charset = value.strip().strip('"').lower()
+        if name.strip().lower() == "charset" and charset not in ("utf-8", "utf8"):
+            raise UnsupportedMediaType(f"content-type charset {charset[:32]!r} is not accepted: JSON is UTF-8")

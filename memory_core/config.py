@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from .errors import ConfigError
+from .sanitize import parse_origin
 
 DEFAULT_SIMILARITY_THRESHOLD = 0.425
 """Cosine floor calibrated for all-MiniLM-L6-v2 (see README "Calibrating the threshold" and
@@ -576,6 +577,29 @@ class WriteRateLimitSettings(_Strict):
     window_s: int = Field(default=60, gt=0, le=86_400)
 
 
+class AnonymousRateLimitSettings(_Strict):
+    """``global.access.anonymous.rate_limit``: at most ``limit`` requests without identity per
+    client address (the peer address Serve reports) in any ``window_s`` seconds, per ingress
+    replica (``limit: 0`` turns it off)."""
+
+    limit: int = Field(default=600, ge=0)
+    window_s: int = Field(default=60, gt=0, le=86_400)
+
+
+class AnonymousSettings(_Strict):
+    """``global.access.anonymous``: who may call the endpoints that work without a user
+    (``/v1/chat/completions``, served without memory; ``/v1/embeddings``; ``/v1/models``)
+    without identity in ``trusted_header`` mode (``api_key`` mode always needs a key).
+
+    ``allow``: ``gateway`` (default: only requests from the gateway, i.e. a peer in
+    ``trusted_proxies`` that, when ``gateway_secret_env`` is set, sends the gateway secret),
+    ``anyone``, or ``nobody``. What is allowed is rate limited per client address
+    (``rate_limit``); the rest is 401 ``unauthorized``."""
+
+    allow: Literal["gateway", "anyone", "nobody"] = "gateway"
+    rate_limit: AnonymousRateLimitSettings = Field(default_factory=AnonymousRateLimitSettings)
+
+
 class AccessSettings(_Strict):
     """``global.access``: how callers are identified (``memory_core.access``).
 
@@ -584,13 +608,28 @@ class AccessSettings(_Strict):
     checks ``Authorization: Bearer`` keys itself). ``gateway_secret_env``: in
     ``trusted_header`` mode, the environment variable holding a secret the gateway must send
     in ``x-authz-gateway-secret`` with the identity headers (for gateways whose address the
-    service cannot see, e.g. behind ``X-Forwarded-For``)."""
+    service cannot see, e.g. behind ``X-Forwarded-For``). ``anonymous``: requests without
+    identity (``AnonymousSettings``). ``allowed_origins``: browser origins (``https://host[:port]``)
+    besides the service's own whose state-changing requests are accepted (default none)."""
 
     mode: Literal["trusted_header", "api_key"] = "trusted_header"
     trusted_proxies: list[str] = Field(default_factory=lambda: ["127.0.0.1/32", "::1/128"])
     gateway_secret_env: str | None = None
     api_keys: ApiKeySettings = Field(default_factory=ApiKeySettings)
     write_rate_limit: WriteRateLimitSettings = Field(default_factory=WriteRateLimitSettings)
+    anonymous: AnonymousSettings = Field(default_factory=AnonymousSettings)
+    allowed_origins: list[str] = Field(default_factory=list)
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins(cls, values: list[str]) -> list[str]:
+        out = []
+        for value in values:
+            origin = parse_origin(value.rstrip("/"))
+            if origin is None:
+                raise ValueError(f"{value!r} is not an origin (scheme://host[:port], http or https, no path)")
+            out.append(origin)
+        return out
 
     @field_validator("gateway_secret_env")
     @classmethod

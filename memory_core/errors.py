@@ -16,6 +16,14 @@ class InvalidInput(MemoryError_, ValueError):
     code = "invalid_request"
 
 
+class UnsupportedMediaType(MemoryError_, ValueError):
+    """A state-changing request (POST, PUT, PATCH, DELETE) without the body type its endpoint
+    takes: JSON, or JSON lines for an import (a plain HTML form, which another site can make a
+    browser send, has none of them)."""
+
+    code = "unsupported_media_type"
+
+
 class MemoryNotFound(MemoryError_, KeyError):
     """No memory with that id (or it belongs to another user: indistinguishable on purpose)."""
 
@@ -118,6 +126,7 @@ class RateLimited(MemoryError_):
 
 ERROR_CLASSES: tuple[type[MemoryError_], ...] = (
     InvalidInput,
+    UnsupportedMediaType,
     MemoryNotFound,
     DuplicateMemory,
     StoreClosed,

@@ -383,3 +383,34 @@ def request_context(items: Iterable[tuple[str, str]]) -> RequestContext:
         memory_disabled=disabled,
         headers=headers,
     )
+
+
+# --------------------------------------------------------------------------- browser origins
+DEFAULT_PORTS = {"http": 80, "https": 443}
+_HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789.-_")
+_IPV6_CHARS = frozenset("0123456789abcdef:.")
+
+
+def parse_origin(value: str) -> str | None:
+    """A browser origin (``Origin`` header, RFC 6454) in normal form: ``scheme://host[:port]``,
+    lower case, the scheme's default port left out (``https://a.example:443`` →
+    ``https://a.example``). ``None`` for anything else: ``null`` (an opaque origin), another
+    scheme than http/https, a path, user info, a bad host or port. Linear in ``value``."""
+    scheme, sep, rest = value.strip().lower().partition("://")
+    if not sep or scheme not in DEFAULT_PORTS or not rest:
+        return None
+    port = ""
+    if rest.startswith("["):  # an IPv6 literal
+        host, bracket, tail = rest[1:].partition("]")
+        if not bracket or not host or not set(host) <= _IPV6_CHARS or (tail and not tail.startswith(":")):
+            return None
+        host, port = f"[{host}]", tail[1:]
+    else:
+        host, _, port = rest.partition(":")
+        if not host or not set(host) <= _HOST_CHARS:
+            return None
+    if ":" in port or (port and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536)):
+        return None
+    if port and int(port) == DEFAULT_PORTS[scheme]:
+        port = ""
+    return f"{scheme}://{host}" + (f":{int(port)}" if port else "")

@@ -35,6 +35,7 @@ from memory_core.errors import (
     StoreClosed,
     StoreUnavailable,
     Unauthenticated,
+    UnsupportedMediaType,
     UntrustedIdentity,
 )
 
@@ -53,6 +54,7 @@ STATUS: dict[type[MemoryError_], int] = {
     UntrustedIdentity: 403,
     MemoryNotFound: 404,  # absent, or another user's: indistinguishable on purpose
     KeyNotFound: 404,
+    UnsupportedMediaType: 415,
     DuplicateMemory: 409,
     RateLimited: 429,
     EmbeddingIdentityMismatch: 409,
@@ -68,11 +70,21 @@ DOCUMENTED_ERRORS = {
     status: {"model": ErrorBody, "description": text}
     for status, text in (
         (400, "Invalid input (the message names the field)"),
-        (401, "No caller identity (no API key / x-authz-user-id), or an unknown or revoked API key"),
-        (403, "The caller's role does not allow this (another user's memories, an admin endpoint)"),
+        (
+            401,
+            "No caller identity (no API key / x-authz-user-id) where one is needed, or an unknown or revoked API key",
+        ),
+        (
+            403,
+            "The caller's role does not allow this (another user's memories, an admin endpoint), or a cross-site request",
+        ),
         (404, "No such memory of the caller"),
         (409, "Conflict (an id in use, vectors of another model identity)"),
-        (429, "Too many writes by this user, or the ingress queue is full (Retry-After)"),
+        (415, "A state-changing request without a JSON content type (JSON lines for an import)"),
+        (
+            429,
+            "Too many writes by this user or requests without identity from this address, or the ingress queue is full (Retry-After)",
+        ),
         (503, "A store shard or the embedder is unavailable for a moment (Retry-After)"),
     )
 }

@@ -9,18 +9,28 @@ anything reads them."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 
 from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memory_core import sanitize
-from memory_core.access import AUTHORIZATION_HEADER, Authenticator, Principal
-from memory_core.errors import Forbidden, InvalidInput
-from memory_core.sanitize import GATEWAY_SECRET_HEADER, ROLE_HEADER, USER_HEADER, RequestContext
+from memory_core.access import (
+    AUTHORIZATION_HEADER,
+    UNSAFE_METHODS,
+    Authenticator,
+    Principal,
+    check_body_type,
+    check_same_origin,
+)
+from memory_core.errors import MemoryError_
+from memory_core.sanitize import GATEWAY_SECRET_HEADER, ROLE_HEADER, USER_HEADER, RequestContext, parse_origin
+
+from .errors import memory_error
 
 IDENTITY_HEADERS = frozenset({USER_HEADER, ROLE_HEADER, GATEWAY_SECRET_HEADER})
-UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-FORM_CONTENT_TYPES = frozenset({"text/plain", "application/x-www-form-urlencoded", "multipart/form-data"})
-"""The body types a cross-site HTML form can send without a CORS preflight."""
+JSON_LINES_PATHS = frozenset({"/v1/memory/import"})
+"""The routes whose body is JSON lines (``access.check_body_type``)."""
 
 
 def _items(request: Request, auth: Authenticator) -> list[tuple[str, str]]:
@@ -46,18 +56,71 @@ def request_context(request: Request, auth: Authenticator, principal: Principal 
     return dataclasses.replace(context, user_id=principal.user_id if principal else None)
 
 
-def refuse_cross_site(request: Request) -> None:
-    """Cross-site request forgery guard (a browser signed in to a cookie-based gateway must
-    not let another site write, delete or chat): an unsafe method a browser marks
-    ``Sec-Fetch-Site: cross-site`` is refused (``Forbidden``, 403), and so is a body of a type
-    a plain HTML form can send (``InvalidInput``, 400). Non-browser clients send neither."""
-    if request.method not in UNSAFE_METHODS:
-        return
-    if request.headers.get("sec-fetch-site", "").lower() == "cross-site":
-        raise Forbidden("cross-site requests are refused")
-    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if content_type in FORM_CONTENT_TYPES:
-        raise InvalidInput(f"content-type {content_type} is not accepted (send JSON, or JSONL for an import)")
+def admit_anonymous(request: Request, auth: Authenticator) -> None:
+    """``Authenticator.admit_anonymous`` for ``request`` (no identity): 401 when the policy
+    ``access.anonymous`` does not let it through, 429 beyond its rate limit."""
+    headers = sanitize.normalize_headers(_items(request, auth))
+    auth.admit_anonymous(headers, request.client.host if request.client else None)
+
+
+def _first(value: str | None) -> str | None:
+    """The first of a comma-separated header's values (``X-Forwarded-*`` after several proxies)."""
+    return value.split(",")[0].strip() if value else None
+
+
+def own_origins(request: Request) -> set[str]:
+    """The service's origins as ``request`` reaches it (``sanitize.parse_origin`` form): the
+    request's scheme and ``Host``, and the ``X-Forwarded-Proto``/``X-Forwarded-Host`` a proxy
+    in front set (a browser page cannot add these to a cross-origin request without a CORS
+    preflight, so they need no trust)."""
+    scheme = request.url.scheme
+    host = request.headers.get("host")
+    candidates = {(scheme, host), (_first(request.headers.get("x-forwarded-proto")) or scheme, host)}
+    forwarded = _first(request.headers.get("x-forwarded-host"))
+    if forwarded:
+        candidates |= {(s, forwarded) for s, _ in candidates}
+    origins = {parse_origin(f"{s}://{h}") for s, h in candidates if h}
+    return {o for o in origins if o is not None}
+
+
+def route_path(scope: Scope) -> str:
+    """The request's path inside the application (without the Serve route prefix, ``root_path``)."""
+    path, root = scope.get("path", ""), scope.get("root_path", "")
+    return path[len(root) :] if root and path.startswith(root) else path
+
+
+def check_browser_rules(request: Request, allowed_origins: Collection[str]) -> None:
+    """The rules every state-changing request meets before any route: the same-origin rule
+    (``access.check_same_origin``, 403) and the body type (``access.check_body_type``, 415;
+    JSON lines on ``JSON_LINES_PATHS``)."""
+    headers = request.headers
+    check_same_origin(
+        request.method, headers.get("sec-fetch-site"), headers.get("origin"), own_origins(request), allowed_origins
+    )
+    check_body_type(request.method, headers.get("content-type"), route_path(request.scope) in JSON_LINES_PATHS)
+
+
+class BrowserGuard:
+    """Plain ASGI middleware (no response relay, so streamed answers pass untouched):
+    ``check_browser_rules`` on every state-changing request before any route, its error in
+    the usual shape. The allowed origins are ``app.state.allowed_origins`` of the application
+    (set by the ingress from ``access.allowed_origins``; none when unset)."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] in UNSAFE_METHODS:
+            request = Request(scope)
+            owner = scope.get("app")
+            allowed = getattr(owner.state, "allowed_origins", ()) if owner is not None else ()
+            try:
+                check_browser_rules(request, allowed)
+            except MemoryError_ as e:
+                response = await memory_error(request, e)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def forward_exclusions(auth: Authenticator) -> frozenset[str]:

@@ -47,13 +47,14 @@ from ..metrics import RayMetrics
 from ..request_log import context_carrying_request_id
 from ..store_pool import StorePoolClient
 from ..upstream import UpstreamError, UpstreamReply, UpstreamRouter, forward_request_headers
-from .errors import DOCUMENTED_ERRORS, UPSTREAM_ERRORS, error_response, install_error_handlers, memory_error
+from .errors import DOCUMENTED_ERRORS, UPSTREAM_ERRORS, error_response, install_error_handlers
 from .headers import (
     CALLER_HEADERS,
     CHAT_HEADERS,
+    BrowserGuard,
+    admit_anonymous,
     forward_exclusions,
     identify,
-    refuse_cross_site,
     request_context,
 )
 from .openai_schema import ChatCompletionRequest
@@ -88,16 +89,7 @@ from .ui import review_page_response
 log = logging.getLogger("ray.serve")
 app = FastAPI(title="memory-router", version="0.1.0", responses=DOCUMENTED_ERRORS)
 install_error_handlers(app)
-
-
-@app.middleware("http")
-async def _refuse_cross_site(request: Request, call_next):
-    """``headers.refuse_cross_site`` before any route (its error in the usual shape)."""
-    try:
-        refuse_cross_site(request)
-    except MemoryError_ as e:
-        return await memory_error(request, e)
-    return await call_next(request)
+app.add_middleware(BrowserGuard)  # same origin and a JSON body type for every state-changing request
 
 
 _SSE_EVENT_SCHEMA = {
@@ -263,6 +255,7 @@ class MemoryIngress:
         access = config.global_.access
         self.registry = KeyRegistry(access.api_keys.path)
         self.auth = Authenticator(access, self.registry, os.environ)
+        app.state.allowed_origins = frozenset(access.allowed_origins)  # read by headers.BrowserGuard
         self.write_limit = WriteRateLimiter(access.write_rate_limit.limit, access.write_rate_limit.window_s)
         self._known_users: set[str] = set()
         llm = self.config.memory.extraction.llm
@@ -281,6 +274,15 @@ class MemoryIngress:
         if principal is None:
             how = "an API key (Authorization: Bearer)" if self.auth.api_key_mode else "the x-authz-user-id header"
             raise Unauthenticated(f"missing caller identity: send {how}")
+        return principal
+
+    def _caller_or_anonymous(self, request: Request) -> Principal | None:
+        """The caller (``headers.identify``), or ``None`` for a request without identity that
+        ``access.anonymous`` admits (``headers.admit_anonymous``: 401 when not, 429 beyond its
+        rate limit; always 401 in ``api_key`` mode)."""
+        principal = identify(request, self.auth)
+        if principal is None:
+            admit_anonymous(request, self.auth)
         return principal
 
     def _owner(self, request: Request, user_id: str | None) -> str:
@@ -391,8 +393,8 @@ class MemoryIngress:
         except InvalidInput:
             self.metrics.count("memory_requests_refused", {"reason": "invalid_header"})
             raise
-        if principal is None and self.auth.api_key_mode:
-            raise Unauthenticated("missing caller identity: send an API key (Authorization: Bearer)")
+        if principal is None:
+            admit_anonymous(request, self.auth)  # 401 in api_key mode or by access.anonymous, 429 beyond its limit
         prepared = await self.pipeline.prepare(raw, context)
         route = self.upstreams.route(prepared.policy.decision_name)
         body = route.body(prepared.body)
@@ -469,9 +471,9 @@ class MemoryIngress:
         """The models of the configured upstreams (OpenAI ``list``), merged by id in route
         order. An upstream that fails is left out (logged); when every one fails, the first
         failure is the answer (an upstream's own status and JSON body, or 502/504). In
-        ``api_key`` mode it needs a key, as every endpoint but ``/health``."""
-        if self.auth.api_key_mode:
-            self._caller(request)
+        ``api_key`` mode it needs a key, as every endpoint but ``/health``; without identity
+        in ``trusted_header`` mode, ``access.anonymous`` decides (``headers.admit_anonymous``)."""
+        self._caller_or_anonymous(request)
         servers = self.upstreams.servers()
         replies = await asyncio.gather(*(server.models() for server in servers), return_exceptions=True)
         data: list[dict] = []
@@ -819,8 +821,9 @@ class MemoryIngress:
     # ------------------------------------------------------------------ embeddings, health
     @app.post("/v1/embeddings", responses={200: {"model": EmbeddingsOut}})
     async def embeddings(self, body: EmbeddingsRequest, request: Request) -> JSONResponse:
-        if self.auth.api_key_mode:
-            self._caller(request)
+        """OpenAI embeddings. The caller: a key in ``api_key`` mode; in ``trusted_header``
+        mode an identity, or a request ``access.anonymous`` admits (``headers.admit_anonymous``)."""
+        self._caller_or_anonymous(request)
         texts = body.texts()
         if not texts or len(texts) > MAX_EMBEDDING_INPUTS:
             raise InvalidInput(f"input must hold 1..{MAX_EMBEDDING_INPUTS} strings")

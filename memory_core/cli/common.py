@@ -31,7 +31,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Column, Table
 
-from ..access import Role
+from ..access import JSON_CONTENT_TYPE, Role
 from ..sanitize import ROLE_HEADER, USER_HEADER
 
 API_KEY_ENV = "MEMORY_ROUTER_API_KEY"
@@ -235,7 +235,8 @@ class Service:
     timeout: float = 60.0
 
     def client(self) -> httpx.Client:
-        """A client on ``base_url`` sending the identity headers, retrying 429s."""
+        """A client on ``base_url`` sending the identity headers and ``content-type:
+        application/json``, retrying 429s."""
         return httpx.Client(transport=RetryTransport(httpx.HTTPTransport(), _retry_429()), **self._client_options())
 
     def async_client(self) -> httpx.AsyncClient:
@@ -245,7 +246,10 @@ class Service:
         )
 
     def _client_options(self) -> dict[str, Any]:
-        return {"base_url": self.base_url.rstrip("/"), "headers": self.identity.headers(), "timeout": self.timeout}
+        # every request says JSON (a state-changing one without it is a 415, body or not);
+        # a request that sends another body type (an import's JSON lines) names its own
+        headers = {"content-type": JSON_CONTENT_TYPE, **self.identity.headers()}
+        return {"base_url": self.base_url.rstrip("/"), "headers": headers, "timeout": self.timeout}
 
     def call(self, client: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
         """``method path`` through ``client``; the JSON body of a success. Raises ``CliError``

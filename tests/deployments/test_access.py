@@ -25,6 +25,8 @@ SECRET = "My locker code is 4817 and my cat is called Zanzibar."
 """Alice's memory: no other caller may ever see any part of it."""
 LEAKS = ("4817", "Zanzibar")
 WRITE_LIMIT = 40
+ALLOWED_ORIGIN = "https://review.example"
+"""The one origin besides the service's own whose state-changing requests the rig accepts."""
 
 
 def app_config(tmp, access: dict) -> dict:
@@ -73,6 +75,7 @@ def rig(serve_http_port, tmp_path_factory):
         "mode": "api_key",
         "api_keys": {"path": str(tmp / "access.sqlite")},
         "write_rate_limit": {"limit": WRITE_LIMIT, "window_s": 60},
+        "allowed_origins": [ALLOWED_ORIGIN],
     }
     serve.run(
         build_app({"config": app_config(tmp, access)}),
@@ -88,8 +91,15 @@ def rig(serve_http_port, tmp_path_factory):
     registry.close()
 
 
+JSON = {"content-type": "application/json"}
+NDJSON = {"content-type": "application/x-ndjson"}
+
+
 def call(rig: Rig, who: str | None, method: str, path: str, **kw) -> httpx.Response:
-    return httpx.request(method, rig.url + path, headers=rig.h(who) | kw.pop("headers", {}), timeout=60, **kw)
+    """``method path`` as ``who`` (a key of ``rig.keys``, None: no identity), saying JSON
+    unless ``headers`` say otherwise (a state-changing request needs it, body or not)."""
+    headers = JSON | rig.h(who) | kw.pop("headers", {})
+    return httpx.request(method, rig.url + path, headers=headers, timeout=60, **kw)
 
 
 def leaks(response: httpx.Response, *ids: str) -> list[str]:
@@ -124,7 +134,7 @@ def test_every_endpoint_for_owner_other_user_admin_and_no_identity(rig):
         ("GET", f"/v1/memory/{mid}/history", {}, 200, 404, 403, 200, 401),
         ("PATCH", f"/v1/memory/{mid}", {"json": {"importance": 0.9}}, 200, 404, 403, 200, 401),
         ("GET", "/v1/memory/export", {}, 200, 200, 403, 200, 401),
-        ("POST", "/v1/memory/import", {"content": export_line}, 200, 200, 403, 200, 401),
+        ("POST", "/v1/memory/import", {"content": export_line, "headers": NDJSON}, 200, 200, 403, 200, 401),
         ("POST", "/v1/memory", {"json": {"memories": [{"content": "I like tea."}]}}, 201, 201, 403, 201, 401),
         ("POST", "/v1/memory/consolidate", {}, 403, 403, 403, 200, 401),
         ("POST", f"/v1/memory/{old['id']}/restore", {}, 403, 403, 403, 200, 401),
@@ -307,7 +317,7 @@ def test_cross_site_browser_writes_and_form_bodies_are_refused(rig):
     line = json.dumps({"content": "I was planted by another site."})
     for content_type in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"):
         form = call(rig, "owner", "POST", "/v1/memory/import", content=line, headers={"content-type": content_type})
-        assert form.status_code == 400 and "content-type" in form.json()["error"]["message"], content_type
+        assert form.status_code == 415 and "content-type" in form.json()["error"]["message"], content_type
     listed = call(rig, "owner", "GET", "/v1/memory", params={"limit": 1000}).json()["memories"]
     assert not any("another site" in m["content"] for m in listed)
     ndjson = call(
@@ -316,17 +326,129 @@ def test_cross_site_browser_writes_and_form_bodies_are_refused(rig):
     assert ndjson.status_code == 200 and ndjson.json()["imported"] == 1
 
 
+FORM_TYPES = (None, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x")
+"""What a request without a JSON body type says: nothing, or what an HTML form sends."""
+
+
+def test_every_state_changing_route_needs_a_json_content_type_before_any_work(rig):
+    """Every POST/PATCH/DELETE route (body or none) refuses a missing or form content type
+    with 415 before doing anything; with JSON (JSON lines for an import) it does its work."""
+    memory = create(rig, "owner", "My bicycle is a green Brompton.")
+    old = create(rig, "owner", "My bicycle lock code is 1234.")
+    create(rig, "owner", "My bicycle lock code is 9876.")
+    key_id = call(rig, "admin", "POST", "/v1/admin/keys", json={"user_id": "form-victim"}).json()["key_id"]
+    chat = {"model": "assistant", "messages": [{"role": "user", "content": "Remember: my kayak is red."}]}
+    as_alice = {"user_id": rig.alice}
+    # (method, path, JSON body or None, who, params, status with JSON)
+    routes = [
+        ("POST", "/v1/chat/completions", chat, "owner", {}, 200),
+        ("POST", "/v1/embeddings", {"input": "hello"}, "owner", {}, 200),
+        ("POST", "/v1/memory", {"memories": [{"content": "A form wrote this."}]}, "owner", {}, 201),
+        ("POST", "/v1/memory/search", {"query": "bicycle"}, "owner", {}, 200),
+        ("PATCH", f"/v1/memory/{memory['id']}", {"importance": 0.99}, "owner", {}, 200),
+        ("POST", "/v1/memory/consolidate", None, "admin", as_alice, 200),
+        ("POST", f"/v1/memory/{old['id']}/restore", None, "admin", as_alice, 200),
+        ("POST", f"/v1/memory/{memory['id']}/unmerge", None, "admin", as_alice, 400),  # not a merged memory
+        ("POST", "/v1/admin/keys", {"user_id": "form-made", "role": "admin"}, "admin", {}, 201),
+        ("DELETE", f"/v1/admin/keys/{key_id}", None, "admin", {}, 200),
+        ("DELETE", "/v1/memory", None, "owner", {"project_id": "bikes"}, 200),
+        ("DELETE", f"/v1/memory/{memory['id']}", None, "owner", {}, 200),
+        ("PUT", "/v1/memory", {"memories": []}, "owner", {}, 405),  # no such route, the rule first
+    ]
+    line = json.dumps({"content": "An imported line from a form."})
+    for content_type in FORM_TYPES:
+        headers = {"content-type": content_type} if content_type else {}
+        for method, path, body, who, params, _ in routes:
+            data = json.dumps(body) if body is not None else None
+            r = httpx.request(method, rig.url + path, content=data, params=params, headers=rig.h(who) | headers)
+            assert r.status_code == 415, (method, path, content_type, r.status_code, r.text)
+            assert r.json()["error"]["code"] == "unsupported_media_type"
+        for wrong in (*FORM_TYPES, "application/json"):  # an import takes JSON lines only
+            r = httpx.post(
+                rig.url + "/v1/memory/import",
+                content=line,
+                headers=rig.h("owner") | ({"content-type": wrong} if wrong else {}),
+            )
+            assert r.status_code == 415, (wrong, r.text)
+    # nothing of it happened
+    listed = call(rig, "owner", "GET", "/v1/memory", params={"limit": 1000}).json()["memories"]
+    assert not any(m["content"] in ("A form wrote this.", "An imported line from a form.") for m in listed)
+    assert not any("kayak" in m["content"] for m in listed)  # the chat turn was not stored
+    assert call(rig, "owner", "GET", f"/v1/memory/{memory['id']}").json()["importance"] != 0.99
+    assert call(rig, "owner", "GET", f"/v1/memory/{old['id']}").json()["state"] == "superseded"
+    keys = call(rig, "admin", "GET", "/v1/admin/keys").json()["keys"]
+    assert not any(k["user_id"] == "form-made" for k in keys)
+    assert next(k for k in keys if k["key_id"] == key_id)["revoked_at"] is None
+    # with JSON each route does its work (bodiless ones too)
+    for method, path, body, who, params, status in routes:
+        r = (
+            call(rig, who, method, path, json=body, params=params)
+            if body is not None
+            else call(rig, who, method, path, params=params)
+        )
+        assert r.status_code == status, (method, path, r.text)
+    r = call(rig, "owner", "POST", "/v1/memory/import", content=line, headers={"content-type": "application/jsonl"})
+    assert r.status_code == 200 and r.json()["imported"] == 1
+    assert call(rig, "owner", "GET", f"/v1/memory/{old['id']}").json()["state"] == "active"  # restored
+    assert call(rig, "owner", "GET", f"/v1/memory/{memory['id']}").status_code == 404  # deleted
+
+
+def test_cross_origin_writes_are_refused_with_and_without_fetch_metadata(rig):
+    """A state-changing request from another origin is 403 whether the browser sends
+    ``Sec-Fetch-Site`` or only ``Origin`` (an older browser); the service's own origin (also
+    as a proxy in front forwards it) and ``access.allowed_origins`` pass; reads are not
+    guarded (no CORS headers are answered, so another site cannot read them)."""
+    own = rig.url  # http://127.0.0.1:<port>: the origin of the page /ui is served from
+    refused = [
+        {"origin": "https://evil.example"},
+        {"origin": "null"},  # a sandboxed frame, a file: page
+        {"origin": own.replace("http://", "https://")},  # another scheme is another origin
+        {"origin": own + "1"},  # another port
+        {"sec-fetch-site": "same-site", "origin": "https://sibling.example"},  # a sibling subdomain
+        {"sec-fetch-site": "same-site"},
+        {"sec-fetch-site": "cross-site", "origin": "https://evil.example"},
+    ]
+    for i, headers in enumerate(refused):
+        body = {"memories": [{"content": f"Another site wrote note {i}."}]}
+        r = call(rig, "owner", "POST", "/v1/memory", json=body, headers=headers)
+        assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden", (headers, r.text)
+        r = call(rig, "owner", "DELETE", "/v1/memory", params={"all": "true"}, headers=headers)
+        assert r.status_code == 403, headers
+    ask = {"model": "assistant", "messages": [{"role": "user", "content": "hi"}]}
+    assert call(rig, "owner", "POST", "/v1/chat/completions", json=ask, headers=refused[0]).status_code == 403
+    listed = call(rig, "owner", "GET", "/v1/memory", params={"limit": 1000}, headers=refused[0])
+    assert listed.status_code == 200 and not any("Another site" in m["content"] for m in listed.json()["memories"])
+    accepted = [
+        {"origin": own},
+        {"origin": own, "sec-fetch-site": "same-origin"},
+        {"sec-fetch-site": "same-origin"},
+        {},  # no browser: the CLI, curl, the openai client
+        {"origin": "https://memory.example", "x-forwarded-host": "memory.example", "x-forwarded-proto": "https"},
+        {"origin": ALLOWED_ORIGIN},
+        {"origin": ALLOWED_ORIGIN, "sec-fetch-site": "cross-site"},
+    ]
+    for i, headers in enumerate(accepted):
+        body = {"memories": [{"content": f"My own page wrote note {i}."}]}
+        r = call(rig, "owner", "POST", "/v1/memory", json=body, headers=headers)
+        assert r.status_code == 201, (headers, r.text)
+
+
 # --------------------------------------------------------------------------- trusted_header mode
 @pytest.fixture(scope="module")
 def gateway_only_url(serve_http_port, tmp_path_factory):
     """An application that trusts identity headers only from 198.51.100.0/24 (TEST-NET-2): the
-    test client at 127.0.0.1 is not its gateway."""
+    test client at 127.0.0.1 is not its gateway, unless it says it is one through
+    ``X-Forwarded-For`` (which Serve's uvicorn applies from loopback: ``gateway_peer``)."""
     from ray import serve
 
     from deployments.app import build_app
 
     tmp = tmp_path_factory.mktemp("gateway")
-    access = {"trusted_proxies": ["198.51.100.0/24"], "api_keys": {"path": str(tmp / "access.sqlite")}}
+    access = {
+        "trusted_proxies": ["198.51.100.0/24"],
+        "api_keys": {"path": str(tmp / "access.sqlite")},
+        "anonymous": {"rate_limit": {"limit": ANONYMOUS_LIMIT, "window_s": 60}},  # allow: gateway (the default)
+    }
     serve.run(build_app({"config": app_config(tmp, access)}), name="gateway-it", route_prefix="/gw", blocking=False)
     url = f"http://127.0.0.1:{serve_http_port}/gw"
     wait_healthy(url)
@@ -345,10 +467,70 @@ def test_identity_headers_from_an_untrusted_peer_are_refused(gateway_only_url):
         timeout=30,
     )
     assert r.status_code == 403
-    # without identity headers the proxy still works, without memory
-    r = httpx.post(
-        f"{gateway_only_url}/v1/chat/completions",
-        json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
-        timeout=30,
-    )
-    assert r.status_code == 200 and r.headers["x-memory-skipped"] == "no_user"
+
+
+ANONYMOUS_LIMIT = 4
+"""Requests without identity per client address and minute in the gateway-only application."""
+ANONYMOUS_CALLS = [
+    ("POST", "/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
+    ("POST", "/v1/embeddings", {"input": "hello"}),
+    ("GET", "/v1/models", None),
+]
+"""The endpoints that work without a user (chat is served without memory)."""
+
+
+def gateway_peer(address: str) -> dict[str, str]:
+    """Headers that make a loopback request reach the application from ``address`` (Serve's
+    uvicorn applies ``X-Forwarded-For`` from ``FORWARDED_ALLOW_IPS``, default loopback)."""
+    return {"x-forwarded-for": address}
+
+
+def anonymous(url: str, method: str, path: str, body: dict | None, headers: dict[str, str]) -> httpx.Response:
+    kw = {"json": body} if body is not None else {}
+    return httpx.request(method, url + path, headers=headers, timeout=30, **kw)
+
+
+def test_without_identity_only_the_gateway_is_served_and_the_rest_is_401(gateway_only_url):
+    """``access.anonymous.allow: gateway`` (the default) in trusted_header mode: a request
+    without identity from a peer that is not a trusted proxy is 401 on every endpoint (no open
+    relay to the upstream, no embeddings for anyone); from the gateway, chat (without memory),
+    embeddings and models are served, and the memory endpoints still need a user."""
+    for method, path, body in ANONYMOUS_CALLS:
+        r = anonymous(gateway_only_url, method, path, body, {})
+        assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized", (path, r.text)
+        r = anonymous(gateway_only_url, method, path, body, gateway_peer("203.0.113.50"))  # TEST-NET-3
+        assert r.status_code == 401, (path, r.text)
+    gateway = gateway_peer("198.51.100.7")
+    for method, path, body in ANONYMOUS_CALLS:
+        r = anonymous(gateway_only_url, method, path, body, gateway)
+        assert r.status_code == 200, (path, r.text)
+        if path == "/v1/chat/completions":
+            assert r.headers["x-memory-skipped"] == "no_user"
+    for method, path, body in [
+        ("GET", "/v1/memory", None),
+        ("GET", "/v1/me", None),
+        ("POST", "/v1/memory/search", {"query": "x"}),
+    ]:
+        assert anonymous(gateway_only_url, method, path, body, gateway).status_code == 401, path
+    # the same gateway address with an identity: the user's memory endpoints
+    mine = anonymous(gateway_only_url, "GET", "/v1/me", None, gateway | {"x-authz-user-id": "alice"})
+    assert mine.status_code == 200 and mine.json()["user_id"] == "alice"
+
+
+def test_requests_without_identity_are_rate_limited_per_address(gateway_only_url):
+    """What is left open is rate limited per client address (``anonymous.rate_limit``): beyond
+    it 429 ``rate_limited`` with ``Retry-After``; another address, and callers with an
+    identity from the same address, go on."""
+    gateway = gateway_peer("198.51.100.21")
+    statuses = [
+        anonymous(gateway_only_url, *ANONYMOUS_CALLS[i % len(ANONYMOUS_CALLS)], gateway).status_code
+        for i in range(ANONYMOUS_LIMIT + 1)
+    ]
+    assert statuses == [200] * ANONYMOUS_LIMIT + [429], statuses
+    for call_ in ANONYMOUS_CALLS:
+        refused = anonymous(gateway_only_url, *call_, gateway)
+        assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limited"
+        assert 1 <= int(refused.headers["retry-after"]) <= 60
+    assert anonymous(gateway_only_url, *ANONYMOUS_CALLS[0], gateway_peer("198.51.100.22")).status_code == 200
+    alice = gateway | {"x-authz-user-id": "alice"}
+    assert anonymous(gateway_only_url, *ANONYMOUS_CALLS[0], alice).status_code == 200

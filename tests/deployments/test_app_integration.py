@@ -116,7 +116,9 @@ def test_fact_carries_to_new_conversation_not_to_other_user_and_delete_removes_i
 
     assert "4817" not in echoed(chat(base_url, bob, fresh))
 
-    deleted = httpx.delete(f"{base_url}/v1/memory/{fact['id']}", headers={"x-authz-user-id": alice})
+    deleted = httpx.delete(
+        f"{base_url}/v1/memory/{fact['id']}", headers={"x-authz-user-id": alice} | {"content-type": "application/json"}
+    )
     assert deleted.status_code == 200
     assert "4817" not in echoed(chat(base_url, alice, fresh))
 
@@ -157,7 +159,12 @@ def test_memory_rest_api_is_scoped_to_the_caller(base_url):
     assert httpx.get(f"{base_url}/v1/memory/{ids[0]}", headers=h).json()["metadata"] == {"k": 1}
     other = httpx.get(f"{base_url}/v1/memory/{ids[0]}", headers={"x-authz-user-id": bob})
     assert other.status_code == 404 and other.json()["error"]["code"] == "memory_not_found"
-    assert httpx.delete(f"{base_url}/v1/memory/{ids[0]}", headers={"x-authz-user-id": bob}).status_code == 404
+    assert (
+        httpx.delete(
+            f"{base_url}/v1/memory/{ids[0]}", headers={"x-authz-user-id": bob} | {"content-type": "application/json"}
+        ).status_code
+        == 404
+    )
     assert httpx.get(f"{base_url}/v1/memory").status_code == 401
     assert httpx.get(f"{base_url}/v1/memory").json()["error"]["code"] == "unauthorized"
 
@@ -166,7 +173,9 @@ def test_memory_rest_api_is_scoped_to_the_caller(base_url):
     huge = httpx.post(f"{base_url}/v1/memory", json={"memories": [{"content": "é" * 9000}]}, headers=h)
     assert huge.status_code == 400 and "bytes" in huge.json()["error"]["message"]
 
-    scoped = httpx.delete(f"{base_url}/v1/memory", params={"type": "procedural"}, headers=h).json()
+    scoped = httpx.delete(
+        f"{base_url}/v1/memory", params={"type": "procedural"}, headers=h | {"content-type": "application/json"}
+    ).json()
     assert scoped == {"deleted": 1}
     assert httpx.get(f"{base_url}/v1/memory", headers=h).json()["total"] == 1
 
@@ -271,11 +280,15 @@ def test_scope_delete_needs_an_explicit_scope(base_url):
         headers=h,
     ).raise_for_status()
     for params in ({}, {"projectId": "work"}, {"type": ""}, {"type": "semantik"}):
-        r = httpx.delete(f"{base_url}/v1/memory", params=params, headers=h)
+        r = httpx.delete(f"{base_url}/v1/memory", params=params, headers=h | {"content-type": "application/json"})
         assert r.status_code == 400, (params, r.text)
     assert httpx.get(f"{base_url}/v1/memory", headers=h).json()["total"] == 2
-    assert httpx.delete(f"{base_url}/v1/memory", params={"project_id": "work"}, headers=h).json() == {"deleted": 1}
-    assert httpx.delete(f"{base_url}/v1/memory", params={"all": "true"}, headers=h).json() == {"deleted": 1}
+    assert httpx.delete(
+        f"{base_url}/v1/memory", params={"project_id": "work"}, headers=h | {"content-type": "application/json"}
+    ).json() == {"deleted": 1}
+    assert httpx.delete(
+        f"{base_url}/v1/memory", params={"all": "true"}, headers=h | {"content-type": "application/json"}
+    ).json() == {"deleted": 1}
 
 
 def test_export_import_round_trip_keeps_every_memory(base_url):
@@ -287,10 +300,16 @@ def test_export_import_round_trip_keeps_every_memory(base_url):
     ).raise_for_status()
     exported = httpx.get(f"{base_url}/v1/memory/export", headers=h)
     assert exported.status_code == 200 and len(exported.text.splitlines()) == 4
-    httpx.delete(f"{base_url}/v1/memory", params={"all": "true"}, headers=h).raise_for_status()
-    report = httpx.post(f"{base_url}/v1/memory/import", content=exported.content, headers=h).json()
+    httpx.delete(
+        f"{base_url}/v1/memory", params={"all": "true"}, headers=h | {"content-type": "application/json"}
+    ).raise_for_status()
+    report = httpx.post(
+        f"{base_url}/v1/memory/import", content=exported.content, headers=h | {"content-type": "application/x-ndjson"}
+    ).json()
     assert report["imported"] == 4 and report["failed"] == [], report
-    again = httpx.post(f"{base_url}/v1/memory/import", content=exported.content, headers=h).json()
+    again = httpx.post(
+        f"{base_url}/v1/memory/import", content=exported.content, headers=h | {"content-type": "application/x-ndjson"}
+    ).json()
     assert again["imported"] == 0 and again["skipped_duplicates"] == 4
     listed = httpx.get(f"{base_url}/v1/memory", headers=h).json()
     assert sorted(m["content"] for m in listed["memories"]) == sorted(contents)
@@ -299,7 +318,11 @@ def test_export_import_round_trip_keeps_every_memory(base_url):
 def test_more_bad_input_is_4xx(base_url):
     alice = user()
     h = {"x-authz-user-id": alice}
-    r = httpx.post(f"{base_url}/v1/memory/import", content=b'{"content":"caf\xe9"}', headers=h)
+    r = httpx.post(
+        f"{base_url}/v1/memory/import",
+        content=b'{"content":"caf\xe9"}',
+        headers=h | {"content-type": "application/x-ndjson"},
+    )
     assert r.status_code == 400
     mid = httpx.post(f"{base_url}/v1/memory", json={"memories": [{"content": "x1"}]}, headers=h).json()["memories"][0][
         "id"
@@ -313,7 +336,12 @@ def test_more_bad_input_is_4xx(base_url):
     bad_part = {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}
     assert httpx.post(f"{base_url}/v1/chat/completions", json=bad_part, headers=h).status_code == 400
     deep = b'{"model":"m","messages":[{"role":"user","content":"hi"}],"x":' + b"[" * 100000 + b"]" * 100000 + b"}"
-    assert httpx.post(f"{base_url}/v1/chat/completions", content=deep, headers=h).status_code == 400
+    assert (
+        httpx.post(
+            f"{base_url}/v1/chat/completions", content=deep, headers=h | {"content-type": "application/json"}
+        ).status_code
+        == 400
+    )
 
 
 def test_tool_call_continuation_does_not_reinject_or_store(base_url):
@@ -382,7 +410,9 @@ def test_consolidation_merges_near_duplicates_once_and_can_be_undone(base_url):
 
     # consolidation on demand and unmerge are operator actions (the admin role)
     admin = h | {"x-authz-role": "admin"}
-    report = httpx.post(f"{base_url}/v1/memory/consolidate", headers=admin, timeout=60).json()
+    report = httpx.post(
+        f"{base_url}/v1/memory/consolidate", headers=admin | {"content-type": "application/json"}, timeout=60
+    ).json()
     assert report["groups"] == 1 and report["consolidated"] == 2 and len(report["merged"]) == 1
     (merged,) = httpx.get(f"{base_url}/v1/memory", params={"state": "active"}, headers=h).json()["memories"]
     assert merged["id"] == report["merged"][0] and merged["created_via"] == "consolidation"
@@ -391,16 +421,19 @@ def test_consolidation_merges_near_duplicates_once_and_can_be_undone(base_url):
     originals = httpx.get(f"{base_url}/v1/memory", params={"state": "consolidated"}, headers=h).json()["memories"]
     assert {m["merged_into"] for m in originals} == {merged["id"]}
 
-    again = httpx.post(f"{base_url}/v1/memory/consolidate", headers=admin, timeout=60).json()
+    again = httpx.post(
+        f"{base_url}/v1/memory/consolidate", headers=admin | {"content-type": "application/json"}, timeout=60
+    ).json()
     assert again["groups"] == 0  # idempotent
 
-    assert httpx.post(f"{base_url}/v1/memory/{merged['id']}/unmerge", headers=h, timeout=60).status_code == 403
+    js = {"content-type": "application/json"}
     unmerge = f"{base_url}/v1/memory/{merged['id']}/unmerge"
-    elsewhere = httpx.post(unmerge, params={"project_id": "elsewhere"}, headers=admin, timeout=60)
+    assert httpx.post(unmerge, headers=h | js, timeout=60).status_code == 403
+    elsewhere = httpx.post(unmerge, params={"project_id": "elsewhere"}, headers=admin | js, timeout=60)
     assert elsewhere.status_code == 404 and elsewhere.json()["error"]["code"] == "memory_not_found", elsewhere.text
-    padded = httpx.post(unmerge, params={"project_id": " p "}, headers=admin, timeout=60)
+    padded = httpx.post(unmerge, params={"project_id": " p "}, headers=admin | js, timeout=60)
     assert padded.status_code == 400 and "error" in padded.json(), padded.text
-    undone = httpx.post(unmerge, headers=admin, timeout=60)
+    undone = httpx.post(unmerge, headers=admin | js, timeout=60)
     assert undone.status_code == 200 and len(undone.json()["memories"]) == 2
     states = httpx.get(f"{base_url}/v1/memory", headers=h).json()["memories"]
     assert sorted(m["state"] for m in states) == ["active", "active"]

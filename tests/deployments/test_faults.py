@@ -505,7 +505,9 @@ class TestFaults:
             assert locker in found(QUESTION)
             r = chat(url, alice, QUESTION)
             assert r.status_code == 200 and "4817" in echoed(r), r.text
-            deleted = httpx.delete(f"{url}/v1/memory/{locker}", headers=hdr(alice), timeout=30)
+            deleted = httpx.delete(
+                f"{url}/v1/memory/{locker}", headers=hdr(alice) | {"content-type": "application/json"}, timeout=30
+            )
             assert deleted.status_code == 200, deleted.text
             created = write(url, alice, "My gym locker code is 2290")
             assert created.status_code == 201, created.text

@@ -1,5 +1,6 @@
 """Identity and access (``memory_core.access``): API keys stored hashed, the two modes of
-``Authenticator``, acting for another user, the per-user write rate limit."""
+``Authenticator``, acting for another user, the per-user write rate limit, requests without
+identity (``access.anonymous``), and the browser rules (same origin, JSON body types)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from memory_core.access import (
     Principal,
     Role,
     WriteRateLimiter,
+    check_body_type,
+    check_same_origin,
     key_digest,
     parse_bearer,
 )
@@ -26,8 +29,11 @@ from memory_core.errors import (
     InvalidInput,
     KeyNotFound,
     RateLimited,
+    Unauthenticated,
+    UnsupportedMediaType,
     UntrustedIdentity,
 )
+from memory_core.sanitize import parse_origin
 
 
 @pytest.fixture
@@ -222,3 +228,193 @@ def test_ipv4_mapped_peers_match_ipv4_networks():
 def test_a_short_bootstrap_admin_key_is_refused(registry):
     with pytest.raises(ConfigError, match="BOOT_KEY"):
         api_key_auth(registry, BOOT_KEY="short")
+
+
+# --------------------------------------------------------------------------- without identity
+GATEWAY, STRANGER = "10.0.0.5", "203.0.113.9"
+GW_ENV = {"GW_SECRET": "a-long-gateway-secret"}
+
+
+def anonymous_auth(allow: str | None, mode: str = "trusted_header", secret: bool = False, limit: int = 600):
+    access: dict = {"mode": mode, "trusted_proxies": ["10.0.0.0/8"], "anonymous": {"rate_limit": {"limit": limit}}}
+    if allow is not None:
+        access["anonymous"]["allow"] = allow
+    if secret:
+        access["gateway_secret_env"] = "GW_SECRET"
+    return Authenticator(load_config({"global": {"access": access}}).global_.access, None, GW_ENV)
+
+
+@pytest.mark.parametrize(
+    "mode, allow, secret, peer, headers, admitted",
+    [
+        # the default (allow: gateway): only what comes through the gateway
+        ("trusted_header", None, False, GATEWAY, {}, True),
+        ("trusted_header", None, False, STRANGER, {}, False),
+        ("trusted_header", None, False, None, {}, False),
+        ("trusted_header", "gateway", True, GATEWAY, {"x-authz-gateway-secret": "a-long-gateway-secret"}, True),
+        ("trusted_header", "gateway", True, GATEWAY, {}, False),  # the gateway's address without its secret
+        ("trusted_header", "gateway", True, GATEWAY, {"x-authz-gateway-secret": "a-long-gateway-secreT"}, False),
+        ("trusted_header", "gateway", True, STRANGER, {"x-authz-gateway-secret": "a-long-gateway-secret"}, False),
+        ("trusted_header", "anyone", False, GATEWAY, {}, True),
+        ("trusted_header", "anyone", False, STRANGER, {}, True),
+        ("trusted_header", "nobody", False, GATEWAY, {}, False),
+        ("trusted_header", "nobody", False, STRANGER, {}, False),
+        # api_key mode: a key always, whatever the policy says
+        ("api_key", None, False, GATEWAY, {}, False),
+        ("api_key", "anyone", False, STRANGER, {}, False),
+    ],
+)
+def test_who_may_call_without_identity(mode, allow, secret, peer, headers, admitted):
+    auth = anonymous_auth(allow, mode, secret)
+    if admitted:
+        auth.admit_anonymous(headers, peer)
+    else:
+        with pytest.raises(Unauthenticated) as refused:
+            auth.admit_anonymous(headers, peer)
+        assert refused.value.code == "unauthorized"
+
+
+def test_the_default_policy_is_the_gateway_only():
+    assert AccessSettings().anonymous.allow == "gateway"
+    assert AccessSettings().allowed_origins == []
+    with pytest.raises(ConfigError, match="global.access.anonymous.allow"):
+        load_config({"global": {"access": {"anonymous": {"allow": "everyone"}}}})
+
+
+def test_requests_without_identity_are_rate_limited_per_client_address():
+    auth = anonymous_auth("anyone", limit=3)
+    for _ in range(3):
+        auth.admit_anonymous({}, STRANGER)
+    with pytest.raises(RateLimited) as refused:
+        auth.admit_anonymous({}, STRANGER)
+    assert 1 <= refused.value.retry_after_s <= 60 and "without identity" in str(refused.value)
+    auth.admit_anonymous({}, "203.0.113.10")  # another address has its own count
+    # a refused request is not counted: the policy refuses before the limit counts
+    gated, secret = anonymous_auth(None, secret=True, limit=1), {"x-authz-gateway-secret": GW_ENV["GW_SECRET"]}
+    for _ in range(5):
+        with pytest.raises(Unauthenticated):
+            gated.admit_anonymous({}, GATEWAY)
+    gated.admit_anonymous(secret, GATEWAY)
+    with pytest.raises(RateLimited):
+        gated.admit_anonymous(secret, GATEWAY)
+    off = anonymous_auth("anyone", limit=0)
+    for _ in range(100):
+        off.admit_anonymous({}, STRANGER)
+
+
+# --------------------------------------------------------------------------- browsers
+@pytest.mark.parametrize(
+    "value, origin",
+    [
+        ("https://app.example", "https://app.example"),
+        ("HTTPS://App.Example:443", "https://app.example"),
+        ("http://app.example:80", "http://app.example"),
+        ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
+        ("http://[::1]:8000", "http://[::1]:8000"),
+        ("http://[::1]", "http://[::1]"),
+        ("null", None),
+        ("", None),
+        ("file://", None),
+        ("ftp://app.example", None),
+        ("https://app.example/path", None),
+        ("https://user@app.example", None),
+        ("https://app.example:0", None),
+        ("https://app.example:65536", None),
+        ("https://app.example:８０", None),  # fullwidth digits are not a port
+        ("https://app.example:80:80", None),
+        ("https://", None),
+        ("https://[::1", None),
+        ("https://[::1]x", None),
+        ("https://app example", None),
+    ],
+)
+def test_parse_origin(value, origin):
+    assert parse_origin(value) == origin
+
+
+OWN = {"http://127.0.0.1:8000"}
+ALLOWED = {"https://ui.example"}
+
+
+@pytest.mark.parametrize(
+    "fetch_site, origin, refused",
+    [
+        ("same-origin", None, False),
+        ("same-origin", "http://127.0.0.1:8000", False),
+        ("none", None, False),  # the user's own navigation
+        ("cross-site", None, True),
+        ("cross-site", "https://evil.example", True),
+        ("CROSS-SITE", "https://evil.example", True),
+        ("cross-site", "https://ui.example", False),  # an allowed origin
+        ("same-site", "https://api.sibling.example", True),  # a sibling subdomain is another origin
+        ("same-site", None, True),
+        ("same-site", "https://ui.example", False),
+        # no fetch metadata: an older browser, or not a browser at all
+        (None, None, False),  # curl, the CLI, the openai client
+        (None, "http://127.0.0.1:8000", False),
+        (None, "http://127.0.0.1:8000/", True),  # not an origin: malformed
+        (None, "https://evil.example", True),
+        (None, "http://127.0.0.1:8001", True),  # another port is another origin
+        (None, "https://127.0.0.1:8000", True),  # another scheme too
+        (None, "null", True),  # a sandboxed frame, a file: page, a redirect across origins
+        (None, "https://ui.example", False),
+        (None, "https://UI.example:443", False),
+        ("something-new", "https://evil.example", True),  # an unknown value: the Origin decides
+        ("something-new", None, False),
+    ],
+)
+def test_state_changing_requests_come_from_the_services_own_or_an_allowed_origin(fetch_site, origin, refused):
+    for method in ("POST", "PUT", "PATCH", "DELETE", "post"):
+        if refused:
+            with pytest.raises(Forbidden):
+                check_same_origin(method, fetch_site, origin, OWN, ALLOWED)
+        else:
+            check_same_origin(method, fetch_site, origin, OWN, ALLOWED)
+    for method in ("GET", "HEAD", "OPTIONS"):  # reads are not guarded here
+        check_same_origin(method, fetch_site, origin, OWN, ALLOWED)
+
+
+@pytest.mark.parametrize(
+    "content_type, json_lines, refused",
+    [
+        ("application/json", False, False),
+        ("Application/JSON; charset=UTF-8", False, False),
+        ('application/json; charset="utf-8"', False, False),
+        ("application/merge-patch+json", False, False),
+        ("application/json; charset=latin-1", False, True),
+        (None, False, True),
+        ("", False, True),
+        ("text/plain", False, True),
+        ("text/plain; charset=utf-8", False, True),
+        ("application/x-www-form-urlencoded", False, True),
+        ("multipart/form-data; boundary=x", False, True),
+        ("text/json", False, True),
+        ("application/jsonx", False, True),
+        ("application/x-ndjson", False, True),  # JSON lines only where the endpoint takes them
+        ("application/x-ndjson", True, False),
+        ("application/x-ndjson; charset=utf-8", True, False),
+        ("application/ndjson", True, False),
+        ("application/jsonl", True, False),
+        ("application/x-jsonlines", True, False),
+        ("application/json", True, True),
+        (None, True, True),
+        ("text/plain", True, True),
+    ],
+)
+def test_state_changing_requests_need_a_json_body_type(content_type, json_lines, refused):
+    for method in ("POST", "PUT", "PATCH", "DELETE"):
+        if refused:
+            with pytest.raises(UnsupportedMediaType) as error:
+                check_body_type(method, content_type, json_lines)
+            assert error.value.code == "unsupported_media_type" and "content-type" in str(error.value)
+        else:
+            check_body_type(method, content_type, json_lines)
+    check_body_type("GET", content_type, json_lines)  # reads carry no body type
+
+
+def test_allowed_origins_are_validated_and_kept_in_normal_form():
+    access = load_config({"global": {"access": {"allowed_origins": ["HTTPS://UI.example:443/", "http://[::1]:3000"]}}})
+    assert access.global_.access.allowed_origins == ["https://ui.example", "http://[::1]:3000"]
+    for bad in ("ui.example", "https://ui.example/app", "null", "*"):
+        with pytest.raises(ConfigError, match="global.access.allowed_origins"):
+            load_config({"global": {"access": {"allowed_origins": [bad]}}})

@@ -148,6 +148,7 @@ def test_api_key_from_the_environment_goes_as_bearer_and_headers_mode_sends_user
     sent = stub.received[-1]
     assert sent.headers["authorization"] == "Bearer mr_secret" and sent.query == {"user_id": ["bob"]}
     assert "x-authz-user-id" not in sent.headers
+    assert sent.body == b"" and sent.headers["content-type"] == "application/json"  # body-less, still JSON (415)
 
     monkeypatch.setenv(common.API_KEY_ENV, "")  # an empty variable is no key
     res = run(stub, "consolidate", "--user", "ops", "--role", "admin")
@@ -203,6 +204,7 @@ def test_429_is_retried_after_retry_after_then_reported(stub, monkeypatch):
     res = run(stub, "keys", "revoke", "key_1", "--user", "ops", "--role", "admin")
     assert res.exit_code == 0 and "revoked key_1" in res.output, res.output
     assert len(stub.received) == 3
+    assert all(r.headers["content-type"] == "application/json" for r in stub.received)  # a DELETE too
 
     stub.received.clear()
     stub.routes[("DELETE", "/v1/admin/keys/key_2")] = [limited]
@@ -274,6 +276,7 @@ def test_import_stopped_midway_says_which_lines_were_sent(stub, tmp_path):
     assert "lines 1–2 were sent (2 imported, 0 already there); rerunning the import is safe" in res.output
     lines = f.read_text().split("\n")
     assert [r.body.decode() for r in stub.received] == ["\n".join(lines[0:2]), "\n".join(lines[2:4])]
+    assert {r.headers["content-type"] for r in stub.received} == {"application/x-ndjson"}
 
 
 def test_replay_locomo_of_a_missing_file_is_an_error(stub, tmp_path):

@@ -28,6 +28,7 @@ EXPECTED = {
     "Forbidden": (403, "forbidden"),
     "UntrustedIdentity": (403, "untrusted_identity"),
     "KeyNotFound": (404, "key_not_found"),
+    "UnsupportedMediaType": (415, "unsupported_media_type"),
     "RateLimited": (429, "rate_limited"),
 }
 
