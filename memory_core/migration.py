@@ -27,7 +27,6 @@ import asyncio
 import json
 import sys
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ from .sanitize import (
     INT64_MAX,
     Content,
     ConversationId,
+    Instant,
     Metadata,
     PastTime,
     ProjectId,
@@ -151,9 +151,9 @@ class ImportLine(BaseModel):
     conversation_id: ConversationId | None = None
     created_by_user_id: str | None = None
     created_at: PastTime | None = None
-    updated_at: datetime | None = None
+    updated_at: Instant | None = None
     access_count: int = Field(default=0, ge=0, le=INT64_MAX)
-    last_accessed: datetime | None = None
+    last_accessed: Instant | None = None
     importance: float = Field(default=0.5, ge=0, le=1)
     metadata: Metadata = Field(default_factory=dict)
 
@@ -253,8 +253,8 @@ async def export_user(store, user_id: str, *, page_size: int = PAGE_SIZE) -> Asy
             if memory.id not in seen:
                 seen.add(memory.id)
                 yield memory_to_export_line(memory) + "\n"
-        offset += len(page.memories)
-        if not page.memories or offset >= page.total:
+        offset += page.rows
+        if not page.rows or offset >= page.total:
             return
 
 
@@ -265,8 +265,8 @@ async def _all_memories(store, user_id: str, page_size: int = PAGE_SIZE) -> list
         page = await store.list(user_id, limit=page_size, offset=offset)
         for m in page.memories:
             out.setdefault(m.id, m)
-        offset += len(page.memories)
-        if not page.memories or offset >= page.total:
+        offset += page.rows
+        if not page.rows or offset >= page.total:
             return list(out.values())
 
 
