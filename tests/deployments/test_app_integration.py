@@ -6,6 +6,7 @@ the tests do not depend on each other's memories.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -286,7 +287,8 @@ def test_export_import_round_trip_keeps_every_memory(base_url):
         f"{base_url}/v1/memory", json={"memories": [{"content": c} for c in contents]}, headers=h
     ).raise_for_status()
     exported = httpx.get(f"{base_url}/v1/memory/export", headers=h)
-    assert exported.status_code == 200 and len(exported.text.splitlines()) == 4
+    assert exported.status_code == 200 and len(exported.text.splitlines()) == 5
+    assert json.loads(exported.text.splitlines()[-1]) == {"end_of_export": {"memories": 4, "unreadable": []}}
     httpx.delete(f"{base_url}/v1/memory", params={"all": "true"}, headers=h).raise_for_status()
     report = httpx.post(f"{base_url}/v1/memory/import", content=exported.content, headers=h).json()
     assert report["imported"] == 4 and report["failed"] == [], report

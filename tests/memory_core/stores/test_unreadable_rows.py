@@ -10,7 +10,6 @@ views' counts still count them, and they are deletable by id and by scope."""
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -77,7 +76,8 @@ async def test_reads_survive_an_unreadable_row_which_stays_deletable(rig):  # no
         await store.get(first, "alice")
 
     lines = [line async for line in export_user(store, "alice", page_size=1)]
-    assert sorted(json.loads(line)["id"] for line in lines) == sorted(m.id for m in good)
+    assert len(lines) == 3 and f'"unreadable":["{min(odd)}","{max(odd)}"]' in lines[-1]
+    assert '"end_of_export":{"memories":2' in lines[-1]
 
     with pytest.raises(MemoryNotFound):  # another user cannot delete it
         await store.forget(first, "bob")
