@@ -45,6 +45,16 @@ def from_ms(ms: int | float | str | bytes | None) -> datetime | None:
     return EPOCH + timedelta(milliseconds=value)
 
 
+def order_ms(value: Any) -> int:
+    """The ``created_at`` epoch ms a listing sorts a stored row by: the stored number, or 0
+    when it is missing or not a number (such a row sorts as of 1970 and is reported
+    ``unreadable`` by the page that reads it, instead of failing the listing)."""
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return 0
+
+
 def newest_first(pairs: list[tuple[int, str]]) -> list[str]:
     """Ids of ``(created_at_ms, id)`` pairs sorted newest first, ties by id descending (the
     contract's deterministic order)."""

@@ -65,6 +65,7 @@ from ._records import (
     lifecycle_fields,
     memory_from_fields,
     newest_first,
+    order_ms,
     record_fields,
     to_ms,
 )
@@ -733,7 +734,7 @@ class MilvusStore(MemoryStore):
     async def _list(self, user_id, types, project_id, limit, offset, states) -> ListResult:
         pairs = await self._call(self._query_all, _filter(user_id, types, project_id, states), ["id", "created_at"])
         return await self._page(
-            newest_first([(int(r["created_at"]), str(r["id"])) for r in pairs]), offset, limit, user_id
+            newest_first([(order_ms(r.get("created_at")), str(r["id"])) for r in pairs]), offset, limit, user_id
         )
 
     async def _scope_ids(self, user_id, types, project_id) -> list[str]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, StoreUnavailable
 from ..types import ListResult, Memory, MemoryState, MemoryType, RetrieveOptions, ScoredMemory
-from ._records import decode_rows, memory_from_fields, newest_first, record_fields, to_ms
+from ._records import decode_rows, memory_from_fields, newest_first, order_ms, record_fields, to_ms
 from .base import MemoryStore, candidate_count
 from .credentials import secret_from_env
 
@@ -271,7 +271,7 @@ class QdrantStore(MemoryStore):
     async def _list(self, user_id, types, project_id, limit, offset, states) -> ListResult:
         rows = await self._scroll(qdrant_filter(user_id, types, project_id, states), ["id", "created_at"])
         return await self._page(
-            newest_first([(int(r["created_at"]), str(r["id"])) for r in rows]), offset, limit, user_id
+            newest_first([(order_ms(r.get("created_at")), str(r["id"])) for r in rows]), offset, limit, user_id
         )
 
     async def _scope_ids(self, user_id, types, project_id) -> list[str]:

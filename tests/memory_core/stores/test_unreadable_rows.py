@@ -87,3 +87,28 @@ async def test_reads_survive_an_unreadable_row_which_stays_deletable(rig):  # no
     assert await store.forget_by_scope("alice") == 3  # by scope
     assert (await store.list("alice")).total == 0
     assert (await store.list("bob")).total == 1
+
+
+async def test_a_row_with_values_of_the_wrong_kind_is_skipped_too(rig):  # noqa: F811
+    """A payload (Qdrant) or HASH (Valkey) edited by hand: no number where ``created_at`` is
+    sorted on, a type no version wrote. The listing still answers (the row sorts as of 1970)."""
+    if rig.kind not in ("qdrant", "valkey") or rig.hybrid:
+        pytest.skip("schemaless record stores only (Milvus and the in-memory store type their fields)")
+    store = rig.open()
+    good = await store.store(mem("alice", "my favourite tea is genmaicha"))
+    bad = await store.store(mem("alice", "my favourite tea is sencha"))
+    backend = raw(store)
+    if rig.kind == "qdrant":
+        from memory_core.stores.qdrant import point_id
+
+        await backend._conn.set_payload(
+            backend.collection, payload={"created_at": "soon", "memory_type": "gossip"}, points=[point_id(bad.id)]
+        )
+    else:
+        await backend._conn.hset(backend._key(bad.id), mapping={"memory_type": "gossip", "created_at": "soon"})
+    page = await store.list("alice")
+    assert [m.id for m in page.memories] == [good.id] and page.unreadable == [bad.id] and page.total == 2
+    hits = await store.retrieve(Q(user_id="alice", query="my favourite tea", threshold=-1))
+    assert [h.memory.id for h in hits] == [good.id]
+    await store.forget(bad.id, "alice")
+    assert (await store.list("alice")).unreadable == []
