@@ -68,7 +68,8 @@ class NewMemory(_Body):
     created_at: PastTime | None = None
     """When the remembered thing happened (backfilling history, any date up to now, before
     1970 included); default now; not in the future (1 minute clock skew allowed); a naive time
-    is taken as UTC; stored at millisecond precision."""
+    is taken as UTC, an aware one converted to UTC, where it must be representable
+    (``sanitize.check_instant``); stored at millisecond precision."""
 
 
 class CreateMemoriesRequest(_Body):
