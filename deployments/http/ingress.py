@@ -613,7 +613,13 @@ class MemoryIngress:
             offset=offset,
             states=parse_states(state),
         )
-        return {"memories": [m.public() for m in page.memories], "total": page.total, "limit": limit, "offset": offset}
+        return {
+            "memories": [m.public() for m in page.memories],
+            "total": page.total,
+            "limit": limit,
+            "offset": offset,
+            "unreadable": page.unreadable,
+        }
 
     @app.delete("/v1/memory", response_model=DeletedOut, response_model_exclude_none=True)
     async def delete_scope(

@@ -234,12 +234,15 @@ class SearchOut(BaseModel):
 
 
 class MemoryPage(BaseModel):
-    """``GET /v1/memory``."""
+    """``GET /v1/memory``. ``unreadable``: ids of this page's records that the store holds but
+    cannot read (``ListResult.unreadable``): counted in ``total``, not in ``memories``;
+    ``DELETE /v1/memory/{id}`` removes one."""
 
     memories: list[MemoryOut]
     total: int
     limit: int
     offset: int
+    unreadable: list[str] = []
 
 
 class DeletedOut(BaseModel):

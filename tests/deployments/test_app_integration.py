@@ -313,7 +313,8 @@ def test_an_instant_outside_utc_is_a_400_and_the_user_stays_readable(base_url):
     httpx.post(
         f"{base_url}/v1/memory", json={"memories": [{"content": "I like green tea"}]}, headers=h
     ).raise_for_status()
-    assert httpx.get(f"{base_url}/v1/memory", headers=h).json()["total"] == 1
+    listed = httpx.get(f"{base_url}/v1/memory", headers=h).json()
+    assert listed["total"] == 1 and listed["unreadable"] == []
     found = httpx.post(f"{base_url}/v1/memory/search", json={"query": "green tea"}, headers=h)
     assert found.status_code == 200 and len(found.json()["memories"]) == 1
     exported = httpx.get(f"{base_url}/v1/memory/export", headers=h).text.splitlines()
