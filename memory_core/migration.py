@@ -7,13 +7,23 @@ conversation_id, created_by_user_id, created_at, updated_at, access_count, last_
 importance, metadata``). Vectors are left out on purpose: they belong to one model identity and
 the importing side re-embeds with its own model.
 
+A complete export ends with one end line, ``{"end_of_export": {"memories": N, "unreadable":
+[ids]}}`` (``export_end_line``): ``N`` memory lines were sent, and the ids in ``unreadable``
+are records the store holds but could not read (``ListResult.unreadable``), left out: an
+export with any is partial. An export without its end line did not complete. A failure once
+lines were sent ends the stream with an error line, ``{"error": {"code", "message"}}``
+(``export_error_line``), and no end line. ``check_export_end`` is the one check of a
+received export; import skips the end line.
+
 Import is idempotent and scoped to the importing user: a line keeps its ``id`` when that id
 was issued for the importing user (their own export), and otherwise gets a deterministic id
 scoped to the importing user (``import_id``; reported in ``renamed``); a line without ``id``
 gets one derived from its content and ``created_at``. A line whose memory the user already
-holds (under either id) counts as a skipped duplicate, so re-importing a file changes
-nothing. What the importer is told never depends on another user's memories: ids of two
-users never coincide (``sanitize.new_memory_id``).
+holds (under either id), or whose fact one of their records holds (curation merges it into
+that record without reinforcing it), counts as a skipped duplicate, so re-importing a file
+changes nothing, whatever each line did the first time. What the importer is told never
+depends on another user's memories: ids of two users never coincide
+(``sanitize.new_memory_id``).
 
 Enumerating users: the store contract has no "list all users" (a backend-specific scan would
 break the contract and leak across tenants), so ``migrate`` takes an explicit list of user ids.
@@ -25,9 +35,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +48,7 @@ from .sanitize import (
     INT64_MAX,
     Content,
     ConversationId,
+    Instant,
     Metadata,
     PastTime,
     ProjectId,
@@ -49,7 +60,9 @@ from .sanitize import (
     require_user_id,
     scoped_memory_id,
 )
-from .types import Memory, MemoryType
+from .types import IMPORT_CREATED_VIA, Memory, MemoryType, WriteOutcome
+
+log = logging.getLogger(__name__)
 
 EXPORT_MEDIA_TYPE = "application/x-ndjson"
 PAGE_SIZE = 500
@@ -80,7 +93,7 @@ class ImportRenamed(BaseModel):
 class ImportReport(BaseModel):
     """Result of ``import_lines``; ``model_dump()`` is the HTTP response body of
     ``POST /v1/memory/import``. ``imported`` + ``skipped_duplicates`` + ``len(failed)`` = the
-    non-blank lines; ``renamed`` lists the imported or skipped lines whose memory has another
+    non-blank lines other than an export's end line; ``renamed`` lists the imported or skipped lines whose memory has another
     id than the line gave."""
 
     imported: int = 0
@@ -151,9 +164,9 @@ class ImportLine(BaseModel):
     conversation_id: ConversationId | None = None
     created_by_user_id: str | None = None
     created_at: PastTime | None = None
-    updated_at: datetime | None = None
+    updated_at: Instant | None = None
     access_count: int = Field(default=0, ge=0, le=INT64_MAX)
-    last_accessed: datetime | None = None
+    last_accessed: Instant | None = None
     importance: float = Field(default=0.5, ge=0, le=1)
     metadata: Metadata = Field(default_factory=dict)
 
@@ -233,29 +246,128 @@ def parse_import_line(line: str, *, user_id: str | None, created_by: str | None 
         user_id=owner,
         # provenance is what happened here: the importing user wrote it through the import
         # pipeline; ``source`` keeps where it came from
-        created_via="import" if user_id is not None else (fields.created_via or "import"),
+        created_via=IMPORT_CREATED_VIA if user_id is not None else (fields.created_via or IMPORT_CREATED_VIA),
         created_by_user_id=(created_by or user_id) if user_id is not None else fields.created_by_user_id,
     )
     return ParsedLine(memory=memory, given_id=given_id)
 
 
 # --------------------------------------------------------------------------- export
+EXPORT_END = "end_of_export"
+"""The key of the line every complete export ends with (``export_end_line``)."""
+
+
+def export_end_line(memories: int, unreadable: Iterable[str] = ()) -> str:
+    """The end line of a complete export (no trailing newline): ``{"end_of_export":
+    {"memories": memories, "unreadable": [ids...]}}``, ``memories`` the number of memory lines
+    before it, ``unreadable`` the ids of records left out because they could not be read."""
+    body = {"memories": memories, "unreadable": sorted(set(unreadable))}
+    return json.dumps({EXPORT_END: body}, sort_keys=True, separators=(",", ":"))
+
+
+def export_error_line(error: BaseException) -> str:
+    """The line an export stream ends with when it fails after sending lines (no trailing
+    newline): ``{"error": {"code", "message"}}``, the HTTP error body; a memory_core error
+    keeps its code and message, any other is ``export_failed`` naming only its type."""
+    if isinstance(error, MemoryError_):
+        code, message = error.code, str(error)
+    else:
+        code, message = "export_failed", f"the export failed ({type(error).__name__})"
+    return json.dumps({"error": {"code": code, "message": message}}, ensure_ascii=False, separators=(",", ":"))
+
+
+def export_end(line: str) -> dict[str, Any] | None:
+    """The body of an end line (``{"memories": int, "unreadable": [str]}``), or ``None`` when
+    ``line`` is anything else (a memory line, an error line, not JSON)."""
+    if EXPORT_END not in line:  # a memory line holds the key only inside a JSON string
+        return None
+    try:
+        data = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict) or set(data) != {EXPORT_END}:
+        return None
+    body = data[EXPORT_END]
+    if (
+        isinstance(body, dict)
+        and isinstance(body.get("memories"), int)
+        and isinstance(body.get("unreadable"), list)
+        and all(isinstance(i, str) for i in body["unreadable"])
+    ):
+        return body
+    return None
+
+
+def check_export_end(last: str | None, lines: int) -> dict[str, Any]:
+    """The one check of a received export: ``last`` is its last non-blank line (``None``: no
+    line at all) and ``lines`` the number of its non-blank lines, the end line included.
+    Returns the end line's body (``{"memories", "unreadable"}``; ``unreadable`` non-empty: a
+    partial export). Raises ``MigrationError`` when the export failed (it ends with an error
+    line, whose code and message the error gives) or is incomplete (it does not end with an
+    end line, or the end line counts another number of memory lines)."""
+    if last is not None:
+        try:
+            data = json.loads(last)
+        except (ValueError, RecursionError):
+            data = None
+        if isinstance(data, dict) and set(data) == {"error"} and isinstance(data["error"], dict):
+            error = data["error"]
+            raise MigrationError(f"the export failed: {error.get('code')}: {error.get('message')}")
+    end = export_end(last) if last is not None else None
+    if end is None:
+        raise MigrationError("the export is incomplete: it does not end with its end_of_export line")
+    if end["memories"] != lines - 1:
+        raise MigrationError(
+            f"the export is incomplete: its end line counts {end['memories']} memories, {lines - 1} arrived"
+        )
+    return end
+
+
 async def export_user(store, user_id: str, *, page_size: int = PAGE_SIZE) -> AsyncIterator[str]:
-    """Every memory of ``user_id`` as export lines, newest first, each ending in ``\\n`` (ready
-    to stream as ``application/x-ndjson``). Pages through ``store.list``; a memory is emitted
-    once even if concurrent writes shift the pages (memories written during the export may be
-    missing, deleted ones may still appear). Raises what ``store.list`` raises."""
+    """Every memory of ``user_id`` as export lines, newest first, then the end line
+    (``export_end_line``: the count, and the ids of records that could not be read), each
+    ending in ``\\n`` (ready to stream as ``application/x-ndjson``). Pages through
+    ``store.list``; a memory is emitted once even if concurrent writes shift the pages
+    (memories written during the export may be missing, deleted ones may still appear). The
+    first page is read before the first line is yielded. Raises what ``store.list`` raises
+    (then no end line is yielded)."""
     seen: set[str] = set()
+    unreadable: set[str] = set()
     offset = 0
     while True:
         page = await store.list(user_id, limit=page_size, offset=offset)
+        unreadable.update(page.unreadable)
         for memory in page.memories:
             if memory.id not in seen:
                 seen.add(memory.id)
                 yield memory_to_export_line(memory) + "\n"
-        offset += len(page.memories)
-        if not page.memories or offset >= page.total:
-            return
+        offset += page.rows
+        if not page.rows or offset >= page.total:
+            break
+    yield export_end_line(len(seen), unreadable - seen) + "\n"
+
+
+async def open_export(store, user_id: str, *, page_size: int = PAGE_SIZE) -> AsyncIterator[str]:
+    """The lines of ``export_user``, its first page already read: raises what ``store.list``
+    raises for it (before a response is started, the caller answers an error status).
+    Returns the stream of lines; when a later page fails, the stream yields
+    ``export_error_line`` of the error (a failure a reader of the body recognises: an error
+    line, no end line) and then raises it again, so an HTTP server aborts the chunked
+    transfer instead of ending the body cleanly."""
+    lines = export_user(store, user_id, page_size=page_size)
+    first = await anext(lines)
+
+    async def stream() -> AsyncIterator[str]:
+        yield first
+        try:
+            async for line in lines:
+                yield line
+        except Exception as e:
+            log.warning("the export of a user failed after its first page: %s", type(e).__name__)
+            yield export_error_line(e) + "\n"
+            raise
+
+    return stream()
 
 
 async def _all_memories(store, user_id: str, page_size: int = PAGE_SIZE) -> list[Memory]:
@@ -266,7 +378,7 @@ async def _all_memories(store, user_id: str, page_size: int = PAGE_SIZE) -> list
         for m in page.memories:
             out.setdefault(m.id, m)
         offset += len(page.memories)
-        if not page.memories or offset >= page.total:
+        if not page.rows or offset >= page.total:
             return list(out.values())
 
 
@@ -291,10 +403,15 @@ async def import_lines(
 ) -> ImportReport:
     """Import export lines into ``store`` (which embeds each memory with its own model).
 
-    Blank lines are ignored; line numbers in ``failed``/``renamed`` are 1-based positions in
+    Blank lines and an export's end line (``export_end``) are ignored; line numbers in ``failed``/``renamed`` are 1-based positions in
     ``lines``. Each line's memory gets ``import_id`` (its own id when issued for the user,
-    else an id scoped to the user, listed in ``renamed``). A memory the user already holds
-    under the line's id or that id → ``skipped_duplicates``; a bad line or content the store
+    else an id scoped to the user, listed in ``renamed``) and is written with
+    ``store.write`` (curation, when ``store`` curates). A memory the user already holds
+    under the line's id or that id, or whose fact a record of the user already holds (the
+    write's outcome ``reinforced``: curation merges an imported memory without reinforcing
+    it, see ``stores.curating``) → ``skipped_duplicates``; a line that refines a record
+    is imported into that record (in ``renamed`` when the line gave another id). Importing
+    the same lines again changes no record, whatever the first import did; a bad line or content the store
     refuses → ``failed`` (with the reason). Nothing here depends on other users' memories.
     ``on_progress(report)`` is called after each line. Up to ``concurrency`` memories are
     stored at once.
@@ -310,20 +427,28 @@ async def import_lines(
         if on_progress is not None:
             on_progress(report)
 
-    def renamed(number: int, parsed: ParsedLine) -> None:
-        if parsed.given_id is not None and parsed.given_id != parsed.memory.id:
-            report.renamed.append(ImportRenamed(line=number, id=parsed.given_id, new_id=parsed.memory.id))
+    def renamed(number: int, parsed: ParsedLine, held_by: str | None = None) -> None:
+        new_id = held_by or parsed.memory.id
+        if parsed.given_id is not None and parsed.given_id != new_id:
+            report.renamed.append(ImportRenamed(line=number, id=parsed.given_id, new_id=new_id))
 
     async def one(number: int, parsed: ParsedLine) -> None:
         memory = parsed.memory
         try:
             ids = [memory.id] + ([parsed.given_id] if parsed.given_id not in (None, memory.id) else [])
-            if await store.get_many(ids, memory.user_id):  # the user's own memories only
+            held = await store.get_many(ids, memory.user_id)  # the user's own memories only
+            if held:
                 report.skipped_duplicates += 1
+                renamed(number, parsed, held[0].id)
             else:
-                await store.store(memory)
-                report.imported += 1
-            renamed(number, parsed)
+                (result,) = await store.write([memory])
+                # a fact the user already held: merged into that record (curation), which a
+                # repeat leaves as it is
+                if result.outcome == WriteOutcome.REINFORCED:
+                    report.skipped_duplicates += 1
+                else:
+                    report.imported += 1
+                renamed(number, parsed, result.memory.id)
         except DuplicateMemory:
             # written meanwhile by this user (a concurrent import), or the astronomically
             # unlikely collision of two scoped ids: either way not this line's doing
@@ -344,7 +469,7 @@ async def import_lines(
         number = 0
         async for raw in _aiter(lines):
             number += 1
-            if not raw.strip():
+            if not raw.strip() or export_end(raw) is not None:  # the end line is no memory
                 continue
             try:
                 parsed = parse_import_line(raw, user_id=user_id, created_by=created_by)

@@ -21,6 +21,11 @@ or escape it (Milvus expression literals) as well. The rules:
   characters are a tag derived from the owner's id and the first 16 (``new_memory_id`` /
   ``scoped_memory_id``), so an id issued for one user is never valid for another and two
   users never hold the same id (see ``migration.import_lines``).
+- **Instants** (``check_instant``; every datetime field of a body, an import line or a
+  stored record: ``created_at``, ``updated_at``, ``last_accessed``, ``valid_from``,
+  ``valid_to``, ``expires_at``): a naive time is UTC; the time converted to UTC must be
+  representable (years 1..9999 UTC: ``0001-01-01T00:00:00+23:59`` is not), which also makes
+  its epoch milliseconds, the encoding of every backend, fit in 64 bits. Returned in UTC.
 - **JSON values** (``check_json_value``, metadata): strings as above, integers within signed
   64 bits (what every backend stores losslessly), finite floats, object keys 1..256
   characters without control characters, nesting at most ``MAX_JSON_DEPTH``.
@@ -275,6 +280,43 @@ def check_metadata(metadata: dict[str, Any] | None) -> dict[str, Any] | None:
     return metadata
 
 
+INSTANT_FIELDS = ("created_at", "updated_at", "last_accessed", "valid_from", "valid_to", "expires_at")
+"""The datetime fields of a memory (``types.Memory``), each checked by ``check_instant``."""
+
+
+def check_instant(when: datetime, field: str = "") -> datetime:
+    """``when`` as an aware UTC datetime (a naive one is taken as UTC, an aware one is
+    converted). Raises ``InvalidInput`` (message starting with ``field``, when given) when
+    ``when`` is not a datetime or its UTC time is outside what a ``datetime`` holds (before
+    ``0001-01-01T00:00:00Z`` or after ``9999-12-31T23:59:59.999999Z``: e.g.
+    ``0001-01-01T00:00:00+23:59`` or ``9999-12-31T23:59:59-23:59``). Every such UTC time has
+    epoch milliseconds within ±2**53, so every backend encoding (int64 fields, Valkey's
+    float scores, JSON numbers) holds it exactly. Leap seconds (``23:59:60``) and offsets of
+    24 h or more never parse (pydantic refuses them)."""
+    prefix = f"{field}: " if field else ""
+    if not isinstance(when, datetime):
+        raise InvalidInput(f"{prefix}must be a date and time")
+    if when.tzinfo is None or when.utcoffset() is None:
+        return when.replace(tzinfo=UTC)
+    try:
+        return when.astimezone(UTC)
+    except (OverflowError, ValueError):
+        raise InvalidInput(
+            f"{prefix}{when.isoformat()} is outside the representable range once converted to UTC "
+            "(0001-01-01T00:00:00Z .. 9999-12-31T23:59:59.999Z)"
+        ) from None
+
+
+def check_instants(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``INSTANT_FIELDS`` of ``values`` that are set (not ``None``), each through
+    ``check_instant`` naming its field: ``{field: UTC datetime}``. Raises ``InvalidInput``."""
+    return {k: check_instant(values[k], k) for k in INSTANT_FIELDS if values.get(k) is not None}
+
+
+def _instant_field(when: datetime) -> datetime:
+    return check_instant(when)  # pydantic names the field in the error's location
+
+
 def check_not_future(when: datetime | None) -> datetime | None:
     """``when`` as an aware UTC-or-offset time (a naive one is taken as UTC); raises
     ``ValueError`` when it lies more than one minute (clock skew) in the future."""
@@ -300,7 +342,10 @@ Source = Annotated[
 ]
 Metadata = Annotated[dict[str, Any], AfterValidator(check_metadata)]
 Text = Annotated[str, AfterValidator(lambda v: check_text(v, "text"))]
-PastTime = Annotated[datetime, AfterValidator(check_not_future)]
+Instant = Annotated[datetime, AfterValidator(_instant_field)]
+"""A date and time representable in UTC (``sanitize.check_instant``), returned in UTC."""
+PastTime = Annotated[datetime, AfterValidator(_instant_field), AfterValidator(check_not_future)]
+"""An ``Instant`` not in the future (``sanitize.check_not_future``)."""
 
 
 # --------------------------------------------------------------------------- headers

@@ -22,6 +22,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+IMPORT_CREATED_VIA = "import"
+"""``created_via`` of every memory an import writes for a user (``migration.parse_import_line``);
+curation merges such a memory into a record that holds its fact instead of reinforcing it,
+so a re-import changes nothing (``stores.curating``)."""
+
 WINDOW_CREATED_VIA = "auto_store_window"
 """``created_via`` of the conversation windows auto-store writes (``chat.extract``); curation
 screens them line by line (``curation.screening.screen_window``)."""
@@ -198,10 +203,21 @@ class ScoredMemory(BaseModel):
 
 
 class ListResult(BaseModel):
-    """One page of ``MemoryStore.list``: newest first, ``total`` = all matching records."""
+    """One page of ``MemoryStore.list``: newest first, ``total`` = all matching records.
+    ``unreadable``: the ids of the page's records that the backend holds but could not be
+    read (``stores._records.decode_rows``: e.g. a row written by an older version with a
+    value no longer accepted); they are counted in ``total``, left out of ``memories``, and
+    can still be deleted by id or by scope. A pager advances by ``rows``."""
 
     memories: list[Memory]
     total: int
+    unreadable: list[str] = Field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        """Records this page covered: ``len(memories) + len(unreadable)`` (the next page's
+        ``offset`` is this page's plus ``rows``)."""
+        return len(self.memories) + len(self.unreadable)
 
 
 class WriteOutcome(str, Enum):

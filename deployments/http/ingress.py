@@ -37,7 +37,7 @@ from memory_core.chat.pipeline import MemoryPipeline, PreparedChat
 from memory_core.config import RouterConfig
 from memory_core.curation.llm import http_complete
 from memory_core.errors import EmbeddingUnavailable, InvalidInput, MemoryError_, MemoryNotFound, Unauthenticated
-from memory_core.migration import ImportReport, export_user, import_lines
+from memory_core.migration import ImportReport, import_lines, open_export
 from memory_core.sanitize import check_json_text, check_project_id, is_memory_id
 from memory_core.types import Memory, MemoryState, MemoryType, RetrieveOptions
 
@@ -615,7 +615,13 @@ class MemoryIngress:
             offset=offset,
             states=parse_states(state),
         )
-        return {"memories": [m.public() for m in page.memories], "total": page.total, "limit": limit, "offset": offset}
+        return {
+            "memories": [m.public() for m in page.memories],
+            "total": page.total,
+            "limit": limit,
+            "offset": offset,
+            "unreadable": page.unreadable,
+        }
 
     @app.delete("/v1/memory", response_model=DeletedOut, response_model_exclude_none=True)
     async def delete_scope(
@@ -645,16 +651,20 @@ class MemoryIngress:
         response_class=StreamingResponse,
         responses={
             200: {
-                "description": "JSONL, one memory per line",
+                "description": "JSONL, one memory per line, then the end line "
+                '{"end_of_export": {"memories", "unreadable"}}; a failure after the first line ends '
+                'the body with {"error": {"code", "message"}} and aborts the transfer',
                 "content": {"application/x-ndjson": {"schema": {"type": "string"}}},
             }
         },
     )
     async def export_memories(self, request: Request, owner: OwnerQuery = None) -> StreamingResponse:
-        """The caller's memories as JSONL (``migration.memory_to_export_line``, no vectors)."""
-        return StreamingResponse(
-            export_user(self.store, self._owner(request, owner)), media_type="application/x-ndjson"
-        )
+        """The caller's memories as JSONL (``migration.memory_to_export_line``, no vectors),
+        ending with the ``end_of_export`` line (``migration.open_export``): a failure reading
+        the first page is an error status (503); a later one ends the body with an error line
+        and aborts the chunked transfer (no end line)."""
+        lines = await open_export(self.store, self._owner(request, owner))
+        return StreamingResponse(lines, media_type="application/x-ndjson")
 
     @app.post(
         "/v1/memory/import",

@@ -68,7 +68,8 @@ class NewMemory(_Body):
     created_at: PastTime | None = None
     """When the remembered thing happened (backfilling history, any date up to now, before
     1970 included); default now; not in the future (1 minute clock skew allowed); a naive time
-    is taken as UTC; stored at millisecond precision."""
+    is taken as UTC, an aware one converted to UTC, where it must be representable
+    (``sanitize.check_instant``); stored at millisecond precision."""
 
 
 class CreateMemoriesRequest(_Body):
@@ -233,12 +234,15 @@ class SearchOut(BaseModel):
 
 
 class MemoryPage(BaseModel):
-    """``GET /v1/memory``."""
+    """``GET /v1/memory``. ``unreadable``: ids of this page's records that the store holds but
+    cannot read (``ListResult.unreadable``): counted in ``total``, not in ``memories``;
+    ``DELETE /v1/memory/{id}`` removes one."""
 
     memories: list[MemoryOut]
     total: int
     limit: int
     offset: int
+    unreadable: list[str] = []
 
 
 class DeletedOut(BaseModel):

@@ -1,7 +1,10 @@
 """``export`` and ``import``: one user's memories as JSONL, over the service's API.
 
-- ``export`` — ``GET /v1/memory/export`` → a JSONL file (or stdout); the progress bar's total
-  is ``GET /v1/memory``'s ``total``. The file appears only when the export completed.
+- ``export`` — ``GET /v1/memory/export`` → a JSONL file (or stdout), its end line included;
+  the progress bar's total is ``GET /v1/memory``'s ``total``. The file appears only when the
+  export completed (``migration.check_export_end``: exit 2 on an error line, a missing end
+  line or a cut transfer); exit 1 when the end line lists unreadable memories (a partial
+  export: the file has the rest).
 - ``import`` — ``POST /v1/memory/import`` in chunks of ``--chunk-lines`` lines (the service
   imports lines independently and idempotently, so chunking changes nothing but the progress
   bar); the chunks' reports are merged with line numbers of the whole file. Exit 1 when a line
@@ -20,7 +23,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from ..migration import ImportReport
+from ..migration import ImportReport, MigrationError, check_export_end, export_end
 from .common import (
     EXIT_PARTIAL,
     CliError,
@@ -67,6 +70,7 @@ def export_cmd(
                     sink = sys.stdout if partial is None else partial.open("w", encoding="utf-8")
                 except OSError as e:
                     raise CliError(f"cannot write {partial}: {e}") from e
+                last: str | None = None  # the end line, when complete
                 try:
                     with progress() as bar:
                         task = bar.add_task("export", total=total)
@@ -74,10 +78,17 @@ def export_cmd(
                             if line.strip():
                                 sink.write(line + "\n")
                                 lines += 1
-                                bar.advance(task)
+                                last = line
+                                if export_end(line) is None:
+                                    bar.advance(task)
                 finally:
                     if sink is not sys.stdout:
                         sink.close()
+                try:  # a failed or cut export (an error line, no end line) leaves no file
+                    end = check_export_end(last, lines)
+                except MigrationError as e:
+                    raise CliError(str(e)) from e
+                lines -= 1  # the end line
             if partial is not None:
                 try:
                     os.replace(partial, output)
@@ -88,6 +99,17 @@ def export_cmd(
             partial.unlink()
     who = repr(owner) if owner else svc.identity.describe()
     console.print(escape(f"exported {lines} memories of {who}" + ("" if output == "-" else f" to {output}")))
+    if end["unreadable"]:
+        ids = end["unreadable"]
+        console.print(
+            escape(
+                f"partial export: {len(ids)} stored memories could not be read and are missing: "
+                + ", ".join(ids[:SHOWN_FAILURES])
+                + (" ..." if len(ids) > SHOWN_FAILURES else "")
+                + " (DELETE /v1/memory/{id} removes one)"
+            )
+        )
+        raise typer.Exit(EXIT_PARTIAL)
 
 
 def _read_lines(file: Path) -> list[str]:

@@ -1,13 +1,19 @@
 """Helpers shared by the persistent backends: the flat record layout (``record_fields`` /
-``memory_from_fields``), timestamps as epoch milliseconds, and the newest-first ordering of
-listings."""
+``memory_from_fields``), timestamps as epoch milliseconds, the newest-first ordering of
+listings, and ``decode_rows``, the one place a stored row that cannot be read is skipped."""
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 from ..types import Memory, MemoryState, MemoryType
+
+log = logging.getLogger(__name__)
+Row = TypeVar("Row")
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
@@ -37,6 +43,16 @@ def from_ms(ms: int | float | str | bytes | None) -> datetime | None:
         ms = ms.decode()
     value = int(ms) if isinstance(ms, int) or (isinstance(ms, str) and ms.lstrip("-").isdigit()) else int(float(ms))
     return EPOCH + timedelta(milliseconds=value)
+
+
+def order_ms(value: Any) -> int:
+    """The ``created_at`` epoch ms a listing sorts a stored row by: the stored number, or 0
+    when it is missing or not a number (such a row sorts as of 1970 and is reported
+    ``unreadable`` by the page that reads it, instead of failing the listing)."""
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return 0
 
 
 def newest_first(pairs: list[tuple[int, str]]) -> list[str]:
@@ -135,3 +151,43 @@ def memory_from_fields(fields: dict[str, Any], vector: Any = None) -> Memory:
         embedding_identity=fields.get("embedding_identity"),
         **lifecycle_from_fields(fields),
     )
+
+
+UNREADABLE_ROWS: Counter[str] = Counter()
+"""Rows skipped by ``decode_rows`` in this process since start, by backend name (a row read
+again is counted again: the count of failed reads, not of bad rows)."""
+_LOGGED_MAX = 10_000
+_logged: set[tuple[str, str]] = set()
+
+
+def decode_rows(
+    rows: Iterable[Row], decode: Callable[[Row], Memory], *, backend: str, row_id: Callable[[Row], Any]
+) -> tuple[list[Memory], list[str]]:
+    """``(memories, unreadable ids)``: ``decode`` applied to each row, a row it cannot decode
+    (any ``Exception``: a time out of range, an unknown type, a missing field...) skipped
+    instead of failing the whole read. A read never fails for every row because one row is
+    odd; the skipped row stays in the backend, where it is still counted, listed by id and
+    deletable (``MemoryStore.forget`` / ``forget_by_scope`` never decode).
+
+    Each skip is counted in ``UNREADABLE_ROWS[backend]`` and logged once per (backend, id)
+    per process (at most ``_LOGGED_MAX`` ids remembered), with the exception's type only:
+    never a stored value, which may be user text. ``row_id(row)`` gives the id to report
+    (``str()`` of it; ``"?"`` when that fails too)."""
+    memories: list[Memory] = []
+    unreadable: list[str] = []
+    for row in rows:
+        try:
+            memories.append(decode(row))
+        except Exception as e:
+            try:
+                memory_id = str(row_id(row))
+            except Exception:
+                memory_id = "?"
+            unreadable.append(memory_id)
+            UNREADABLE_ROWS[backend] += 1
+            key = (backend, memory_id)
+            if key not in _logged:
+                if len(_logged) < _LOGGED_MAX:
+                    _logged.add(key)
+                log.warning("%s: record %s cannot be read (%s); skipped", backend, memory_id, type(e).__name__)
+    return memories, unreadable

@@ -31,7 +31,9 @@ from ..errors import (
     StoreUnavailable,
 )
 from ..sanitize import (
+    INSTANT_FIELDS,
     check_conversation_id,
+    check_instants,
     check_json_value,
     check_label,
     check_project_id,
@@ -332,6 +334,7 @@ class MemoryStore(ABC):
     def _normalise(self, memory: Memory) -> Memory:
         """The rules every inserted record passes, in one place (``store`` and ``store_many``):
         a copy of ``memory`` with the user/project ids checked, content cleaned, timestamps
+        converted to UTC (``sanitize.check_instant``: refused when out of range) and
         truncated to milliseconds (``created_at`` defaults to now, ``updated_at`` to
         ``created_at``) and, when a vector is given, the vector checked/normalised and tagged
         with this store's identity. A memory without a vector keeps ``embedding=None``
@@ -345,16 +348,16 @@ class MemoryStore(ABC):
         check_json_value(memory.metadata)
         check_lifecycle(memory.model_dump(include=set(LIFECYCLE_IDS)))
         content = clean_content(memory.content)
-        now = utcnow()
-        created = to_millis(memory.created_at) if memory.created_at else now
+        times = {k: to_millis(v) for k, v in check_instants(memory.model_dump(include=set(INSTANT_FIELDS))).items()}
+        created = times.get("created_at") or utcnow()
         update: dict[str, Any] = {
             "content": content,
             "created_at": created,
-            "updated_at": to_millis(memory.updated_at) if memory.updated_at else created,
-            "last_accessed": to_millis(memory.last_accessed) if memory.last_accessed else None,
-            "valid_from": to_millis(memory.valid_from) if memory.valid_from else created,
-            "valid_to": to_millis(memory.valid_to) if memory.valid_to else None,
-            "expires_at": to_millis(memory.expires_at) if memory.expires_at else None,
+            "updated_at": times.get("updated_at") or created,
+            "last_accessed": times.get("last_accessed"),
+            "valid_from": times.get("valid_from") or created,
+            "valid_to": times.get("valid_to"),
+            "expires_at": times.get("expires_at"),
         }
         if memory.embedding is not None:
             update["embedding"] = self._check_vector(memory.embedding, memory.embedding_identity)
@@ -639,9 +642,7 @@ class MemoryStore(ABC):
             if "state" in changes:
                 changes["state"] = MemoryState(changes["state"])
             check_lifecycle({k: changes[k] for k in LIFECYCLE_IDS if k in changes})
-            for when in ("valid_to", "expires_at"):
-                if changes.get(when) is not None:
-                    changes[when] = to_millis(changes[when])
+            changes.update({k: to_millis(v) for k, v in check_instants(changes).items()})
             if not is_memory_id(memory_id):
                 raise MemoryNotFound("memory not found")
             async with self._lock(user_id):
@@ -692,8 +693,9 @@ class MemoryStore(ABC):
                 raise MemoryNotFound("memory not found")
             async with self._lock(user_id):
                 self._still_open()
-                found = await self._get_many([memory_id], user_id)
-                if not found or found[0].user_id != user_id:
+                # ownership from the stored owner field alone: a record that cannot be read
+                # (``_records.decode_rows``) is still deletable
+                if memory_id not in await self._owned_ids([memory_id], user_id):
                     raise MemoryNotFound(f"memory {memory_id!r} not found")
                 await self._delete([memory_id], user_id)
 
@@ -739,6 +741,12 @@ class MemoryStore(ABC):
         escape it, whatever it holds."""
 
     @abstractmethod
+    async def _owned_ids(self, memory_ids: builtins.list[str], user_id: str) -> builtins.list[str]:
+        """The ids among ``memory_ids`` of records that exist and belong to ``user_id``, read
+        from the stored id and owner fields only (no record is decoded, so a record that cannot
+        be read is found too)."""
+
+    @abstractmethod
     async def _search(self, options: RetrieveOptions, vector: builtins.list[float]) -> builtins.list[ScoredMemory]:
         """Candidates of ``options.user_id`` (filters applied) with ``similarity`` = cosine;
         may return more than ``limit``; the base class thresholds, sorts and cuts."""
@@ -779,11 +787,19 @@ class MemoryStore(ABC):
         """One ``list`` page of ``user_id`` from the full newest-first id list: the records of
         ``ordered_ids[offset:offset + limit]`` in that order, ``total`` = all ids (for
         backends that sort ids client-side)."""
-        page = ordered_ids[offset : offset + limit]
+        return await self._page_records(ordered_ids[offset : offset + limit], len(ordered_ids), user_id)
+
+    async def _page_records(self, page: builtins.list[str], total: int, user_id: str) -> ListResult:
+        """The ``ListResult`` of the ids ``page`` (in that order) of ``user_id``, of ``total``
+        records: the records read by ``_get_many``; an id it did not return that
+        ``_owned_ids`` still finds is a record that cannot be read (``unreadable``); one
+        deleted meanwhile is neither."""
         if not page:
-            return ListResult(memories=[], total=len(ordered_ids))
+            return ListResult(memories=[], total=total)
         by_id = {m.id: m for m in await self._get_many(page, user_id)}
-        return ListResult(memories=[by_id[i] for i in page if i in by_id], total=len(ordered_ids))
+        missing = [i for i in page if i not in by_id]
+        unreadable = await self._owned_ids(missing, user_id) if missing else []
+        return ListResult(memories=[by_id[i] for i in page if i in by_id], total=total, unreadable=unreadable)
 
     async def _check_connection(self) -> bool:
         return True
@@ -805,7 +821,8 @@ def candidate_count(options: RetrieveOptions, cap: int) -> int:
 def list_order_key(memory: Memory) -> tuple:
     """Sort key for newest-first listing with a deterministic tie-break (used by backends that
     sort client-side)."""
-    return (memory.created_at.timestamp() if memory.created_at else 0.0, memory.id)
+    created = memory.created_at
+    return (created.timestamp() if isinstance(created, datetime) else 0.0, str(memory.id))
 
 
 WRITE_METHODS = ("store", "store_many", "update", "forget", "forget_by_scope")

@@ -10,7 +10,10 @@ For each memory written (``write``; ``store``/``store_many`` use it too):
    inner store's hybrid retrieval) and the earlier memories of the same batch are judged
    (``curation.judge``). A duplicate reinforces the record that holds the fact (access count
    +1, last seen, importance +0.05 up to 1, at least the new one's) instead of adding one;
-   a refinement also replaces that record's content with the richer text (same id);
+   a refinement also replaces that record's content with the richer text (same id). An
+   imported memory (``created_via`` ``import``) is merged into that record instead, which
+   makes a re-import change nothing: importance the larger of the two, the richer text of
+   a refinement, no access count;
 3. **supersession**: every memory the new one supersedes becomes ``superseded``
    (``superseded_by``, ``valid_to`` = now, ``state_reason`` naming ``rules`` or ``llm
    judge``); the new one is stored. With an LLM judge (``curation.llm_judge``, off by
@@ -57,6 +60,7 @@ from ..errors import DuplicateMemory, InvalidInput, MemoryNotFound, StoreClosed
 from ..retrieval.held_vectors import cosine, unit_vector
 from ..sanitize import new_memory_id, require_user_id
 from ..types import (
+    IMPORT_CREATED_VIA,
     WINDOW_CREATED_VIA,
     Memory,
     MemoryState,
@@ -120,18 +124,30 @@ class _BatchPlan:
     def reinforce(self, old: Memory, new: Memory, *, refine: bool, now: datetime) -> Memory:
         """``old`` holds ``new``'s fact: access count +1, last accessed, importance
         +``REINFORCE_IMPORTANCE`` (at least ``new``'s, at most 1); ``new``'s richer text when
-        ``refine``. Returns ``old`` as reinforced."""
-        importance = min(1.0, max(old.importance, new.importance) + REINFORCE_IMPORTANCE)
-        update: dict[str, Any] = {"importance": importance, "access_count": old.access_count + 1, "last_accessed": now}
+        ``refine``. An imported ``new`` (``created_via`` ``IMPORT_CREATED_VIA``) is merged
+        instead, so that importing a line again changes nothing: importance the larger of
+        the two, ``new``'s text when ``refine`` and different, no access. Returns ``old`` as
+        it now is."""
+        if new.created_via == IMPORT_CREATED_VIA:
+            importance = max(old.importance, new.importance)
+            update: dict[str, Any] = {"importance": importance}
+            refine = refine and new.content != old.content
+            bump = 0
+        else:
+            importance = min(1.0, max(old.importance, new.importance) + REINFORCE_IMPORTANCE)
+            update = {"importance": importance, "access_count": old.access_count + 1, "last_accessed": now}
+            bump = 1
         if refine:
             update.update(content=new.content, embedding=new.embedding)
+        if not bump and not refine and importance == old.importance:
+            return old  # the merge changes nothing: nothing to write
         held = old.model_copy(update=update)
         if old.id in self.new:
             self.new[old.id] = held
         else:
             self.held[old.id] = held
             times, content, _ = self.reinforce_stored.get(old.id, (0, None, 0.0))
-            self.reinforce_stored[old.id] = (times + 1, new.content if refine else content, importance)
+            self.reinforce_stored[old.id] = (times + bump, new.content if refine else content, importance)
         return held
 
     def supersede(self, old: Memory, new_id: str, by: str, *, now: datetime) -> None:
@@ -453,8 +469,8 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         while True:
             page = await self.inner.list(user_id, limit=MAX_LIST_LIMIT, offset=offset, states=states)
             out.extend(page.memories)
-            offset += len(page.memories)
-            if not page.memories or offset >= page.total:
+            offset += page.rows
+            if not page.rows or offset >= page.total:
                 return out
 
     async def history(self, memory_id: str, user_id: str) -> list[Memory]:

@@ -395,8 +395,8 @@ class HybridStore(StoreDecorator):
                 for m in page.memories:
                     if m.user_id == user_id:
                         self._index_memory(corpus, timeline, held, m)
-                offset += len(page.memories)
-                if not page.memories or offset >= page.total:
+                offset += page.rows
+                if not page.rows or offset >= page.total:
                     break
             for op, arg in self._building[user_id]:
                 if op == "add":

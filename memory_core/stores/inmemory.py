@@ -18,6 +18,7 @@ import numpy as np
 
 from ..retrieval.held_vectors import HeldVectors
 from ..types import ListResult, Memory, RetrieveOptions, ScoredMemory
+from ._records import decode_rows, memory_from_fields, record_fields
 from .base import MemoryStore, list_order_key
 
 
@@ -68,12 +69,20 @@ class InMemoryStore(MemoryStore):
             if not len(vectors):
                 del self._held[row.user_id]
 
-    def _full(self, memory_id: str) -> Memory:
-        """A copy of record ``memory_id`` with its vector (a list of floats, or None)."""
+    def _full(self, memory_id: str, vector: bool = True) -> Memory:
+        """A copy of record ``memory_id`` with its vector (a list of floats, or None; never
+        with ``vector=False``), read
+        through the flat record layout of the persistent backends (``record_fields`` →
+        ``memory_from_fields``), so a record they could not read fails here too. Raises what
+        that decode raises (``_decode`` skips such a record)."""
         row = self._rows[memory_id]
-        vectors = self._held.get(row.user_id)
+        vectors = self._held.get(row.user_id) if vector else None
         vec = vectors.get(memory_id) if vectors is not None else None
-        return row.model_copy(deep=True, update={"embedding": None if vec is None else vec.astype(float).tolist()})
+        return memory_from_fields(record_fields(row), None if vec is None else vec.astype(float).tolist())
+
+    def _decode(self, memory_ids: list[str], vector: bool = True) -> tuple[list[Memory], list[str]]:
+        """``decode_rows`` of the records ``memory_ids`` (``_full`` each)."""
+        return decode_rows(memory_ids, lambda i: self._full(i, vector), backend=self.name, row_id=lambda i: i)
 
     def _user_rows(self, user_id: str) -> list[Memory]:
         """The records of ``user_id`` (without vectors; not copies)."""
@@ -89,11 +98,11 @@ class InMemoryStore(MemoryStore):
         self._put(memory)
 
     async def _get_many(self, memory_ids: list[str], user_id: str | None = None) -> list[Memory]:
-        return [
-            self._full(i)
-            for i in memory_ids
-            if i in self._rows and (user_id is None or self._rows[i].user_id == user_id)
-        ]
+        held = [i for i in memory_ids if i in self._rows and (user_id is None or self._rows[i].user_id == user_id)]
+        return self._decode(held)[0]
+
+    async def _owned_ids(self, memory_ids: list[str], user_id: str) -> list[str]:
+        return [i for i in memory_ids if i in self._rows and self._rows[i].user_id == user_id]
 
     async def _search(self, options: RetrieveOptions, vector: list[float]) -> list[ScoredMemory]:
         held = self._held.get(options.user_id)
@@ -105,11 +114,9 @@ class InMemoryStore(MemoryStore):
             return row is not None and matches(row, options.user_id, options.types, options.project_id, options.states)
 
         query = np.asarray(vector, dtype=np.float32)
-        top = held.top(query, max(options.limit * 4, 50), keep)
-        return [
-            ScoredMemory(memory=self._rows[i].model_copy(deep=True), score=float(sim), similarity=float(sim))
-            for i, sim in top
-        ]
+        top = dict(held.top(query, max(options.limit * 4, 50), keep))
+        memories, _ = self._decode(list(top), vector=False)
+        return [ScoredMemory(memory=m, score=float(top[m.id]), similarity=float(top[m.id])) for m in memories]
 
     async def _touch(self, increments: dict[str, int], when: datetime) -> None:
         for i, n in increments.items():
@@ -124,8 +131,8 @@ class InMemoryStore(MemoryStore):
             key=list_order_key,
             reverse=True,
         )
-        page = [self._full(m.id) for m in rows[offset : offset + limit]]
-        return ListResult(memories=page, total=len(rows))
+        page, unreadable = self._decode([m.id for m in rows[offset : offset + limit]])
+        return ListResult(memories=page, total=len(rows), unreadable=unreadable)
 
     async def _scope_ids(self, user_id, types, project_id) -> list[str]:
         return [m.id for m in self._user_rows(user_id) if matches(m, user_id, types, project_id)]

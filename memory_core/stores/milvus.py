@@ -59,7 +59,16 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, StoreUnavailable
 from ..types import ListResult, Memory, MemoryState, MemoryType, RetrieveOptions, ScoredMemory
-from ._records import LIFECYCLE_FIELDS, lifecycle_fields, memory_from_fields, newest_first, record_fields, to_ms
+from ._records import (
+    LIFECYCLE_FIELDS,
+    decode_rows,
+    lifecycle_fields,
+    memory_from_fields,
+    newest_first,
+    order_ms,
+    record_fields,
+    to_ms,
+)
 from .base import MemoryStore, candidate_count
 from .credentials import secret_from_env
 
@@ -676,7 +685,11 @@ class MilvusStore(MemoryStore):
 
     async def _get_many(self, memory_ids: list[str], user_id: str | None = None) -> list[Memory]:
         rows = await self._call(self._get_sync, memory_ids, _ALL_FIELDS, user_id)
-        return [_from_row(r) for r in rows]
+        return decode_rows(rows, _from_row, backend=self.name, row_id=lambda r: r.get("id"))[0]
+
+    async def _owned_ids(self, memory_ids: list[str], user_id: str) -> list[str]:
+        rows = await self._call(self._get_sync, memory_ids, ["id"], user_id)
+        return [str(r["id"]) for r in rows]
 
     def _search_sync(self, expr: str, vector: list[float], k: int) -> list[tuple[float, dict[str, Any]]]:
         res = self._conn.search(
@@ -699,7 +712,8 @@ class MilvusStore(MemoryStore):
         out = []
         for distance, entity in hits:
             sim = max(-1.0, min(1.0, distance))  # COSINE metric: "distance" is the similarity
-            out.append(ScoredMemory(memory=_from_row(entity), score=sim, similarity=sim))
+            for memory in decode_rows([entity], _from_row, backend=self.name, row_id=lambda r: r.get("id"))[0]:
+                out.append(ScoredMemory(memory=memory, score=sim, similarity=sim))
         return out
 
     async def _touch(self, increments: dict[str, int], when: datetime) -> None:
@@ -720,7 +734,7 @@ class MilvusStore(MemoryStore):
     async def _list(self, user_id, types, project_id, limit, offset, states) -> ListResult:
         pairs = await self._call(self._query_all, _filter(user_id, types, project_id, states), ["id", "created_at"])
         return await self._page(
-            newest_first([(int(r["created_at"]), str(r["id"])) for r in pairs]), offset, limit, user_id
+            newest_first([(order_ms(r.get("created_at")), str(r["id"])) for r in pairs]), offset, limit, user_id
         )
 
     async def _scope_ids(self, user_id, types, project_id) -> list[str]:

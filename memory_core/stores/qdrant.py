@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, StoreUnavailable
 from ..types import ListResult, Memory, MemoryState, MemoryType, RetrieveOptions, ScoredMemory
-from ._records import memory_from_fields, newest_first, record_fields, to_ms
+from ._records import decode_rows, memory_from_fields, newest_first, order_ms, record_fields, to_ms
 from .base import MemoryStore, candidate_count
 from .credentials import secret_from_env
 
@@ -213,8 +213,21 @@ class QdrantStore(MemoryStore):
         points = await self._conn.retrieve(
             self.collection, ids=[point_id(i) for i in memory_ids], with_payload=True, with_vectors=True
         )
-        out = [_memory(p.payload, p.vector) for p in points]
-        return out if user_id is None else [m for m in out if m.user_id == user_id]
+        if user_id is not None:  # the owner from the payload, before decoding
+            points = [p for p in points if (p.payload or {}).get("user_id") == user_id]
+        return self._decode(points)
+
+    def _decode(self, points: list[Any]) -> list[Memory]:
+        """``decode_rows`` of Qdrant points (payload and vector)."""
+        return decode_rows(
+            points, lambda p: _memory(p.payload, p.vector), backend=self.name, row_id=lambda p: (p.payload or {})["id"]
+        )[0]
+
+    async def _owned_ids(self, memory_ids: list[str], user_id: str) -> list[str]:
+        points = await self._conn.retrieve(
+            self.collection, ids=[point_id(i) for i in memory_ids], with_payload=["id", "user_id"]
+        )
+        return [str(p.payload["id"]) for p in points if p.payload and p.payload.get("user_id") == user_id]
 
     async def _search(self, options: RetrieveOptions, vector: list[float]) -> list[ScoredMemory]:
         k = candidate_count(options, _MAX_TOPK)
@@ -226,10 +239,10 @@ class QdrantStore(MemoryStore):
             with_payload=True,
             with_vectors=True,
         )
-        out = []
+        out: list[ScoredMemory] = []
         for p in res.points:
             sim = max(-1.0, min(1.0, float(p.score)))  # COSINE distance: score = cosine similarity
-            out.append(ScoredMemory(memory=_memory(p.payload, p.vector), score=sim, similarity=sim))
+            out.extend(ScoredMemory(memory=m, score=sim, similarity=sim) for m in self._decode([p]))
         return out
 
     async def _touch(self, increments: dict[str, int], when: datetime) -> None:
@@ -258,7 +271,7 @@ class QdrantStore(MemoryStore):
     async def _list(self, user_id, types, project_id, limit, offset, states) -> ListResult:
         rows = await self._scroll(qdrant_filter(user_id, types, project_id, states), ["id", "created_at"])
         return await self._page(
-            newest_first([(int(r["created_at"]), str(r["id"])) for r in rows]), offset, limit, user_id
+            newest_first([(order_ms(r.get("created_at")), str(r["id"])) for r in rows]), offset, limit, user_id
         )
 
     async def _scope_ids(self, user_id, types, project_id) -> list[str]:

@@ -54,7 +54,15 @@ import numpy as np
 
 from ..errors import ConfigError, DuplicateMemory, StoreUnavailable
 from ..types import ListResult, Memory, MemoryState, MemoryType, RetrieveOptions, ScoredMemory
-from ._records import LIFECYCLE_FIELDS, from_ms, lifecycle_fields, lifecycle_from_fields, newest_first, to_ms
+from ._records import (
+    LIFECYCLE_FIELDS,
+    decode_rows,
+    from_ms,
+    lifecycle_fields,
+    lifecycle_from_fields,
+    newest_first,
+    to_ms,
+)
 from .base import MemoryStore, candidate_count
 from .credentials import valkey_client
 
@@ -515,8 +523,23 @@ class ValkeyStore(MemoryStore):
             return await p.execute()
 
     async def _get_many(self, memory_ids: list[str], user_id: str | None = None) -> list[Memory]:
-        out = [self._memory(h) for h in await self._hgetall(memory_ids) if h]
-        return out if user_id is None else [m for m in out if m.user_id == user_id]
+        held = [h for h in await self._hgetall(memory_ids) if h]
+        if user_id is not None:  # the owner from the stored field, before decoding
+            owner = user_id.encode("utf-8")
+            held = [h for h in held if h.get(b"user_id") == owner]
+        return self._decode(held)
+
+    def _decode(self, hashes: list[dict[bytes, bytes]]) -> list[Memory]:
+        """``decode_rows`` of record HASHes."""
+        return decode_rows(hashes, self._memory, backend=self.name, row_id=lambda h: _s(h[b"id"]))[0]
+
+    async def _owned_ids(self, memory_ids: list[str], user_id: str) -> list[str]:
+        async with self._conn.pipeline(transaction=False) as p:
+            for i in memory_ids:
+                p.hget(self._key(i), "user_id")
+            owners = await p.execute()
+        owner = user_id.encode("utf-8")
+        return [i for i, held in zip(memory_ids, owners, strict=True) if held == owner]
 
     async def _search(self, options: RetrieveOptions, vector: list[float]) -> list[ScoredMemory]:
         k = candidate_count(options, _MAX_TOPK)
@@ -544,12 +567,12 @@ class ValkeyStore(MemoryStore):
         if not hits:
             return []
         records = await self._hgetall([h[0] for h in hits])
-        out = []
+        out: list[ScoredMemory] = []
         for (_mid, dist), h in zip(hits, records, strict=True):
             if not h:  # deleted between the index answer and the read
                 continue
             sim = max(-1.0, min(1.0, 1.0 - dist))  # COSINE distance = 1 - cosine similarity
-            out.append(ScoredMemory(memory=self._memory(h), score=sim, similarity=sim))
+            out.extend(ScoredMemory(memory=m, score=sim, similarity=sim) for m in self._decode([h]))
         return out
 
     async def _touch(self, increments: dict[str, int], when: datetime) -> None:
@@ -594,10 +617,7 @@ class ValkeyStore(MemoryStore):
             ordered = newest_first(await self._user_ids_filtered(user_id, types, project_id, states))
             total = len(ordered)
             page = ordered[offset : offset + limit]
-        if not page:
-            return ListResult(memories=[], total=int(total))
-        by_id = {m.id: m for m in await self._get_many(page, user_id)}
-        return ListResult(memories=[by_id[i] for i in page if i in by_id], total=int(total))
+        return await self._page_records(page, int(total), user_id)
 
     async def _scope_ids(self, user_id, types, project_id) -> list[str]:
         return [mid for _, mid in await self._user_ids_filtered(user_id, types, project_id)]

@@ -6,6 +6,7 @@ the tests do not depend on each other's memories.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -299,7 +300,8 @@ def test_export_import_round_trip_keeps_every_memory(base_url):
         f"{base_url}/v1/memory", json={"memories": [{"content": c} for c in contents]}, headers=h
     ).raise_for_status()
     exported = httpx.get(f"{base_url}/v1/memory/export", headers=h)
-    assert exported.status_code == 200 and len(exported.text.splitlines()) == 4
+    assert exported.status_code == 200 and len(exported.text.splitlines()) == 5
+    assert json.loads(exported.text.splitlines()[-1]) == {"end_of_export": {"memories": 4, "unreadable": []}}
     httpx.delete(
         f"{base_url}/v1/memory", params={"all": "true"}, headers=h | {"content-type": "application/json"}
     ).raise_for_status()
@@ -313,6 +315,34 @@ def test_export_import_round_trip_keeps_every_memory(base_url):
     assert again["imported"] == 0 and again["skipped_duplicates"] == 4
     listed = httpx.get(f"{base_url}/v1/memory", headers=h).json()
     assert sorted(m["content"] for m in listed["memories"]) == sorted(contents)
+
+
+def test_an_instant_outside_utc_is_a_400_and_the_user_stays_readable(base_url):
+    """The issue's dates: each is refused naming its field, and nothing reached the store
+    (the user's reads and the admin views answer)."""
+    alice = user()
+    h = {"x-authz-user-id": alice}
+    early = {"memories": [{"content": "an odd date", "created_at": "0001-01-01T00:00:00+23:59"}]}
+    r = httpx.post(f"{base_url}/v1/memory", json=early, headers=h)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request"
+    assert "created_at" in r.json()["error"]["message"]
+    line = json.dumps({"content": "an odd date", "last_accessed": "9999-12-31T23:59:59-23:59"})
+    report = httpx.post(
+        f"{base_url}/v1/memory/import", content=line, headers=h | {"content-type": "application/x-ndjson"}
+    ).json()
+    assert report["imported"] == 0 and "last_accessed" in report["failed"][0]["error"], report
+    httpx.post(
+        f"{base_url}/v1/memory", json={"memories": [{"content": "I like green tea"}]}, headers=h
+    ).raise_for_status()
+    listed = httpx.get(f"{base_url}/v1/memory", headers=h).json()
+    assert listed["total"] == 1 and listed["unreadable"] == []
+    found = httpx.post(f"{base_url}/v1/memory/search", json={"query": "green tea"}, headers=h)
+    assert found.status_code == 200 and len(found.json()["memories"]) == 1
+    exported = httpx.get(f"{base_url}/v1/memory/export", headers=h).text.splitlines()
+    assert json.loads(exported[-1]) == {"end_of_export": {"memories": 1, "unreadable": []}}
+    admin = {"x-authz-user-id": "ops", "x-authz-role": "admin"}
+    for view in ("users", "stats"):
+        assert httpx.get(f"{base_url}/v1/admin/{view}", headers=admin).status_code == 200
 
 
 def test_more_bad_input_is_4xx(base_url):

@@ -375,3 +375,55 @@ def test_service_strings_are_printed_as_text_not_rich_markup(stub):
     stub.routes[("GET", "/v1/admin/stats")] = [Answer(403, {"error": {"code": "forbidden", "message": "no [/] way"}})]
     res = run(stub, "stats", "--user", "ops", "--role", "admin")
     assert res.exit_code == 2 and "no [/] way" in res.output
+
+
+def _export_answer(*lines: dict) -> Answer:
+    return Answer(body="".join(json.dumps(x) + "\n" for x in lines))
+
+
+MEMORY_LINE = {"id": "0" * 32, "content": "I like green tea.", "type": "semantic"}
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        # the store failed after the first page: the stream ends with an error line
+        (
+            _export_answer(MEMORY_LINE, {"error": {"code": "store_unavailable", "message": "shard restarting"}}),
+            "the export failed: store_unavailable: shard restarting",
+        ),
+        # a body that ended cleanly without its end line (what a failure looked like before)
+        (_export_answer(MEMORY_LINE), "does not end with its end_of_export line"),
+        (Answer(body=""), "does not end with its end_of_export line"),
+        # an end line that counts more lines than arrived
+        (
+            _export_answer(MEMORY_LINE, {"end_of_export": {"memories": 2, "unreadable": []}}),
+            "its end line counts 2 memories, 1 arrived",
+        ),
+    ],
+    ids=["error-line", "no-end-line", "empty", "count-differs"],
+)
+def test_an_export_that_failed_midway_exits_non_zero_and_leaves_no_file(stub, tmp_path, body, message):
+    stub.routes[("GET", "/v1/memory")] = [Answer(body={"memories": [], "total": 1, "limit": 1, "offset": 0})]
+    stub.routes[("GET", "/v1/memory/export")] = [body]
+    out = tmp_path / "a.jsonl"
+    res = run(stub, "export", "--user", "a", "-o", str(out))
+    assert res.exit_code == 2 and message in res.output, res.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_complete_export_keeps_its_end_line_and_a_partial_one_exits_1(stub, tmp_path):
+    stub.routes[("GET", "/v1/memory")] = [Answer(body={"memories": [], "total": 1, "limit": 1, "offset": 0})]
+    end = {"end_of_export": {"memories": 1, "unreadable": []}}
+    stub.routes[("GET", "/v1/memory/export")] = [_export_answer(MEMORY_LINE, end)]
+    out = tmp_path / "a.jsonl"
+    res = run(stub, "export", "--user", "a", "-o", str(out))
+    assert res.exit_code == 0 and "exported 1 memories of user 'a'" in res.output, res.output
+    assert [json.loads(x) for x in out.read_text().splitlines()] == [MEMORY_LINE, end]
+
+    unreadable = {"end_of_export": {"memories": 1, "unreadable": ["f" * 32]}}
+    stub.routes[("GET", "/v1/memory/export")] = [_export_answer(MEMORY_LINE, unreadable)]
+    res = run(stub, "export", "--user", "a", "-o", str(out))
+    assert res.exit_code == 1 and "partial export: 1 stored memories could not be read" in res.output, res.output
+    assert "f" * 32 in res.output
+    assert [json.loads(x) for x in out.read_text().splitlines()] == [MEMORY_LINE, unreadable]

@@ -100,7 +100,7 @@ def test_key_made_used_listed_revoked_then_refused(svc, tmp_path):
     res = svc.invoke("import", str(jsonl(tmp_path, "I keep bees", "My bike is red")), key=key)
     assert res.exit_code == 0 and "imported 2" in res.stderr, res.output
     res = svc.invoke("export", key=key)
-    assert res.exit_code == 0 and len(res.stdout.splitlines()) == 2, res.output
+    assert res.exit_code == 0 and len(res.stdout.splitlines()) == 3, res.output  # and the end line
 
     listed = svc.invoke("keys", "list", "--user-id", dave)
     assert listed.exit_code == 0, listed.output
@@ -147,7 +147,7 @@ def test_admin_imports_exports_consolidates_for_users_and_sees_stats(svc, tmp_pa
     out = tmp_path / "erin.jsonl"
     res = svc.invoke("export", "--for-user", erin, "-o", str(out))
     assert res.exit_code == 0 and f"exported 3 memories of {erin!r}" in res.stderr, res.output
-    assert {json.loads(line)["user_id"] for line in out.read_text().splitlines()} == {erin}
+    assert {json.loads(line)["user_id"] for line in out.read_text().splitlines()[:-1]} == {erin}
 
     res = svc.invoke("consolidate", "--user-id", erin)
     assert res.exit_code == 0, res.output

@@ -82,7 +82,8 @@ def test_import_in_chunks_export_and_reimport(base_url, tmp_path):
     res = invoke(base_url, "export", "--user", alice, "-o", str(out))
     assert res.exit_code == 0, res.output
     assert f"exported 4 memories of user {alice!r} to {out}" in res.stderr
-    exported = [json.loads(line) for line in out.read_text().splitlines()]
+    *exported, end = [json.loads(line) for line in out.read_text().splitlines()]
+    assert end == {"end_of_export": {"memories": 4, "unreadable": []}}
     assert sorted(e["content"] for e in exported) == sorted(facts) and not (tmp_path / "alice.jsonl.part").exists()
 
     res = invoke(base_url, "export", "--user", alice)  # to stdout

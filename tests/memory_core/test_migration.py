@@ -130,8 +130,9 @@ async def test_export_then_import_is_idempotent():
     mems = await _fill(src, "alice", 23)
     await _fill(src, "bob", 3)
     lines = [line async for line in export_user(src, "alice", page_size=5)]
-    assert len(lines) == 23 and all(line.endswith("\n") for line in lines)
-    assert [json.loads(x)["id"] for x in lines] == [
+    assert len(lines) == 24 and all(line.endswith("\n") for line in lines)
+    assert json.loads(lines[-1]) == {"end_of_export": {"memories": 23, "unreadable": []}}
+    assert [json.loads(x)["id"] for x in lines[:-1]] == [
         m.id for m in sorted(mems, key=lambda m: m.created_at, reverse=True)
     ]
 
@@ -141,7 +142,7 @@ async def test_export_then_import_is_idempotent():
     bad = ["", '{"content": "ok", "user_id": "mallory"}', "garbage"]
     report = await import_lines(dst, lines + bad, user_id="alice", on_progress=lambda r: seen.append(r.imported))
     assert report.imported == 23 and report.skipped_duplicates == 0
-    assert [f.line for f in report.failed] == [25, 26] and "belongs to another user" in report.failed[0].error
+    assert [f.line for f in report.failed] == [26, 27] and "belongs to another user" in report.failed[0].error
     assert report.renamed == []  # alice's own ids are kept
     assert seen and max(seen) == 23 and len(calls) == 23
 
