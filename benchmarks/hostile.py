@@ -119,6 +119,10 @@ ADMIN = {"x-authz-user-id": "hostile-bench-admin", "x-authz-role": "admin"}
 UNTRUSTED_ADDRESS = "203.0.113.7"  # TEST-NET-3: never a real peer
 
 
+JSON_TYPE = {"content-type": "application/json"}
+"""A body-less state-changing request still says JSON (the service refuses others with 415)."""
+
+
 def user_headers(user: str, **extra: str) -> dict[str, str]:
     """The trusted-gateway identity headers of ``user`` (plus ``extra``)."""
     return {"x-authz-user-id": user, **extra}
@@ -523,7 +527,9 @@ async def _reads_after(a: Attacker, user: str, held: int) -> tuple[list[str], bo
     total = listed.json().get("total") if listed is not None and listed.status_code == 200 else None
     lines = None
     if export is not None and export.status_code == 200:
-        lines = sum(1 for line in export.text.split("\n") if line.strip())
+        rows = [json.loads(line) for line in export.text.split("\n") if line.strip()]
+        # a complete export ends with {"end_of_export": ...} (the service's newer format): not a memory
+        lines = sum(1 for row in rows if "end_of_export" not in row and "error" not in row)
     complete = lines == held
     parts = [
         f"GET {status_of(listed)}" + (f" (total {total})" if total is not None else ""),
@@ -537,7 +543,9 @@ async def _reads_after(a: Attacker, user: str, held: int) -> tuple[list[str], bo
 
 
 async def _clean(a: Attacker, user: str) -> str:
-    r = await a.send("DELETE", "/v1/memory", hostile=False, params={"all": "true"}, headers=user_headers(user))
+    r = await a.send(
+        "DELETE", "/v1/memory", hostile=False, params={"all": "true"}, headers=user_headers(user, **JSON_TYPE)
+    )
     return f"clean-up {status_of(r)}"
 
 
@@ -801,7 +809,7 @@ async def run_bench(url: str, attacks: list[Attack], s: Settings, cleanup: bool)
                 for u in [victim_user] + [u for a in attackers for u in a.users]:
                     with contextlib.suppress(httpx.HTTPError):
                         await attack_client.delete(
-                            "/v1/memory", params={"all": "true"}, headers=user_headers(u), timeout=60
+                            "/v1/memory", params={"all": "true"}, headers=user_headers(u, **JSON_TYPE), timeout=60
                         )
     return {
         "run": run,
