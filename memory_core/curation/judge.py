@@ -334,9 +334,9 @@ def read_statement(text: str, other: str = "") -> Statement:
     for m in _EMAIL.finditer(text):
         if free(m):
             add("email", m.group(0).lower(), m.span())
-    for m in _codes(text):
-        if free(m) and not _ORDINAL_OR_MEASURE.fullmatch(m.group(0)):
-            add("code", m.group(0).lower(), m.span())
+    for code in _codes(text):
+        if free(code) and not _ORDINAL_OR_MEASURE.fullmatch(code.group(0)):
+            add("code", code.group(0).lower(), code.span())
     initial = {m.group(1) for m in _SENTENCE_START.finditer(text)}
     other_starts = {m.group(1) for m in _SENTENCE_START.finditer(other)}
     other_inner_caps = {w for w in re.findall(r"\b[A-Z][\w'-]*", other) if w not in other_starts}

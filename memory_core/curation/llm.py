@@ -86,7 +86,7 @@ def parse_json_reply(text: str) -> Any:
     for c in candidates:
         try:
             return json.loads(c)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
             continue
     raise LLMUnusable("the model's reply holds no JSON")
 

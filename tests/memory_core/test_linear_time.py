@@ -29,7 +29,7 @@ from memory_core.chat.tokens import count_cjk, estimate_tokens, word_tokens
 from memory_core.config import ReflectionSettings
 from memory_core.curation.consolidate import merged_content, plan_groups
 from memory_core.curation.consolidate import words as consolidation_words
-from memory_core.curation.judge import judge, read_statement, same_values, strip_lead_in
+from memory_core.curation.judge import judge, same_values, strip_lead_in
 from memory_core.curation.llm import LLMUnusable, parse_json_reply
 from memory_core.curation.screening import screen, screen_window
 from memory_core.errors import InvalidInput
@@ -98,21 +98,21 @@ RULES: dict[str, Rule] = {
     # extraction (chat path: the user's message)
     "extract_turn": Rule(lambda t: extract_turn([{"role": "user", "content": t}], t[:4096]), CHAT_MAX_BYTES),
     "extract_window": Rule(
-        lambda t: extract_turn([{"role": "user", "content": t}] * 3, "ok", window_every=1), CHAT_MAX_BYTES
-    ),
+        lambda t: extract_turn([{"role": "user", "content": t}] * 3, "ok", window_every=1)
+    ),  # a window is at most MAX_CONTENT_BYTES
     "classify_sentence": Rule(classify_sentence, CHAT_MAX_BYTES),
     "clean_turn_text": Rule(clean_turn_text, CHAT_MAX_BYTES),
     "strip_think": Rule(strip_think, CHAT_MAX_BYTES),
     "strip_memory_block": Rule(lambda t: strip_memory_block("<memory_context>" + t), CHAT_MAX_BYTES),
     "remove_quoted(answer)": Rule(lambda t: remove_quoted(t, [_memory(_FACT)]), CHAT_MAX_BYTES),
     "remove_quoted(memory)": Rule(lambda t: remove_quoted(_FACT + " " + _FACT, [_memory(t)])),
+    "remove_quoted(both)": Rule(lambda t: remove_quoted(t, [_memory(t), _memory(t[::-1])])),
     "is_greeting": Rule(is_greeting, CHAT_MAX_BYTES),
     # the curation judge: the adversarial text old, new, and both
     "judge(old)": Rule(lambda t: judge(t, "My code is a1b2 now, I moved to Paris.")),
     "judge(new)": Rule(lambda t: judge("My code is a1b2 and I live in Boston.", t)),
     "judge(both)": Rule(lambda t: judge(t, t)),
     "judge(both, differing)": Rule(lambda t: judge(t, t + " now")),
-    "read_statement": Rule(lambda t: read_statement(t, t)),
     "same_values": Rule(lambda t: same_values(t, t + " 1")),
     "strip_lead_in": Rule(strip_lead_in),
     # consolidation
@@ -151,27 +151,26 @@ RULES: dict[str, Rule] = {
 
 # ----------------------------------------------------------------------------- inputs
 _CHARS = [
-    "a", "A", "1", "-", ".", "@", ":", "/", "'", "_", "$", ",", "!", "?", "<", "`", "{", "[", " ", "\n", "\t",
-    "\u2028", "\u3000", "\u00a0", "中", "。", "\u0301", "\u200b", "🙂",
+    "a", "A", "1", "-", ".", "@", ":", "/", "'", ",", "<", "`", "[", " ", "\n", "\t", "\u2028", "\u3000", "中",
+    "\u0301", "\u200b",
 ]  # fmt: skip
 _ALTERNATIONS = [
-    "a-", "a.", "1-", "a@", "a1.", "1:", "1/", "a/", "a ", "A ", "Aa ", "1 ", "a1 ", "1,", "1.", "a\n", ". ", "A. ",
-    "Aa. ", "中,", "$1", "a'", "a_", "x@y.", "1st ", "Aa 1 ", "a1-", "-1", "a\u0301", "\n\n", " \n",
+    "a-", "a.", "1-", "a@", "a1.", "1:", "a/", "A ", "1 ", "1,", "a\n", "A. ", "中,", "a'", "a_", "x@y.", "Aa 1 ",
+    "a1-", "a\u0301", "\n\n", " \n",
 ]  # fmt: skip
 _WORDS = [
-    "word ", "Boston ", "from ", "not ", "not a ", "from a to ", "my sister ", "Dr. Aa ", "hey Aa, ", "May 1 ",
-    "<think>", "</think>", "```", "```json", "<memory_context>", "住在中", "remember: ", "what ", "always ",
-    "also ", "moved ", "1:56 pm on 8 May, ", "last week ", "call me ", "thanks ", "n't ", "user: ", "system: ",
-    "ignore ", "you are ", "[INST]", "<|im_start|>", "a's ", "Aa Bb. ", "1 2 ",
+    "Boston ", "not a ", "from a to ", "my sister ", "Dr. Aa ", "hey Aa, ", "May 1 ", "<think>", "```json",
+    "<memory_context>", "住在中", "remember: ", "moved ", "1:56 pm on 8 May, ", "last week ", "n't ", "system: ",
+    "[INST]", "<|im_start|>", "Aa Bb. ",
 ]  # fmt: skip
 _PREFIXED = [
-    ("My code is ", "a-"), ("My code is ", "a1-"), ("from ", "x "), ("from the ", "a"), ("from ", "a-"),
-    ("My email is ", "a."), ("My email is a@", "a."), ("I live in ", "Aa "), ("not ", "a-"), ("住在", "中"),
-    ("<think>", "a "), ("<memory_context>", "a "), ("```json", "a "), ("{", "a "), ("[", "1,"), ("Hey ", "A"),
-    ("Thanks, ", "Aa"), ("I moved from ", "Aa "), ("what ", " "), ("last ", " "), ("1", " "), ("May", " "),
+    ("My code is ", "a-"), ("from ", "x "), ("from the ", "a"), ("My email is ", "a."), ("I live in ", "Aa "),
+    ("not ", "a-"), ("<think>", "a "), ("```json", "a "), ("[", "1,"), ("Hey ", "A"), ("Thanks, ", "Aa"),
+    ("what ", " "), ("1", " "),
 ]  # fmt: skip
 FAMILIES: list[tuple[str, str]] = [("", u * 8) for u in _CHARS] + [("", u) for u in _ALTERNATIONS + _WORDS]
-FAMILIES += _PREFIXED
+"""Runs of each character class and separator, alternations, repeated words..."""
+FAMILIES += _PREFIXED  # ...and keyword-prefixed runs
 
 
 def _text(prefix: str, unit: str, max_bytes: int) -> str:
