@@ -74,8 +74,10 @@ class _Quotes:
         seen: set[tuple[int, str]] = set()
 
         def add(i: int, piece: str) -> None:
+            if len(self.units) >= MAX_QUOTE_UNITS:
+                return
             norm = _normalize(piece)
-            if norm and (i, norm) not in seen and len(self.units) < MAX_QUOTE_UNITS:
+            if norm and (i, norm) not in seen:
                 seen.add((i, norm))
                 self.units.append((norm, word_tokens(piece)))
 

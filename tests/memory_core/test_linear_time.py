@@ -33,6 +33,7 @@ from memory_core.curation.judge import judge, same_values, strip_lead_in
 from memory_core.curation.llm import LLMUnusable, parse_json_reply
 from memory_core.curation.screening import screen, screen_window
 from memory_core.errors import InvalidInput
+from memory_core.retrieval import lexical
 from memory_core.retrieval.lexical import tokenize
 from memory_core.retrieval.timeparse import has_time_expression, parse_session_date, temporal_intent
 from memory_core.sanitize import (
@@ -80,6 +81,12 @@ def _gate(text: str) -> object:
     candidates = [ScoredMemory(memory=_memory(text, 1), similarity=0.9, score=0.9)]
     candidates.append(ScoredMemory(memory=_memory(text + " x", 2), similarity=0.8, score=0.8))
     return _GATE.apply(candidates, _GATE_SETTINGS, _NOW)
+
+
+def _tokenize_uncached(text: str) -> object:
+    """``tokenize`` as for a text never seen (its stemming cache would hide a repeat's cost)."""
+    lexical._stem.cache_clear()
+    return tokenize(text)
 
 
 @dataclass(frozen=True)
@@ -143,7 +150,7 @@ RULES: dict[str, Rule] = {
     "render_memory_text": Rule(render_memory_text),
     "format_memory_block": Rule(lambda t: format_memory_block([_memory(t)])),
     # retrieval
-    "lexical_tokenize": Rule(tokenize, CHAT_MAX_BYTES),
+    "lexical_tokenize": Rule(_tokenize_uncached, CHAT_MAX_BYTES),
     "temporal_intent": Rule(temporal_intent, CHAT_MAX_BYTES),
     "has_time_expression": Rule(has_time_expression),
     "parse_session_date": Rule(_swallow(parse_session_date)),
@@ -171,11 +178,20 @@ _PREFIXED = [
 FAMILIES: list[tuple[str, str]] = [("", u * 8) for u in _CHARS] + [("", u) for u in _ALTERNATIONS + _WORDS]
 """Runs of each character class and separator, alternations, repeated words..."""
 FAMILIES += _PREFIXED  # ...and keyword-prefixed runs
+NUMBERED = "Word{i}. "
+"""A family of distinct sentences (``Word1. Word2. …``): what deduplication cannot fold."""
+FAMILIES.append(("", NUMBERED))
 
 
 def _text(prefix: str, unit: str, max_bytes: int) -> str:
     """``prefix`` + ``unit`` repeated, as long as fits in ``max_bytes`` UTF-8 bytes."""
     room = max_bytes - len(prefix.encode())
+    if unit == NUMBERED:
+        pieces, size = [], 0
+        while size + len(NUMBERED) + 6 <= room:
+            pieces.append(NUMBERED.format(i=len(pieces)))
+            size += len(pieces[-1])
+        return prefix + "".join(pieces)
     return prefix + unit * max(1, room // len(unit.encode()))
 
 
