@@ -44,6 +44,10 @@ least this is a quote of it."""
 MIN_CONTAINED_TOKENS = 3
 """A memory (or memory sentence) must have at least this many word tokens for "the sentence
 contains it" to count as a quote (so "Yes." in a memory does not remove every "yes")."""
+MAX_QUOTE_UNITS = 128
+"""Most pieces of the injected memories (whole contents, then their lines and sentences, in
+order) an answer's sentences are compared with: each sentence is compared with every piece,
+so their number is bounded (a few memories of a few sentences each are far below it)."""
 ELLIPSIS = "…"
 
 # Sentence ends: ., !, ? followed by whitespace; CJK full stops with or without a space.
@@ -61,22 +65,32 @@ def _sentences(text: str) -> list[str]:
 
 
 class _Quotes:
-    """The injected memories, preprocessed: whole contents and their sentences/lines."""
+    """The injected memories, preprocessed: whole contents and their sentences/lines (at most
+    ``MAX_QUOTE_UNITS``, the whole contents first)."""
 
     def __init__(self, memories: Iterable[Memory]) -> None:
         self.units: list[tuple[str, set[str]]] = []
-        for m in memories:
-            pieces = [m.content]
+        memories = list(memories)
+        seen: set[tuple[int, str]] = set()
+
+        def add(i: int, piece: str) -> None:
+            if len(self.units) >= MAX_QUOTE_UNITS:
+                return
+            norm = _normalize(piece)
+            if norm and (i, norm) not in seen:
+                seen.add((i, norm))
+                self.units.append((norm, word_tokens(piece)))
+
+        for i, m in enumerate(memories):
+            add(i, m.content)
+        for i, m in enumerate(memories):
             for line in m.content.splitlines():
+                if len(self.units) >= MAX_QUOTE_UNITS:
+                    return
                 line = _QA_PREFIX.sub("", line)
-                pieces.append(line)
-                pieces.extend(_sentences(line))
-            seen = set()
-            for p in pieces:
-                norm = _normalize(p)
-                if norm and norm not in seen:
-                    seen.add(norm)
-                    self.units.append((norm, word_tokens(p)))
+                add(i, line)
+                for sentence in _sentences(line):
+                    add(i, sentence)
 
     def quoted(self, sentence: str) -> bool:
         norm = _normalize(sentence)

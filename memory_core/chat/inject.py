@@ -152,7 +152,7 @@ def strip_memory_block(text: str) -> str:
     """Remove every injected ``<memory_context>`` block (and up to two newlines just before
     it: the blank line ``inject_memories`` puts after the user's text) from ``text``. ``strip_memory_block(t + "\\n\\n" + block) == t``. An unterminated block
     is removed up to the end of the text. Text without a block is returned unchanged."""
-    if not text or BLOCK_START not in text:
+    if not text or "<" not in text:  # one character: found at the same speed in any length of text
         return text
     return _BLOCK.sub("", text)
 

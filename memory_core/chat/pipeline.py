@@ -18,10 +18,11 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from ..config import RouterConfig
+from ..cpu_pool import CpuPool
 from ..curation.llm import Complete, LLMUnusable
 from ..sanitize import RequestContext, new_memory_id
 from ..stores.base import Store
-from ..types import WINDOW_CREATED_VIA, Memory, RetrieveOptions, WriteResult, utcnow
+from ..types import WINDOW_CREATED_VIA, Memory, RetrieveOptions, ScoredMemory, WriteResult, utcnow
 from .extract import extract_turn
 from .gate import select_gate
 from .inject import content_text, inject_memories, last_user_text
@@ -79,7 +80,11 @@ class MemoryPipeline:
     injectable for tests. ``complete`` (an OpenAI chat completions call) serves the LLM
     extractor when ``memory.extraction.llm.enabled``. ``admit_write(user_id)`` (the per-user
     write rate limit) is asked before a turn's memories are written: ``False`` skips the
-    write, counted as ``memory_extraction{outcome="skipped_rate_limited"}``."""
+    write, counted as ``memory_extraction{outcome="skipped_rate_limited"}``.
+
+    The pure-CPU steps on the request's text (the reflection gate and injection, the turn's
+    extraction) run on ``cpu`` (a ``CpuPool``, by default one of the pipeline's own), never
+    on the event loop that serves every request of the replica."""
 
     def __init__(
         self,
@@ -90,8 +95,10 @@ class MemoryPipeline:
         now: Callable[[], datetime] = utcnow,
         complete: Complete | None = None,
         admit_write: Callable[[str], bool] | None = None,
+        cpu: CpuPool | None = None,
     ):
         self.config = config
+        self._cpu = cpu if cpu is not None else CpuPool(name="chat")
         self._store = store
         self._admit_write = admit_write
         self.metrics = metrics or NullMetrics()
@@ -152,14 +159,7 @@ class MemoryPipeline:
             )
             t_retrieve = time.perf_counter()
             drops: dict[str, int] = {}
-            kept = select_gate(policy.reflection).apply(candidates, policy.reflection, self._now(), drops)
-            injected = [c.memory for c in kept[: policy.retrieval_limit]]
-            if len(kept) > len(injected):
-                drops["limit"] = len(kept) - len(injected)
-            new_body = body
-            if injected:
-                new_body = dict(body)
-                new_body["messages"] = inject_memories(messages, injected, policy.placement)
+            injected, new_body = await self._cpu.run(_gate_and_inject, body, candidates, policy, self._now(), drops)
         except Exception as e:  # memory must never fail the chat (steps 4–7)
             log.warning("memory retrieval failed for decision %s: %r", policy.decision_name, e)
             prepared.skipped = "error"
@@ -202,8 +202,13 @@ class MemoryPipeline:
         settings = self.config.memory.extraction
         messages = prepared.body.get("messages") or []
         answer = _assistant_text(response)
-        extraction = extract_turn(
-            messages, answer, prepared.injected, window_turns=settings.window_turns, window_every=settings.window_every
+        extraction = await self._cpu.run(
+            extract_turn,
+            messages,
+            answer,
+            prepared.injected,
+            window_turns=settings.window_turns,
+            window_every=settings.window_every,
         )
         decision = prepared.policy.decision_name or ""
         statements = [m for m in extraction.memories if not m.window]
@@ -255,6 +260,23 @@ class MemoryPipeline:
             self.metrics.count("memory_writes", {"outcome": r.outcome.value, "decision": decision})
         self.metrics.count("memory_auto_stored_total", {"decision": decision})
         return results
+
+
+def _gate_and_inject(
+    body: dict[str, Any], candidates: list[ScoredMemory], policy: MemoryPolicy, now: datetime, drops: dict[str, int]
+) -> tuple[list[Memory], dict[str, Any]]:
+    """Steps 6–7: the memories the reflection gate keeps of ``candidates`` (at most
+    ``policy.retrieval_limit``; what it drops counted by reason in ``drops``) and ``body``
+    with them injected (``body`` itself when none is kept; it is never mutated)."""
+    kept = select_gate(policy.reflection).apply(candidates, policy.reflection, now, drops)
+    injected = [c.memory for c in kept[: policy.retrieval_limit]]
+    if len(kept) > len(injected):
+        drops["limit"] = len(kept) - len(injected)
+    if not injected:
+        return injected, body
+    new_body = dict(body)
+    new_body["messages"] = inject_memories(body.get("messages") or [], injected, policy.placement)
+    return injected, new_body
 
 
 def _assistant_text(response: Mapping[str, Any]) -> str:

@@ -84,13 +84,14 @@ def merged_content(members: Sequence[Memory]) -> str:
     )
     text = by_size[0].content
     have = words(text)
+    added: list[str] = []  # joined once at the end (appending to the text each time is quadratic)
     for m in by_size[1:]:
         for sentence in _sentences(m.content):
             new = words(sentence) - have
             if new:
-                text = f"{text.rstrip()} {sentence}"
-                have |= words(sentence)
-    return text
+                added.append(sentence)
+                have |= new
+    return " ".join([text.rstrip(), *added]) if added else text
 
 
 def lost_words(merged: str, members: Sequence[Memory]) -> set[str]:

@@ -45,9 +45,11 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
+from .. import linear_re
 from ..retrieval.lexical import tokenize
 
 
@@ -130,9 +132,50 @@ _NUMBER = re.compile(
     r"(?P<cur>[$€£¥])?\d[\d,]*(?:\.\d+)?(?P<sep>(?:[:/-]\d+)*)\s?(?P<unit>st|nd|rd|th|am|pm|%|percent|k\b|km|kg|lbs?|miles?|years?|yrs?|months?|weeks?|days?|hours?|minutes?|dollars?|euros?|usd|eur)?",
     re.I,
 )
-_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
-_CODE = re.compile(r"\b(?=[\w-]*[A-Za-z])(?=[\w-]*\d)[\w-]{2,}\b")
-"""A word mixing letters and digits (``sunflower42``, ``4B``, ``Q3``, ``1Password``): a code or a name."""
+_W = linear_re.WORD[1:-1]  # the inside of the word class, to build classes with it
+_EMAIL = linear_re.compile(rf"[{_W}.+-]+@[{_W}-]+(?:\.[{_W}-]+)+")
+"""An e-mail address (RE2: Python's ``re`` rescans a run of ``[\\w.+-]`` from every start)."""
+_CODE_RUN = re.compile(r"[\w-]+")
+_ASCII_LETTER = re.compile(r"[A-Za-z]")
+_DIGIT = re.compile(r"\d")
+
+
+@dataclass(frozen=True)
+class _Span:
+    """A match found without a regex (``_codes``): ``group(0)`` and ``span()`` as ``re.Match``."""
+
+    text: str
+    begin: int
+    finish: int
+
+    def group(self, _: int = 0) -> str:
+        return self.text
+
+    def span(self) -> tuple[int, int]:
+        return self.begin, self.finish
+
+    def start(self) -> int:
+        return self.begin
+
+    def end(self) -> int:
+        return self.finish
+
+
+def _codes(text: str) -> list[_Span]:
+    """Words mixing letters and digits (``sunflower42``, ``4B``, ``Q3``, ``1Password``): a code
+    or a name. Each maximal run of ``[\\w-]`` without its outer hyphens, when at least 2
+    characters long with an ASCII letter and a digit: what ``\\b(?=[\\w-]*[A-Za-z])(?=[\\w-]*\\d)
+    [\\w-]{2,}\\b`` finds, in one pass (that pattern rescans the run from every start)."""
+    out = []
+    for run in _CODE_RUN.finditer(text):
+        word = run.group(0)
+        core = word.strip("-")
+        if len(core) >= 2 and _ASCII_LETTER.search(core) and _DIGIT.search(core):
+            begin = run.start() + len(word) - len(word.lstrip("-"))
+            out.append(_Span(core, begin, begin + len(core)))
+    return out
+
+
 _DATE = re.compile(
     rf"\b({_MONTHS})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?\b|\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTHS})\b", re.I
 )
@@ -157,7 +200,12 @@ MAX_SUPERSEDE_WORDS = 30
 supersedes nor is superseded wholesale (the pair stays compatible, both kept)."""
 _HONORIFIC = re.compile(r"\b(Dr|Mr|Mrs|Ms|Mx|Prof|Rev|Sr|Jr|St)\.(?=\s+[A-Z])")
 """A title's period is not a sentence end: ``Dr. Patel`` reads as the name ``dr patel``."""
-_FROM_TO = re.compile(r"\bfrom\s+(?:the\s+|a\s+|an\s+|my\s+)?(.+?)\s+(?:to|into|for)\s+", re.I)
+MAX_FROM_VALUE_CHARS = 200
+"""Longest old value a ``from X to Y`` phrase is read with (characters of X): the phrase is
+looked for in a bounded window after each ``from``, so reading it is linear in the text."""
+_FROM_TO = re.compile(
+    rf"\bfrom\s+(?:the\s+|a\s+|an\s+|my\s+)?(.{{1,{MAX_FROM_VALUE_CHARS}}}?)\s+(?:to|into|for)\s+", re.I
+)
 _ZH_FRAME_VALUE = re.compile(r"(?:住在|搬到了|搬到|搬去了|搬去|在)([\u4e00-\u9fff]{1,6}?)(?:工作|上班|住|了|。|，|,|$)")
 _CAPITALISED = re.compile(r"\b([A-Z][\w'-]*(?:\s+(?:[A-Z][\w'-]*|\d+))*)")
 
@@ -181,18 +229,21 @@ class Statement:
         return {v for vs in self.values.values() for v in vs}
 
 
-_LEAD_IN = re.compile(
-    r"^\s*(?:(?:please\s+)?(?:remember|note|keep in mind|don'?t forget|do not forget|fyi|for the record|"
-    r"just so you know|heads up)(?:\s+(?:this|that))?\s*[:,-]?\s*)+",
-    re.IGNORECASE,
+_S = linear_re.SPACE
+_LEAD_IN = linear_re.compile(
+    rf"^{_S}*(?:(?:please{_S}+)?(?:remember|note|keep in mind|don'?t forget|do not forget|fyi|for the record|"
+    rf"just so you know|heads up)(?:{_S}+(?:this|that))?{_S}*[:,-]?{_S}*)+",
+    linear_re.IGNORECASE,
 )
+"""RE2: the whitespace around the separator can be split many ways, which Python's ``re``
+tries one by one."""
 
 
 def strip_lead_in(text: str) -> str:
     """``text`` without a leading "remember:"-style phrase ("Please remember that", "FYI,",
     "Note:"): words addressed to the assistant, not part of the fact. Extraction stores the
     fact without them and the judge compares facts without them."""
-    return _LEAD_IN.sub("", text)
+    return _LEAD_IN.sub("", text, count=1)
 
 
 def _norm(text: str) -> str:
@@ -256,8 +307,14 @@ def _drop_vocatives(text: str) -> str:
 
 def read_statement(text: str, other: str = "") -> Statement:
     """Read ``text`` into a ``Statement``. ``other`` (the statement it is compared with) lets
-    a sentence-initial capitalised word count as a name when ``other`` capitalises it too."""
-    text, other = (_HONORIFIC.sub(r"\1", _drop_vocatives(strip_lead_in(t))) for t in (text, other))
+    a sentence-initial capitalised word count as a name when ``other`` capitalises it too.
+
+    Linear in the length of both texts: whitespace runs are read as one space (so no
+    pattern can split a run many ways), patterns that would rescan a run from every start
+    are RE2 (``_EMAIL``, ``_LEAD_IN``) or one pass (``_codes``), ``from X to Y`` is read in a
+    bounded window (``MAX_FROM_VALUE_CHARS``), at most ``MAX_PHRASES`` negated and ``from``
+    phrases are kept (each is compared with the other statement's whole text)."""
+    text, other = (_HONORIFIC.sub(r"\1", _drop_vocatives(strip_lead_in(" ".join(t.split())))) for t in (text, other))
     norm = _norm(text)
     values: dict[str, set[str]] = {}
     blank = list(text)  # the text with every value blanked out: what the subject terms come from
@@ -268,7 +325,7 @@ def read_statement(text: str, other: str = "") -> Statement:
             for i in range(*span):
                 blank[i] = " "
 
-    def free(m: re.Match[str]) -> bool:
+    def free(m: re.Match[str] | _Span) -> bool:
         return all(blank[i] != " " or text[i] == " " for i in range(m.start(), m.end()))
 
     for m in _DATE.finditer(text):
@@ -277,18 +334,25 @@ def read_statement(text: str, other: str = "") -> Statement:
     for m in _EMAIL.finditer(text):
         if free(m):
             add("email", m.group(0).lower(), m.span())
-    for m in _CODE.finditer(text):
-        if free(m) and not _ORDINAL_OR_MEASURE.fullmatch(m.group(0)):
-            add("code", m.group(0).lower(), m.span())
+    for code in _codes(text):
+        if free(code) and not _ORDINAL_OR_MEASURE.fullmatch(code.group(0)):
+            add("code", code.group(0).lower(), code.span())
     initial = {m.group(1) for m in _SENTENCE_START.finditer(text)}
     other_starts = {m.group(1) for m in _SENTENCE_START.finditer(other)}
     other_inner_caps = {w for w in re.findall(r"\b[A-Z][\w'-]*", other) if w not in other_starts}
+    first_at: dict[str, int] = {}  # word → its first place in the text (one search per word)
+
+    def first(word: str) -> int:
+        if word not in first_at:
+            first_at[word] = text.find(word)
+        return first_at[word]
+
     for m in _CAPITALISED.finditer(text):
         if not free(m):
             continue
         parts = m.group(1).split()
         start = m.start()
-        if parts[0] in initial and start == text.find(parts[0]) and parts[0] not in other_inner_caps:
+        if parts[0] in initial and start == first(parts[0]) and parts[0] not in other_inner_caps:
             start += len(parts[0]) + 1  # a capitalised sentence start is a name only if the other agrees
             parts = parts[1:]
         while parts and parts[0] in ("I", "I'm", "I've", "I'd", "I'll"):
@@ -332,9 +396,25 @@ def read_statement(text: str, other: str = "") -> Statement:
     }
     change = bool(_CHANGE_MARKERS.search(text)) or any(m in text for m in _CHANGE_MARKERS_ZH)
     additive = bool(_ADDITIVE.search(text)) or any(m in text for m in _ADDITIVE_ZH)
-    negated = {_norm(m.group(1)) for m in _NEGATED.finditer(text)}
-    from_values = {_norm(m.group(1)) for m in _FROM_TO.finditer(text)}
+    negated = _first_phrases(_NEGATED.finditer(text))
+    from_values = _first_phrases(_FROM_TO.finditer(text))
     return Statement(text, norm, terms, values, frames, people, change, additive, negated, from_values)
+
+
+MAX_PHRASES = 16
+"""Most negated phrases (``not docker push``) and ``from X`` values read from one statement:
+each is looked for in the other statement's text, so their number is bounded (a statement
+saying more is long: it supersedes nothing, rule 4)."""
+
+
+def _first_phrases(matches: Iterable[re.Match[str]]) -> set[str]:
+    """The first ``MAX_PHRASES`` distinct normalised ``group(1)`` of ``matches``."""
+    out: set[str] = set()
+    for m in matches:
+        out.add(_norm(m.group(1)))
+        if len(out) >= MAX_PHRASES:
+            break
+    return out
 
 
 # frames too generic to make two statements about the same subject on their own

@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import httpx
 
+from .. import linear_re
 from ..config import LLMSettings
 from ..errors import ConfigError
 from .judge import Verdict
@@ -68,8 +68,9 @@ def reply_text(response: Mapping[str, Any]) -> str:
     return content
 
 
-_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
-_THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
+_FENCE = linear_re.compile(rf"```(?:json)?{linear_re.SPACE}*(.*?)```", linear_re.DOTALL)
+_THINK = linear_re.compile(r"<think>.*?</think>", linear_re.DOTALL | linear_re.IGNORECASE)
+"""RE2: a lazy ``.*?`` without its end scans the rest of the text from every start."""
 
 
 def parse_json_reply(text: str) -> Any:
@@ -85,7 +86,7 @@ def parse_json_reply(text: str) -> Any:
     for c in candidates:
         try:
             return json.loads(c)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
             continue
     raise LLMUnusable("the model's reply holds no JSON")
 

@@ -14,7 +14,7 @@ Robertson & Zaragoza report as robust).
 
 Tokenizer (``tokenize``): Unicode NFKC, lowercase; Latin/Cyrillic/Greek/digit words lose a
 possessive ``'s``, English stop words are dropped and the rest are Snowball-stemmed (Porter2,
-``snowballstemmer``); runs of CJK ideographs / kana / hangul become character unigrams plus
+``snowballstemmer``; a word longer than ``MAX_STEM_CHARS`` is kept whole); runs of CJK ideographs / kana / hangul become character unigrams plus
 bigrams (the usual dictionary-free CJK indexing: Chinese "北京大学" → 北 京 大 学 北京 京大 大学);
 Thai, Lao, Myanmar and Khmer, also written without spaces, are indexed the same way.
 
@@ -62,15 +62,22 @@ _CJK_CLASS = (
 )
 """Scripts written without spaces between words: CJK ideographs, kana, hangul, and Thai,
 Lao, Myanmar and Khmer (their combining vowel marks included), indexed as characters."""
-_ALNUM = rf"(?:(?!{_CJK_CLASS})[^\W_])"  # a letter or digit that is not CJK
-_WORD = re.compile(rf"{_CJK_CLASS}+|{_ALNUM}+(?:['’]{_ALNUM}+)*")
+_ALNUM = rf"[^\W_{_CJK_CLASS[1:-1]}]"  # a letter or digit that is not CJK
+_WORD = re.compile(rf"{_CJK_CLASS}++|{_ALNUM}++(?:['’]{_ALNUM}++)*+")
+"""A word. Linear: one character class per step, and possessive quantifiers (what they took
+is never given back: "a'a'a'…" is one pass, where a backtracking group rescanned it)."""
 _CJK = re.compile(_CJK_CLASS)
 _STEMMER = snowballstemmer.stemmer("english")
 
 
+MAX_STEM_CHARS = 64
+"""Longest word that is stemmed; a longer one is indexed as it is (the Snowball stemmer's
+time grows faster than the word: a 16 KB "word" would take seconds)."""
+
+
 @lru_cache(maxsize=65536)
 def _stem(word: str) -> str:
-    return _STEMMER.stemWord(word)
+    return _STEMMER.stemWord(word) if len(word) <= MAX_STEM_CHARS else word
 
 
 def tokenize(text: str) -> list[str]:

@@ -51,6 +51,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..config import CurationSettings
+from ..cpu_pool import CpuPool
 from ..curation.consolidate import history as version_chain
 from ..curation.consolidate import merged_content, plan_groups, successor
 from ..curation.judge import Verdict, judge, same_values
@@ -179,7 +180,13 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
     """See the module docstring. ``inner`` should rank with hybrid retrieval (it does as built
     by ``make_store``); ``on_event(name)`` counts outcomes (``write_created``,
     ``write_reinforced``, ``write_refined``, ``write_quarantined``, ``write_superseded``,
-    ``consolidation_group``, ``expired_purged``)."""
+    ``consolidation_group``, ``expired_purged``).
+
+    The pure-CPU work on memory text (screening, the judge, consolidation's grouping and
+    merging) runs on ``cpu`` (a ``CpuPool``; by default one of its own, closed with the
+    store), never on the event loop that serves every user of the shard: a write judged for
+    one user does not hold up another user's reads. A user's lock is held across it (an
+    ``asyncio.Lock``, taken only on the loop; worker threads take no lock)."""
 
     def __init__(
         self,
@@ -189,14 +196,25 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         on_event: Callable[[str], None] | None = None,
         now: Callable[[], datetime] = utcnow,
         llm_judge: LLMJudge | None = None,
+        cpu: CpuPool | None = None,
     ):
         super().__init__(inner)
         self.settings = settings
+        self._own_cpu = cpu is None
+        self._cpu = cpu if cpu is not None else CpuPool(name="curation")
         self._llm_judge = llm_judge
         self._on_event = on_event
         self._now = now
         self._locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._dirty: dict[str, None] = {}
+
+    async def close(self) -> None:
+        """Close the inner store, then this store's own ``CpuPool``."""
+        try:
+            await super().close()
+        finally:
+            if self._own_cpu:
+                self._cpu.close()
 
     def _count(self, event: str, n: int = 1) -> None:
         if self._on_event is not None and n:
@@ -347,7 +365,7 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         here): the candidates are the stored memories and the batch's earlier new ones."""
         memory = self._with_retention(memory)
         if memory.state == MemoryState.ACTIVE:
-            reason = self._screening_reason(memory.content, memory.created_via)
+            reason = await self._cpu.run(self._screening_reason, memory.content, memory.created_via)
             if reason is not None:
                 quarantined = memory.model_copy(update={"state": MemoryState.QUARANTINED, "state_reason": reason})
                 plan.new[quarantined.id] = quarantined
@@ -355,7 +373,7 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         superseded: list[tuple[Memory, str]] = []
         llm_calls = 0
         for old, cos in await self._candidates(memory, plan):
-            verdict, by = self._verdict(old, memory, cos), "rules"
+            verdict, by = await self._cpu.run(self._verdict, old, memory, cos), "rules"
             if verdict == Verdict.COMPATIBLE and self._asks_model(memory, llm_calls):
                 llm_calls += 1
                 opinion = await self._llm_judge.judge(old.content, memory.content)  # type: ignore[union-attr]
@@ -390,6 +408,7 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         )
 
     def _verdict(self, old: Memory, new: Memory, cos: float) -> Verdict:
+        """The rules' verdict on ``new`` written after ``old`` (pure CPU: run on ``_cpu``)."""
         if old.content.strip() == new.content.strip():
             return Verdict.DUPLICATE
         if new.created_via == WINDOW_CREATED_VIA:
@@ -456,7 +475,7 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         if self.settings.screening and isinstance(content, str) and "state" not in changes:
             current = await self.inner.get(memory_id, user_id)
             if current.state == MemoryState.ACTIVE:
-                reason = self._screening_reason(content, current.created_via)
+                reason = await self._cpu.run(self._screening_reason, content, current.created_via)
                 if reason is not None:
                     changes = {**changes, "state": MemoryState.QUARANTINED, "state_reason": reason}
                     self._count("write_quarantined")
@@ -575,11 +594,16 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
                     return -1.0
                 return cosine(va, vb) or -1.0
 
-            groups = plan_groups(
-                active, similarity, min_cosine=s.min_cosine, min_jaccard=s.min_jaccard, max_groups=s.max_groups
+            groups = await self._cpu.run(
+                plan_groups,
+                active,
+                similarity,
+                min_cosine=s.min_cosine,
+                min_jaccard=s.min_jaccard,
+                max_groups=s.max_groups,
             )
             for group in groups:
-                merged = await self.inner.store(self._merge(group))
+                merged = await self.inner.store(await self._cpu.run(self._merge, group))
                 for m in group:
                     await self.inner.update(
                         m.id,

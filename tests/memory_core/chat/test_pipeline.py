@@ -4,10 +4,13 @@ injection, auto-store with provenance, and failures that never fail the chat."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from memory_core.chat import pipeline as pipeline_module
 from memory_core.chat.inject import BLOCK_END, BLOCK_START
 from memory_core.chat.metrics import SPECS, BoundedLabels, decision_values
 from memory_core.chat.pipeline import MemoryPipeline
@@ -190,3 +193,28 @@ async def test_store_failures_never_fail_the_chat():
         "llm_memory_retrieval_total",
         {"backend": "milvus", "status": "error"},
     ) in metrics.counts  # the configured one
+
+
+async def test_extraction_runs_off_the_event_loop(store, monkeypatch):
+    """While the extraction of Alice's turn runs (blocked in its thread), Bob's request is
+    prepared on the same loop, and is what releases it. Extraction on the loop would block
+    the loop: Bob's request could not run, the extraction would time out."""
+    started, release, released = threading.Event(), threading.Event(), []
+    real = pipeline_module.extract_turn
+
+    def slow(*args, **kwargs):
+        started.set()
+        released.append(release.wait(5.0))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline_module, "extract_turn", slow)
+    p = pipeline(store)
+    prepared = await p.prepare(body("My locker code is 4817."), ctx())
+    remembering = asyncio.create_task(p.remember(prepared, {"choices": [{"message": {"content": "ok"}}]}))
+    assert await asyncio.to_thread(started.wait, 5.0)
+    other = await p.prepare(body("what is my locker code"), ctx("bob"))
+    assert other.skipped is None and other.injected == []  # Bob's request ran, without Alice's memories
+    release.set()
+    results = await remembering
+    assert released == [True]
+    assert [r.memory.content for r in results] == ["My locker code is 4817."]

@@ -54,7 +54,9 @@ def test_the_json_of_a_reply_is_found_in_its_usual_wrappings(text, value):
     assert parse_json_reply(text) == value
 
 
-@pytest.mark.parametrize("text", ["", "no json here", "{broken", "<think>{}</think>"])
+@pytest.mark.parametrize(
+    "text", ["", "no json here", "{broken", "<think>{}</think>", "[" * 100_000 + "]" * 100_000, '{"a":' * 50_000]
+)
 def test_a_reply_without_json_is_unusable(text):
     with pytest.raises(LLMUnusable):
         parse_json_reply(text)

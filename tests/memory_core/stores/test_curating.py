@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from datetime import timedelta
 
 import pytest
@@ -14,7 +15,7 @@ from memory_core.config import CurationSettings, MemoryStoreSettings, RetentionS
 from memory_core.curation.consolidate import lost_words
 from memory_core.embedding import CoalescingEmbedFn
 from memory_core.errors import InvalidInput
-from memory_core.stores import make_store
+from memory_core.stores import curating, make_store
 from memory_core.stores.curating import CuratingStore
 from memory_core.types import Memory, MemoryState, MemoryType, RetrieveOptions, WriteOutcome, utcnow
 
@@ -331,3 +332,43 @@ async def test_an_edit_that_turns_a_memory_into_instructions_quarantines_it(embe
     released = await store.restore(kept.memory.id, "alice")
     fixed = await store.update(released.id, "alice", {"content": "I like black tea."})
     assert fixed.state == MemoryState.ACTIVE
+
+
+# ---------------------------------------------------------------------- CPU work off the loop
+BLOCKED_S = 5.0
+"""How long a patched rule waits for the other user's read before it gives up (only reached
+when the rule runs on the event loop: the read cannot run then, so nothing releases it)."""
+
+
+def _blocking(rule, marker: str, started: threading.Event, release: threading.Event, released: list[bool]):
+    """``rule`` that, for a text containing ``marker``, first blocks its thread (``time.sleep``
+    style: ``threading.Event.wait``) until ``release`` is set or ``BLOCKED_S`` pass, noting
+    in ``released`` whether it was released."""
+
+    def slow(*texts):
+        if any(marker in t for t in texts):
+            started.set()
+            released.append(release.wait(BLOCKED_S))
+        return rule(*texts)
+
+    return slow
+
+
+@pytest.mark.parametrize("rule", ["screen", "judge"])
+async def test_a_slow_rule_for_one_user_does_not_hold_up_another_users_read(embed, monkeypatch, rule):
+    """While the screening or the judge of Alice's write is running (blocked in its thread),
+    Bob's retrieve on the same store and loop completes, and is what releases it. With the
+    rule on the loop, the loop itself is blocked: Bob's read waits, the rule times out."""
+    store = build(embed)
+    await store.write([fact("I live in Boston.", user="bob")])
+    await store.write([fact("I live in Boston.", user="alice")])
+    started, release, released = threading.Event(), threading.Event(), []
+    monkeypatch.setattr(curating, rule, _blocking(getattr(curating, rule), "Paris", started, release, released))
+    writing = asyncio.create_task(store.write([fact("I moved to Paris now.", user="alice")]))
+    assert await asyncio.to_thread(started.wait, BLOCKED_S)  # Alice's rule is running
+    assert await search(store, "where do I live", user="bob") == ["I live in Boston."]
+    release.set()
+    (result,) = await writing
+    assert released == [True]  # Bob's read finished while Alice's rule was still blocked
+    assert result.outcome == WriteOutcome.CREATED
+    await store.close()
