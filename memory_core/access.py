@@ -1,7 +1,7 @@
 """Identity and access: who a request is (``Principal``), how that is established
 (``Authenticator``: a trusted gateway's headers, or API keys), the API keys themselves
 (``KeyRegistry``: SQLite, keys stored as SHA-256 digests only) and the per-user write rate
-limit (``WriteRateLimiter``).
+limit (``WriteRateLimiter``, counted per memory written).
 
 Two modes (``AccessSettings.mode``):
 
@@ -39,7 +39,15 @@ from limits import RateLimitItemPerSecond
 from limits.storage import MemoryStorage
 from limits.strategies import MovingWindowRateLimiter
 
-from .errors import Forbidden, InvalidApiKey, InvalidInput, KeyNotFound, RateLimited, UntrustedIdentity
+from .errors import (
+    Forbidden,
+    InvalidApiKey,
+    InvalidInput,
+    KeyNotFound,
+    RateLimited,
+    RequestTooLarge,
+    UntrustedIdentity,
+)
 from .sanitize import GATEWAY_SECRET_HEADER, ROLE_HEADER, USER_HEADER, require_user_id
 
 KEY_PREFIX = "mr_"
@@ -342,31 +350,68 @@ class Authenticator:
 
 # --------------------------------------------------------------------------- rate limit
 class WriteRateLimiter:
-    """At most ``limit`` write requests per user in any ``window_s`` seconds (a moving
+    """At most ``limit`` memories written per user in any ``window_s`` seconds (a moving
     window, ``limits.strategies.MovingWindowRateLimiter``), per ingress replica: with N
-    replicas a user may reach N × ``limit``. ``limit`` 0 turns the limit off."""
+    replicas a user may reach N × ``limit``. ``limit`` 0 turns the limit off.
+
+    A request takes its whole cost (the memories it writes) up front, before any of them is
+    written: either all of it fits in what remains of the window, or the request is refused
+    and nothing is counted (so nothing is half-written)."""
 
     def __init__(self, limit: int, window_s: int, clock: Callable[[], float] = time.time):
         self.enabled = limit > 0
         self._item = RateLimitItemPerSecond(max(limit, 1), window_s)
-        self._limiter = MovingWindowRateLimiter(MemoryStorage())
+        self._storage = MemoryStorage()
+        self._limiter = MovingWindowRateLimiter(self._storage)
         self._clock = clock
 
-    def take(self, user_id: str) -> None:
-        """Count one write of ``user_id``. Raises ``RateLimited`` (429) carrying
-        ``retry_after_s`` (whole seconds until a write is allowed again, at least 1)."""
-        if not self.enabled or self._limiter.hit(self._item, "writes", user_id):
+    @property
+    def limit(self) -> int:
+        """Memories per window (``0``: off)."""
+        return self._item.amount if self.enabled else 0
+
+    @property
+    def window_s(self) -> int:
+        return self._item.multiples
+
+    def take(self, user_id: str, cost: int = 1) -> None:
+        """Count ``cost`` (≥ 1) memories written by ``user_id``, all or none. Raises
+        ``RateLimited`` (429) carrying ``retry_after_s`` (whole seconds until ``cost`` fits
+        again, at least 1) when the window's remainder is smaller than ``cost``, and
+        ``RequestTooLarge`` (413) when ``cost`` exceeds the whole limit (it never fits)."""
+        if cost < 1:
+            raise ValueError("cost must be at least 1")
+        if not self.enabled:
             return
-        reset_at, _ = self._limiter.get_window_stats(self._item, "writes", user_id)
-        wait = max(1, math.ceil(reset_at - self._clock()))
+        limit, window = self._item.amount, self._item.multiples
+        if cost > limit:
+            raise RequestTooLarge(
+                f"this request writes {cost} memories; the write limit is {limit} memories per {window} s "
+                "per user (global.access.write_rate_limit.limit): send fewer at a time"
+            )
+        if self._limiter.hit(self._item, "writes", user_id, cost=cost):
+            return
         raise RateLimited(
-            f"too many writes for this user: at most {self._item.amount} per {self._item.multiples} s", wait
+            f"too many writes for this user: at most {limit} memories per {window} s (this request writes {cost})",
+            self._retry_after(user_id, cost),
         )
 
-    def allow(self, user_id: str) -> bool:
-        """``take`` as a yes/no (chat's auto-store skips a turn instead of failing the chat)."""
+    def _retry_after(self, user_id: str, cost: int) -> int:
+        """Whole seconds until ``cost`` more fit in the window: until the entry that leaves
+        room for them expires (the moving window's log of ``MemoryStorage``, newest first)."""
+        limit, window = self._item.amount, self._item.multiples
+        entries = self._storage.events.get(self._item.key_for("writes", user_id), [])
+        if len(entries) > limit - cost:
+            frees_at = entries[limit - cost].atime + window
+        else:  # the log moved meanwhile: the window's own reset time
+            frees_at, _ = self._limiter.get_window_stats(self._item, "writes", user_id)
+        return max(1, math.ceil(frees_at - self._clock()))
+
+    def allow(self, user_id: str, cost: int = 1) -> bool:
+        """``take`` as a yes/no (chat's auto-store skips a turn instead of failing the chat;
+        a turn larger than the whole limit is refused too)."""
         try:
-            self.take(user_id)
-        except RateLimited:
+            self.take(user_id, cost)
+        except (RateLimited, RequestTooLarge):
             return False
         return True

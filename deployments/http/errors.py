@@ -32,6 +32,7 @@ from memory_core.errors import (
     MemoryNotFound,
     MigrationError,
     RateLimited,
+    RequestTooLarge,
     StoreClosed,
     StoreUnavailable,
     Unauthenticated,
@@ -54,6 +55,7 @@ STATUS: dict[type[MemoryError_], int] = {
     MemoryNotFound: 404,  # absent, or another user's: indistinguishable on purpose
     KeyNotFound: 404,
     DuplicateMemory: 409,
+    RequestTooLarge: 413,
     RateLimited: 429,
     EmbeddingIdentityMismatch: 409,
     StoreClosed: 503,
@@ -72,6 +74,10 @@ DOCUMENTED_ERRORS = {
         (403, "The caller's role does not allow this (another user's memories, an admin endpoint)"),
         (404, "No such memory of the caller"),
         (409, "Conflict (an id in use, vectors of another model identity)"),
+        (
+            413,
+            "The request is larger than one request may be (its body, memories or import lines; the message names the limit)",
+        ),
         (429, "Too many writes by this user, or the ingress queue is full (Retry-After)"),
         (503, "A store shard or the embedder is unavailable for a moment (Retry-After)"),
     )

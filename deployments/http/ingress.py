@@ -36,8 +36,15 @@ from memory_core.chat.metrics import decision_values
 from memory_core.chat.pipeline import MemoryPipeline, PreparedChat
 from memory_core.config import RouterConfig
 from memory_core.curation.llm import http_complete
-from memory_core.errors import EmbeddingUnavailable, InvalidInput, MemoryError_, MemoryNotFound, Unauthenticated
-from memory_core.migration import ImportReport, export_user, import_lines
+from memory_core.errors import (
+    EmbeddingUnavailable,
+    InvalidInput,
+    MemoryError_,
+    MemoryNotFound,
+    RequestTooLarge,
+    Unauthenticated,
+)
+from memory_core.migration import ImportReport, count_import_lines, export_user, import_lines
 from memory_core.sanitize import check_json_text, check_project_id, is_memory_id
 from memory_core.types import Memory, MemoryState, MemoryType, RetrieveOptions
 
@@ -56,6 +63,7 @@ from .headers import (
     refuse_cross_site,
     request_context,
 )
+from .limits import BodyLimit, ConfiguredLimits
 from .openai_schema import ChatCompletionRequest
 from .schemas import (
     MAX_EMBEDDING_INPUTS,
@@ -88,6 +96,9 @@ from .ui import review_page_response
 log = logging.getLogger("ray.serve")
 app = FastAPI(title="memory-router", version="0.1.0", responses=DOCUMENTED_ERRORS)
 install_error_handlers(app)
+REQUEST_LIMITS = ConfiguredLimits()
+"""This replica's ``global.limits`` (set by ``MemoryIngress.__init__``), read by ``BodyLimit``."""
+app.add_middleware(BodyLimit, limits=REQUEST_LIMITS)  # inside the cross-site check below
 
 
 @app.middleware("http")
@@ -264,6 +275,8 @@ class MemoryIngress:
         self.registry = KeyRegistry(access.api_keys.path)
         self.auth = Authenticator(access, self.registry, os.environ)
         self.write_limit = WriteRateLimiter(access.write_rate_limit.limit, access.write_rate_limit.window_s)
+        self.limits = config.global_.limits
+        REQUEST_LIMITS.settings = self.limits
         self._known_users: set[str] = set()
         llm = self.config.memory.extraction.llm
         complete = None
@@ -294,11 +307,14 @@ class MemoryIngress:
         principal.require_admin(action)
         return principal
 
-    def _write_as(self, principal: Principal, user_id: str | None) -> str:
-        """``Principal.owner`` for a write: counts the write against the caller's rate limit
-        (429 with ``Retry-After`` beyond it) and records the owner for the admin user list."""
+    def _write_as(self, principal: Principal, user_id: str | None, memories: int = 1) -> str:
+        """``Principal.owner`` for a write of ``memories`` memories: counts them against the
+        caller's write limit, all up front (429 with ``Retry-After`` when the rest of the
+        window cannot hold them, 413 when the whole limit cannot; nothing is counted then)
+        and records the owner for the admin user list. ``memories`` 0 counts nothing."""
         owner = principal.owner(user_id)
-        self.write_limit.take(principal.user_id)
+        if memories:
+            self.write_limit.take(principal.user_id, memories)
         self._note_user(owner)
         return owner
 
@@ -307,10 +323,11 @@ class MemoryIngress:
             self.registry.note_user(user_id)
             self._known_users.add(user_id)
 
-    def _admit_chat_write(self, user_id: str) -> bool:
-        """Chat's auto-store asks this before writing a turn's memories (the same per-user
-        write limit; over it the turn is not stored and the answer still goes out)."""
-        if not self.write_limit.allow(user_id):
+    def _admit_chat_write(self, user_id: str, memories: int) -> bool:
+        """Chat's auto-store asks this before writing a turn's ``memories`` memories (the same
+        per-user write limit, counting each; over it the turn is not stored and the answer
+        still goes out)."""
+        if not self.write_limit.allow(user_id, memories):
             return False
         self._note_user(user_id)
         return True
@@ -519,7 +536,13 @@ class MemoryIngress:
         self, body: CreateMemoriesRequest, request: Request, owner: OwnerQuery = None
     ) -> JSONResponse:
         principal = self._caller(request)
-        user_id = self._write_as(principal, owner)
+        most = self.limits.memories_per_request
+        if len(body.memories) > most:
+            raise RequestTooLarge(
+                f"this request holds {len(body.memories)} memories: the limit is {most} per request "
+                "(global.limits.memories_per_request)"
+            )
+        user_id = self._write_as(principal, owner, len(body.memories))
         contents = [m.content for m in body.memories]  # cleaned and checked by the body model
         started = time.perf_counter()
         batch = await self._embed(contents)
@@ -668,15 +691,18 @@ class MemoryIngress:
     )
     async def import_memories(self, request: Request, owner: OwnerQuery = None) -> dict:
         """Import JSONL export lines into the caller's memories (``user_id``: into another
-        user's, admin only)."""
+        user's, admin only). At most ``global.limits.import_lines`` non-blank lines (413
+        beyond, nothing imported); each counts against the write limit, all up front."""
         principal = self._caller(request)
-        user_id = self._write_as(principal, owner)
+        principal.owner(owner)  # 403 before the body is read
         try:
             text = (await request.body()).decode("utf-8")
         except UnicodeDecodeError as e:
             raise InvalidInput(f"import body must be UTF-8 JSONL: {e}") from e
         # split on "\n" only: str.splitlines() also splits inside JSON strings at U+2028/U+0085
-        report = await import_lines(self.store, text.split("\n"), user_id=user_id, created_by=principal.user_id)
+        lines = text.split("\n")
+        user_id = self._write_as(principal, owner, count_import_lines(lines, self.limits.import_lines))
+        report = await import_lines(self.store, lines, user_id=user_id, created_by=principal.user_id)
         return report.model_dump()
 
     # ------------------------------------------------------------------ the lifecycle

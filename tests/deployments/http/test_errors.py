@@ -29,6 +29,7 @@ EXPECTED = {
     "UntrustedIdentity": (403, "untrusted_identity"),
     "KeyNotFound": (404, "key_not_found"),
     "RateLimited": (429, "rate_limited"),
+    "RequestTooLarge": (413, "request_too_large"),
 }
 
 
