@@ -157,6 +157,7 @@ CREATE TABLE IF NOT EXISTS users (
     user_id TEXT PRIMARY KEY,
     first_seen TEXT NOT NULL
 );
+CREATE INDEX IF NOT EXISTS api_keys_by_user ON api_keys (user_id);
 """
 MAX_KEY_NAME_CHARS = 200
 
@@ -252,15 +253,31 @@ class KeyRegistry:
         with self._lock:
             self._db.execute("INSERT OR IGNORE INTO users (user_id, first_seen) VALUES (?, ?)", (user_id, _now()))
 
-    def users(self) -> list[tuple[str, int]]:
-        """Every user seen (written memories or holds a key), sorted by id, with the count of
-        their active keys: ``[(user_id, active_keys)]``."""
+    def users(self, limit: int | None = None, offset: int = 0) -> list[tuple[str, int]]:
+        """The users seen (written memories or hold a key), sorted by id, with the count of
+        their active keys: ``[(user_id, active_keys)]``; ``limit``/``offset`` select one page
+        (``None``: every user from ``offset`` on). Raises ``InvalidInput`` for a negative
+        ``limit`` or ``offset``."""
+        if (limit is not None and limit < 0) or offset < 0:
+            raise InvalidInput("limit and offset must be ≥ 0")
         with self._lock:
             rows = self._db.execute(
-                "SELECT u.user_id, COUNT(k.key_id) FROM users u LEFT JOIN api_keys k "
-                "ON k.user_id = u.user_id AND k.revoked_at IS NULL GROUP BY u.user_id ORDER BY u.user_id"
+                "SELECT p.user_id, (SELECT COUNT(*) FROM api_keys k WHERE k.user_id = p.user_id "
+                "AND k.revoked_at IS NULL) FROM (SELECT user_id FROM users ORDER BY user_id LIMIT ? OFFSET ?) p "
+                "ORDER BY p.user_id",
+                (-1 if limit is None else limit, offset),
             ).fetchall()
         return [(r[0], int(r[1])) for r in rows]
+
+    def user_count(self) -> int:
+        """How many users have been seen (``users``' length without a page)."""
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM users").fetchone()[0])
+
+    def active_key_count(self) -> int:
+        """How many keys are not revoked (every key's user is among ``users``)."""
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM api_keys WHERE revoked_at IS NULL").fetchone()[0])
 
 
 # --------------------------------------------------------------------------- who is asking

@@ -32,6 +32,7 @@ from ray import serve
 from ray.exceptions import RayError
 
 from memory_core.access import Authenticator, KeyRegistry, Principal, WriteRateLimiter
+from memory_core.admin import DEFAULT_USERS_PAGE, MAX_USERS_PAGE, service_stats, users_page
 from memory_core.chat.metrics import decision_values
 from memory_core.chat.pipeline import MemoryPipeline, PreparedChat
 from memory_core.config import RouterConfig
@@ -166,10 +167,6 @@ OwnerQuery = Annotated[
     ),
 ]
 """The ``user_id`` query parameter of the memory endpoints."""
-
-
-ADMIN_CONCURRENCY = 8
-"""Store reads the admin endpoints run at once (one count per user)."""
 
 
 def server_timing(**seconds: float) -> str:
@@ -767,49 +764,25 @@ class MemoryIngress:
         principal = self._caller(request)
         return {"user_id": principal.user_id, "role": principal.role.value, "mode": self.auth.settings.mode}
 
-    async def _memory_counts(
-        self, user_ids: list[str], states: list[MemoryState] | None, types: list[MemoryType] | None = None
-    ) -> list[int]:
-        """The number of memories of each user (in ``states``, ``None``: every state; of
-        ``types`` when given), read at most ``ADMIN_CONCURRENCY`` at a time."""
-        gate = asyncio.Semaphore(ADMIN_CONCURRENCY)
-
-        async def count(user_id: str) -> int:
-            async with gate:
-                return (await self.store.list(user_id, limit=1, states=states, types=types)).total
-
-        return list(await asyncio.gather(*(count(u) for u in user_ids)))
-
     @app.get("/v1/admin/users", response_model=UsersOut)
-    async def admin_users(self, request: Request) -> dict:
-        """Every user the service has seen (wrote memories or holds a key), with the number of
-        their memories (every state) and active keys; admin only."""
+    async def admin_users(
+        self,
+        request: Request,
+        limit: int = Query(DEFAULT_USERS_PAGE, gt=0, le=MAX_USERS_PAGE),
+        offset: int = Query(0, ge=0),
+    ) -> dict:
+        """One page of the users the service has seen (wrote memories or hold a key), sorted
+        by id, with the number of their memories (every state) and active keys, and ``total``
+        (every user seen); admin only. Counts the page's users only (``admin.users_page``)."""
         self._admin(request, "listing users")
-        users = self.registry.users()
-        totals = await self._memory_counts([u for u, _ in users], None)
-        return {
-            "users": [
-                {"user_id": u, "memories": total, "keys": keys} for (u, keys), total in zip(users, totals, strict=True)
-            ]
-        }
+        return await users_page(self.store, self.registry, limit, offset)
 
     @app.get("/v1/admin/stats", response_model=StatsOut)
     async def admin_stats(self, request: Request) -> dict:
-        """Totals over every user seen: memories by state and by type, users, active keys;
-        admin only. It costs one count per user and state (and type): an operator's view,
-        not a hot path."""
+        """Totals: users seen, every memory by state and by type, active keys; admin only.
+        One aggregate store call whatever the number of users (``admin.service_stats``)."""
         self._admin(request, "service statistics")
-        seen = self.registry.users()  # every key's user is among them (``KeyRegistry.create``)
-        users = [u for u, _ in seen]
-        by_state = {s.value: sum(await self._memory_counts(users, [s])) for s in MemoryState}
-        by_type = {t.value: sum(await self._memory_counts(users, None, [t])) for t in MemoryType}
-        return {
-            "users": len(users),
-            "memories": sum(by_state.values()),
-            "by_state": by_state,
-            "by_type": by_type,
-            "keys": sum(keys for _, keys in seen),
-        }
+        return await service_stats(self.store, self.registry)
 
     @app.post("/v1/admin/keys", status_code=201, response_model=CreatedKeyOut)
     async def create_key(self, body: CreateKeyRequest, request: Request) -> dict:

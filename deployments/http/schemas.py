@@ -312,13 +312,18 @@ class UserOut(BaseModel):
 
 
 class UsersOut(BaseModel):
-    """``GET /v1/admin/users``."""
+    """``GET /v1/admin/users``: one page of the users (``limit``/``offset``) and ``total``,
+    the number of every user seen."""
 
     users: list[UserOut]
+    total: int
+    limit: int
+    offset: int
 
 
 class StatsOut(BaseModel):
-    """``GET /v1/admin/stats``: totals over every user seen."""
+    """``GET /v1/admin/stats``: users seen, every memory in the store by state and by type,
+    active keys."""
 
     users: int
     memories: int

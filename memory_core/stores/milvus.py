@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, StoreUnavailable
-from ..types import ListResult, Memory, MemoryState, MemoryType, RetrieveOptions, ScoredMemory
+from ..types import ListResult, Memory, MemoryCounts, MemoryState, MemoryType, RetrieveOptions, ScoredMemory
 from ._records import LIFECYCLE_FIELDS, lifecycle_fields, memory_from_fields, newest_first, record_fields, to_ms
 from .base import MemoryStore, candidate_count
 from .credentials import secret_from_env
@@ -613,6 +613,23 @@ class MilvusStore(MemoryStore):
     # ------------------------------------------------------------------ hooks
     async def _exists(self, memory_id: str) -> bool:
         return bool(await self._call(self._get_sync, [memory_id], ["id"]))
+
+    async def _counts(self, user_id: str | None) -> MemoryCounts:
+        """One ``count(*)`` query per state and per type (7), filtered by the owner when given."""
+        owner = [] if user_id is None else [f"user_id == {milvus_literal(user_id)}"]
+
+        def count(clause: str) -> int:
+            expr = " and ".join([*owner, clause])
+            rows = self._conn.query(self.collection, filter=expr, output_fields=["count(*)"], **self._read_level)
+            return int(rows[0]["count(*)"])
+
+        def counts() -> MemoryCounts:
+            return MemoryCounts(
+                by_state={s: count(f"state == {milvus_literal(s.value)}") for s in MemoryState},
+                by_type={t: count(f"memory_type == {milvus_literal(t.value)}") for t in MemoryType},
+            )
+
+        return await self._call(counts)
 
     async def _flush(self) -> None:
         """Flush the collection (seal growing segments) and count it."""
