@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 CONSOLIDATE_PATH = "/v1/memory/consolidate"
 USERS_PATH = "/v1/admin/users"
 STATS_PATH = "/v1/admin/stats"
-USERS_PAGE = 1000
+USERS_PAGE = 500
 """Users per ``GET /v1/admin/users`` request (the service's largest page)."""
 SHOWN_MERGED = 3
 

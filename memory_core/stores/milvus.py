@@ -615,12 +615,23 @@ class MilvusStore(MemoryStore):
         return bool(await self._call(self._get_sync, [memory_id], ["id"]))
 
     async def _counts(self, user_id: str | None) -> MemoryCounts:
-        """One ``count(*)`` query per state and per type (7), filtered by the owner when given."""
-        owner = [] if user_id is None else [f"user_id == {milvus_literal(user_id)}"]
+        """A user: one query of the user's ``state`` and ``memory_type`` (the partition the
+        user hashes to, as listing reads it), counted here: a page of 100 users took 2.2 s
+        instead of 5.1 s with seven ``count(*)`` queries per user on Milvus Lite
+        (``benchmarks/admin_views.py``). Every user: one ``count(*)`` query per state and per
+        type (7)."""
+        if user_id is not None:
+            rows = await self._call(self._query_all, _filter(user_id, None, None), ["state", "memory_type"])
+            states = {s.value: s for s in MemoryState}
+            kinds = {t.value: t for t in MemoryType}
+            return MemoryCounts.of(
+                (states[str(r["state"])], kinds[str(r["memory_type"])])
+                for r in rows
+                if str(r.get("state")) in states and str(r.get("memory_type")) in kinds
+            )
 
         def count(clause: str) -> int:
-            expr = " and ".join([*owner, clause])
-            rows = self._conn.query(self.collection, filter=expr, output_fields=["count(*)"], **self._read_level)
+            rows = self._conn.query(self.collection, filter=clause, output_fields=["count(*)"], **self._read_level)
             return int(rows[0]["count(*)"])
 
         def counts() -> MemoryCounts:

@@ -244,7 +244,7 @@ def test_consolidate_all_lists_failed_users_exits_1_and_stops_on_403(stub):
     res = run(stub, "consolidate", "--all", "--user", "ops", "--role", "admin")
     assert res.exit_code == 1, res.output
     pages = [r.query for r in stub.received if r.method == "GET"]
-    assert pages == [{"limit": ["1000"], "offset": ["0"]}, {"limit": ["1000"], "offset": ["2"]}]  # until total
+    assert pages == [{"limit": ["500"], "offset": ["0"]}, {"limit": ["500"], "offset": ["2"]}]  # until total
     assert [r.query["user_id"] for r in stub.received if r.method == "POST"] == [["a"], ["b"], ["c"]]
     assert "failed b: POST /v1/memory/consolidate: HTTP 503 store_unavailable: shard restarting" in res.output
     assert "2 users consolidated: 2 groups merged, 4 memories consolidated, 2 expired purged; 1 failed" in res.output
