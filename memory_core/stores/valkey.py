@@ -498,7 +498,7 @@ class ValkeyStore(MemoryStore):
                 "FT.SEARCH", self.index, clause, "LIMIT", "0", "0", "DIALECT", "2"
             )  # fmt: skip
             if isinstance(reply, dict):  # RESP3
-                return int(reply.get(b"total_results", reply.get("total_results", 0)))
+                return int(reply.get(b"total_results") or reply.get("total_results") or 0)
             return int(reply[0])
 
         return MemoryCounts(
