@@ -43,8 +43,11 @@ from memory_core.errors import (
 from memory_core.stores.curating import ConsolidationReport, CuratingStore
 from memory_core.stores.sharding import shard_for
 from memory_core.types import (
+    EVERYONE,
+    Everyone,
     ListResult,
     Memory,
+    MemoryCounts,
     MemoryState,
     MemoryType,
     RetrieveOptions,
@@ -244,6 +247,9 @@ class StoreShard:
             "forget_by_scope", self._store.forget_by_scope(user_id, project_id=project_id, types=types), request_id
         )
 
+    async def counts(self, owner: str | Everyone, request_id: str = "") -> MemoryCounts:
+        return await self._timed("counts", self._store.counts(owner), request_id)
+
     async def check_connection(self) -> bool:
         return await self._store.check_connection()
 
@@ -378,15 +384,17 @@ class StorePoolClient:
         self._handle = handle
         self._shards: list | None = None
 
-    async def _shard(self, user_id: str, refresh: bool = False):
+    async def _shard(self, user_id: str | Everyone, refresh: bool = False):
         if self._shards is None or refresh:
             self._shards = await self._handle.shard_handles.remote()
+        if user_id is EVERYONE:  # every shard reaches the one backend (one shard when embedded)
+            return self._shards[0]
         return self._shards[shard_for(user_id, len(self._shards))]
 
-    async def _call(self, user_id: str, method: str, *args: Any, read: bool) -> Any:
-        """``shard.<method>.remote(*args, request_id=...)`` on the shard of ``user_id``; the
-        request id is that of the request being served (``current_request_id()``), which the
-        shard logs with the call.
+    async def _call(self, user_id: str | Everyone, method: str, *args: Any, read: bool) -> Any:
+        """``shard.<method>.remote(*args, request_id=...)`` on the shard of ``user_id`` (the
+        first shard for ``EVERYONE``: the shards share the backend); the request id is that of
+        the request being served (``current_request_id()``), which the shard logs with the call.
 
         A memory_core error raised in the shard is raised here as itself. If the shard is
         unreachable (its process died and Ray is restarting it, or its StorePool replica was
@@ -483,6 +491,13 @@ class StorePoolClient:
     ) -> int:
         kinds = list(types) if types else None
         return await self._call(user_id, "forget_by_scope", user_id, project_id, kinds, read=False)
+
+    async def counts(self, owner: str | Everyone) -> MemoryCounts:
+        """``Store.counts`` on the shard of ``owner`` (a user id), or for ``EVERYONE`` on the
+        first shard: every shard holds a client of the same backend (a server), and an embedded
+        backend runs one shard only (``MemoryStoreSettings``), so one call counts every
+        user's memories."""
+        return await self._call(owner, "counts", owner, read=True)
 
     async def check_connection(self) -> bool:
         """Every shard answers and its backend is reachable (``StorePool.check_connection``)."""

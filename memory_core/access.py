@@ -1,7 +1,7 @@
 """Identity and access: who a request is (``Principal``), how that is established
 (``Authenticator``: a trusted gateway's headers, or API keys), the API keys themselves
 (``KeyRegistry``: SQLite, keys stored as SHA-256 digests only) and the per-user write rate
-limit (``WriteRateLimiter``).
+limit (``WriteRateLimiter``, counted per memory written).
 
 Two modes (``AccessSettings.mode``):
 
@@ -45,6 +45,7 @@ from .errors import (
     InvalidInput,
     KeyNotFound,
     RateLimited,
+    RequestTooLarge,
     Unauthenticated,
     UnsupportedMediaType,
     UntrustedIdentity,
@@ -158,6 +159,7 @@ CREATE TABLE IF NOT EXISTS users (
     user_id TEXT PRIMARY KEY,
     first_seen TEXT NOT NULL
 );
+CREATE INDEX IF NOT EXISTS api_keys_by_user ON api_keys (user_id);
 """
 MAX_KEY_NAME_CHARS = 200
 
@@ -253,15 +255,31 @@ class KeyRegistry:
         with self._lock:
             self._db.execute("INSERT OR IGNORE INTO users (user_id, first_seen) VALUES (?, ?)", (user_id, _now()))
 
-    def users(self) -> list[tuple[str, int]]:
-        """Every user seen (written memories or holds a key), sorted by id, with the count of
-        their active keys: ``[(user_id, active_keys)]``."""
+    def users(self, limit: int | None = None, offset: int = 0) -> list[tuple[str, int]]:
+        """The users seen (written memories or hold a key), sorted by id, with the count of
+        their active keys: ``[(user_id, active_keys)]``; ``limit``/``offset`` select one page
+        (``None``: every user from ``offset`` on). Raises ``InvalidInput`` for a negative
+        ``limit`` or ``offset``."""
+        if (limit is not None and limit < 0) or offset < 0:
+            raise InvalidInput("limit and offset must be ≥ 0")
         with self._lock:
             rows = self._db.execute(
-                "SELECT u.user_id, COUNT(k.key_id) FROM users u LEFT JOIN api_keys k "
-                "ON k.user_id = u.user_id AND k.revoked_at IS NULL GROUP BY u.user_id ORDER BY u.user_id"
+                "SELECT p.user_id, (SELECT COUNT(*) FROM api_keys k WHERE k.user_id = p.user_id "
+                "AND k.revoked_at IS NULL) FROM (SELECT user_id FROM users ORDER BY user_id LIMIT ? OFFSET ?) p "
+                "ORDER BY p.user_id",
+                (-1 if limit is None else limit, offset),
             ).fetchall()
         return [(r[0], int(r[1])) for r in rows]
+
+    def user_count(self) -> int:
+        """How many users have been seen (``users``' length without a page)."""
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM users").fetchone()[0])
+
+    def active_key_count(self) -> int:
+        """How many keys are not revoked (every key's user is among ``users``)."""
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM api_keys WHERE revoked_at IS NULL").fetchone()[0])
 
 
 # --------------------------------------------------------------------------- who is asking
@@ -297,7 +315,7 @@ class Authenticator:
             self._admin_digest = _secret_digest(environ, env, "global.access.api_keys.admin_key_env")
         anonymous = settings.anonymous.rate_limit
         self._anonymous_limit = WriteRateLimiter(
-            anonymous.limit, anonymous.window_s, what="requests without identity from this address"
+            anonymous.limit, anonymous.window_s, what="requests without identity from this address", unit="requests"
         )
 
     @property
@@ -383,33 +401,78 @@ class Authenticator:
 
 # --------------------------------------------------------------------------- rate limit
 class WriteRateLimiter:
-    """At most ``limit`` write requests per user in any ``window_s`` seconds (a moving
+    """At most ``limit`` memories written per user in any ``window_s`` seconds (a moving
     window, ``limits.strategies.MovingWindowRateLimiter``), per ingress replica: with N
-    replicas a user may reach N × ``limit``. ``limit`` 0 turns the limit off."""
+    replicas a user may reach N × ``limit``. ``limit`` 0 turns the limit off.
+
+    A request takes its whole cost (the memories it writes) up front, before any of them is
+    written: either all of it fits in what remains of the window, or the request is refused
+    and nothing is counted (so nothing is half-written)."""
 
     def __init__(
-        self, limit: int, window_s: int, clock: Callable[[], float] = time.time, what: str = "writes for this user"
+        self,
+        limit: int,
+        window_s: int,
+        clock: Callable[[], float] = time.time,
+        what: str = "writes for this user",
+        unit: str = "memories",
     ):
         self.enabled = limit > 0
         self._item = RateLimitItemPerSecond(max(limit, 1), window_s)
-        self._limiter = MovingWindowRateLimiter(MemoryStorage())
+        self._storage = MemoryStorage()
+        self._limiter = MovingWindowRateLimiter(self._storage)
         self._clock = clock
         self._what = what  # what is counted, for the message (the same limiter keys requests per address)
+        self._unit = unit
 
-    def take(self, user_id: str) -> None:
-        """Count one write of ``user_id``. Raises ``RateLimited`` (429) carrying
-        ``retry_after_s`` (whole seconds until a write is allowed again, at least 1)."""
-        if not self.enabled or self._limiter.hit(self._item, "writes", user_id):
+    @property
+    def limit(self) -> int:
+        """Memories per window (``0``: off)."""
+        return self._item.amount if self.enabled else 0
+
+    @property
+    def window_s(self) -> int:
+        return self._item.multiples
+
+    def take(self, user_id: str, cost: int = 1) -> None:
+        """Count ``cost`` (≥ 1) memories written by ``user_id``, all or none. Raises
+        ``RateLimited`` (429) carrying ``retry_after_s`` (whole seconds until ``cost`` fits
+        again, at least 1) when the window's remainder is smaller than ``cost``, and
+        ``RequestTooLarge`` (413) when ``cost`` exceeds the whole limit (it never fits)."""
+        if cost < 1:
+            raise ValueError("cost must be at least 1")
+        if not self.enabled:
             return
-        reset_at, _ = self._limiter.get_window_stats(self._item, "writes", user_id)
-        wait = max(1, math.ceil(reset_at - self._clock()))
-        raise RateLimited(f"too many {self._what}: at most {self._item.amount} per {self._item.multiples} s", wait)
+        limit, window = self._item.amount, self._item.multiples
+        if cost > limit:
+            raise RequestTooLarge(
+                f"this request writes {cost} memories; the write limit is {limit} memories per {window} s "
+                "per user (global.access.write_rate_limit.limit): send fewer at a time"
+            )
+        if self._limiter.hit(self._item, "writes", user_id, cost=cost):
+            return
+        raise RateLimited(
+            f"too many {self._what}: at most {limit} {self._unit} per {window} s (this request counts {cost})",
+            self._retry_after(user_id, cost),
+        )
 
-    def allow(self, user_id: str) -> bool:
-        """``take`` as a yes/no (chat's auto-store skips a turn instead of failing the chat)."""
+    def _retry_after(self, user_id: str, cost: int) -> int:
+        """Whole seconds until ``cost`` more fit in the window: until the entry that leaves
+        room for them expires (the moving window's log of ``MemoryStorage``, newest first)."""
+        limit, window = self._item.amount, self._item.multiples
+        entries = self._storage.events.get(self._item.key_for("writes", user_id), [])
+        if len(entries) > limit - cost:
+            frees_at = entries[limit - cost].atime + window
+        else:  # the log moved meanwhile: the window's own reset time
+            frees_at, _ = self._limiter.get_window_stats(self._item, "writes", user_id)
+        return max(1, math.ceil(frees_at - self._clock()))
+
+    def allow(self, user_id: str, cost: int = 1) -> bool:
+        """``take`` as a yes/no (chat's auto-store skips a turn instead of failing the chat;
+        a turn larger than the whole limit is refused too)."""
         try:
-            self.take(user_id)
-        except RateLimited:
+            self.take(user_id, cost)
+        except (RateLimited, RequestTooLarge):
             return False
         return True
 

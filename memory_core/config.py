@@ -570,10 +570,15 @@ class ApiKeySettings(_Strict):
 
 
 class WriteRateLimitSettings(_Strict):
-    """``global.access.write_rate_limit``: at most ``limit`` write requests per user in any
-    ``window_s`` seconds, per ingress replica (``limit: 0`` turns it off)."""
+    """``global.access.write_rate_limit``: at most ``limit`` memories written per user in any
+    ``window_s`` seconds, per ingress replica (``limit: 0`` turns it off). A request costs the
+    memories it writes (a ``POST /v1/memory`` batch its memories, an import its non-blank
+    lines, a ``PATCH`` one, a chat turn's auto-store the memories extracted), taken up front:
+    a request the remaining budget cannot cover is refused whole (429 with ``Retry-After``),
+    one larger than ``limit`` itself with 413. The default lets one user send four maximal
+    ``POST /v1/memory`` batches a minute (``global.limits.memories_per_request``)."""
 
-    limit: int = Field(default=120, ge=0)
+    limit: int = Field(default=1024, ge=0)
     window_s: int = Field(default=60, gt=0, le=86_400)
 
 
@@ -649,10 +654,42 @@ class AccessSettings(_Strict):
         return values
 
 
+KIB = 1024
+MIB = 1024 * KIB
+
+
+class LimitsSettings(_Strict):
+    """``global.limits``: how much work one HTTP request may ask for. Beyond a bound the
+    request is answered 413 ``request_too_large`` naming the limit and this key, before any
+    store work (a body is refused by its ``Content-Length``, or as soon as the bytes read
+    pass the limit when it is chunked).
+
+    Body bytes, per route: ``chat_body_bytes`` (``POST /v1/chat/completions``: a long
+    conversation's history), ``memories_body_bytes`` (``POST /v1/memory``),
+    ``import_body_bytes`` (``POST /v1/memory/import``), ``update_body_bytes`` (``PATCH
+    /v1/memory/{id}``: one memory, content and metadata at most 16 KiB each),
+    ``search_body_bytes`` (``POST /v1/memory/search``: a query of at most 16,384 characters)
+    and ``other_body_bytes`` (every other route: embeddings, admin keys, bodies sent to a
+    route that takes none). Work: ``memories_per_request`` (memories of one ``POST
+    /v1/memory``, at most 1,000: the store's batch bound) and ``import_lines`` (non-blank
+    lines of one import). The defaults keep a request within a few seconds of one store shard
+    on the 2-core machine of the README's "Limits" (``benchmarks/request_cost.py``)."""
+
+    chat_body_bytes: int = Field(default=4 * MIB, gt=0)
+    memories_body_bytes: int = Field(default=1 * MIB, gt=0)
+    import_body_bytes: int = Field(default=2 * MIB, gt=0)
+    update_body_bytes: int = Field(default=128 * KIB, gt=0)
+    search_body_bytes: int = Field(default=128 * KIB, gt=0)
+    other_body_bytes: int = Field(default=1 * MIB, gt=0)
+    memories_per_request: int = Field(default=256, gt=0, le=1000)
+    import_lines: int = Field(default=100, gt=0)
+
+
 class GlobalSettings(_Strict):
     stores: StoresSettings = Field(default_factory=StoresSettings)
     upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
     access: AccessSettings = Field(default_factory=AccessSettings)
+    limits: LimitsSettings = Field(default_factory=LimitsSettings)
 
 
 class MemoryPluginConfiguration(_Strict):

@@ -124,6 +124,14 @@ class RateLimited(MemoryError_):
         return (type(self), (str(self), self.retry_after_s))
 
 
+class RequestTooLarge(MemoryError_):
+    """A request that asks for more work than one request may (a body over its byte limit,
+    more memories or import lines than one request takes, more writes than the whole write
+    limit): refused before any store work. The message names the limit and its setting."""
+
+    code = "request_too_large"
+
+
 ERROR_CLASSES: tuple[type[MemoryError_], ...] = (
     InvalidInput,
     UnsupportedMediaType,
@@ -141,6 +149,7 @@ ERROR_CLASSES: tuple[type[MemoryError_], ...] = (
     UntrustedIdentity,
     KeyNotFound,
     RateLimited,
+    RequestTooLarge,
 )
 """Every concrete error of memory_core (``deployments.http.errors.STATUS`` has a status for
 each; a test holds the two together)."""

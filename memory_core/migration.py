@@ -37,13 +37,21 @@ import asyncio
 import json
 import logging
 import sys
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .errors import DuplicateMemory, InvalidInput, MemoryError_, MigrationError, StoreClosed, StoreUnavailable
+from .errors import (
+    DuplicateMemory,
+    InvalidInput,
+    MemoryError_,
+    MigrationError,
+    RequestTooLarge,
+    StoreClosed,
+    StoreUnavailable,
+)
 from .sanitize import (
     INT64_MAX,
     Content,
@@ -390,6 +398,19 @@ async def _aiter(lines: Iterable[str] | AsyncIterable[str]) -> AsyncIterator[str
     else:
         for line in lines:
             yield line
+
+
+def count_import_lines(lines: Sequence[str], max_lines: int) -> int:
+    """The non-blank lines of an import (what ``import_lines`` may write: one memory at
+    most each), counted before any store work. Raises ``RequestTooLarge`` (413) when there
+    are more than ``max_lines`` (``global.limits.import_lines``), naming the limit."""
+    count = sum(1 for line in lines if line.strip())
+    if count > max_lines:
+        raise RequestTooLarge(
+            f"this import has {count} lines: the limit is {max_lines} lines per request "
+            "(global.limits.import_lines); send the file in chunks (memory-router import --chunk-lines)"
+        )
+    return count
 
 
 async def import_lines(

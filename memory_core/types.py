@@ -6,6 +6,7 @@ model's dimension, L2-normalised; scores are cosine similarity in [-1, 1].
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
@@ -218,6 +219,46 @@ class ListResult(BaseModel):
         """Records this page covered: ``len(memories) + len(unreadable)`` (the next page's
         ``offset`` is this page's plus ``rows``)."""
         return len(self.memories) + len(self.unreadable)
+
+
+class Everyone(Enum):
+    """The scope of the admin aggregate ``Store.counts(EVERYONE)``: every user's memories in
+    the store, as numbers only (no record, no user id leaves the store). An enum member, so it
+    keeps its identity across Ray's pickling; any other scope is one user id."""
+
+    EVERYONE = "everyone"
+
+
+EVERYONE = Everyone.EVERYONE
+
+
+class MemoryCounts(BaseModel):
+    """``Store.counts``: how many memories are in each lifecycle state and of each type
+    (every state), every member of both enums present (0 when none). ``total`` = the sum of
+    either."""
+
+    by_state: dict[MemoryState, int]
+    by_type: dict[MemoryType, int]
+
+    @model_validator(mode="after")
+    def _every_member(self) -> MemoryCounts:
+        self.by_state = {s: int(self.by_state.get(s, 0)) for s in MemoryState}
+        self.by_type = {t: int(self.by_type.get(t, 0)) for t in MemoryType}
+        return self
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_state.values())
+
+    @classmethod
+    def of(cls, rows: Iterable[tuple[MemoryState, MemoryType]]) -> MemoryCounts:
+        """Counts of ``(state, type)`` pairs (backends that count records client-side)."""
+        by_state: dict[MemoryState, int] = {}
+        by_type: dict[MemoryType, int] = {}
+        for state, kind in rows:
+            by_state[state] = by_state.get(state, 0) + 1
+            by_type[kind] = by_type.get(kind, 0) + 1
+        return cls(by_state=by_state, by_type=by_type)
 
 
 class WriteOutcome(str, Enum):

@@ -25,6 +25,7 @@ LAYERS = {  # module prefix → (room, rank)
     "memory_core.stores": ("stores", 2),
     "memory_core.chat": ("chat", 3),
     "memory_core.migration": ("tools", 4),
+    "memory_core.admin": ("tools", 4),
     "memory_core.cli": ("tools", 4),
     "memory_core.locomo": ("tools", 4),
 }

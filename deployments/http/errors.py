@@ -32,6 +32,7 @@ from memory_core.errors import (
     MemoryNotFound,
     MigrationError,
     RateLimited,
+    RequestTooLarge,
     StoreClosed,
     StoreUnavailable,
     Unauthenticated,
@@ -56,6 +57,7 @@ STATUS: dict[type[MemoryError_], int] = {
     KeyNotFound: 404,
     UnsupportedMediaType: 415,
     DuplicateMemory: 409,
+    RequestTooLarge: 413,
     RateLimited: 429,
     EmbeddingIdentityMismatch: 409,
     StoreClosed: 503,
@@ -80,6 +82,10 @@ DOCUMENTED_ERRORS = {
         ),
         (404, "No such memory of the caller"),
         (409, "Conflict (an id in use, vectors of another model identity)"),
+        (
+            413,
+            "The request is larger than one request may be (its body, memories or import lines; the message names the limit)",
+        ),
         (415, "A state-changing request without a JSON content type (JSON lines for an import)"),
         (
             429,

@@ -32,12 +32,20 @@ from ray import serve
 from ray.exceptions import RayError
 
 from memory_core.access import Authenticator, KeyRegistry, Principal, WriteRateLimiter
+from memory_core.admin import DEFAULT_USERS_PAGE, MAX_USERS_PAGE, service_stats, users_page
 from memory_core.chat.metrics import decision_values
 from memory_core.chat.pipeline import MemoryPipeline, PreparedChat
 from memory_core.config import RouterConfig
 from memory_core.curation.llm import http_complete
-from memory_core.errors import EmbeddingUnavailable, InvalidInput, MemoryError_, MemoryNotFound, Unauthenticated
-from memory_core.migration import ImportReport, import_lines, open_export
+from memory_core.errors import (
+    EmbeddingUnavailable,
+    InvalidInput,
+    MemoryError_,
+    MemoryNotFound,
+    RequestTooLarge,
+    Unauthenticated,
+)
+from memory_core.migration import ImportReport, count_import_lines, import_lines, open_export
 from memory_core.sanitize import check_json_text, check_project_id, is_memory_id
 from memory_core.types import Memory, MemoryState, MemoryType, RetrieveOptions
 
@@ -57,6 +65,7 @@ from .headers import (
     identify,
     request_context,
 )
+from .limits import BodyLimit, ConfiguredLimits
 from .openai_schema import ChatCompletionRequest
 from .schemas import (
     MAX_EMBEDDING_INPUTS,
@@ -89,6 +98,9 @@ from .ui import review_page_response
 log = logging.getLogger("ray.serve")
 app = FastAPI(title="memory-router", version="0.1.0", responses=DOCUMENTED_ERRORS)
 install_error_handlers(app)
+REQUEST_LIMITS = ConfiguredLimits()
+"""This replica's ``global.limits`` (set by ``MemoryIngress.__init__``), read by ``BodyLimit``."""
+app.add_middleware(BodyLimit, limits=REQUEST_LIMITS)  # inside the browser guard below
 app.add_middleware(BrowserGuard)  # same origin and a JSON body type for every state-changing request
 
 
@@ -147,10 +159,6 @@ OwnerQuery = Annotated[
     ),
 ]
 """The ``user_id`` query parameter of the memory endpoints."""
-
-
-ADMIN_CONCURRENCY = 8
-"""Store reads the admin endpoints run at once (one count per user)."""
 
 
 def server_timing(**seconds: float) -> str:
@@ -257,6 +265,8 @@ class MemoryIngress:
         self.auth = Authenticator(access, self.registry, os.environ)
         app.state.allowed_origins = frozenset(access.allowed_origins)  # read by headers.BrowserGuard
         self.write_limit = WriteRateLimiter(access.write_rate_limit.limit, access.write_rate_limit.window_s)
+        self.limits = config.global_.limits
+        REQUEST_LIMITS.settings = self.limits
         self._known_users: set[str] = set()
         llm = self.config.memory.extraction.llm
         complete = None
@@ -296,11 +306,14 @@ class MemoryIngress:
         principal.require_admin(action)
         return principal
 
-    def _write_as(self, principal: Principal, user_id: str | None) -> str:
-        """``Principal.owner`` for a write: counts the write against the caller's rate limit
-        (429 with ``Retry-After`` beyond it) and records the owner for the admin user list."""
+    def _write_as(self, principal: Principal, user_id: str | None, memories: int = 1) -> str:
+        """``Principal.owner`` for a write of ``memories`` memories: counts them against the
+        caller's write limit, all up front (429 with ``Retry-After`` when the rest of the
+        window cannot hold them, 413 when the whole limit cannot; nothing is counted then)
+        and records the owner for the admin user list. ``memories`` 0 counts nothing."""
         owner = principal.owner(user_id)
-        self.write_limit.take(principal.user_id)
+        if memories:
+            self.write_limit.take(principal.user_id, memories)
         self._note_user(owner)
         return owner
 
@@ -309,10 +322,11 @@ class MemoryIngress:
             self.registry.note_user(user_id)
             self._known_users.add(user_id)
 
-    def _admit_chat_write(self, user_id: str) -> bool:
-        """Chat's auto-store asks this before writing a turn's memories (the same per-user
-        write limit; over it the turn is not stored and the answer still goes out)."""
-        if not self.write_limit.allow(user_id):
+    def _admit_chat_write(self, user_id: str, memories: int) -> bool:
+        """Chat's auto-store asks this before writing a turn's ``memories`` memories (the same
+        per-user write limit, counting each; over it the turn is not stored and the answer
+        still goes out)."""
+        if not self.write_limit.allow(user_id, memories):
             return False
         self._note_user(user_id)
         return True
@@ -521,7 +535,13 @@ class MemoryIngress:
         self, body: CreateMemoriesRequest, request: Request, owner: OwnerQuery = None
     ) -> JSONResponse:
         principal = self._caller(request)
-        user_id = self._write_as(principal, owner)
+        most = self.limits.memories_per_request
+        if len(body.memories) > most:
+            raise RequestTooLarge(
+                f"this request holds {len(body.memories)} memories: the limit is {most} per request "
+                "(global.limits.memories_per_request)"
+            )
+        user_id = self._write_as(principal, owner, len(body.memories))
         contents = [m.content for m in body.memories]  # cleaned and checked by the body model
         started = time.perf_counter()
         batch = await self._embed(contents)
@@ -680,15 +700,18 @@ class MemoryIngress:
     )
     async def import_memories(self, request: Request, owner: OwnerQuery = None) -> dict:
         """Import JSONL export lines into the caller's memories (``user_id``: into another
-        user's, admin only)."""
+        user's, admin only). At most ``global.limits.import_lines`` non-blank lines (413
+        beyond, nothing imported); each counts against the write limit, all up front."""
         principal = self._caller(request)
-        user_id = self._write_as(principal, owner)
+        principal.owner(owner)  # 403 before the body is read
         try:
             text = (await request.body()).decode("utf-8")
         except UnicodeDecodeError as e:
             raise InvalidInput(f"import body must be UTF-8 JSONL: {e}") from e
         # split on "\n" only: str.splitlines() also splits inside JSON strings at U+2028/U+0085
-        report = await import_lines(self.store, text.split("\n"), user_id=user_id, created_by=principal.user_id)
+        lines = text.split("\n")
+        user_id = self._write_as(principal, owner, count_import_lines(lines, self.limits.import_lines))
+        report = await import_lines(self.store, lines, user_id=user_id, created_by=principal.user_id)
         return report.model_dump()
 
     # ------------------------------------------------------------------ the lifecycle
@@ -762,49 +785,25 @@ class MemoryIngress:
         principal = self._caller(request)
         return {"user_id": principal.user_id, "role": principal.role.value, "mode": self.auth.settings.mode}
 
-    async def _memory_counts(
-        self, user_ids: list[str], states: list[MemoryState] | None, types: list[MemoryType] | None = None
-    ) -> list[int]:
-        """The number of memories of each user (in ``states``, ``None``: every state; of
-        ``types`` when given), read at most ``ADMIN_CONCURRENCY`` at a time."""
-        gate = asyncio.Semaphore(ADMIN_CONCURRENCY)
-
-        async def count(user_id: str) -> int:
-            async with gate:
-                return (await self.store.list(user_id, limit=1, states=states, types=types)).total
-
-        return list(await asyncio.gather(*(count(u) for u in user_ids)))
-
     @app.get("/v1/admin/users", response_model=UsersOut)
-    async def admin_users(self, request: Request) -> dict:
-        """Every user the service has seen (wrote memories or holds a key), with the number of
-        their memories (every state) and active keys; admin only."""
+    async def admin_users(
+        self,
+        request: Request,
+        limit: int = Query(DEFAULT_USERS_PAGE, gt=0, le=MAX_USERS_PAGE),
+        offset: int = Query(0, ge=0),
+    ) -> dict:
+        """One page of the users the service has seen (wrote memories or hold a key), sorted
+        by id, with the number of their memories (every state) and active keys, and ``total``
+        (every user seen); admin only. Counts the page's users only (``admin.users_page``)."""
         self._admin(request, "listing users")
-        users = self.registry.users()
-        totals = await self._memory_counts([u for u, _ in users], None)
-        return {
-            "users": [
-                {"user_id": u, "memories": total, "keys": keys} for (u, keys), total in zip(users, totals, strict=True)
-            ]
-        }
+        return await users_page(self.store, self.registry, limit, offset)
 
     @app.get("/v1/admin/stats", response_model=StatsOut)
     async def admin_stats(self, request: Request) -> dict:
-        """Totals over every user seen: memories by state and by type, users, active keys;
-        admin only. It costs one count per user and state (and type): an operator's view,
-        not a hot path."""
+        """Totals: users seen, every memory by state and by type, active keys; admin only.
+        One aggregate store call whatever the number of users (``admin.service_stats``)."""
         self._admin(request, "service statistics")
-        seen = self.registry.users()  # every key's user is among them (``KeyRegistry.create``)
-        users = [u for u, _ in seen]
-        by_state = {s.value: sum(await self._memory_counts(users, [s])) for s in MemoryState}
-        by_type = {t.value: sum(await self._memory_counts(users, None, [t])) for t in MemoryType}
-        return {
-            "users": len(users),
-            "memories": sum(by_state.values()),
-            "by_state": by_state,
-            "by_type": by_type,
-            "keys": sum(keys for _, keys in seen),
-        }
+        return await service_stats(self.store, self.registry)
 
     @app.post("/v1/admin/keys", status_code=201, response_model=CreatedKeyOut)
     async def create_key(self, body: CreateKeyRequest, request: Request) -> dict:

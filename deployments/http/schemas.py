@@ -26,7 +26,6 @@ from memory_core.sanitize import (
 )
 from memory_core.types import MemoryState, MemoryType, WriteOutcome
 
-MAX_MEMORIES_PER_REQUEST = 256
 MAX_EMBEDDING_INPUTS = 256
 
 
@@ -73,9 +72,11 @@ class NewMemory(_Body):
 
 
 class CreateMemoriesRequest(_Body):
-    """``POST /v1/memory``."""
+    """``POST /v1/memory``: at most ``global.limits.memories_per_request`` memories (default
+    256; 413 beyond, checked by the endpoint: the bound is configuration) in a body of at most
+    ``global.limits.memories_body_bytes``."""
 
-    memories: list[NewMemory] = Field(min_length=1, max_length=MAX_MEMORIES_PER_REQUEST)
+    memories: list[NewMemory] = Field(min_length=1)
 
 
 NO_SIMILARITY_FLOOR = -1.0
@@ -315,13 +316,18 @@ class UserOut(BaseModel):
 
 
 class UsersOut(BaseModel):
-    """``GET /v1/admin/users``."""
+    """``GET /v1/admin/users``: one page of the users (``limit``/``offset``) and ``total``,
+    the number of every user seen."""
 
     users: list[UserOut]
+    total: int
+    limit: int
+    offset: int
 
 
 class StatsOut(BaseModel):
-    """``GET /v1/admin/stats``: totals over every user seen."""
+    """``GET /v1/admin/stats``: users seen, every memory in the store by state and by type,
+    active keys."""
 
     users: int
     memories: int

@@ -48,6 +48,7 @@ STORE_OPERATIONS = frozenset(
         "list",
         "forget",
         "forget_by_scope",
+        "counts",
         "history",
         "restore",
         "unmerge",

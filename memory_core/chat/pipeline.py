@@ -78,9 +78,9 @@ class MemoryPipeline:
     service, a plain store in tests): it embeds the query text and the memories it is given
     without a vector with its own embedder, so its model identity holds. ``now`` is
     injectable for tests. ``complete`` (an OpenAI chat completions call) serves the LLM
-    extractor when ``memory.extraction.llm.enabled``. ``admit_write(user_id)`` (the per-user
-    write rate limit) is asked before a turn's memories are written: ``False`` skips the
-    write, counted as ``memory_extraction{outcome="skipped_rate_limited"}``.
+    extractor when ``memory.extraction.llm.enabled``. ``admit_write(user_id, n)`` (the
+    per-user write rate limit, counting the turn's ``n`` memories) is asked before a turn's
+    memories are written: ``False`` skips the write, counted as ``memory_extraction{outcome="skipped_rate_limited"}``.
 
     The pure-CPU steps on the request's text (the reflection gate and injection, the turn's
     extraction) run on ``cpu`` (a ``CpuPool``, by default one of the pipeline's own), never
@@ -94,7 +94,7 @@ class MemoryPipeline:
         metrics: MetricsSink | None = None,
         now: Callable[[], datetime] = utcnow,
         complete: Complete | None = None,
-        admit_write: Callable[[str], bool] | None = None,
+        admit_write: Callable[[str, int], bool] | None = None,
         cpu: CpuPool | None = None,
     ):
         self.config = config
@@ -247,7 +247,7 @@ class MemoryPipeline:
             )
         if not memories:
             return []
-        if self._admit_write is not None and not self._admit_write(prepared.user_id):
+        if self._admit_write is not None and not self._admit_write(prepared.user_id, len(memories)):
             self.metrics.count("memory_extraction", {"outcome": "skipped_rate_limited", "decision": decision})
             return []
         try:

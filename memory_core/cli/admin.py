@@ -2,11 +2,12 @@
 module).
 
 - ``consolidate`` — ``POST /v1/memory/consolidate`` for the caller, one user (``--user-id``,
-  ``?user_id=``) or every user ``GET /v1/admin/users`` lists (``--all``, with a progress bar);
+  ``?user_id=``) or every user ``GET /v1/admin/users`` lists, page after page (``--all``,
+  with a progress bar);
   prints one row per user (``ConsolidationReport``: examined, groups merged, originals
   consolidated, expired purged, seconds). With ``--all`` a user whose pass failed is listed
   with its error and the command exits 1; an identity or role error (401/403) stops it.
-- ``stats`` — ``GET /v1/admin/stats`` and ``GET /v1/admin/users`` as tables.
+- ``stats`` — ``GET /v1/admin/stats`` and every page of ``GET /v1/admin/users`` as tables.
 
 Tables go to stdout, progress and messages to stderr.
 """
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
 CONSOLIDATE_PATH = "/v1/memory/consolidate"
 USERS_PATH = "/v1/admin/users"
 STATS_PATH = "/v1/admin/stats"
+USERS_PAGE = 500
+"""Users per ``GET /v1/admin/users`` request (the service's largest page)."""
 SHOWN_MERGED = 3
 
 
@@ -57,12 +60,23 @@ def _report(answer: Any) -> ConsolidationReport:
 
 
 def _admin_users(svc: Service, client: Any) -> list[dict[str, Any]]:
-    """``GET /v1/admin/users``'s ``users`` (``{"user_id", "memories", "keys"}`` each)."""
-    answer = svc.call(client, "GET", USERS_PATH)
-    users = answer.get("users") if isinstance(answer, dict) else None
-    if not isinstance(users, list) or not all(isinstance(u, dict) and "user_id" in u for u in users):
-        raise CliError(f"unexpected answer of {USERS_PATH}: {str(answer)[:300]}")
-    return users
+    """Every user of ``GET /v1/admin/users`` (``{"user_id", "memories", "keys"}`` each),
+    page after page of ``USERS_PAGE`` until the answer's ``total`` is reached (or a page
+    comes back empty: users removed meanwhile)."""
+    users: list[dict[str, Any]] = []
+    while True:
+        answer = svc.call(client, "GET", USERS_PATH, params={"limit": USERS_PAGE, "offset": len(users)})
+        page = answer.get("users") if isinstance(answer, dict) else None
+        total = answer.get("total") if isinstance(answer, dict) else None
+        if (
+            not isinstance(page, list)
+            or not isinstance(total, int)
+            or not all(isinstance(u, dict) and "user_id" in u for u in page)
+        ):
+            raise CliError(f"unexpected answer of {USERS_PATH}: {str(answer)[:300]}")
+        users += page
+        if not page or len(users) >= total:
+            return users
 
 
 def _consolidation_table(rows: list[tuple[str, ConsolidationReport | str]]) -> Table:

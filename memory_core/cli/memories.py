@@ -5,7 +5,8 @@
   export completed (``migration.check_export_end``: exit 2 on an error line, a missing end
   line or a cut transfer); exit 1 when the end line lists unreadable memories (a partial
   export: the file has the rest).
-- ``import`` — ``POST /v1/memory/import`` in chunks of ``--chunk-lines`` lines (the service
+- ``import`` — ``POST /v1/memory/import`` in chunks of ``--chunk-lines`` lines (default: the
+  service's default bound ``global.limits.import_lines``, 100; the service
   imports lines independently and idempotently, so chunking changes nothing but the progress
   bar); the chunks' reports are merged with line numbers of the whole file. Exit 1 when a line
   failed.
@@ -23,6 +24,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from ..config import LimitsSettings
 from ..migration import ImportReport, MigrationError, check_export_end, export_end
 from .common import (
     EXIT_PARTIAL,
@@ -40,6 +42,9 @@ EXPORT_PATH = "/v1/memory/export"
 IMPORT_PATH = "/v1/memory/import"
 NDJSON = "application/x-ndjson"
 SHOWN_FAILURES = 50
+IMPORT_CHUNK_LINES: int = LimitsSettings.model_fields["import_lines"].default
+"""Lines per import request by default: the service's default ``global.limits.import_lines``
+(a longer chunk is refused with 413)."""
 
 ForUser = Annotated[
     str | None,
@@ -136,7 +141,12 @@ def _merge(total: ImportReport, part: ImportReport, offset: int) -> None:
 def import_cmd(
     file: Annotated[Path, typer.Argument(help="JSONL file (one memory per line, as export writes); '-' for stdin.")],
     owner: ForUser = None,
-    chunk_lines: Annotated[int, typer.Option("--chunk-lines", min=1, help="Lines per request.")] = 500,
+    chunk_lines: Annotated[
+        int,
+        typer.Option(
+            "--chunk-lines", min=1, help="Lines per request (at most the service's global.limits.import_lines)."
+        ),
+    ] = IMPORT_CHUNK_LINES,
     *,
     options: ServiceOptions,
 ) -> None:

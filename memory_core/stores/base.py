@@ -43,8 +43,11 @@ from ..sanitize import (
     require_user_id,
 )
 from ..types import (
+    EVERYONE,
+    Everyone,
     ListResult,
     Memory,
+    MemoryCounts,
     MemoryState,
     MemoryType,
     RetrieveOptions,
@@ -154,6 +157,8 @@ class Store(Protocol):
     async def forget_by_scope(
         self, user_id: str, project_id: str | None = None, types: Sequence[MemoryType] | None = None
     ) -> int: ...
+
+    async def counts(self, owner: str | Everyone) -> MemoryCounts: ...
 
     async def check_connection(self) -> bool: ...
 
@@ -714,9 +719,25 @@ class MemoryStore(ABC):
                     await self._delete(ids, user_id)
                 return len(ids)
 
+    async def counts(self, owner: str | Everyone) -> MemoryCounts:
+        """How many memories ``owner`` holds, by lifecycle state and by type (every state):
+        ``owner`` a user id (the owner id rule), or ``EVERYONE`` for every user's memories in
+        the store (the admin views: numbers only). A bounded number of backend queries
+        whatever the number of users (``_counts``). Raises ``InvalidInput`` (a bad owner),
+        ``StoreClosed``."""
+        async with self._op():
+            if owner is not EVERYONE:
+                require_user_id(owner)  # anything but EVERYONE must be a user id
+            return await self._counts(None if owner is EVERYONE else str(owner))
+
     # ------------------------------------------------------------------ backend hooks
     @abstractmethod
     async def _exists(self, memory_id: str) -> bool: ...
+
+    @abstractmethod
+    async def _counts(self, user_id: str | None) -> MemoryCounts:
+        """``counts`` of ``user_id``'s records, or of every record when ``None``: at most one
+        backend query per state and per type (a count with a filter), never one per user."""
 
     @abstractmethod
     async def _insert(self, memory: Memory) -> None:
@@ -925,6 +946,11 @@ class StoreDecorator:
 
     async def forget_by_scope(self, user_id, project_id=None, types=None) -> int:
         return await self.inner.forget_by_scope(user_id, project_id=project_id, types=types)
+
+    async def counts(self, owner: str | Everyone) -> MemoryCounts:
+        """``MemoryStore.counts`` of the wrapped store (a decorator holds no record of its own
+        that the backend lacks: counts pass through)."""
+        return await self.inner.counts(owner)
 
     async def check_connection(self) -> bool:
         return await self.inner.check_connection()

@@ -17,7 +17,7 @@ from datetime import datetime
 import numpy as np
 
 from ..retrieval.held_vectors import HeldVectors
-from ..types import ListResult, Memory, RetrieveOptions, ScoredMemory
+from ..types import ListResult, Memory, MemoryCounts, RetrieveOptions, ScoredMemory
 from ._records import decode_rows, memory_from_fields, record_fields
 from .base import MemoryStore, list_order_key
 
@@ -90,6 +90,10 @@ class InMemoryStore(MemoryStore):
 
     async def _exists(self, memory_id: str) -> bool:
         return memory_id in self._rows
+
+    async def _counts(self, user_id: str | None) -> MemoryCounts:
+        rows = self._rows.values() if user_id is None else self._user_rows(user_id)
+        return MemoryCounts.of((m.state, m.type) for m in rows)
 
     async def _insert(self, memory: Memory) -> None:
         self._put(memory)

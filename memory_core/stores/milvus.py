@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, StoreUnavailable
-from ..types import ListResult, Memory, MemoryState, MemoryType, RetrieveOptions, ScoredMemory
+from ..types import ListResult, Memory, MemoryCounts, MemoryState, MemoryType, RetrieveOptions, ScoredMemory
 from ._records import (
     LIFECYCLE_FIELDS,
     decode_rows,
@@ -622,6 +622,34 @@ class MilvusStore(MemoryStore):
     # ------------------------------------------------------------------ hooks
     async def _exists(self, memory_id: str) -> bool:
         return bool(await self._call(self._get_sync, [memory_id], ["id"]))
+
+    async def _counts(self, user_id: str | None) -> MemoryCounts:
+        """A user: one query of the user's ``state`` and ``memory_type`` (the partition the
+        user hashes to, as listing reads it), counted here: a page of 100 users took 2.2 s
+        instead of 5.1 s with seven ``count(*)`` queries per user on Milvus Lite
+        (``benchmarks/admin_views.py``). Every user: one ``count(*)`` query per state and per
+        type (7)."""
+        if user_id is not None:
+            rows = await self._call(self._query_all, _filter(user_id, None, None), ["state", "memory_type"])
+            states = {s.value: s for s in MemoryState}
+            kinds = {t.value: t for t in MemoryType}
+            return MemoryCounts.of(
+                (states[str(r["state"])], kinds[str(r["memory_type"])])
+                for r in rows
+                if str(r.get("state")) in states and str(r.get("memory_type")) in kinds
+            )
+
+        def count(clause: str) -> int:
+            rows = self._conn.query(self.collection, filter=clause, output_fields=["count(*)"], **self._read_level)
+            return int(rows[0]["count(*)"])
+
+        def counts() -> MemoryCounts:
+            return MemoryCounts(
+                by_state={s: count(f"state == {milvus_literal(s.value)}") for s in MemoryState},
+                by_type={t: count(f"memory_type == {milvus_literal(t.value)}") for t in MemoryType},
+            )
+
+        return await self._call(counts)
 
     async def _flush(self) -> None:
         """Flush the collection (seal growing segments) and count it."""

@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, StoreUnavailable
-from ..types import ListResult, Memory, MemoryState, MemoryType, RetrieveOptions, ScoredMemory
+from ..types import ListResult, Memory, MemoryCounts, MemoryState, MemoryType, RetrieveOptions, ScoredMemory
 from ._records import decode_rows, memory_from_fields, newest_first, order_ms, record_fields, to_ms
 from .base import MemoryStore, candidate_count
 from .credentials import secret_from_env
@@ -49,9 +49,22 @@ def qdrant_filter(
     as data. A point written before lifecycles has no ``state`` and counts as ``active``: the
     states filter excludes the states not asked for when ``active`` is asked for, and matches
     the ones asked for otherwise."""
+    return _filter_of(user_id, types, project_id, states)
+
+
+def _filter_of(
+    user_id: str | None,
+    types: tuple[MemoryType, ...] | None = None,
+    project_id: str | None = None,
+    states: tuple[MemoryState, ...] | None = None,
+) -> qm.Filter:
+    """``qdrant_filter``, or with ``user_id`` ``None`` the same filter over every user's
+    points (``counts(EVERYONE)`` only: numbers, never records)."""
     from qdrant_client import models as qm
 
-    must: list[qm.Condition] = [qm.FieldCondition(key="user_id", match=qm.MatchValue(value=user_id))]
+    must: list[qm.Condition] = []
+    if user_id is not None:
+        must.append(qm.FieldCondition(key="user_id", match=qm.MatchValue(value=user_id)))
     must_not: list[qm.Condition] = []
     if project_id is not None:
         must.append(qm.FieldCondition(key="project_id", match=qm.MatchValue(value=project_id)))
@@ -192,6 +205,18 @@ class QdrantStore(MemoryStore):
     async def _exists(self, memory_id: str) -> bool:
         found = await self._conn.retrieve(self.collection, ids=[point_id(memory_id)], with_payload=False)
         return bool(found)
+
+    async def _counts(self, user_id: str | None) -> MemoryCounts:
+        """One exact ``count`` per state and per type (7), filtered by the owner when given (a
+        point without ``state`` counts as ``active``, as in every filter)."""
+
+        async def count(flt: qm.Filter) -> int:
+            return int((await self._conn.count(self.collection, count_filter=flt, exact=True)).count)
+
+        return MemoryCounts(
+            by_state={s: await count(_filter_of(user_id, states=(s,))) for s in MemoryState},
+            by_type={t: await count(_filter_of(user_id, types=(t,))) for t in MemoryType},
+        )
 
     async def _upsert(self, memories: list[Memory]) -> None:
         from qdrant_client import models as qm

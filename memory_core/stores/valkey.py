@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 
 from ..errors import ConfigError, DuplicateMemory, StoreUnavailable
-from ..types import ListResult, Memory, MemoryState, MemoryType, RetrieveOptions, ScoredMemory
+from ..types import ListResult, Memory, MemoryCounts, MemoryState, MemoryType, RetrieveOptions, ScoredMemory
 from ._records import (
     LIFECYCLE_FIELDS,
     decode_rows,
@@ -481,6 +481,38 @@ class ValkeyStore(MemoryStore):
     # ------------------------------------------------------------------ hooks
     async def _exists(self, memory_id: str) -> bool:
         return bool(await self._conn.exists(self._key(memory_id)))
+
+    async def _counts(self, user_id: str | None) -> MemoryCounts:
+        """A user: the user's ZSET and each record's ``state``/``memory_type`` (HMGET in one
+        pipeline; exact, as listing). Every user: one ``FT.SEARCH <tag clause> LIMIT 0 0``
+        per state and per type (7; the module's count of matching keys: valkey-search indexes
+        asynchronously, so a write of the last moment may not be counted yet)."""
+        if user_id is not None:
+            members = await self._conn.zrange(self._user_key(user_id), 0, -1)
+            async with self._conn.pipeline(transaction=False) as p:
+                for member in members:
+                    p.hmget(self._key(_s(member)), ["state", "memory_type"])
+                fields = await p.execute()
+            states = {s.value: s for s in MemoryState}
+            kinds = {t.value: t for t in MemoryType}
+            return MemoryCounts.of(
+                (states[_s(state) or MemoryState.ACTIVE.value], kinds[_s(kind)])
+                for state, kind in fields
+                if kind is not None and _s(kind) in kinds and (_s(state) or MemoryState.ACTIVE.value) in states
+            )
+
+        async def count(clause: str) -> int:
+            reply = await self._conn.execute_command(
+                "FT.SEARCH", self.index, clause, "LIMIT", "0", "0", "DIALECT", "2"
+            )  # fmt: skip
+            if isinstance(reply, dict):  # RESP3
+                return int(reply.get(b"total_results") or reply.get("total_results") or 0)
+            return int(reply[0])
+
+        return MemoryCounts(
+            by_state={s: await count("@state:{" + tag_escape(s.value) + "}") for s in MemoryState},
+            by_type={t: await count("@memory_type:{" + tag_escape(t.value) + "}") for t in MemoryType},
+        )
 
     async def _insert(self, memory: Memory) -> None:
         fields = self._fields(memory)

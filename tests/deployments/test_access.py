@@ -27,6 +27,8 @@ LEAKS = ("4817", "Zanzibar")
 WRITE_LIMIT = 40
 ALLOWED_ORIGIN = "https://review.example"
 """The one origin besides the service's own whose state-changing requests the rig accepts."""
+LIMITS = {"import_lines": 20, "memories_per_request": 32, "import_body_bytes": 64 * 1024}
+"""``global.limits`` of the rig (smaller than the defaults, so that each bound is reached)."""
 
 
 def app_config(tmp, access: dict) -> dict:
@@ -40,6 +42,7 @@ def app_config(tmp, access: dict) -> dict:
                 }
             },
             "access": access,
+            "limits": LIMITS,
         },
         "routing": {"decisions": [{"name": "default", "plugins": [{"type": "memory", "configuration": {}}]}]},
     }
@@ -70,6 +73,8 @@ def rig(serve_http_port, tmp_path_factory):
         "other": registry.create(f"bob-{uuid.uuid4().hex[:6]}", "user")[0],
         "admin": registry.create("ops", "admin")[0],
         "limited": registry.create(f"carol-{uuid.uuid4().hex[:6]}", "user")[0],
+        "batch": registry.create(f"dave-{uuid.uuid4().hex[:6]}", "user")[0],
+        "importer": registry.create(f"erin-{uuid.uuid4().hex[:6]}", "user")[0],
     }
     access = {
         "mode": "api_key",
@@ -220,7 +225,7 @@ def test_wrong_and_revoked_keys_are_401_and_keys_are_managed_by_admins(rig):
 
 def test_admin_lists_users_and_stats_with_counts(rig):
     create(rig, "owner", "I keep my spare key under the blue pot.")
-    users = {u["user_id"]: u for u in call(rig, "admin", "GET", "/v1/admin/users").json()["users"]}
+    users = {u["user_id"]: u for u in call(rig, "admin", "GET", "/v1/admin/users?limit=500").json()["users"]}
     assert users[rig.alice]["memories"] >= 1 and users[rig.alice]["keys"] == 1
     stats = call(rig, "admin", "GET", "/v1/admin/stats").json()
     assert stats["users"] == len(users) and stats["memories"] == sum(stats["by_state"].values())
@@ -247,6 +252,72 @@ def test_writes_beyond_the_per_user_limit_are_429_with_retry_after(rig):
     assert call(rig, "limited", "POST", "/v1/chat/completions", json=said).status_code == 200
     time.sleep(2)
     assert call(rig, "limited", "GET", "/v1/memory").json()["total"] == before
+
+
+def batch_of(n: int, start: int = 0) -> dict:
+    return {"memories": [{"content": f"My storage unit {start + i} holds box number {start + i}."} for i in range(n)]}
+
+
+def test_the_write_limit_counts_each_memory_of_a_batch_and_refuses_a_batch_whole(rig):
+    assert call(rig, "batch", "POST", "/v1/memory", json=batch_of(30)).status_code == 201
+    refused = call(rig, "batch", "POST", "/v1/memory", json=batch_of(11, 100))  # 10 left of 40
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limited"
+    assert "this request writes 11" in refused.json()["error"]["message"]
+    assert 1 <= int(refused.headers["retry-after"]) <= 60
+    assert call(rig, "batch", "GET", "/v1/memory").json()["total"] == 30  # nothing of it was written
+    assert call(rig, "batch", "POST", "/v1/memory", json=batch_of(10, 200)).status_code == 201  # exactly fits
+    assert call(rig, "batch", "POST", "/v1/memory", json=batch_of(1, 300)).status_code == 429
+    assert call(rig, "batch", "GET", "/v1/memory").json()["total"] == 40
+
+
+def test_beyond_each_request_bound_the_answer_is_413_naming_the_limit_before_any_write(rig):
+    def refused(r: httpx.Response, *words: str) -> None:
+        assert r.status_code == 413, r.text
+        assert r.json()["error"]["code"] == "request_too_large"
+        assert all(w in r.json()["error"]["message"] for w in words), r.text
+
+    # more memories than one request takes, and more than the whole write limit
+    refused(call(rig, "importer", "POST", "/v1/memory", json=batch_of(33)), "limit is 32", "memories_per_request")
+    # import lines: counted before any store work, then charged one write each
+    lines = "\n".join(json.dumps({"content": f"My locker number {i} is {1000 + i}."}) for i in range(21))
+    refused(
+        call(rig, "importer", "POST", "/v1/memory/import", content=lines, headers=NDJSON), "limit is 20", "import_lines"
+    )
+    blank = lines.replace("\n", "\n\n\n")  # blank lines cost nothing but bytes
+    refused(call(rig, "importer", "POST", "/v1/memory/import", content=blank, headers=NDJSON), "limit is 20")
+    # import bytes: by Content-Length, and counted while a chunked body streams in
+    big = json.dumps({"content": "x" * 16000}) + "\n"
+    refused(
+        call(rig, "importer", "POST", "/v1/memory/import", content=big * 5, headers=NDJSON),
+        "65536 bytes",
+        "import_body_bytes",
+    )
+
+    def chunks():
+        for _ in range(5):
+            yield big.encode()
+
+    refused(call(rig, "importer", "POST", "/v1/memory/import", content=chunks(), headers=NDJSON), "65536 bytes")
+    assert call(rig, "importer", "GET", "/v1/memory").json()["total"] == 0  # none of it was written
+    # within the bounds: an import of 20 lines is 20 writes of the 40
+    ok = call(rig, "importer", "POST", "/v1/memory/import", content="\n".join(lines.split("\n")[:20]), headers=NDJSON)
+    assert ok.status_code == 200 and ok.json()["imported"] == 20, ok.text
+    assert call(rig, "importer", "POST", "/v1/memory", json=batch_of(20)).status_code == 201
+    assert (
+        call(rig, "importer", "POST", "/v1/memory/import", content=lines.split("\n")[0], headers=NDJSON).status_code
+        == 429
+    )
+    # a body over the search limit (default 128 KiB), whatever it holds
+    refused(call(rig, "importer", "POST", "/v1/memory/search", content=b"{" + b" " * 140_000), "search_body_bytes")
+
+
+def test_admin_users_are_paged_with_the_total(rig):
+    first = call(rig, "admin", "GET", "/v1/admin/users", params={"limit": 2}).json()
+    assert len(first["users"]) == 2 and first["limit"] == 2 and first["offset"] == 0 and first["total"] >= 6
+    rest = call(rig, "admin", "GET", "/v1/admin/users", params={"limit": 500, "offset": 2}).json()
+    ids = [u["user_id"] for u in first["users"] + rest["users"]]
+    assert ids == sorted(ids) and len(ids) == first["total"]
+    assert call(rig, "admin", "GET", "/v1/admin/users", params={"limit": 501}).status_code == 400
 
 
 # --------------------------------------------------------------------------- request ids in the logs

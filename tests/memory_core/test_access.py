@@ -29,6 +29,7 @@ from memory_core.errors import (
     InvalidInput,
     KeyNotFound,
     RateLimited,
+    RequestTooLarge,
     Unauthenticated,
     UnsupportedMediaType,
     UntrustedIdentity,
@@ -189,10 +190,44 @@ def test_writes_beyond_the_limit_are_refused_with_a_retry_time_until_the_window_
     assert limiter.allow("alice")
 
 
+def test_a_request_costs_the_memories_it_writes_taken_whole_or_not_at_all():
+    limiter = WriteRateLimiter(limit=10, window_s=60)
+    limiter.take("alice", 6)  # a POST of 6 memories
+    with pytest.raises(RateLimited, match="at most 10 memories per 60 s") as refused:
+        limiter.take("alice", 5)  # 4 left: refused whole, nothing counted
+    assert 55 <= refused.value.retry_after_s <= 60
+    limiter.take("alice", 4)  # the 4 that remained are still there
+    assert not limiter.allow("alice", 1)
+    limiter.take("bob", 10)  # per user
+
+
+def test_retry_after_is_when_the_request_fits_not_when_the_first_write_expires():
+    limiter = WriteRateLimiter(limit=4, window_s=2)
+    limiter.take("alice", 2)
+    time.sleep(1.0)
+    limiter.take("alice", 2)
+    with pytest.raises(RateLimited) as small:
+        limiter.take("alice", 2)  # fits once the first two expire (~1 s)
+    with pytest.raises(RateLimited) as large:
+        limiter.take("alice", 4)  # fits only once all four expire (~2 s)
+    assert small.value.retry_after_s == 1 and large.value.retry_after_s == 2
+
+
+def test_a_request_larger_than_the_whole_limit_is_too_large_not_rate_limited():
+    limiter = WriteRateLimiter(limit=10, window_s=60)
+    with pytest.raises(RequestTooLarge, match="write limit is 10 memories per 60 s"):
+        limiter.take("alice", 11)
+    limiter.take("alice", 10)  # the refusal counted nothing
+    assert not limiter.allow("bob", 11)
+    with pytest.raises(ValueError):
+        limiter.take("alice", 0)
+
+
 def test_a_zero_limit_is_off():
     limiter = WriteRateLimiter(limit=0, window_s=60)
     for _ in range(1000):
         limiter.take("alice")
+    limiter.take("alice", 100_000)
 
 
 def test_rate_limited_survives_pickling():

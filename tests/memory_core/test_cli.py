@@ -234,7 +234,8 @@ def test_unexpected_answers_are_errors_not_tracebacks(stub):
 def test_consolidate_all_lists_failed_users_exits_1_and_stops_on_403(stub):
     report = {"examined": 3, "groups": 1, "merged": ["m9"], "consolidated": 2, "expired": 1, "seconds": 0.25}
     stub.routes[("GET", "/v1/admin/users")] = [
-        Answer(body={"users": [{"user_id": u, "memories": 3, "keys": 0} for u in ("a", "b", "c")]})
+        Answer(body={"users": [{"user_id": u, "memories": 3, "keys": 0} for u in ("a", "b")], "total": 3}),
+        Answer(body={"users": [{"user_id": "c", "memories": 3, "keys": 0}], "total": 3}),
     ]
     answers = [
         Answer(body={"user_id": "a", **report}),
@@ -244,6 +245,8 @@ def test_consolidate_all_lists_failed_users_exits_1_and_stops_on_403(stub):
     stub.routes[("POST", "/v1/memory/consolidate")] = list(answers)
     res = run(stub, "consolidate", "--all", "--user", "ops", "--role", "admin")
     assert res.exit_code == 1, res.output
+    pages = [r.query for r in stub.received if r.method == "GET"]
+    assert pages == [{"limit": ["500"], "offset": ["0"]}, {"limit": ["500"], "offset": ["2"]}]  # until total
     assert [r.query["user_id"] for r in stub.received if r.method == "POST"] == [["a"], ["b"], ["c"]]
     assert "failed b: POST /v1/memory/consolidate: HTTP 503 store_unavailable: shard restarting" in res.output
     assert "2 users consolidated: 2 groups merged, 4 memories consolidated, 2 expired purged; 1 failed" in res.output
@@ -365,7 +368,8 @@ def test_service_strings_are_printed_as_text_not_rich_markup(stub):
                 "users": [
                     {"user_id": "[/]", "memories": 1, "keys": 0},
                     {"user_id": "[link=x]bob[/link]", "memories": 2, "keys": 1},
-                ]
+                ],
+                "total": 2,
             },
         )
     ]

@@ -9,9 +9,10 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from memory_core.errors import InvalidInput
+from memory_core.errors import InvalidInput, RequestTooLarge
 from memory_core.migration import (
     MigrationError,
+    count_import_lines,
     export_user,
     import_lines,
     load_user_ids,
@@ -322,3 +323,13 @@ def test_an_import_for_another_user_records_who_imported_it():
     assert parse_import_line(line, user_id="alice").memory.created_by_user_id == "alice"
     parsed = parse_import_line(line, user_id="alice", created_by="ops")
     assert parsed.memory.user_id == "alice" and parsed.memory.created_by_user_id == "ops"
+
+
+def test_an_import_counts_its_non_blank_lines_and_refuses_more_than_the_limit():
+    lines = ['{"content": "a"}', "", "   ", '{"content": "b"}', "not json", ""]
+    assert count_import_lines(lines, 3) == 3  # blank lines cost nothing; a bad line may still write
+    with pytest.raises(
+        RequestTooLarge, match=r"has 3 lines: the limit is 2 lines per request \(global.limits.import_lines\)"
+    ):
+        count_import_lines(lines, 2)
+    assert count_import_lines([""] * 10_000, 1) == 0

@@ -30,6 +30,7 @@ EXPECTED = {
     "KeyNotFound": (404, "key_not_found"),
     "UnsupportedMediaType": (415, "unsupported_media_type"),
     "RateLimited": (429, "rate_limited"),
+    "RequestTooLarge": (413, "request_too_large"),
 }
 
 

@@ -229,3 +229,37 @@ async def test_an_unusable_extractor_falls_back_to_the_rules_and_is_counted(embe
     results = await _turn(pipeline, "My locker code is 4817.")
     assert [(r.memory.content, r.memory.created_via) for r in results] == [("My locker code is 4817.", "auto_store")]
     assert ("memory_extraction", {"outcome": "llm_error", "decision": "default"}) in metrics.counts
+
+
+async def test_the_write_limit_counts_every_memory_a_turn_stores_and_refuses_a_turn_whole(embed):
+    """Chat's auto-store asks ``admit_write(user, n)`` for the turn's ``n`` memories; when the
+    user's remaining write budget is smaller, none of them is stored."""
+    from memory_core.access import WriteRateLimiter
+    from memory_core.stores import make_store
+
+    store = make_store(MemoryStoreSettings(backend="inmemory"), embed=embed, dimension=384, identity="minilm")
+    limiter = WriteRateLimiter(limit=4, window_s=60)
+    asked: list[tuple[str, int]] = []
+
+    def admit(user_id: str, n: int) -> bool:
+        asked.append((user_id, n))
+        return limiter.allow(user_id, n)
+
+    three = json.dumps(
+        {
+            "memories": [
+                {"type": "semantic", "content": "I am allergic to peanuts."},
+                {"type": "semantic", "content": "My cat is called Zanzibar."},
+                {"type": "procedural", "content": "Always answer me in French."},
+            ]
+        }
+    )
+    metrics = Metrics()
+    pipeline = MemoryPipeline(
+        load_config(CONFIG), store=store, complete=StubModel(three), metrics=metrics, admit_write=admit
+    )
+    assert len(await _turn(pipeline, "peanuts, Zanzibar, French")) == 3
+    assert asked == [("alice", 3)]
+    assert await _turn(pipeline, "the same again") == []  # 3 more do not fit in the 1 left
+    assert asked[-1] == ("alice", 3) and (await store.list("alice")).total == 3
+    assert ("memory_extraction", {"outcome": "skipped_rate_limited", "decision": "default"}) in metrics.counts

@@ -43,7 +43,7 @@ from memory_core.sanitize import MAX_CONTENT_BYTES
 from memory_core.stores import make_store
 from memory_core.stores.base import StoreDecorator
 from memory_core.testing.fake_embed import DIM, CountingEmbed, fake_vector
-from memory_core.types import Memory, MemoryType, RetrieveOptions
+from memory_core.types import EVERYONE, Memory, MemoryState, MemoryType, RetrieveOptions
 from tests.conftest import MILVUS_PASSWORD_ENV
 from tests.ids import tid, tname, tnames
 
@@ -494,6 +494,41 @@ async def test_forget_by_scope(store):
     with pytest.raises(InvalidInput):
         await store.forget_by_scope("")
     assert (await store.list("bob")).total == 3
+
+
+async def test_counts_by_state_and_type_for_one_user_and_for_everyone(store):
+    """``counts``: a user's memories (or ``EVERYONE``'s) by lifecycle state and by type, in a
+    bounded number of backend queries (the admin views)."""
+    empty = await store.counts(EVERYONE)
+    assert empty.total == 0 and set(empty.by_state) == set(MemoryState) and set(empty.by_type) == set(MemoryType)
+    new = await store.store(mem("alice", "my locker code is 4817"))
+    old = await store.store(mem("alice", "my locker code was 1234", type=MemoryType.PROCEDURAL, project_id="gym"))
+    await store.update(old.id, "alice", {"state": MemoryState.SUPERSEDED, "superseded_by": new.id})
+    for i in range(3):
+        await store.store(mem("bob", f"bob went hiking on day {i}", type=MemoryType.EPISODIC))
+    await store.store(mem('user with spaces, and "quotes"', "a tricky owner id's memory"))
+    alice = await store.counts("alice")
+    assert alice.total == 2
+    assert alice.by_state == {
+        MemoryState.ACTIVE: 1,
+        MemoryState.SUPERSEDED: 1,
+        MemoryState.CONSOLIDATED: 0,
+        MemoryState.QUARANTINED: 0,
+    }
+    assert alice.by_type == {MemoryType.SEMANTIC: 1, MemoryType.PROCEDURAL: 1, MemoryType.EPISODIC: 0}
+    bob = await store.counts("bob")
+    assert (bob.total, bob.by_type[MemoryType.EPISODIC], bob.by_state[MemoryState.ACTIVE]) == (3, 3, 3)
+    assert (await store.counts('user with spaces, and "quotes"')).total == 1
+    assert (await store.counts("nobody")).total == 0
+    everyone = await store.counts(EVERYONE)
+    assert everyone.total == 6 == sum(everyone.by_type.values())
+    assert everyone.by_state[MemoryState.ACTIVE] == 5 and everyone.by_state[MemoryState.SUPERSEDED] == 1
+    assert everyone.by_type == {MemoryType.SEMANTIC: 2, MemoryType.PROCEDURAL: 1, MemoryType.EPISODIC: 3}
+    await store.forget(new.id, "alice")
+    assert (await store.counts("alice")).total == 1 and (await store.counts(EVERYONE)).total == 5
+    for bad in ("", None, " alice"):
+        with pytest.raises(InvalidInput):
+            await store.counts(bad)
 
 
 # ---------------------------------------------------------------------- isolation

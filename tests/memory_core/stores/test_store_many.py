@@ -21,6 +21,7 @@ from tests.ids import tid, tnames
 
 # public contract methods that do not change which memories exist or what they contain
 NON_WRITE_METHODS = {
+    "counts",
     "open",
     "close",
     "check_connection",
