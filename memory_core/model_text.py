@@ -36,9 +36,10 @@ import unicodedata
 from confusable_homoglyphs import categories as _categories
 from confusable_homoglyphs import utils as _confusable_data
 
-from .sanitize import is_visible
+from . import linear_re
+from .sanitize import _BLANK  # the one list of default-ignorable and blank code points
 
-__all__ = ["model_text", "skeleton"]
+__all__ = ["model_lines", "model_text", "skeleton"]
 
 
 def _ascii_lookalikes() -> dict[str, str]:
@@ -78,48 +79,52 @@ def _script(char: str) -> str:
     return _categories.alias(char)
 
 
-def _dropped(char: str) -> bool:
-    """Characters the model never sees: controls other than whitespace, format characters,
-    and default-ignorable or blank code points."""
-    if char.isspace():
-        return False
-    if unicodedata.category(char) in ("Cc", "Cf"):
-        return True
-    return not char.isascii() and not is_visible(char) and not char.isspace()
+_DROPPED = linear_re.compile(
+    r"[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\p{Cf}" + _BLANK.pattern[1:-1] + "]"
+)
+"""What the model never sees: controls other than whitespace (tab, line feed... U+001C-001F
+and U+0085 are whitespace and are folded instead), format characters (Cf: zero-width space
+and joiners, soft hyphen, word joiner, bidi controls), and the default-ignorable or blank
+code points of ``sanitize.is_visible``."""
+_MIXED_WORD = linear_re.compile(
+    r"[\p{L}\p{M}]*(?:[A-Za-z][\p{L}\p{M}]*[^\x00-\x7f\P{L}]|[^\x00-\x7f\P{L}][\p{L}\p{M}]*[A-Za-z])[\p{L}\p{M}]*"
+)
+"""A word (a run of letters and marks) holding an ASCII letter and a non-ASCII letter."""
 
 
-def _fold_mixed_word(word: str) -> str:
+def _fold_mixed_word(match) -> str:
+    return _fold_word(match.group())
+
+
+@functools.lru_cache(maxsize=4096)
+def _fold_word(word: str) -> str:
     scripts = {_script(c) for c in word if c.isalpha()}
-    if "LATIN" not in scripts or len(scripts - {"COMMON", "INHERITED"}) < 2:
-        return word
-    return "".join(_LATIN_LOOKALIKE.get(c, c) if _script(c) != "LATIN" else c for c in word)
-
-
-def _fold_mixed_scripts(text: str) -> str:
-    out: list[str] = []
-    word: list[str] = []
-    for char in text:
-        if char.isalpha() or unicodedata.category(char).startswith("M"):
-            word.append(char)
-            continue
-        if word:
-            out.append(_fold_mixed_word("".join(word)))
-            word = []
-        out.append(char)
-    if word:
-        out.append(_fold_mixed_word("".join(word)))
-    return "".join(out)
+    if len(scripts - {"COMMON", "INHERITED"}) < 2:
+        return word  # Latin letters only (é, ı, ş...): not mixed
+    return "".join(c if _script(c) == "LATIN" else _LATIN_LOOKALIKE.get(c, c) for c in word)
 
 
 def model_text(content: str) -> str:
     """``content`` as the model reads it in the memory block (module docstring: format
     characters dropped, NFKC, whitespace folded to single spaces on one line, mixed-script
     words folded to Latin), before HTML escaping. Linear in ``len(content)``."""
-    visible = "".join(c for c in content if not _dropped(c))
-    text = unicodedata.normalize("NFKC", visible)
-    text = "".join(c for c in text if not _dropped(c))  # NFKC can expose none, but cheap
-    text = " ".join(text.split())
-    return _fold_mixed_scripts(text)
+    text = unicodedata.normalize("NFKC", _DROPPED.sub("", content))
+    text = " ".join(_DROPPED.sub("", text).split())  # NFKC exposes no dropped character: cheap
+    if text.isascii():
+        return text
+    return _MIXED_WORD.sub(_fold_mixed_word, text)
+
+
+def model_lines(content: str) -> str:
+    """``content``'s lines as the model would read each on a line of its own: ``model_text``
+    of every line, empty ones left out, joined by ``"\\n"`` (screening's view of where a line
+    started before the renderer folded it). Linear in ``len(content)``."""
+    text = unicodedata.normalize("NFKC", _DROPPED.sub("", content))
+    lines = (" ".join(line.split()) for line in _DROPPED.sub("", text).splitlines())
+    text = "\n".join(line for line in lines if line)
+    if text.isascii():
+        return text
+    return _MIXED_WORD.sub(_fold_mixed_word, text)
 
 
 def skeleton(text: str) -> str:
