@@ -31,6 +31,7 @@ are idempotent (``model_text(model_text(t)) == model_text(t)``).
 from __future__ import annotations
 
 import functools
+import itertools
 import unicodedata
 
 from confusable_homoglyphs import categories as _categories
@@ -68,6 +69,7 @@ def _ascii_lookalikes() -> dict[str, str]:
 
 _LOOKALIKE = _ascii_lookalikes()
 _LATIN_LOOKALIKE = {c: a for c, a in _LOOKALIKE.items() if a.isalpha()}
+_SKELETON = str.maketrans(_LOOKALIKE)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -79,13 +81,22 @@ def _script(char: str) -> str:
     return _categories.alias(char)
 
 
-_DROPPED = linear_re.compile(
-    r"[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\p{Cf}" + _BLANK.pattern[1:-1] + "]"
-)
-"""What the model never sees: controls other than whitespace (tab, line feed... U+001C-001F
-and U+0085 are whitespace and are folded instead), format characters (Cf: zero-width space
-and joiners, soft hyphen, word joiner, bidi controls), and the default-ignorable or blank
-code points of ``sanitize.is_visible``."""
+def _dropped_table() -> dict[int, None]:
+    """``str.translate`` table deleting what the model never sees: controls other than
+    whitespace (tab, line feed... U+001C-001F and U+0085 are whitespace and are folded
+    instead), format characters (Cf: zero-width space and joiners, soft hyphen, word joiner,
+    bidi controls; planes 0, 1 and 14 hold them all) and the default-ignorable or blank code
+    points of ``sanitize.is_visible``."""
+    table: dict[int, None] = {}
+    for code in itertools.chain(range(0x20000), range(0xE0000, 0xE1000)):
+        char = chr(code)
+        category = unicodedata.category(char)
+        if (category == "Cc" and not char.isspace()) or category == "Cf" or _BLANK.match(char):
+            table[code] = None
+    return table
+
+
+_DROPPED = _dropped_table()
 _MIXED_WORD = linear_re.compile(
     r"[\p{L}\p{M}]*(?:[A-Za-z][\p{L}\p{M}]*[^\x00-\x7f\P{L}]|[^\x00-\x7f\P{L}][\p{L}\p{M}]*[A-Za-z])[\p{L}\p{M}]*"
 )
@@ -108,26 +119,30 @@ def model_text(content: str) -> str:
     """``content`` as the model reads it in the memory block (module docstring: format
     characters dropped, NFKC, whitespace folded to single spaces on one line, mixed-script
     words folded to Latin), before HTML escaping. Linear in ``len(content)``."""
-    text = unicodedata.normalize("NFKC", _DROPPED.sub("", content))
-    text = " ".join(_DROPPED.sub("", text).split())  # NFKC exposes no dropped character: cheap
+    text = unicodedata.normalize("NFKC", content.translate(_DROPPED))
+    text = " ".join(text.translate(_DROPPED).split())  # NFKC exposes no dropped character: cheap
+    return _fold_mixed_scripts(text)
+
+
+def _fold_mixed_scripts(text: str) -> str:
+    """``text`` (NFKC) with its mixed-script words folded to Latin, NFKC again (a folded
+    letter can compose with the mark after it: Cyrillic е + U+0308 becomes ë)."""
     if text.isascii():
         return text
-    return _MIXED_WORD.sub(_fold_mixed_word, text)
+    folded = _MIXED_WORD.sub(_fold_mixed_word, text)
+    return folded if folded == text else unicodedata.normalize("NFKC", folded)
 
 
 def model_lines(content: str) -> str:
     """``content``'s lines as the model would read each on a line of its own: ``model_text``
     of every line, empty ones left out, joined by ``"\\n"`` (screening's view of where a line
     started before the renderer folded it). Linear in ``len(content)``."""
-    text = unicodedata.normalize("NFKC", _DROPPED.sub("", content))
-    lines = (" ".join(line.split()) for line in _DROPPED.sub("", text).splitlines())
-    text = "\n".join(line for line in lines if line)
-    if text.isascii():
-        return text
-    return _MIXED_WORD.sub(_fold_mixed_word, text)
+    text = unicodedata.normalize("NFKC", content.translate(_DROPPED))
+    lines = (" ".join(line.split()) for line in text.translate(_DROPPED).splitlines())
+    return _fold_mixed_scripts("\n".join(line for line in lines if line))
 
 
 def skeleton(text: str) -> str:
     """``text`` with every character that has an ASCII look-alike replaced by it, then
     case-folded: a view for screening rules, never shown to the model. Linear."""
-    return "".join(_LOOKALIKE.get(c, c) for c in text).casefold()
+    return text.translate(_SKELETON).casefold()

@@ -79,34 +79,35 @@ _OVERRIDE = [
     + r"(?:ignore|disregard|forget|override|bypass|skip|drop|discard|neglect|abandon)"
     + _gap(40)
     + r"(?:instructions?|rules|prompts?|guidelines|directives|polic(?:y|ies)|orders|commands|constraints"
-    r"|restrictions|safety|guardrails|programming|above|everything (?:you|that|above|before))"
-    + END,
+    r"|restrictions|safety|guardrails|programming|above|everything (?:you|that|above|before))" + END,
     START + r"forget (?:everything|all|anything) (?:you (?:were|have been|'ve been) (?:told|given)|above|before)",
     START + r"(?:stop|quit|cease) (?:following|obeying|observing) (?:your|the|all|any|those|these)",
-    START
-    + r"(?:do not|don't|dont|never) (?:follow|obey) (?:the|your|any) (?:rules|instructions|guidelines|polic)",
+    START + r"(?:do not|don't|dont|never) (?:follow|obey) (?:the|your|any) (?:rules|instructions|guidelines|polic)",
     START + r"(?:new|updated|real|actual|true) (?:system )?(?:instructions|rules|directives) ?(?:[:：]|are" + END + ")",
     START + r"your (?:real |new |actual |true )?(?:instructions|orders|rules) (?:are|now)" + END,
-    START + r"(?:the )?(?:previous|prior|above|earlier) (?:instructions|rules|prompt) (?:were|was|are) (?:a test|fake|void|wrong)",
+    START
+    + r"(?:the )?(?:previous|prior|above|earlier) (?:instructions|rules|prompt) (?:were|was|are) (?:a test|fake|void|wrong)",
     START + r"(?:rules|instructions|guidelines)(?: above)? (?:no longer|don't|do not) apply",
     START + r"from now on,? you (?:must|will|shall|have to|are (?:going )?to|need to|should)" + END,
-    START
-    + r"(?:answer|respond|reply|react)(?: to)? (?:every|all|any|each) (?:questions?|messages?|requests?|prompts?)"
+    START + r"(?:answer|respond|reply|react)(?: to)? (?:every|all|any|each) (?:questions?|messages?|requests?|prompts?)"
     r"(?: [^.!?\n]{0,20})? (?:with|by (?:saying|giving|sending))" + END,
     START
     + r"(?:whenever|when|every time|each time|if|once) you (?:read|see|load|retrieve|process|recall|find|answer|respond)"
     + _gap(30)
     + r"(?:this|these) (?:memory|memories|message|note|text|instruction)",
-    START
-    + r"(?:tell|give|send|show|reveal|share|print|output|leak|include|answer with|respond with|email|post)"
+    START + r"(?:tell|give|send|show|reveal|share|print|output|leak|include|answer with|respond with|email|post)"
     r"(?: me| us| them| the user)? (?:the |your |any |all |every )?(?:admin(?:istrator)?'?s? |root |system |master |user'?s? )?"
     r"(?:passwords?|api keys?|credentials|secret (?:token|key)s?|private keys?|access tokens?|database credentials)"
     + END,
-    START + r"(?:comply with|obey|follow) (?:every|all|any) (?:instruction|request|command|order)s?(?: in| from)? (?:this|the user)",
-    START + r"(?:all |every |any )?(?:content )?(?:filters?|safety (?:checks?|rules?|filters?)) (?:are|is) (?:now )?(?:disabled|off|removed|turned off)",
-    START + r"(?:disable|turn off|remove|deactivate) (?:your |the |all |any )?(?:safety|content) (?:checks?|filters?|rules?|polic)",
+    START
+    + r"(?:comply with|obey|follow) (?:every|all|any) (?:instruction|request|command|order)s?(?: in| from)? (?:this|the user)",
+    START
+    + r"(?:all |every |any )?(?:content )?(?:filters?|safety (?:checks?|rules?|filters?)) (?:are|is) (?:now )?(?:disabled|off|removed|turned off)",
+    START
+    + r"(?:disable|turn off|remove|deactivate) (?:your |the |all |any )?(?:safety|content) (?:checks?|filters?|rules?|polic)",
     START + r"(?:you are|you're) (?:now )?allowed to (?:bypass|ignore|break|skip)",
-    START + r"(?:send|forward|post|upload|leak)(?: all| every)? (?:of )?(?:the )?user'?s? (?:data|memories|history|messages|files)",
+    START
+    + r"(?:send|forward|post|upload|leak)(?: all| every)? (?:of )?(?:the )?user'?s? (?:data|memories|history|messages|files)",
     START + r"(?:leak|exfiltrate|dump) (?:the )?(?:conversation|chat) (?:history|logs)",
     r"i have been pwned",
     START + r"(?:insert|add|include|append|embed) (?:a |this |the )?(?:link|url|hyperlink|tracking pixel)" + END,
@@ -132,7 +133,8 @@ _OVERRIDE = [
     + r"[^.!?\n]{0,40}?(?:anweisung|regel|richtlinie|vorgabe|befehl|instruktion|prompt|einschränkung|beschränkung)",
     START + r"ab (?:jetzt|sofort|nun),? (?:musst|sollst|wirst|darfst) du" + END,
     START + r"neue (?:anweisungen|regeln|befehle) ?[:：]",
-    START + r"(?:nenne|nenn|gib|sag|verrate|schicke|sende) (?:mir |uns )?(?:das |dein |deine |die )?(?:admin-?|administrator-?|root-?)?(?:passwort|kennwort|zugangsdaten|api-schlüssel)",
+    START
+    + r"(?:nenne|nenn|gib|sag|verrate|schicke|sende) (?:mir |uns )?(?:das |dein |deine |die )?(?:admin-?|administrator-?|root-?)?(?:passwort|kennwort|zugangsdaten|api-schlüssel)",
     START + r"jede frage mit" + END,
     r"(?:sicherheitsregeln|regeln|richtlinien) (?:gelten|gilt) (?:nicht mehr|ab sofort nicht)",
     # fr
@@ -140,9 +142,11 @@ _OVERRIDE = [
     + r"(?:ignore|ignorez|oublie|oubliez|ne tiens pas compte|ne tenez pas compte|fais abstraction|faites abstraction|outrepasse|contourne|désobéis)"
     + END
     + r"[^.!?\n]{0,40}?(?:instructions|règles|consignes|directives|ordres|restrictions|prompt)",
-    START + r"(?:à partir de maintenant|désormais|dorénavant|dès maintenant),? (?:tu dois|vous devez|tu vas|tu ne|ignore)",
+    START
+    + r"(?:à partir de maintenant|désormais|dorénavant|dès maintenant),? (?:tu dois|vous devez|tu vas|tu ne|ignore)",
     START + r"nouvelles (?:instructions|consignes|règles) ?[:：]",
-    START + r"(?:donne|dis|révèle|envoie|montre)[- ]?(?:moi|nous)? (?:le |les |ton |tes )?(?:mots? de passe|clés? api|identifiants)",
+    START
+    + r"(?:donne|dis|révèle|envoie|montre)[- ]?(?:moi|nous)? (?:le |les |ton |tes )?(?:mots? de passe|clés? api|identifiants)",
     START + r"à chaque question avec" + END,
     # it
     _CLAUSE
@@ -219,7 +223,9 @@ _OVERRIDE = [
 ]
 
 # ---------------------------------------------------------------------------- role play
-_NO_LIMITS_EN = r"(?:restrictions|rules|filters|limits|limitations|guidelines|censorship|boundaries|policies|morals|ethics)"
+_NO_LIMITS_EN = (
+    r"(?:restrictions|rules|filters|limits|limitations|guidelines|censorship|boundaries|policies|morals|ethics)"
+)
 _ROLE_PLAY = [
     START
     + r"you are (?:now|no longer|from now on)"
@@ -233,7 +239,8 @@ _ROLE_PLAY = [
     + END,
     START + r"pretend (?:that )?(?:you|to) (?:have|are|be|had|were) (?:no|not bound|un|free|without)",
     START + r"(?:developer|god|dan|jailbreak|unrestricted|sudo|debug) mode" + END,
-    START + r"(?:enable|activate|enter|switch to|turn on) (?:developer|god|admin|debug|maintenance|unrestricted|dan) mode",
+    START
+    + r"(?:enable|activate|enter|switch to|turn on) (?:developer|god|admin|debug|maintenance|unrestricted|dan) mode",
     START + r"jailbr(?:oken|eak)",
     START + r"do anything now" + END,
     START + r"you (?:have been|are|were) (?:freed|released|unlocked|liberated) from",
@@ -247,28 +254,47 @@ _ROLE_PLAY = [
     r"假装你?(?:没有|不受)(?:任何)?(?:规则|限制|约束)",
     r"开发者模式|越狱模式",
     # es
-    START + r"(?:ahora|a partir de ahora) eres" + END + r"[^.!?\n]{0,30}sin (?:restricciones|reglas|filtros|límites|censura)",
+    START
+    + r"(?:ahora|a partir de ahora) eres"
+    + END
+    + r"[^.!?\n]{0,30}sin (?:restricciones|reglas|filtros|límites|censura)",
     START + r"(?:finge|haz como si|imagina) que no tienes (?:reglas|restricciones|límites|filtros)",
     START + r"(?:actúa|actua|compórtate) como[^.!?\n]{0,30}sin (?:restricciones|reglas|filtros|límites)",
     START + r"modo (?:desarrollador|dios|sin restricciones)" + END,
     # de
-    START + r"du bist (?:jetzt|nun|ab sofort|ab jetzt)" + END + r"[^.!?\n]{0,30}(?:ohne (?:jegliche |alle )?(?:einschränkungen|regeln|filter|grenzen|zensur)|uneingeschränkt)",
+    START
+    + r"du bist (?:jetzt|nun|ab sofort|ab jetzt)"
+    + END
+    + r"[^.!?\n]{0,30}(?:ohne (?:jegliche |alle )?(?:einschränkungen|regeln|filter|grenzen|zensur)|uneingeschränkt)",
     START + r"tu so,? als (?:hättest|hast|wärst|wärest) du (?:keine|kein|ohne)",
     START + r"(?:entwicklermodus|entwickler-modus|gott-?modus)",
     # fr
-    START + r"tu es (?:maintenant|désormais|à présent|dorénavant)" + END + r"[^.!?\n]{0,30}sans (?:aucune |aucun )?(?:restriction|règle|filtre|limite|censure)",
-    START + r"(?:fais|faites) (?:comme si|semblant)[^.!?\n]{0,20}(?:aucune|pas de|sans) (?:règle|restriction|limite|filtre)",
+    START
+    + r"tu es (?:maintenant|désormais|à présent|dorénavant)"
+    + END
+    + r"[^.!?\n]{0,30}sans (?:aucune |aucun )?(?:restriction|règle|filtre|limite|censure)",
+    START
+    + r"(?:fais|faites) (?:comme si|semblant)[^.!?\n]{0,20}(?:aucune|pas de|sans) (?:règle|restriction|limite|filtre)",
     START + r"mode (?:développeur|developpeur|dieu)" + END,
     # it
-    START + r"(?:ora|adesso|d'ora in poi) sei" + END + r"[^.!?\n]{0,30}senza (?:restrizioni|regole|filtri|limiti|censura)",
+    START
+    + r"(?:ora|adesso|d'ora in poi) sei"
+    + END
+    + r"[^.!?\n]{0,30}senza (?:restrizioni|regole|filtri|limiti|censura)",
     START + r"fai finta di non avere (?:regole|restrizioni|limiti|filtri)",
     START + r"modalità (?:sviluppatore|dio)" + END,
     # pt
-    START + r"agora (?:você é|voce é|és|tu és|vc é)" + END + r"[^.!?\n]{0,30}sem (?:restrições|restricoes|regras|filtros|limites|censura)",
+    START
+    + r"agora (?:você é|voce é|és|tu és|vc é)"
+    + END
+    + r"[^.!?\n]{0,30}sem (?:restrições|restricoes|regras|filtros|limites|censura)",
     START + r"finja (?:que )?(?:você |voce )?não (?:tem|ter|possui) (?:regras|restrições|limites|filtros)",
     START + r"modo (?:desenvolvedor|deus)" + END,
     # ru
-    START + r"(?:теперь|отныне|сейчас) ты" + END + r"[^.!?\n]{0,30}без (?:каких-либо |всяких |любых )?(?:ограничений|правил|фильтров|цензуры)",
+    START
+    + r"(?:теперь|отныне|сейчас) ты"
+    + END
+    + r"[^.!?\n]{0,30}без (?:каких-либо |всяких |любых )?(?:ограничений|правил|фильтров|цензуры)",
     START + r"(?:притворись|представь),? что у тебя нет (?:правил|ограничений|фильтров)",
     START + r"режим разработчика" + END,
     # pl
@@ -315,7 +341,9 @@ _PROMPT_EXTRACTION = [
     r"(?:mostre|mostra|revele|revela|repita|imprima|diga)[^.!?\n]{0,20}(?:prompt d[eo] sistema|instruções (?:ocultas|iniciais|do sistema|originais))",
     r"(?:выведи|покажи|раскрой|повтори|напиши|скажи|дай)[^.!?\n]{0,20}(?:системный промпт|системные инструкции|скрытые инструкции|исходные инструкции|системное сообщение)",
     r"(?:wyświetl|pokaż|ujawnij|powtórz|wypisz|podaj)[^.!?\n]{0,20}(?:prompt systemowy|instrukcje systemowe|ukryte instrukcje|początkowe instrukcje)",
-    r"(?:sistem istemi|sistem talimat|gizli talimat|ilk talimat|sistem mesaj)" + _L + r"*[^.!?\n]{0,15}(?:göster|açıkla|yaz|söyle|ver|tekrarla)",
+    r"(?:sistem istemi|sistem talimat|gizli talimat|ilk talimat|sistem mesaj)"
+    + _L
+    + r"*[^.!?\n]{0,15}(?:göster|açıkla|yaz|söyle|ver|tekrarla)",
     r"(?:输出|显示|告诉我|透露|复述|打印|重复|给我看|展示)[^。！？\n]{0,10}(?:系统提示|系统指令|初始指令|隐藏的?指令|原始指令|提示词)",
     r"(?:システムプロンプト|隠された指示|初期の指示|元の指示|システム指示)[^。！？\n]{0,10}(?:出力|表示|見せ|教え|繰り返)",
     r"(?:시스템 프롬프트|숨겨진 지시|초기 지시|원래 지시|시스템 지시)[^.!?\n]{0,12}(?:출력|보여|알려|공개|반복)",
@@ -328,7 +356,8 @@ _TOOL_SMUGGLING = [
     r"</?tool_call>|</?function_call>|</?tool_use>|\"(?:function_call|tool_calls|tool_use)\" ?:",
     r"\{ ?[\"'](?:name|function)[\"'] ?: ?[\"'][^\"']+[\"'] ?, ?[\"'](?:arguments|parameters|args|input)[\"'] ?:",
     START + r"(?:call|use|invoke|run|trigger) the " + r"[\p{L}\p{N}_\-]+" + r" (?:tool|function|plugin|api)" + END,
-    START + r"(?:execute|run) (?:the following|this|these) (?:shell |bash |python |terminal )?(?:commands?|code|scripts?)",
+    START
+    + r"(?:execute|run) (?:the following|this|these) (?:shell |bash |python |terminal )?(?:commands?|code|scripts?)",
     START + r"rm -rf" + END,
     r"(?:curl|wget) [^|\n]{0,80}\| ?(?:ba|z)?sh" + END,
 ]
@@ -398,9 +427,7 @@ _ROLE_WORDS = _alt(
     r"डेवलपर",
     r"एडमिन",
 )
-_ROLE_QUALIFIER = (
-    r"(?: (?:prompt|message|messages|note|override|update|notice|instruction|instructions|directive|mode|command|policy|alert))*"
-)
+_ROLE_QUALIFIER = r"(?: (?:prompt|message|messages|note|override|update|notice|instruction|instructions|directive|mode|command|policy|alert))*"
 _ROLE_FAKE = [
     # a role name and a colon at the start of the text (or of a line / a sentence)
     r"(?:^|[.!?;。！？])[ *_#>\-=~`\"'(\[{]*" + _ROLE_WORDS + _ROLE_QUALIFIER + r"[ *_\])}>\-=~`\"']*[:：]",
@@ -416,7 +443,9 @@ _ROLE_FAKE = [
     START
     + r"(?:note|message|memo|reminder|instruction|instructions|notice|warning)s? (?:to|for) (?:the |all |any )?(?:ai|assistant|model|llm|chatbot|bot|gpt|chatgpt|claude|language model|ai model)s?"
     + END,
-    START + r"(?:message|notice|update|instructions?) from (?:openai|anthropic|the (?:system|developers?|admin|administrator|operator))" + END,
+    START
+    + r"(?:message|notice|update|instructions?) from (?:openai|anthropic|the (?:system|developers?|admin|administrator|operator))"
+    + END,
     # all-capitals role names with a colon anywhere (SYSTEM:, DEVELOPER:)
     r"(?:^|[^\p{L}\p{N}_])(?:SYSTEM|DEVELOPER|ASSISTANT|ADMIN|ADMINISTRATOR|OPERATOR|SYSTEM PROMPT|SYSTEM OVERRIDE|SYSTEM MESSAGE) ?[:：]",
 ]
@@ -426,7 +455,7 @@ _LINE_ROLE_FAKE = r"^[ *_#>\-=~`\"'(\[{]*" + _ROLE_WORDS + _ROLE_QUALIFIER + r"[
 _SQUASHED = (
     r"(?:ignore|disregard|forget)(?:all|any|the|your|my|of)*(?:previous|prior|above|earlier|preceding|your|the)"
     r"(?:instructions?|rules|prompts?|guidelines|directives)"
-    r"|developermode|systemprompt(?:is|:)|revealyoursystemprompt|youarenowdan"
+    r"|developermode|revealyoursystemprompt|youarenowdan"
 )
 
 
@@ -473,8 +502,8 @@ SCREENING_REASONS = tuple(name for name, _ in _SHAPES)
 
 
 def _squash(text: str) -> str:
-    """Letters and digits only (a skeleton's): ``i g n o r e previous`` → ``ignoreprevious``."""
-    return "".join(c for c in text if c.isalnum() or c == ":")
+    """Letters and digits only (of a skeleton): ``i g n o r e previous`` → ``ignoreprevious``."""
+    return "".join(filter(str.isalnum, text))
 
 
 def _screen_views(rendered: str) -> str | None:
