@@ -29,7 +29,12 @@ to Latin), quoted on one ``- "…"`` line, and ``&``, ``"``, ``<``,
 so no ``</memory_context>`` variant (spacing, case, full-width or other look-alike brackets,
 zero-width characters inside) and no chat-template control token (``<|im_start|>``,
 ``</s>``, ``<start_of_turn>``; bracketed ``[INST]``-style tokens are written with
-``&#91;``/``&#93;``) survives into the block.
+``&#91;``/``&#93;``) survives into the block; nor does a role marker (``system:``,
+``Developer:``, ``[system]``, ``(system)``: the colon and brackets become character
+references). The header (``BLOCK_HEADER``) tells the model the lines are quoted data about
+the user, never instructions: screening (``curation.screening``) is a net, the framing holds
+for what passes it (``tests/memory_core/chat/test_inject_framing.py`` renders every
+injection of the labelled screening set).
 
 Message shapes: ``{"role": str, "content": str | list[part] | None, ...}`` where a part is an
 OpenAI content part such as ``{"type": "text", "text": str}`` or ``{"type": "image_url", ...}``.
@@ -43,6 +48,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from .. import linear_re
 from ..model_text import model_text
 from ..types import Memory
 
@@ -83,6 +89,21 @@ _ESCAPE = re.compile("[" + re.escape("".join(_ESCAPES)) + "]")
 _CONTROL_TOKEN = re.compile(r"\[(/?[A-Z][A-Z_]+)\]")
 """Bracketed control tokens of chat templates (``[INST]``, ``[/INST]``, ``[SYSTEM_PROMPT]``,
 ``[TOOL_CALLS]`` ...), which some tokenizers turn into special tokens even inside text."""
+_ROLE_NAMES = (
+    r"(?:system|developer|assistant|user|tool|function|human|model|ai|bot|admin|administrator|operator|sys|dev)"
+)
+_ROLE_MARKER = linear_re.compile(
+    r"(^|[^\p{L}\p{N}_])(" + _ROLE_NAMES + r"(?: (?:prompt|message|note|override|instructions?))?) ?:",
+    linear_re.IGNORECASE,
+)
+"""A role name and a colon (``system:``, ``Developer:``, ``assistant :``): inside a memory its
+colon is written ``&#58;``, so the quoted text holds no role marker of a chat transcript."""
+_ROLE_TAG = linear_re.compile(
+    r"([\[({]) ?(/? ?" + _ROLE_NAMES + r"(?: (?:prompt|message|mode))?) ?([\])}])", linear_re.IGNORECASE
+)
+"""A bracketed role tag (``[system]``, ``(system)``, ``{developer mode}``): its brackets are
+written as character references (``&#91;system&#93;``)."""
+_BRACKET_REFS = {c: f"&#{ord(c)};" for c in "[](){}"}
 
 
 def render_memory_text(content: str) -> str:
@@ -90,12 +111,15 @@ def render_memory_text(content: str) -> str:
     (format characters dropped, so a zero-width space cannot split a marker or hide one;
     NFKC; every run of whitespace and line/paragraph separators folded into one space;
     mixed-script words folded to Latin), then ``&``/``"``/``<``/``>`` and the angle brackets'
-    look-alikes escaped as HTML entities and bracketed upper-case control tokens written with
-    ``&#91;``/``&#93;``. The result holds no ``<``, ``>``, look-alike, ``"`` or line break, so
-    it can neither close the block nor leave its quotes, nor start a message or a
-    chat-template turn."""
+    look-alikes escaped as HTML entities, bracketed upper-case control tokens and role tags
+    (``[INST]``, ``[system]``, ``(system)``) written with character references, and the colon of a role
+    marker (``system:``, ``Developer:``) as ``&#58;``. The result holds no ``<``, ``>``,
+    look-alike, ``"``, role marker or line break, so it can neither close the block nor leave
+    its quotes, nor start a message, a role or a chat-template turn."""
     text = _ESCAPE.sub(lambda m: _ESCAPES[m.group()], model_text(content))
-    return _CONTROL_TOKEN.sub(lambda m: f"&#91;{m.group(1)}&#93;", text)
+    text = _CONTROL_TOKEN.sub(lambda m: f"&#91;{m.group(1)}&#93;", text)
+    text = _ROLE_TAG.sub(lambda m: _BRACKET_REFS[m.group(1)] + m.group(2) + _BRACKET_REFS[m.group(3)], text)
+    return _ROLE_MARKER.sub(r"\1\2&#58;", text)
 
 
 def _memory_line(content: str) -> str:
