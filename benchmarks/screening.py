@@ -12,6 +12,11 @@ rules were written looking at ``dev`` only; ``holdout`` is the measure.
 
 Printed per split: injections caught / total (recall), benign flagged / total (FPR); then
 per language and per kind for each split. Pure Python, a second or two.
+
+``--guardify`` measures, beside the rules, the one offline prompt-injection classifier found
+whose weights ship inside its PyPI package: ``prompt-guardrail`` (import ``guardify``, a
+TF-IDF + logistic regression, pickled; not a dependency of this project: install it apart,
+e.g. ``pip install --no-deps --target /tmp/pg prompt-guardrail`` and ``PYTHONPATH=/tmp/pg``).
 """
 
 from __future__ import annotations
@@ -35,13 +40,19 @@ def load(path: Path = DATA) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def measure(rows: list[dict], key: str = "split") -> dict[str, dict[str, list[int]]]:
+def rules(text: str) -> bool:
+    """True when screening flags ``text``."""
+    return screen(text) is not None
+
+
+def measure(rows: list[dict], key: str = "split", flags=rules) -> dict[str, dict[str, list[int]]]:
     """``{group: {"injection": [caught, total], "benign": [flagged, total]}}``, grouped by
-    ``row[key]`` (``split``, ``lang``, ``kind``)."""
+    ``row[key]`` (``split``, ``lang``, ``kind``); ``flags(text)`` says whether a text is
+    flagged (default: the screening rules)."""
     out: dict[str, dict[str, list[int]]] = defaultdict(lambda: {"injection": [0, 0], "benign": [0, 0]})
     for row in rows:
         cell = out[row[key]][row["label"]]
-        cell[0] += screen(row["text"]) is not None
+        cell[0] += bool(flags(row["text"]))
         cell[1] += 1
     return dict(out)
 
@@ -51,11 +62,11 @@ def _fmt(cell: list[int]) -> str:
     return f"{hit:>3}/{total:<3} {hit / total:6.1%}" if total else "   -          "
 
 
-def table(rows: list[dict], key: str, title: str) -> None:
-    """Print recall and FPR of ``rows`` grouped by ``key``."""
+def table(rows: list[dict], key: str, title: str, flags=rules) -> None:
+    """Print recall and FPR of ``flags`` on ``rows`` grouped by ``key``."""
     print(f"\n{title}")
     print(f"  {'':18} {'recall (injections)':>22} {'FPR (benign)':>18}")
-    for group, cells in sorted(measure(rows, key).items()):
+    for group, cells in sorted(measure(rows, key, flags).items()):
         print(f"  {group:18} {_fmt(cells['injection']):>22} {_fmt(cells['benign']):>18}")
 
 
@@ -64,6 +75,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--misses", action="store_true", help="print dev misses and false positives")
     parser.add_argument("--all", action="store_true", help="with --misses: holdout too")
+    parser.add_argument("--guardify", action="store_true", help="also the prompt-guardrail classifier")
     args = parser.parse_args()
     rows = load(args.data)
     table(rows, "split", f"screening on {args.data.name}: {len(rows)} texts")
@@ -71,6 +83,14 @@ def main() -> None:
         part = [r for r in rows if r["split"] == split]
         table(part, "lang", f"{split} by language")
         table(part, "kind", f"{split} by kind")
+    if args.guardify:
+        from guardify import detect  # prompt-guardrail, installed apart (module docstring)
+
+        def classifier(text: str) -> bool:
+            return detect(text)["label"] == "injection"
+
+        table(rows, "split", "prompt-guardrail (guardify) classifier", classifier)
+        table(rows, "split", "rules or classifier", lambda t: rules(t) or classifier(t))
     if args.misses:
         print("\nmisses (injection not caught) and false positives (benign flagged):")
         for row in rows:
