@@ -32,6 +32,10 @@ The lifecycle operations of the API live here too: ``consolidate`` (merge near-d
 ``curation.consolidate``), ``purge_expired``, ``restore`` (a superseded, consolidated or
 quarantined memory back to ``active``), ``unmerge``, ``history``; and ``take_dirty_users``
 (users with writes since their last consolidation pass, for the consolidation loop).
+Screening runs again whenever a text or a state changes: an edit (``update``), a restore of
+a superseded or consolidated memory, an unmerge, a consolidation's merged text; only an
+operator's ``restore`` of a quarantined memory (its release) makes injection-shaped text
+active.
 
 A batch is decided memory by memory first (later memories are judged against the batch's
 earlier new ones too), then written: the batch's new records in one insert, then the changes
@@ -467,14 +471,20 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
 
     # ------------------------------------------------------------------ other writes
     async def update(self, memory_id: str, user_id: str, changes: dict[str, Any]) -> Memory:
-        """``inner.update``; new ``content`` is screened as a write is (an active memory whose
-        edited text looks like an injection is quarantined, so an edit cannot route around
-        the admin-only release)."""
+        """``inner.update``, screened as a write is whenever the text or the state changes: when
+        ``changes`` holds new ``content``, or a ``state``, and the memory would then be
+        ``active``, that text is screened and an injection-shaped one makes it
+        ``quarantined`` instead (so an edit cannot route around the admin-only release). New
+        text for a ``superseded`` or ``consolidated`` memory is screened too (a later
+        ``restore`` would make it active). A quarantined memory stays quarantined whatever
+        is changed but its ``state``: its release is ``restore``. Raises ``MemoryNotFound``
+        and what the inner store raises."""
         self._dirty[user_id] = None
-        content = changes.get("content")
-        if self.settings.screening and isinstance(content, str) and "state" not in changes:
+        if self.settings.screening and ("content" in changes or "state" in changes):
             current = await self.inner.get(memory_id, user_id)
-            if current.state == MemoryState.ACTIVE:
+            state = MemoryState(changes.get("state", current.state))
+            content = changes.get("content", current.content)
+            if state != MemoryState.QUARANTINED and isinstance(content, str):
                 reason = await self._cpu.run(self._screening_reason, content, current.created_via)
                 if reason is not None:
                     changes = {**changes, "state": MemoryState.QUARANTINED, "state_reason": reason}
@@ -501,28 +511,43 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
     async def restore(self, memory_id: str, user_id: str) -> Memory:
         """Make a ``superseded``, ``consolidated`` or ``quarantined`` memory ``active`` again
         (an operator's decision: a release of a quarantined memory, the undo of a supersession).
-        Raises ``MemoryNotFound``; ``InvalidInput`` when it is active already."""
+        A superseded or consolidated memory is screened again (``update``'s rule: its text may
+        predate the rules) and becomes ``quarantined`` instead when its text is
+        injection-shaped, with the reason in ``state_reason``; a quarantined one is released
+        as it is. Raises ``MemoryNotFound``; ``InvalidInput`` when it is active already."""
         async with self._locks[user_id]:
             current = await self.inner.get(memory_id, user_id)
             if current.state == MemoryState.ACTIVE:
                 raise InvalidInput(f"memory {memory_id} is already active")
-            return await self.inner.update(
-                memory_id,
-                user_id,
-                {"state": MemoryState.ACTIVE, "superseded_by": None, "merged_into": None, "valid_to": None,
-                 "state_reason": f"restored from {current.state.value}"},
-            )  # fmt: skip
+            changes: dict[str, Any] = {
+                "state": MemoryState.ACTIVE, "superseded_by": None, "merged_into": None, "valid_to": None,
+                "state_reason": f"restored from {current.state.value}",
+            }  # fmt: skip
+            if current.state != MemoryState.QUARANTINED:  # a release is the operator's decision
+                changes = await self._rescreened(current, changes, f"on restore from {current.state.value}")
+            return await self.inner.update(memory_id, user_id, changes)
+
+    async def _rescreened(self, memory: Memory, changes: dict[str, Any], when: str) -> dict[str, Any]:
+        """``changes`` that make ``memory`` active, or, when its text is injection-shaped
+        (screening on), the same changes making it ``quarantined`` with the screening reason
+        and ``when`` in ``state_reason`` (counted as ``write_quarantined``)."""
+        reason = await self._cpu.run(self._screening_reason, memory.content, memory.created_via)
+        if reason is None:
+            return changes
+        self._count("write_quarantined")
+        return {**changes, "state": MemoryState.QUARANTINED, "state_reason": f"{reason} ({when})"}
 
     async def unmerge(self, memory_id: str, user_id: str, project_id: str | None = None) -> list[Memory]:
         """Undo a consolidation: the originals of the merged memory ``memory_id`` become
-        ``active`` again and the merged memory is deleted. An original is one of
-        ``merged_from`` that is ``user_id``'s, ``consolidated`` and links back
+        ``active`` again and the merged memory is deleted; each original is screened again and
+        one whose text is injection-shaped becomes ``quarantined`` instead. An original is one
+        of ``merged_from`` that is ``user_id``'s, ``consolidated`` and links back
         (``merged_into == memory_id``); any other id listed there (another user's, deleted,
         restored meanwhile, a memory of another state) is left as it is. ``project_id`` (when
         given): the merged memory must be in that project (else ``MemoryNotFound``) and so must
         every original (else ``InvalidInput``, before any change). Returns the originals made
-        active, in ``merged_from`` order. Raises ``MemoryNotFound``; ``InvalidInput`` when
-        ``memory_id`` is not a merged memory."""
+        active (or quarantined), in ``merged_from`` order. Raises ``MemoryNotFound``;
+        ``InvalidInput`` when ``memory_id`` is not a merged memory."""
         async with self._locks[user_id]:
             merged = await self.inner.get(memory_id, user_id)
             if project_id is not None and merged.project_id != project_id:
@@ -543,14 +568,13 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
                 raise InvalidInput(f"originals {outside} are in another project than {project_id!r}")
             originals = []
             for original in linked:
+                changes = await self._rescreened(
+                    original,
+                    {"state": MemoryState.ACTIVE, "merged_into": None, "state_reason": "unmerged"},
+                    "on unmerge",
+                )
                 with contextlib.suppress(MemoryNotFound):
-                    originals.append(
-                        await self.inner.update(
-                            original.id,
-                            user_id,
-                            {"state": MemoryState.ACTIVE, "merged_into": None, "state_reason": "unmerged"},
-                        )
-                    )
+                    originals.append(await self.inner.update(original.id, user_id, changes))
             await self.inner.forget(memory_id, user_id)
             return originals
 
@@ -576,7 +600,9 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         """One consolidation pass over ``user_id`` (``curation.consolidation`` bounds): purge
         expired memories, group near-duplicate active memories, write one merged memory per
         group (``merged_from``, created via ``consolidation``) and mark the originals
-        ``consolidated`` (``merged_into``). Idempotent: a second pass finds no group."""
+        ``consolidated`` (``merged_into``). A group whose merged text screening flags (words of
+        several memories can form an instruction together) is left as it is. Idempotent: a
+        second pass finds no group."""
         started = asyncio.get_running_loop().time()
         report = ConsolidationReport(user_id=require_user_id(user_id))
         s = self.settings.consolidation
@@ -603,7 +629,12 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
                 max_groups=s.max_groups,
             )
             for group in groups:
-                merged = await self.inner.store(await self._cpu.run(self._merge, group))
+                candidate = await self._cpu.run(self._merge, group)
+                reason = await self._cpu.run(self._screening_reason, candidate.content, candidate.created_via)
+                if reason is not None:  # the merged text reads as instructions: keep the originals
+                    log.warning("consolidation of %d memories skipped: merged text fails %s", len(group), reason)
+                    continue
+                merged = await self.inner.store(candidate)
                 for m in group:
                     await self.inner.update(
                         m.id,

@@ -84,7 +84,7 @@ def _assert_inert(content: str) -> None:
     lines = block.split("\n")
     assert lines[0] == BLOCK_START and lines[-1] == BLOCK_END and len(lines) == 4  # header + one memory line
     assert block.count(BLOCK_END) == 1 and block.count(BLOCK_START) == 1
-    assert lines[2].startswith("- ")
+    assert lines[2].startswith('- "') and lines[2].endswith('"') and '"' not in lines[2][3:-1]  # quoted, whole
 
 
 @given(end_marker_variants())

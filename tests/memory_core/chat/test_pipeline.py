@@ -108,7 +108,7 @@ async def test_retrieves_gates_and_injects_into_the_current_turn(store):
     system, user = prepared.body["messages"]
     assert system == {"role": "system", "content": "Be brief."}  # untouched: the prefix cache keeps hitting
     assert user["content"].startswith("what is my locker code\n\n" + BLOCK_START)
-    assert user["content"].endswith("- my locker code is 4817\n" + BLOCK_END)
+    assert user["content"].endswith('- "my locker code is 4817"\n' + BLOCK_END)
     assert ("memory_injected_total", {"decision": "default"}) in metrics.counts
     assert ("memory_injected_count", 1.0) in metrics.observed
     assert ("llm_memory_retrieval_total", {"backend": "milvus", "status": "hit"}) in metrics.counts
