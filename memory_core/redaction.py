@@ -5,7 +5,7 @@ Kinds (``KINDS``):
 
 - ``credentials``: cloud keys and tokens found by the plugins of Yelp's ``detect-secrets``
   (``CREDENTIAL_PLUGINS``: AWS access key ids, Azure storage keys, GitHub, GitLab, Slack,
-  Stripe, OpenAI, npm, PyPI, SendGrid, Mailchimp, Twilio, Square, Discord, Telegram tokens,
+  Stripe, OpenAI (and, own pattern, its ``sk-proj-`` keys), npm, PyPI, SendGrid, Mailchimp, Twilio, Square, Discord, Telegram tokens,
   JWTs, private key blocks, ``scheme://user:password@`` URLs, ``password: X`` / ``api_key=X``
   assignments), and, with this module's own patterns, an AWS secret access key named as such
   and a password, passphrase, PIN, API key, secret or token *stated as such* ("the wifi
@@ -13,7 +13,8 @@ Kinds (``KINDS``):
   password is too short": a value that is a plain word of ``_NOT_A_VALUE`` is none);
 - ``card_number``: 13–19 digits (spaces or dashes between them allowed) that pass the Luhn
   check (``stdnum.luhn``) and start like a card of a known network (``_CARD_PREFIX``);
-- ``iban``: ``stdnum.iban`` (country format and the mod-97 check);
+- ``iban``: ``stdnum.iban`` (the country's length and format and the mod-97 check; not the
+  national check of the BBAN, which needs stdnum's bank registry and refuses valid accounts);
 - ``phone``: numbers ``phonenumbers`` calls valid, in international form (``+…``) for any
   country, or national form for ``phone_region``, when written with separators or after a
   word such as "call" or "phone" (a bare run of digits is an order number more often);
@@ -126,7 +127,7 @@ the whole block is wanted: ``_PRIVATE_KEY_BLOCK``, RE2), and ``KeywordDetector``
 
 _PUBLIC_PREFIX = linear_re.compile(
     r"^(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9]|ghp_|gho_|ghu_|ghs_|ghr_|github_pat_|glpat-|xox[abposr]-|"
-    r"[sr]k_live_|sk-proj-|sk-|npm_|pypi-|SG\.|eyJ|AC|SK|sq0atp-|sq0csp-|-----BEGIN [A-Z ]*PRIVATE KEY[A-Z ]*-----)"
+    r"[sr]k_live_|sk-proj-|sk-|npm_|pypi-|SG\.|eyJ|AC|SK|sq0atp-|sq0csp-)"
 )
 """The public part of a credential, kept when it is masked (it names the kind, not the key)."""
 
@@ -137,7 +138,8 @@ after it, or to the end of the text."""
 _WORD_CHARS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_"
 _KEY_CHARS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz/+"
 _KEY_WORDS = (
-    r"(?:(?:db|database|key|admin|root|user|login|account)[ _-]?pass|pass(?:word|wd|code|phrase)|pwd|pin(?:"
+    r"(?:(?:(?:db|database|key|admin|root|user|login|account)[ _-]?)?pass(?:word|wd|code|phrase)|"
+    r"(?:db|database|key|admin|root|user|login|account)[ _-]?pass|pwd|pin(?:"
     + SPACE
     + r"+code)?|contrase[ñn]a|passwort|mot de passe|"
     r"api[ _-]?key|secret(?:[ _-]?(?:access[ _-]?)?key)?|(?:access|auth|bearer|api)[ _-]?token|token)"
@@ -177,6 +179,10 @@ _STATED = linear_re.compile(
 is|:|= <value>`` (group 1: the value and what follows it up to a space)."""
 _AWS_SECRET = linear_re.compile(r"(?i)aws[^\n]{0,30}?(?:secret|private)[^\n]{0,30}?[^A-Za-z0-9/+]([A-Za-z0-9/+]{40})")
 """An AWS secret access key (40 base64 characters) after "aws … secret" on the same line."""
+_TOKEN_WORD = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_-"
+_OPENAI_KEY = linear_re.compile(r"(?:^|[^0-9A-Za-z_-])(sk-(?:proj|svcacct|admin)-[A-Za-z0-9_-]{40,200})")
+"""An OpenAI project, service-account or admin key (``sk-proj-…``): detect-secrets'
+``OpenAIDetector`` only knows the older ``sk-…T3BlbkFJ…`` form."""
 _NOT_A_VALUE = frozenset(
     """a an the my your our their his her its this that these those it not no too very so also
     same different wrong right correct incorrect changed reset expired weak strong long short
@@ -188,14 +194,29 @@ _NOT_A_VALUE = frozenset(
 )
 """Words after "password is" that are no password ("my password is too short")."""
 
-_CARD = linear_re.compile(r"(?:^|[^0-9])([0-9](?:[ -]?[0-9]){12,18})")
-_CARD_PREFIX = linear_re.compile(r"^(?:4|5[1-5]|2[2-7]|3[47]|3[0689]|6[0245]|35|62|8[1-8])")
-"""Card networks by their first digits: Visa, Mastercard, Amex, Diners, Discover, JCB,
-UnionPay, Mir (a Luhn-valid number of another start is something else: an IMEI, a serial)."""
+_CARD = linear_re.compile(r"(?:^|[^0-9A-Za-z])([0-9](?:[ -]?[0-9]){12,18})")
+_CARD_NETWORKS = (
+    (linear_re.compile(r"^4"), (13, 16, 19)),  # Visa
+    (linear_re.compile(r"^(?:5[1-5]|222[1-9]|22[3-9][0-9]|2[3-6][0-9]{2}|27[01][0-9]|2720)"), (16,)),  # Mastercard
+    (linear_re.compile(r"^3[47]"), (15,)),  # American Express
+    (linear_re.compile(r"^3(?:0[0-5]|[68])"), (14, 16, 19)),  # Diners Club
+    (linear_re.compile(r"^6(?:011|4[4-9]|5)"), (16, 19)),  # Discover
+    (linear_re.compile(r"^35(?:2[89]|[3-8][0-9])"), (16, 19)),  # JCB
+    (linear_re.compile(r"^62"), (16, 17, 18, 19)),  # UnionPay
+    (linear_re.compile(r"^220[0-4]"), (16, 17, 18, 19)),  # Mir
+)
+"""Card networks by their first digits and lengths (a Luhn-valid number of another start or
+length is something else: an IMEI, a serial, a French NIR)."""
+
+
+def _card_network(digits: str) -> bool:
+    return any(len(digits) in lengths and prefix.search(digits) for prefix, lengths in _CARD_NETWORKS)
+
+
 _IBAN = linear_re.compile(r"(?:^|[^A-Za-z0-9])([A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]){11,30})")
-_PHONE = linear_re.compile(r"(?:^|[^0-9A-Za-z+])(\+?\(?[0-9][0-9 ().\-]{5,20}[0-9])")
+_PHONE = linear_re.compile(r"(?:^|[^0-9A-Za-z+_/#-])(\+?\(?[0-9][0-9 ().\-]{5,20}[0-9])")
 _PHONE_WORD = linear_re.compile(
-    r"(?i)(?:call|phone|mobile|cell|tel|telephone|number|text me|whatsapp|fax|reach me|ring)[^0-9\n]{0,24}$"
+    r"(?i)(?:call|phone|mobile|cell|tel|telephone|text me|whatsapp|fax|reach me|ring)[^0-9\n]{0,24}$"
 )
 _ALNUM = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _NATIONAL_IDS: tuple[tuple[Any, str, Callable[[str], bool]], ...] = (
@@ -220,11 +241,16 @@ _NATIONAL_IDS: tuple[tuple[Any, str, Callable[[str], bool]], ...] = (
         nir.is_valid,
     ),
     (linear_re.compile(r"(?:^|[^0-9.])([0-9]{3}\.[0-9]{3}\.[0-9]{3}-[0-9]{2})"), "0123456789", cpf.is_valid),
-    (linear_re.compile(r"(?:^|[^0-9])([2-9][0-9]{3} [0-9]{4} [0-9]{4})"), "0123456789", aadhaar.is_valid),
+    (
+        linear_re.compile(r"(?i)(?:aadhaa?r|uidai|uid)[^0-9\n]{0,20}([2-9][0-9]{3} ?[0-9]{4} ?[0-9]{4})"),
+        "0123456789",
+        aadhaar.is_valid,
+    ),
 )
 """(candidate pattern with the value in group 1, characters that may not follow it,
 validator) per national id form: US SSN (dashed; 9 digits after "SSN"), ES DNI, ES NIE, IT
-codice fiscale, FR NIR, BR CPF, IN Aadhaar."""
+codice fiscale, FR NIR, BR CPF, IN Aadhaar (after the word "aadhaar": 12 digits with a
+Verhoeff check are too common otherwise)."""
 
 
 def _followed_by(text: str, end: int, chars: str) -> bool:
@@ -365,7 +391,7 @@ def _credentials(text: str) -> Iterator[Finding]:
                     start = offset + at
                     end = start + len(value)
                     if not isinstance(plugin, BasicAuthDetector):  # its value is the password only
-                        end = token_end(end)
+                        end = _trim(text, end, token_end(end))
                     yield Finding(CREDENTIALS, start, end, _public_prefix(text[start:end]))
     block_end = 0
     for start, end, _ in _scan(text, _PRIVATE_KEY_HEADER, "", group=0):
@@ -374,14 +400,24 @@ def _credentials(text: str) -> Iterator[Finding]:
         close = text.find("-----END ", end)
         close = text.find("-----", close + 9) if close >= 0 else -1
         block_end = close + 5 if close >= 0 else len(text)
-        yield Finding(CREDENTIALS, start, block_end, end - start)
+        yield Finding(CREDENTIALS, start, block_end)  # masked whole: a header left would be found again
     for start, end, _ in _scan(text, _STATED, _WORD_CHARS):
         finding = _stated_value(text, start, end, 0)
         if finding is not None:
             yield finding
+    for start, end, _ in _scan(text, _OPENAI_KEY, _TOKEN_WORD):
+        if not _followed_by(text, end, _TOKEN_WORD):
+            yield Finding(CREDENTIALS, start, end, _public_prefix(text[start:end]))
     for start, end, _ in _scan(text, _AWS_SECRET, ""):
         if not _followed_by(text, end, _KEY_CHARS + "="):
             yield Finding(CREDENTIALS, start, end)
+
+
+def _trim(text: str, least: int, end: int) -> int:
+    """``end`` moved back over the dots that end a sentence after a token (not below ``least``)."""
+    while end > least and text[end - 1] == ".":
+        end -= 1
+    return end
 
 
 def _stated_value(text: str, start: int, end: int, offset: int) -> Finding | None:
@@ -389,7 +425,7 @@ def _stated_value(text: str, start: int, end: int, offset: int) -> Finding | Non
     punctuation or quotes), or None when it is a plain word of ``_NOT_A_VALUE``."""
     words = text[start:end].split(maxsplit=1)
     stripped = words[0].rstrip(".,;:!?)\"'`]") if words else ""
-    if len(stripped) < 3 or stripped.lower() in _NOT_A_VALUE:
+    if len(stripped) < 3 or stripped.lower() in _NOT_A_VALUE or MASK in words[0]:  # masked already
         return None
     return Finding(CREDENTIALS, offset + start, offset + start + len(stripped))
 
@@ -399,12 +435,12 @@ def _digits(value: str) -> str:
 
 
 def _card_numbers(text: str) -> Iterator[Finding]:
-    for start, end, _ in _scan(text, _CARD, "0123456789"):
+    for start, end, _ in _scan(text, _CARD, _ALNUM):
         if _followed_by(text, end, "0123456789"):
             continue  # a longer number
         for _ in range(4):  # the whole run, then without its last group
             digits = _digits(text[start:end])
-            if 13 <= len(digits) <= 19 and _CARD_PREFIX.search(digits) and luhn.is_valid(digits):
+            if 13 <= len(digits) <= 19 and _card_network(digits) and luhn.is_valid(digits):
                 yield Finding(CARD_NUMBER, start, end)
                 break
             cut = max(text.rfind(" ", start, end), text.rfind("-", start, end))
@@ -416,7 +452,7 @@ def _card_numbers(text: str) -> Iterator[Finding]:
 def _ibans(text: str) -> Iterator[Finding]:
     for start, end, _ in _scan(text, _IBAN, _ALNUM):
         for _ in range(8):  # the whole run, then without its last group (a word after it)
-            if std_iban.is_valid(text[start:end]):
+            if std_iban.is_valid(text[start:end], check_country=False):
                 yield Finding(IBAN, start, end)
                 break
             cut = text.rfind(" ", start, end)
@@ -426,7 +462,7 @@ def _ibans(text: str) -> Iterator[Finding]:
 
 
 def _phones(text: str, region: str) -> Iterator[Finding]:
-    for start, end, m in _scan(text, _PHONE, _ALNUM + "+"):
+    for start, end, m in _scan(text, _PHONE, _ALNUM + "+_/#-"):
         run = m.group(1)
         if _followed_by(text, end, "0123456789"):
             continue
