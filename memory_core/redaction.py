@@ -76,6 +76,7 @@ from stdnum.it import codicefiscale
 from stdnum.us import ssn
 
 from . import linear_re
+from .errors import InvalidInput
 from .linear_re import NOT_SPACE, SPACE, START
 from .types import Memory
 
@@ -645,3 +646,18 @@ def redact_memories(redactor: Redactor, memories: Sequence[Memory]) -> tuple[lis
 def withheld(memory: Memory) -> Memory:
     """``memory`` as a dropped write reports it: its content withheld, no vector."""
     return memory.model_copy(update={"content": REDACTED_CONTENT, "embedding": None, "embedding_identity": None})
+
+
+def redact_changes(redactor: Redactor, changes: dict[str, Any], count: Callable[[str, int], None]) -> dict[str, Any]:
+    """``changes`` of an update with its ``content`` (when a string) redacted; each value
+    found counted as ``count("redaction:<kind>:<policy>", n)``. Raises ``InvalidInput`` when
+    nothing of the content is left (the update is refused: nothing is changed)."""
+    content = changes.get("content")
+    if not isinstance(content, str):
+        return changes
+    result = redactor.redact(content)
+    for (kind, policy), n in sorted(result.applied.items()):
+        count(f"redaction:{kind}:{policy}", n)
+    if result.dropped:
+        raise InvalidInput("content: every sentence holds a secret or personal value that is not stored")
+    return {**changes, "content": result.text} if result.changed else changes

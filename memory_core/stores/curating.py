@@ -58,7 +58,7 @@ from ..curation.judge import Verdict, judge, same_values
 from ..curation.llm import LLMJudge
 from ..curation.screening import screen, screen_window
 from ..errors import DuplicateMemory, InvalidInput, MemoryNotFound, StoreClosed
-from ..redaction import Redactor, redact_memories, withheld
+from ..redaction import Redactor, redact_changes, redact_memories, withheld
 from ..retrieval.held_vectors import cosine, unit_vector
 from ..sanitize import new_memory_id, require_user_id
 from ..types import (
@@ -453,14 +453,8 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         nothing of the new content (a 400: the edit is refused, the memory unchanged)."""
         self._dirty[user_id] = None
         content = changes.get("content")
-        if isinstance(content, str):  # secrets out of edited text as out of written text
-            result = self._redactor.redact(content)
-            for (kind, policy), n in sorted(result.applied.items()):
-                self._count(f"redaction:{kind}:{policy}", n)
-            if result.dropped:
-                raise InvalidInput("content: every sentence holds a secret or personal value that is not stored")
-            content = result.text
-            changes = {**changes, "content": content}
+        changes = redact_changes(self._redactor, changes, self._count)  # as written text is
+        content = changes.get("content")
         if self.settings.screening and isinstance(content, str) and "state" not in changes:
             current = await self.inner.get(memory_id, user_id)
             if current.state == MemoryState.ACTIVE:

@@ -246,3 +246,24 @@ async def test_patched_content_is_redacted_or_refused():
     with pytest.raises(InvalidInput):
         await store.update(written.memory.id, "alice", {"content": "the wifi password is hunter2"})
     assert (await store.get(written.memory.id, "alice")).content == "I live in Boston."
+
+
+async def test_without_curation_writes_are_redacted_too():
+    from memory_core.config import CurationSettings
+    from memory_core.stores.redacting import RedactingStore
+
+    events: list[str] = []
+    settings = MemoryStoreSettings(backend="inmemory", curation=CurationSettings(enabled=False))
+    store = make_store(settings, embed=_embed, dimension=64, identity="fake", on_event=events.append)
+    assert isinstance(store, RedactingStore)
+    results = await store.write(
+        [
+            Memory(user_id="alice", content=f"My AWS key is {AWS_ID}."),
+            Memory(user_id="alice", content="I live in Boston. Pay with 4111 1111 1111 1111."),
+        ]
+    )
+    assert [r.outcome for r in results] == [WriteOutcome.DROPPED, WriteOutcome.CREATED]
+    assert [m.content for m in (await store.list("alice")).memories] == ["I live in Boston."]
+    with pytest.raises(InvalidInput):
+        await store.update(results[1].memory.id, "alice", {"content": f"key {AWS_ID}"})
+    assert events.count("redaction:credentials:drop") == 2 and "redaction:card_number:drop" in events
