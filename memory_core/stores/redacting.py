@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..config import RedactionSettings
+from ..errors import StoreClosed
 from ..redaction import Redactor, redact_changes, redact_memories, withheld
 from ..types import Memory, WriteOutcome, WriteResult
 from .base import StoreDecorator
@@ -39,7 +40,10 @@ class RedactingStore(StoreDecorator, passthrough_writes=True):
                     self._on_event(event)
 
     async def write(self, memories: Sequence[Memory]) -> list[WriteResult]:
-        """See ``MemoryStore.write``: the kept memories stored in one ``store_many``."""
+        """See ``MemoryStore.write``: the kept memories stored in one ``store_many``. Raises
+        ``StoreClosed`` when closed (before redacting anything), and what ``inner`` raises."""
+        if self.closed:
+            raise StoreClosed(f"{self.name} store is closed")
         batch = list(memories)
         written, applied = redact_memories(self._redactor, batch)
         for (kind, policy), n in sorted(applied.items()):
@@ -66,4 +70,6 @@ class RedactingStore(StoreDecorator, passthrough_writes=True):
 
     async def update(self, memory_id: str, user_id: str, changes: dict[str, Any]) -> Memory:
         """``inner.update`` with new ``content`` redacted (``redaction.redact_changes``)."""
+        if self.closed:
+            raise StoreClosed(f"{self.name} store is closed")
         return await self.inner.update(memory_id, user_id, redact_changes(self._redactor, changes, self._count))
