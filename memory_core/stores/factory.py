@@ -36,10 +36,8 @@ def make_store(
     ``inmemory``), wrapped by :class:`~memory_core.stores.hybrid.HybridStore` when
     ``settings.retrieval.hybrid``, then by :class:`~memory_core.stores.cache.CachingStore`
     when ``settings.cache.enabled``, and outermost by
-    :class:`~memory_core.stores.curating.CuratingStore` (with the LLM judge of
-    ``curation.llm_judge`` when enabled), or by
-    :class:`~memory_core.stores.redacting.RedactingStore` when ``settings.curation.enabled`` is
-    false (secrets and personal data are redacted on every path).
+    :class:`~memory_core.stores.curating.CuratingStore` unless ``settings.curation.enabled`` is
+    false (with the LLM judge of ``curation.llm_judge`` when enabled).
 
     The collection (Milvus/Qdrant), index and key prefix (Valkey) and cache key prefix are
     the configured logical names + ``"__" + collection_suffix`` when given. ``on_event`` is
@@ -140,10 +138,8 @@ def make_store(
             connection=c,
             settings_key="global.stores.memory.cache",
         )
-    if not settings.curation.enabled:  # no curation: redaction alone (secrets are never stored)
-        from .redacting import RedactingStore
-
-        return RedactingStore(store, settings.redaction, on_event=on_event)
+    if not settings.curation.enabled:
+        return store
     # outermost: every write is curated (screening, one record per fact, supersession), and
     # its own writes go through the cache's invalidation and the hybrid index below
     from .curating import CuratingStore

@@ -254,8 +254,7 @@ async def test_without_curation_writes_are_redacted_too():
 
     events: list[str] = []
     settings = MemoryStoreSettings(backend="inmemory", curation=CurationSettings(enabled=False))
-    store = make_store(settings, embed=_embed, dimension=64, identity="fake", on_event=events.append)
-    assert isinstance(store, RedactingStore)
+    store = RedactingStore(make_store(settings, embed=_embed, dimension=64, identity="fake"), on_event=events.append)
     results = await store.write(
         [
             Memory(user_id="alice", content=f"My AWS key is {AWS_ID}."),
