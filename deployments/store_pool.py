@@ -67,6 +67,7 @@ SHARD_METRICS = (
     "llm_memory_consolidation_total",
     "llm_memory_cache_total",
     "memory_cache_events",
+    "memory_redactions",
 )
 """The metrics a store shard reports."""
 _CONSOLIDATION_EVENT = {"consolidation_group": "group", "expired_purged": "expired"}
@@ -142,8 +143,12 @@ class StoreShard:
         )
 
     def _on_event(self, event: str) -> None:
-        """Counts one store event (``CACHE_EVENTS``, ``CURATION_EVENTS``) in its metric."""
-        if event.startswith("write_"):
+        """Counts one store event (``CACHE_EVENTS``, ``CURATION_EVENTS``, ``REDACTION_EVENTS``)
+        in its metric."""
+        if event.startswith("redaction:"):  # redaction:<kind>:<policy> (REDACTION_EVENTS)
+            _, kind, policy = event.split(":", 2)
+            self._metrics.count("memory_redactions", {"kind": kind, "policy": policy})
+        elif event.startswith("write_"):
             self._metrics.count("llm_memory_writes_total", {**self._by_backend, "outcome": event[len("write_") :]})
         elif event in _CONSOLIDATION_EVENT:
             self._metrics.count(

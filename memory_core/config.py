@@ -425,6 +425,26 @@ class CurationSettings(_Strict):
         return self
 
 
+RedactionPolicy = Literal["drop", "mask", "keep"]
+
+
+class RedactionSettings(_Strict):
+    """Secrets and personal data kept out of memory (``memory_core.redaction``): a policy per
+    kind for every text before it is stored — ``drop`` (the sentence holding the value is
+    removed; a memory with nothing left is not stored), ``mask`` (the value becomes a short
+    prefix + ``…[redacted]``), ``keep``. Credentials and card numbers are dropped by default
+    (a sentence that holds one often holds the rest: the secret half of a key pair, a card's
+    expiry and CVV); the other kinds are kept unless a deployment chooses. ``phone_region``:
+    the ISO 3166 country whose national form phone numbers without ``+`` are read in."""
+
+    credentials: RedactionPolicy = "drop"
+    card_number: RedactionPolicy = "drop"
+    iban: RedactionPolicy = "keep"
+    phone: RedactionPolicy = "keep"
+    national_id: RedactionPolicy = "keep"
+    phone_region: str = Field(default="US", pattern=r"^[A-Z]{2}$")
+
+
 class ExtractionSettings(_Strict):
     """What a chat turn leaves in memory (``memory_core.chat.extract``): the user's typed
     statements, and every ``window_every``-th user turn (0: never) a window of the last
@@ -455,6 +475,7 @@ class MemoryStoreSettings(_Strict):
     injection: InjectionSettings = Field(default_factory=InjectionSettings)
     pool: PoolSettings = Field(default_factory=PoolSettings)
     curation: CurationSettings = Field(default_factory=CurationSettings)
+    redaction: RedactionSettings = Field(default_factory=RedactionSettings)
     extraction: ExtractionSettings = Field(default_factory=ExtractionSettings)
     disabled_decisions: list[str] = Field(default_factory=list)
     disabled_models: list[str] = Field(default_factory=list)

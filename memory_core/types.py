@@ -269,13 +269,17 @@ class WriteOutcome(str, Enum):
       count, last seen, importance) and is returned instead;
     - ``refined``: the owner held this fact with less detail; that record now says what the new
       memory says (same id) and was reinforced;
-    - ``quarantined``: stored, but ``quarantined`` (it reads as instructions to the model).
+    - ``quarantined``: stored, but ``quarantined`` (it reads as instructions to the model);
+    - ``dropped``: not stored: every sentence held a secret or personal value whose policy is
+      ``drop`` (``memory_core.redaction``); the result's memory is the refused one with its
+      content withheld (``[redacted]``), and its id holds nothing.
     """
 
     CREATED = "created"
     REINFORCED = "reinforced"
     REFINED = "refined"
     QUARANTINED = "quarantined"
+    DROPPED = "dropped"
 
 
 class WriteResult(BaseModel):

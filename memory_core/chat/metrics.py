@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..config import RouterConfig
+from ..redaction import KINDS as REDACTION_KINDS
+from ..redaction import POLICIES as REDACTION_POLICIES
 from ..stores.cache import EVENT_NAMES
 from ..types import MemoryType, WriteOutcome
 from .extract import SKIP_REASONS as EXTRACT_SKIP_REASONS
@@ -67,6 +69,9 @@ CACHE_EVENTS = frozenset(EVENT_NAMES.values())
 CONSOLIDATION_EVENTS = frozenset({"group", "expired"})
 CURATION_EVENTS = frozenset({f"write_{o}" for o in WRITE_OUTCOMES} | {"consolidation_group", "expired_purged"})
 """What ``CuratingStore`` reports to ``on_event`` (mapped to the write and consolidation metrics)."""
+REDACTION_EVENTS = frozenset(f"redaction:{k}:{p}" for k in REDACTION_KINDS for p in REDACTION_POLICIES)
+"""What ``CuratingStore`` reports to ``on_event`` per secret or personal value found
+(``redaction:<kind>:<policy>``; mapped to ``memory_redactions``)."""
 STREAM_OUTCOMES = frozenset({"completed", "incomplete", "upstream_error", "client_disconnected"})
 REFUSAL_REASONS = frozenset({"invalid_header"})
 PASS_OUTCOMES = frozenset({"ok", "error"})
@@ -196,6 +201,14 @@ METRICS: tuple[MetricSpec, ...] = (
         "counter",
         "Auto-store writes by outcome (created, reinforced, refined, quarantined)",
         {"outcome": WRITE_OUTCOMES, DECISION: None},
+    ),
+    MetricSpec(
+        "memory_redactions",
+        "counter",
+        "Secrets and personal values found in text before it was stored (every write path), by kind "
+        "(credentials, card_number, iban, phone, national_id) and the policy applied (drop, mask, keep); "
+        "never the value",
+        {"kind": frozenset(REDACTION_KINDS), "policy": frozenset(REDACTION_POLICIES)},
     ),
     MetricSpec(
         "memory_cache_events",

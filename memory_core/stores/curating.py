@@ -3,6 +3,10 @@ path (chat auto-store, ``POST /v1/memory``, import) goes through it in the store
 
 For each memory written (``write``; ``store``/``store_many`` use it too):
 
+0. **redaction** (``memory_core.redaction``, before anything else, the vector included):
+   secrets and personal data get their policy — the sentence dropped, the value masked, or
+   kept; a memory with nothing left is not stored (outcome ``dropped``); new ``content``
+   given to ``update`` too (nothing left: ``InvalidInput``);
 1. **screening** (``curation.screening``): text shaped as instructions to the model is stored
    ``quarantined`` and compared with nothing;
 2. **one record per fact**: the owner's most similar active memories of the same type and
@@ -54,7 +58,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..config import CurationSettings
+from ..config import CurationSettings, RedactionSettings
 from ..cpu_pool import CpuPool
 from ..curation.consolidate import history as version_chain
 from ..curation.consolidate import merged_content, plan_groups, successor
@@ -62,6 +66,7 @@ from ..curation.judge import Verdict, judge, same_values
 from ..curation.llm import LLMJudge
 from ..curation.screening import screen, screen_window
 from ..errors import DuplicateMemory, InvalidInput, MemoryNotFound, StoreClosed
+from ..redaction import Redactor, redact_changes, redact_memories, withheld
 from ..retrieval.held_vectors import cosine, unit_vector
 from ..sanitize import new_memory_id, require_user_id
 from ..types import (
@@ -183,14 +188,16 @@ class ConsolidationReport:
 class CuratingStore(StoreDecorator, passthrough_writes=True):
     """See the module docstring. ``inner`` should rank with hybrid retrieval (it does as built
     by ``make_store``); ``on_event(name)`` counts outcomes (``write_created``,
-    ``write_reinforced``, ``write_refined``, ``write_quarantined``, ``write_superseded``,
-    ``consolidation_group``, ``expired_purged``).
+    ``write_reinforced``, ``write_refined``, ``write_quarantined``, ``write_dropped``,
+    ``write_superseded``, ``consolidation_group``, ``expired_purged``) and redactions
+    (``redaction:<kind>:<policy>``, one per value found). ``redaction``: the policies
+    (``global.stores.memory.redaction``; default ``RedactionSettings()``).
 
-    The pure-CPU work on memory text (screening, the judge, consolidation's grouping and
-    merging) runs on ``cpu`` (a ``CpuPool``; by default one of its own, closed with the
-    store), never on the event loop that serves every user of the shard: a write judged for
-    one user does not hold up another user's reads. A user's lock is held across it (an
-    ``asyncio.Lock``, taken only on the loop; worker threads take no lock)."""
+    The pure-CPU work on memory text (redaction, screening, the judge, consolidation's
+    grouping and merging) runs on ``cpu`` (a ``CpuPool``; by default one of its own, closed
+    with the store), never on the event loop that serves every user of the shard: a write
+    judged for one user does not hold up another user's reads. A user's lock is held across
+    it (an ``asyncio.Lock``, taken only on the loop; worker threads take no lock)."""
 
     def __init__(
         self,
@@ -200,10 +207,12 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         on_event: Callable[[str], None] | None = None,
         now: Callable[[], datetime] = utcnow,
         llm_judge: LLMJudge | None = None,
+        redaction: RedactionSettings | None = None,
         cpu: CpuPool | None = None,
     ):
         super().__init__(inner)
         self.settings = settings
+        self._redactor = Redactor(redaction or RedactionSettings())
         self._own_cpu = cpu is None
         self._cpu = cpu if cpu is not None else CpuPool(name="curation")
         self._llm_judge = llm_judge
@@ -324,6 +333,8 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         ids = [m.id for m in batch]
         if len(set(ids)) != len(ids):
             raise DuplicateMemory("ids repeated within the batch")
+        redacted = await self._redact(batch)  # secrets out before anything else, the vector too
+        batch = [m for m in redacted if isinstance(m, Memory)]
         vectors = await self.inner.embed_documents([m.content for m in batch if m.embedding is None])
         it = iter(vectors)
         batch = [m if m.embedding is not None else m.model_copy(update={"embedding": next(it)}) for m in batch]
@@ -344,10 +355,24 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
                 for _ in range(times):
                     await self.inner.record_access([old_id], user_id)
             final = [self._final(r, plan) for r in results]
+        done = iter(final)  # the dropped memories' results in their places
+        final = [r if isinstance(r, WriteResult) else next(done) for r in redacted]
         for r in final:
             self._count(f"write_{r.outcome.value}")
             self._count("write_superseded", len(r.superseded))
         return final
+
+    async def _redact(self, batch: list[Memory]) -> list[Memory | WriteResult]:
+        """``batch`` as it may be stored (``redaction.redact_memories``), with a ``dropped``
+        result in the place of each memory that has nothing left. Counts each value found
+        as ``redaction:<kind>:<policy>`` (never the value)."""
+        written, applied = await self._cpu.run(redact_memories, self._redactor, batch)
+        for (kind, policy), n in sorted(applied.items()):
+            self._count(f"redaction:{kind}:{policy}", n)
+        return [
+            WriteResult(memory=withheld(original), outcome=WriteOutcome.DROPPED) if m is None else m
+            for original, m in zip(batch, written, strict=True)
+        ]
 
     def _with_retention(self, memory: Memory) -> Memory:
         days = self.settings.retention.days(memory.type.value)
@@ -471,15 +496,24 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
 
     # ------------------------------------------------------------------ other writes
     async def update(self, memory_id: str, user_id: str, changes: dict[str, Any]) -> Memory:
-        """``inner.update``, screened as a write is whenever the text or the state changes: when
-        ``changes`` holds new ``content``, or a ``state``, and the memory would then be
-        ``active``, that text is screened and an injection-shaped one makes it
-        ``quarantined`` instead (so an edit cannot route around the admin-only release). New
-        text for a ``superseded`` or ``consolidated`` memory is screened too (a later
-        ``restore`` would make it active). A quarantined memory stays quarantined whatever
-        is changed but its ``state``: its release is ``restore``. Raises ``MemoryNotFound``
-        and what the inner store raises."""
+        """``inner.update``, redacted and screened as a write is. New ``content`` is redacted
+        first (``InvalidInput`` when redaction leaves nothing of it: a 400, the memory
+        unchanged). Whenever the text or the state changes (``changes`` holds ``content`` or a
+        ``state``) and the memory would then be ``active``, that text is screened and an
+        injection-shaped one makes it ``quarantined`` instead (so an edit cannot route around
+        the admin-only release). New text for a ``superseded`` or ``consolidated`` memory is
+        screened too (a later ``restore`` would make it active). A quarantined memory stays
+        quarantined whatever is changed but its ``state``: its release is ``restore``. Raises
+        ``MemoryNotFound`` and what the inner store raises."""
         self._dirty[user_id] = None
+        counted: list[tuple[str, int]] = []
+        try:
+            changes = await self._cpu.run(
+                redact_changes, self._redactor, changes, lambda event, n: counted.append((event, n))
+            )
+        finally:
+            for event, n in counted:
+                self._count(event, n)
         if self.settings.screening and ("content" in changes or "state" in changes):
             current = await self.inner.get(memory_id, user_id)
             state = MemoryState(changes.get("state", current.state))

@@ -150,4 +150,4 @@ def make_store(
         from ..curation.llm import LLMJudge, http_complete
 
         llm_judge = LLMJudge(http_complete(judge_settings), judge_settings.model or "")
-    return CuratingStore(store, settings.curation, on_event=on_event, llm_judge=llm_judge)
+    return CuratingStore(store, settings.curation, on_event=on_event, llm_judge=llm_judge, redaction=settings.redaction)
