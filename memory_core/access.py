@@ -315,7 +315,11 @@ class Authenticator:
             self._admin_digest = _secret_digest(environ, env, "global.access.api_keys.admin_key_env")
         anonymous = settings.anonymous.rate_limit
         self._anonymous_limit = WriteRateLimiter(
-            anonymous.limit, anonymous.window_s, what="requests without identity from this address", unit="requests"
+            anonymous.limit,
+            anonymous.window_s,
+            what="requests without identity from this address",
+            unit="requests",
+            verb="counts",
         )
 
     @property
@@ -416,6 +420,7 @@ class WriteRateLimiter:
         clock: Callable[[], float] = time.time,
         what: str = "writes for this user",
         unit: str = "memories",
+        verb: str = "writes",
     ):
         self.enabled = limit > 0
         self._item = RateLimitItemPerSecond(max(limit, 1), window_s)
@@ -423,7 +428,8 @@ class WriteRateLimiter:
         self._limiter = MovingWindowRateLimiter(self._storage)
         self._clock = clock
         self._what = what  # what is counted, for the message (the same limiter keys requests per address)
-        self._unit = unit
+        self._unit = unit  # what one cost counts, and how a request takes it: "writes" 3 memories
+        self._verb = verb
 
     @property
     def limit(self) -> int:
@@ -452,7 +458,7 @@ class WriteRateLimiter:
         if self._limiter.hit(self._item, "writes", user_id, cost=cost):
             return
         raise RateLimited(
-            f"too many {self._what}: at most {limit} {self._unit} per {window} s (this request counts {cost})",
+            f"too many {self._what}: at most {limit} {self._unit} per {window} s (this request {self._verb} {cost})",
             self._retry_after(user_id, cost),
         )
 
