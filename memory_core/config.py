@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from .errors import ConfigError
+from .linear_re import compile_operator
 from .sanitize import parse_origin
 
 DEFAULT_SIMILARITY_THRESHOLD = 0.425
@@ -242,6 +243,15 @@ class CacheSettings(ValkeyConnectionSettings):
     prefix: str = "memcache:"
 
 
+def _operator_patterns(patterns: list[str], field: str) -> list[str]:
+    """``patterns`` unchanged when RE2 compiles each (``linear_re.compile_operator``: an
+    operator's pattern reads caller text, so it runs on the linear-time engine). Raises
+    ``ValueError`` naming ``field[i]``."""
+    for i, p in enumerate(patterns):
+        compile_operator(p, field=f"{field}[{i}]")
+    return patterns
+
+
 class ReflectionSettings(_Strict):
     """Reflection gate (no model calls): block patterns → recency decay → sort → dedup →
     token budget. ``algorithm`` selects the gate by name."""
@@ -257,12 +267,7 @@ class ReflectionSettings(_Strict):
     @field_validator("block_patterns")
     @classmethod
     def _compile(cls, patterns: list[str]) -> list[str]:
-        for i, p in enumerate(patterns):
-            try:
-                re.compile(p)
-            except re.error as e:
-                raise ValueError(f"block_patterns[{i}] {p!r} is not a valid regex: {e}") from e
-        return patterns
+        return _operator_patterns(patterns, "block_patterns")
 
 
 class ReflectionOverride(_Strict):
@@ -764,12 +769,7 @@ class MatchRules(_Strict):
     @field_validator("regex")
     @classmethod
     def _compile(cls, patterns: list[str]) -> list[str]:
-        for i, p in enumerate(patterns):
-            try:
-                re.compile(p)
-            except re.error as e:
-                raise ValueError(f"regex[{i}] {p!r} is not a valid regex: {e}") from e
-        return patterns
+        return _operator_patterns(patterns, "regex")
 
 
 class Decision(_Strict):

@@ -3,7 +3,7 @@
 ``HeuristicGate.apply`` runs, in this order:
 
 1. **block** — drop candidates whose content matches any ``block_patterns`` regex
-   (``re.search``, case-insensitive; compiled once per pattern tuple);
+   (RE2 ``search``, linear time, case-insensitive; compiled once per pattern tuple);
 2. **recency decay** — ``score × exp(−ln2 · age_days / recency_half_life_days)``: the score
    halves every half-life (exponential recency decay as in Park et al. 2023, "Generative
    Agents: Interactive Simulacra of Human Behavior", whose recency factor decays per hour
@@ -32,11 +32,11 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
+from .. import linear_re
 from ..config import ReflectionSettings
 from ..types import ScoredMemory
 from .tokens import jaccard, token_counter, word_tokens
@@ -45,22 +45,15 @@ _LN2 = math.log(2.0)
 _SECONDS_PER_DAY = 86400.0
 
 
-_BACKREF = re.compile(r"\\[1-9]|\(\?P=|\(\?\(")
-
-
 @functools.lru_cache(maxsize=64)
-def compile_block_patterns(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
-    """Compiled case-insensitive regexes (cached per tuple): one alternation ``(?:p1)|(?:p2)``
-    when the patterns can be combined safely (no backreferences, no conditional groups, no
-    inline global flags), else one regex per pattern. Matches exactly when some pattern does.
-    Raises ``re.error`` for an invalid pattern (``ReflectionSettings`` rejects those at load)."""
-    singles = tuple(re.compile(p, re.IGNORECASE) for p in patterns)
-    if len(singles) > 1 and not any(_BACKREF.search(p) for p in patterns):
-        try:
-            return (re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE),)
-        except re.error:  # e.g. a global inline flag "(?s)" that must start the expression
-            pass
-    return singles
+def compile_block_patterns(patterns: tuple[str, ...]) -> tuple[linear_re.Pattern, ...]:
+    """The patterns as one case-insensitive RE2 alternation ``(?:p1)|(?:p2)`` (cached per
+    tuple; ``linear_re.compile_operator``: matching is linear in the memory text, which is
+    caller text). Matches exactly when some pattern does. Raises ``ValueError`` for a
+    pattern RE2 cannot compile (``ReflectionSettings`` rejects those at load)."""
+    for i, p in enumerate(patterns):
+        linear_re.compile_operator(p, ignore_case=True, field=f"block_patterns[{i}]")
+    return (linear_re.compile_operator("|".join(f"(?:{p})" for p in patterns), ignore_case=True),)
 
 
 def recency_factor(timestamp: datetime | None, now: datetime, half_life_days: float) -> float:

@@ -9,11 +9,11 @@
 from __future__ import annotations
 
 import functools
-import re
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .. import linear_re
 from ..config import Decision, MatchRules, ReflectionSettings, RouterConfig
 
 SKIP_REASONS = (
@@ -33,8 +33,9 @@ SKIP_REASONS = (
 
 
 @functools.lru_cache(maxsize=256)
-def _compiled(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern)
+def _compiled(pattern: str) -> linear_re.Pattern:
+    """A decision's ``regex`` on RE2 (linear in the user message it reads)."""
+    return linear_re.compile_operator(pattern, field="regex")
 
 
 def _lower_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
@@ -65,7 +66,7 @@ def select_decision(
 ) -> Decision | None:
     """The first decision of ``config.routing.decisions`` (in order) whose rules all match:
     ``models`` exact model name; ``keywords`` any, case-insensitive substring of the last user
-    message; ``regex`` any ``re.search`` on it; ``headers`` each named header (name
+    message; ``regex`` any RE2 ``search`` on it (linear time); ``headers`` each named header (name
     case-insensitive) equal to the value. A decision without rules matches every request (a
     default). ``None`` when no decision matches (or there are none)."""
     lowered = _lower_headers(headers)
