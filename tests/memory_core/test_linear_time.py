@@ -51,6 +51,10 @@ from memory_core.types import Memory, MemoryType, ScoredMemory
 MAX_RATIO = 24.0
 SHRINK = 16
 REPEATS = 4
+RECHECKS = 2
+"""Families over ``MAX_RATIO`` are measured again this many times (the lowest ratio counts): a
+busy CI machine once gave a linear rule 24.2 in one measurement (16 on a quiet one), while a
+super-linear rule stays far beyond the bound however often it is measured."""
 CHAT_MAX_BYTES = 64 * 1024
 """Largest chat message the rules are timed on (the chat path has no smaller bound of its
 own; memory content is bounded by ``MAX_CONTENT_BYTES``)."""
@@ -232,6 +236,10 @@ def test_rule_runs_in_linear_time(name: str) -> None:
         large = _text(prefix, unit, rule.max_bytes)
         small = _text(prefix, unit, rule.max_bytes // SHRINK)
         ratio = _ratio(rule.fn, small, large)
+        for _ in range(RECHECKS):
+            if ratio <= MAX_RATIO:
+                break
+            ratio = min(ratio, _ratio(rule.fn, small, large))
         if ratio > MAX_RATIO:
             slow[repr(prefix + unit)] = round(ratio, 1)
     assert not slow, f"{name}: time(largest) / time(16x smaller) > {MAX_RATIO} for {slow}"
