@@ -38,8 +38,25 @@ DEFAULT_LEXICAL_WEIGHT = 0.4
 measured on LoCoMo dev, see README)."""
 
 
+_MILVUS_SERVER_URI = re.compile(r"^(https?|tcp|grpc|unix)://")
+
+
+def is_milvus_lite(uri: str) -> bool:
+    """Whether a Milvus ``uri`` names a Milvus Lite file (embedded) rather than a server: a
+    server URI starts with ``http://``, ``https://``, ``tcp://``, ``grpc://`` or ``unix://``;
+    anything else is a file path. The one rule for it (settings, store, connection)."""
+    return not _MILVUS_SERVER_URI.match(uri)
+
+
 def _is_url(uri: str) -> bool:
-    return bool(re.match(r"^(https?|tcp|grpc|unix)://", uri))
+    return not is_milvus_lite(uri)
+
+
+def _refuse_url_credentials(url: str, field: str, instead: str) -> None:
+    """Raise ``ValueError`` when ``url`` holds credentials (``scheme://user:password@…``):
+    secrets come from environment variables (``instead`` names the settings to use)."""
+    if re.match(r"^[a-z]+://[^/]*@", url):
+        raise ValueError(f"{field} must not hold credentials (user:password@); use {instead}")
 
 
 class _Strict(BaseModel):
@@ -114,8 +131,8 @@ class MilvusSettings(_Strict):
     def _absolute_lite_path(cls, uri: str) -> str:
         # replicas run in other working directories: pin a relative Milvus Lite path to the
         # directory the configuration was loaded from (where `serve run` was started)
-        if _is_url(uri) and re.match(r"^[a-z]+://[^/]*@", uri):
-            raise ValueError("uri must not hold credentials (user:password@); use user + password_env or token_env")
+        if _is_url(uri):
+            _refuse_url_credentials(uri, "uri", "user + password_env or token_env")
         return uri if _is_url(uri) else str(Path(uri).expanduser().resolve())
 
     @model_validator(mode="after")
@@ -181,8 +198,7 @@ class ValkeyConnectionSettings(_Strict):
     def _no_credentials_in_url(cls, url: str) -> str:
         if not re.match(r"^(valkey|valkeys|redis|rediss|unix)://", url):
             raise ValueError("url must start with valkey://, valkeys://, redis://, rediss:// or unix://")
-        if re.match(r"^[a-z]+://[^/]*@", url):
-            raise ValueError("url must not hold credentials (user:password@); use username + password_env")
+        _refuse_url_credentials(url, "url", "username + password_env")
         return url
 
     @model_validator(mode="after")

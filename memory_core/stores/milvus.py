@@ -51,12 +51,12 @@ import asyncio
 import concurrent.futures
 import functools
 import logging
-import re
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..config import is_milvus_lite
 from ..errors import ConfigError, StoreUnavailable
 from ..types import ListResult, Memory, MemoryCounts, MemoryState, MemoryType, RetrieveOptions, ScoredMemory
 from ._records import (
@@ -296,7 +296,7 @@ class MilvusStore(MemoryStore):
         self.collection = collection
         self._retries = max(1, retries)
         self._backoff_s = backoff_s
-        lite = not re.match(r"^(https?|tcp|grpc)://", uri)
+        lite = is_milvus_lite(uri)
         self._flush_every = (1000 if lite else 0) if flush_every is None else max(0, flush_every)
         self._flush_idle_s = (0.5 if lite else 0.0) if flush_idle_s is None else max(0.0, float(flush_idle_s))
         self._flush_idle_min_rows = (100 if lite else 1) if flush_idle_min_rows is None else max(1, flush_idle_min_rows)
@@ -357,7 +357,7 @@ class MilvusStore(MemoryStore):
         from pymilvus import MilvusClient
 
         kwargs: dict[str, Any] = {"uri": uri, **tls}
-        if not re.match(r"^[a-z]+://", uri):  # Milvus Lite: a file whose directory must exist
+        if is_milvus_lite(uri):  # a file whose directory must exist
             Path(uri).expanduser().parent.mkdir(parents=True, exist_ok=True)
         if token:
             kwargs["token"] = token
