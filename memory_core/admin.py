@@ -21,8 +21,8 @@ from .types import EVERYONE
 ADMIN_CONCURRENCY = 8
 """Store counts ``users_page`` runs at once (one per user of the page)."""
 MAX_USERS_PAGE = 500
-"""The largest page of ``users_page`` (~11 s of one Milvus Lite shard on the 2-core machine:
-~22 ms per user counted, ``benchmarks/admin_views.py``)."""
+"""The largest page of ``users_page`` (its cost grows with the page: one ``counts`` per user;
+``benchmarks/admin_views.py``)."""
 DEFAULT_USERS_PAGE = 100
 
 

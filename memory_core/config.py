@@ -101,8 +101,8 @@ class MilvusSettings(_Strict):
 
     ``consistency``: the consistency level of reads (``null``: the collection's, ``Strong``
     for the collections the store creates; ``Strong`` waits for the server's newest time tick
-    on every read, ~200 ms on the Milvus 2.3.5 test server; ``Session`` did not see deletes at
-    once there; see ``MilvusStore``).
+    on every read; ``Session`` did not see deletes at once on the Milvus 2.3.5 test server;
+    see ``MilvusStore`` and the README's "Stores").
     """
 
     uri: str = Field(default="./data/memory.db", validate_default=True)
@@ -356,17 +356,16 @@ class PoolSettings(_Strict):
     ``query_embedding``: who embeds search queries. ``embedder`` (default): the Embedder
     deployment, as for documents (one model copy, batched, on the GPU when it has one).
     ``in_shard``: each store shard loads its own CPU copy of the local model (identity checked
-    against the application's at start; about 90 MB of weights plus torch per shard, one torch
-    thread) and embeds the query texts of searches itself, which saves the round trip to the
+    against the application's at start; the model's weights plus its runtime in every shard,
+    one intra-op thread) and embeds the query texts of searches itself, which saves the round trip to the
     Embedder. Choose it where the Embedder runs on CPU anyway; documents are always embedded by
     the Embedder. Needs a local model (``embedding.remote`` unset).
 
     ``in_shard_runtime``: ``onnxruntime`` (default) exports the loaded model to ONNX at shard
     start and runs it with ONNX Runtime, refused unless it reproduces the torch model's vectors
     on probe texts to 1e-5 (``memory_core.embedding.OnnxEncoder``); ``torch`` runs the
-    sentence-transformers model itself. Measured on the 2-core dev machine, the query embedding
-    inside a search took p50 24 ms through the Embedder, 16 ms in the shard with torch; one
-    query is 4.5 ms with ONNX Runtime against 15 ms with torch in the same process.
+    sentence-transformers model itself (the two compared in the README's "Retrieval and the
+    read path").
     """
 
     shards: int = Field(default=1, ge=1, le=64)

@@ -3,8 +3,7 @@
 the reflection gate), so that an event loop that serves every user never runs it itself.
 
 A store shard and an ingress replica each run one asyncio loop for all their users: a rule
-that takes 20 ms on a 16 KB text, run on that loop, delays every other user's request by as
-much. Awaiting ``CpuPool.run`` instead hands the call to one of ``threads`` worker threads
+run on that loop delays every other user's request by as long as it takes. Awaiting ``CpuPool.run`` instead hands the call to one of ``threads`` worker threads
 and keeps the loop serving. The pool is bounded: at most ``threads`` such calls run at once
 (the rest wait in the pool's queue, each awaited by its own request), so hostile text cannot
 take more than ``threads`` threads. RE2 (``memory_core.linear_re``) releases the GIL while it

@@ -122,8 +122,8 @@ CREDENTIAL_PLUGINS: tuple[RegexBasedDetector, ...] = (
 plugins (they report every long word of chat), ``IPPublicDetector`` (an address is no
 credential), the vendor plugins whose patterns need a keyword of code (IBM, Softlayer,
 Cloudant, Artifactory), ``PrivateKeyDetector`` (it finds the ``BEGIN … PRIVATE KEY`` line, and
-the whole block is wanted: ``_PRIVATE_KEY_BLOCK``, RE2), and ``KeywordDetector``: its patterns backtrack so badly that one
-512-character window of ``passwordpassword…`` takes 0.3 s; ``_STATED`` (RE2) reads
+the whole block is wanted: ``_PRIVATE_KEY_BLOCK``, RE2), and ``KeywordDetector``: its patterns
+backtrack (a 512-character window of ``passwordpassword…`` takes time quadratic in the window); ``_STATED`` (RE2) reads
 ``password: X`` / ``api_key=X`` / "my password is X" instead."""
 
 _PUBLIC_PREFIX = linear_re.compile(

@@ -21,8 +21,8 @@
 
 Output: new ``ScoredMemory`` objects (same ``memory`` and ``similarity``; ``score`` = the
 decayed score), in rank order; inputs are never mutated. Cost: O(n log n) plus O(n·k) set
-intersections for dedup (k kept); ~0.5 ms median for 50 candidates on the shared 2-core dev
-machine, most of it tokenising the kept contents (see ``benchmarks/gate.py``).
+intersections for dedup (k kept), most of it tokenising the kept contents (figures:
+``benchmarks/gate.py``, README "Measured").
 
 ``get_gate(name)`` selects a gate by name (``heuristic``, ``noop``); ``select_gate(settings)``
 gives ``noop`` when ``settings.enabled`` is false.

@@ -1,10 +1,11 @@
 """The memory side of one chat request, independent of Ray and HTTP.
 
-``MemoryPipeline.prepare`` does steps 2–7 of the request flow (DESIGN.md): match a decision,
-decide whether memory runs (and why not), retrieve with the last user message (the store
-embeds it, concurrently with its lexical search), pass the candidates through the reflection
-gate and inject them. ``MemoryPipeline.remember`` does step
-10 (auto-store of the turn). Both catch every store/embedder failure: memory must never fail
+``MemoryPipeline.prepare`` does the memory steps before a chat request is forwarded (the
+README's "Architecture" and "Retrieval and the read path"): match a decision, decide whether
+memory runs (and why not), retrieve with the last user message (the store embeds it,
+concurrently with its lexical search), pass the candidates through the reflection gate and
+inject them. ``MemoryPipeline.remember`` does the step after the answer (auto-store of the
+turn). Both catch every store/embedder failure: memory must never fail
 a chat request; the outcome is reported to a ``MetricsSink``.
 """
 

@@ -10,8 +10,8 @@ identity. Files that do not change vectors (``README.md``, ``.gitattributes``,
 ``data_config.json``, library versions in ``config_sentence_transformers.json``, the
 ``onnx/``/``openvino/`` variants that the torch backend does not load) are ignored.
 ``compute_identity`` only reads files (it never loads the model), so an application builder
-can call it cheaply (one sha256 pass over the weights, ~0.3 s for all-MiniLM-L6-v2, cached per
-(path, size, mtime) in-process).
+can call it cheaply (one sha256 pass over the weights, cached per (path, size, mtime)
+in-process).
 
 A remote endpoint cannot prove which model produced its vectors: its identity is derived from
 ``(base_url, model, dimension, normalize)`` and is marked ``verifiable=False``.

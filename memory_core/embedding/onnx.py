@@ -29,8 +29,7 @@ ONNX_MAX_ABS_DIFF = 1e-5
 class OnnxEncoder:
     """The model of a ``LocalEncoder`` exported to ONNX and run by ONNX Runtime on the CPU:
     the same weights, tokenizer, pooling and normalisation, without PyTorch's per-operator
-    overhead (one short query with all-MiniLM-L6-v2, one thread, this project's 2-core
-    machine: p50 4.5 ms against 15 ms with torch).
+    overhead (the two compared in the README, "Retrieval and the read path").
 
     Built by ``OnnxEncoder.from_local``: the sentence-transformers module stack (transformer,
     pooling, any normalisation module) is traced with ``torch.onnx.export`` into a temporary

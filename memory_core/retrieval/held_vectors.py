@@ -2,9 +2,8 @@
 
 ``HeldVectors`` keeps unit float32 vectors as rows of one matrix ``[capacity, dimension]``
 (a row per memory id, freed rows reused, the matrix compacted when more than half of it is
-free), so an exact cosine top-k over a user's memories is one matrix-vector product: about
-0.07 ms for 600 memories and 0.4 ms for 10 000 at 384 dimensions on this project's 2-core
-machine, against 10–20 ms for a Milvus Lite search round trip.
+free), so an exact cosine top-k over a user's memories is one matrix-vector product, far
+cheaper than a backend search round trip (figures: README, "Retrieval and the read path").
 ``memory_core.stores.hybrid.HybridStore`` uses it for the vector side of a hybrid retrieve.
 
 Memory: rows of 4 bytes × dimension (1.5 KB at 384 dimensions). Growth doubles the capacity,

@@ -233,29 +233,25 @@ class MilvusStore(MemoryStore):
         consistency: the consistency level of every read (``Strong``, ``Session``,
             ``Bounded``, ``Eventually``); ``None``: the collection's own level (``Strong`` for
             the collections this store creates). ``Strong`` waits on every read for the
-            server's newest time tick (measured on the Milvus 2.3.5 test server: every search
-            ~200 ms whatever the data). ``Session`` is meant to read this process's own
-            writes without that wait, but on Milvus 2.3.5 it did not see deletes at once (4
-            conformance tests failed: a forgotten memory was still returned), so it is not
-            the default; choose it only on a server where the conformance suite passes with
-            it.
+            server's newest time tick, whatever the data. ``Session`` is meant to read this
+            process's own writes without that wait, but on Milvus 2.3.5 it did not see deletes
+            at once (a forgotten memory was still returned), so it is not the default; choose
+            it only on a server where the conformance suite passes with it (README "Stores").
         retries: attempts per call on transient errors (≥ 1); ``backoff_s`` is the first
             pause, doubled each retry.
         flush_every: flush (seal the growing segment so the HNSW index covers it) after
-            this many written/deleted rows; default 1000 for Milvus Lite, where unsealed data
-            is searched slowly (measured: ~0.5 s per search over 10k unsealed rows vs ~20 ms
-            sealed), and 0 (never; the server seals by itself) for a server.
+            this many written/deleted rows; default 1000 for Milvus Lite, where unsealed
+            (growing) data is searched by brute force, and 0 (never; the server seals by
+            itself) for a server.
         flush_idle_s: debounced idle flush: once a write leaves rows unflushed, flush when
             no further write has arrived for this many seconds (one background task per
             store; a failed idle flush is logged, not raised). Default 0.5 for Milvus Lite
-            (measured: a search over 600 unflushed rows takes ~24 ms p50 vs ~4 ms flushed),
-            0 (disabled) for a server. ``close`` cancels a pending idle flush before closing
+            (unflushed rows are searched slowly), 0 (disabled) for a server. ``close`` cancels a pending idle flush before closing
             the client; no flush starts once ``close`` has begun.
         flush_idle_min_rows: the idle flush only fires once at least this many rows are
             unflushed (default 100 for Milvus Lite): every flush seals a segment and Milvus
             Lite does not merge them, so flushing a trickle of rows (auto-stored turns,
-            access-count updates) would pile up tiny segments and slow every search
-            (measured: search p50 7.5 → 15.8 ms after 80 one-request flushes), while a
+            access-count updates) would pile up tiny segments and slow every search, while a
             search over < 100 unflushed rows costs little.
         embed, dimension, identity: see :class:`MemoryStore`.
 
@@ -625,10 +621,9 @@ class MilvusStore(MemoryStore):
 
     async def _counts(self, user_id: str | None) -> MemoryCounts:
         """A user: one query of the user's ``state`` and ``memory_type`` (the partition the
-        user hashes to, as listing reads it), counted here: a page of 100 users took 2.2 s
-        instead of 5.1 s with seven ``count(*)`` queries per user on Milvus Lite
-        (``benchmarks/admin_views.py``). Every user: one ``count(*)`` query per state and per
-        type (7)."""
+        user hashes to, as listing reads it), counted here (one query instead of seven
+        ``count(*)`` queries per user: ``benchmarks/admin_views.py``). Every user: one
+        ``count(*)`` query per state and per type (7)."""
         if user_id is not None:
             rows = await self._call(self._query_all, _filter(user_id, None, None), ["state", "memory_type"])
             states = {s.value: s for s in MemoryState}

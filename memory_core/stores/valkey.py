@@ -21,9 +21,8 @@ measurement). With ``knn_prefilter`` (the default) a FLAT index's KNN clause als
 ``HYBRID_POLICY ADHOC_BF`` where the module parses it (RediSearch; probed when the store
 opens; the valkey-search 1.x planner we read does not parse it), so no module heuristic can
 fall back to scanning the whole index. A user's search then costs what that user's
-memories cost: p95 1.10× from 10,000 to 1,000,000 memories in total at 1,000 per user
-(``benchmarks/stores.py --flat``; the module's own plan on FLAT 1.03×), where the earlier
-HNSW index with the module's plan went from flat at 100,000 to ~50 ms p50 at 1,000,000.
+memories cost, whatever the total (``benchmarks/stores.py --flat``; figures in the README's
+"Measured").
 ``vector_index: hnsw`` (new indexes; an existing index keeps its algorithm, read from
 FT.INFO) suits users holding far more memories each than a scan of their own rows serves
 (≫ 100,000); on HNSW the module plans the hybrid query (``EF_RUNTIME``), no pre-filter.

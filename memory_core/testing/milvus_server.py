@@ -108,7 +108,7 @@ def start_milvus_server(
     """Start a standalone Milvus server on free loopback ports with its data in ``workdir``
     (or a new temporary directory); ``authorization`` turns on user authentication (user
     ``root``, password ``Milvus``). Returns once its health endpoint answers and a client
-    can list collections (measured on the 2-core dev machine: 7–10 s).
+    can list collections (seconds: the test fixture waits for it once per session).
 
     Raises ``RuntimeError`` when the ``milvus`` package is missing or the server does not
     come up within ``timeout_s`` seconds (the tail of its log is in the message)."""

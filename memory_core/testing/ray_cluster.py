@@ -167,7 +167,7 @@ class RayNode:
     def stop(self, grace_s: float = 5) -> None:
         """SIGTERM the node's process group, wait up to ``grace_s`` for its processes to
         exit, then SIGKILL whatever of the node is left. (Ray's GCS and raylet take longer
-        than that to shut down gracefully on SIGTERM — over 20 s measured here — and a test
+        than that to shut down gracefully on SIGTERM, and a test
         cluster keeps nothing worth the wait: the application's data is in its store.)"""
         if self.alive():
             try:
