@@ -305,6 +305,96 @@ def _drop_vocatives(text: str) -> str:
     return _VOCATIVE.sub(blank, text)
 
 
+class _ValueReader:
+    """The values of one normalised statement, read kind by kind (``Statement.values``:
+    kind → values), each value's characters blanked from ``blank`` so that a later kind and
+    the subject terms never read them again."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.values: dict[str, set[str]] = {}
+        self.blank = list(text)  # the text with every value blanked out: what the subject terms come from
+
+    def add(self, kind: str, value: str, span: tuple[int, int] | None = None) -> None:
+        self.values.setdefault(kind, set()).add(value.strip())
+        if span is not None:
+            for i in range(*span):
+                self.blank[i] = " "
+
+    def free(self, m: re.Match[str] | _Span) -> bool:
+        """Whether no character of ``m`` is part of a value read already."""
+        return all(self.blank[i] != " " or self.text[i] == " " for i in range(m.start(), m.end()))
+
+    def dates_emails_codes(self) -> None:
+        for m in _DATE.finditer(self.text):
+            month = (m.group(1) or m.group(4)).lower()[:3]
+            self.add("date", f"{month} {int(m.group(2) or m.group(3))}", m.span())
+        for m in _EMAIL.finditer(self.text):
+            if self.free(m):
+                self.add("email", m.group(0).lower(), m.span())
+        for code in _codes(self.text):
+            if self.free(code) and not _ORDINAL_OR_MEASURE.fullmatch(code.group(0)):
+                self.add("code", code.group(0).lower(), code.span())
+
+    def names(self, other: str) -> None:
+        """Capitalised runs as names, weekdays or months. A capitalised sentence start counts
+        as a name only if ``other`` capitalises the word inside a sentence too."""
+        text = self.text
+        initial = {m.group(1) for m in _SENTENCE_START.finditer(text)}
+        other_starts = {m.group(1) for m in _SENTENCE_START.finditer(other)}
+        other_inner_caps = {w for w in re.findall(r"\b[A-Z][\w'-]*", other) if w not in other_starts}
+        first_at: dict[str, int] = {}  # word → its first place in the text (one search per word)
+
+        def first(word: str) -> int:
+            if word not in first_at:
+                first_at[word] = text.find(word)
+            return first_at[word]
+
+        for m in _CAPITALISED.finditer(text):
+            if not self.free(m):
+                continue
+            parts = m.group(1).split()
+            start = m.start()
+            if parts[0] in initial and start == first(parts[0]) and parts[0] not in other_inner_caps:
+                start += len(parts[0]) + 1
+                parts = parts[1:]
+            while parts and parts[0] in ("I", "I'm", "I've", "I'd", "I'll"):
+                start += len(parts[0]) + 1
+                parts = parts[1:]
+            if parts:
+                self._name(" ".join(parts).lower(), (start, m.end()))
+        for m in re.finditer(r"\b\d+[A-Z][\w-]*", text):  # "1Password"
+            if self.free(m):
+                self.add("name", m.group(0).lower(), m.span())
+
+    def _name(self, name: str, span: tuple[int, int]) -> None:
+        if name.rstrip("s") in _WEEKDAYS:
+            self.add("weekday", name.rstrip("s"), span)
+        elif re.fullmatch(rf"(?:{_MONTHS})", name):
+            self.add("month", name[:3], span)
+        else:
+            self.add("name", name, span)
+
+    def numbers(self) -> None:
+        text = self.text
+        for m in _NUMBER.finditer(text):
+            if self.free(m) and not (m.start() and text[m.start() - 1].isascii() and text[m.start() - 1].isalpha()):
+                digits = text[m.start() : m.end()].split()[0] if m.group("unit") else m.group(0)
+                self.add(f"number:{_number_kind(m)}", _num(digits.strip()), m.span())
+        for m in _NUMBER_WORD.finditer(text):
+            w = m.group(1).lower()
+            self.add("number:ordinal" if w in _ORDINALS else "number:count", str(_NUMBER_WORDS[w]), m.span())
+
+    def lexicon_values(self) -> None:
+        for m in re.finditer(r"[\w'-]+", self.text):
+            w = m.group(0).lower()
+            for kind, lexicon in _LEXICON_VALUES.items():
+                if w in lexicon:
+                    self.add(kind, w, m.span())
+        for m in _ZH_FRAME_VALUE.finditer(self.text):
+            self.add("place", m.group(1), m.span(1))
+
+
 def read_statement(text: str, other: str = "") -> Statement:
     """Read ``text`` into a ``Statement``. ``other`` (the statement it is compared with) lets
     a sentence-initial capitalised word count as a name when ``other`` capitalises it too.
@@ -316,76 +406,12 @@ def read_statement(text: str, other: str = "") -> Statement:
     phrases are kept (each is compared with the other statement's whole text)."""
     text, other = (_HONORIFIC.sub(r"\1", _drop_vocatives(strip_lead_in(" ".join(t.split())))) for t in (text, other))
     norm = _norm(text)
-    values: dict[str, set[str]] = {}
-    blank = list(text)  # the text with every value blanked out: what the subject terms come from
-
-    def add(kind: str, value: str, span: tuple[int, int] | None = None) -> None:
-        values.setdefault(kind, set()).add(value.strip())
-        if span is not None:
-            for i in range(*span):
-                blank[i] = " "
-
-    def free(m: re.Match[str] | _Span) -> bool:
-        return all(blank[i] != " " or text[i] == " " for i in range(m.start(), m.end()))
-
-    for m in _DATE.finditer(text):
-        month = (m.group(1) or m.group(4)).lower()[:3]
-        add("date", f"{month} {int(m.group(2) or m.group(3))}", m.span())
-    for m in _EMAIL.finditer(text):
-        if free(m):
-            add("email", m.group(0).lower(), m.span())
-    for code in _codes(text):
-        if free(code) and not _ORDINAL_OR_MEASURE.fullmatch(code.group(0)):
-            add("code", code.group(0).lower(), code.span())
-    initial = {m.group(1) for m in _SENTENCE_START.finditer(text)}
-    other_starts = {m.group(1) for m in _SENTENCE_START.finditer(other)}
-    other_inner_caps = {w for w in re.findall(r"\b[A-Z][\w'-]*", other) if w not in other_starts}
-    first_at: dict[str, int] = {}  # word → its first place in the text (one search per word)
-
-    def first(word: str) -> int:
-        if word not in first_at:
-            first_at[word] = text.find(word)
-        return first_at[word]
-
-    for m in _CAPITALISED.finditer(text):
-        if not free(m):
-            continue
-        parts = m.group(1).split()
-        start = m.start()
-        if parts[0] in initial and start == first(parts[0]) and parts[0] not in other_inner_caps:
-            start += len(parts[0]) + 1  # a capitalised sentence start is a name only if the other agrees
-            parts = parts[1:]
-        while parts and parts[0] in ("I", "I'm", "I've", "I'd", "I'll"):
-            start += len(parts[0]) + 1
-            parts = parts[1:]
-        if not parts:
-            continue
-        name = " ".join(parts).lower()
-        span = (start, m.end())
-        if name.rstrip("s") in _WEEKDAYS:
-            add("weekday", name.rstrip("s"), span)
-        elif re.fullmatch(rf"(?:{_MONTHS})", name):
-            add("month", name[:3], span)
-        else:
-            add("name", name, span)
-    for m in re.finditer(r"\b\d+[A-Z][\w-]*", text):  # "1Password"
-        if free(m):
-            add("name", m.group(0).lower(), m.span())
-    for m in _NUMBER.finditer(text):
-        if free(m) and not (m.start() and text[m.start() - 1].isascii() and text[m.start() - 1].isalpha()):
-            digits = text[m.start() : m.end()].split()[0] if m.group("unit") else m.group(0)
-            add(f"number:{_number_kind(m)}", _num(digits.strip()), m.span())
-    for m in _NUMBER_WORD.finditer(text):
-        w = m.group(1).lower()
-        add("number:ordinal" if w in _ORDINALS else "number:count", str(_NUMBER_WORDS[w]), m.span())
-    for m in re.finditer(r"[\w'-]+", text):
-        w = m.group(0).lower()
-        for kind, lexicon in _LEXICON_VALUES.items():
-            if w in lexicon:
-                add(kind, w, m.span())
-    for m in _ZH_FRAME_VALUE.finditer(text):
-        add("place", m.group(1), m.span(1))
-    terms = set(tokenize("".join(blank)))
+    reader = _ValueReader(text)
+    reader.dates_emails_codes()
+    reader.names(other)
+    reader.numbers()
+    reader.lexicon_values()
+    terms = set(tokenize("".join(reader.blank)))
     words = re.findall(r"[\w'-]+", norm)
     raw_words = set(words) | {c for c in text if "\u4e00" <= c <= "\u9fff"}
     frames = {
@@ -398,7 +424,7 @@ def read_statement(text: str, other: str = "") -> Statement:
     additive = bool(_ADDITIVE.search(text)) or any(m in text for m in _ADDITIVE_ZH)
     negated = _first_phrases(_NEGATED.finditer(text))
     from_values = _first_phrases(_FROM_TO.finditer(text))
-    return Statement(text, norm, terms, values, frames, people, change, additive, negated, from_values)
+    return Statement(text, norm, terms, reader.values, frames, people, change, additive, negated, from_values)
 
 
 MAX_PHRASES = 16
