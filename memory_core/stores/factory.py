@@ -62,8 +62,41 @@ def make_store(
         "identity": identity,
         "represents": represents,
     }
+    backend, name = _backend(settings, common, collection_suffix)
+    store: MemoryStore | StoreDecorator = backend
+    if settings.retrieval.hybrid:
+        # lexical index kept in step with the store; inside the cache so that cached results
+        # are the fused ones and cache invalidation covers them
+        from .hybrid import HybridStore
+
+        store = HybridStore.from_settings(store, settings.retrieval)
+    if settings.cache.enabled:
+        from .cache import CachingStore
+
+        c = settings.cache
+        store = CachingStore(
+            store,
+            url=c.url,
+            ttl_s=c.ttl_s,
+            prefix=f"{c.prefix}{settings.backend}:{name}:",
+            on_event=on_event,
+            connection=c,
+            settings_key="global.stores.memory.cache",
+        )
+    if not settings.curation.enabled:
+        return store
+    # outermost: every write is curated (screening, one record per fact, supersession), and
+    # its own writes go through the cache's invalidation and the hybrid index below
+    return _curating(store, settings, on_event)
+
+
+def _backend(
+    settings: MemoryStoreSettings, common: _CommonArgs, collection_suffix: str | None
+) -> tuple[MemoryStore, str]:
+    """(the backend store named by ``settings.backend``, the physical name of its collection,
+    index or store): built, not opened."""
     backend = settings.backend
-    store: MemoryStore | StoreDecorator
+    store: MemoryStore
     if backend == "milvus":
         from .milvus import MilvusStore
 
@@ -119,29 +152,12 @@ def make_store(
         store = InMemoryStore(**common)
     else:  # pragma: no cover - the settings model forbids other values
         raise ConfigError(f"global.stores.memory.backend: unknown backend {backend!r}")
-    if settings.retrieval.hybrid:
-        # lexical index kept in step with the store; inside the cache so that cached results
-        # are the fused ones and cache invalidation covers them
-        from .hybrid import HybridStore
+    return store, name
 
-        store = HybridStore.from_settings(store, settings.retrieval)
-    if settings.cache.enabled:
-        from .cache import CachingStore
 
-        c = settings.cache
-        store = CachingStore(
-            store,
-            url=c.url,
-            ttl_s=c.ttl_s,
-            prefix=f"{c.prefix}{backend}:{name}:",
-            on_event=on_event,
-            connection=c,
-            settings_key="global.stores.memory.cache",
-        )
-    if not settings.curation.enabled:
-        return store
-    # outermost: every write is curated (screening, one record per fact, supersession), and
-    # its own writes go through the cache's invalidation and the hybrid index below
+def _curating(store: MemoryStore | StoreDecorator, settings: MemoryStoreSettings, on_event) -> StoreDecorator:
+    """``store`` behind ``CuratingStore`` (with the LLM judge when ``curation.llm_judge`` is
+    enabled, and the redaction settings)."""
     from .curating import CuratingStore
 
     judge_settings = settings.curation.llm_judge
