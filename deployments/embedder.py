@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ray import serve
+from ray.exceptions import RayError
 
 from memory_core.config import EmbeddingSettings
 from memory_core.embedding import (
@@ -62,7 +63,7 @@ from memory_core.embedding import (
     model_label,
     open_local_encoder,
 )
-from memory_core.errors import InvalidInput
+from memory_core.errors import EmbeddingUnavailable, InvalidInput, MemoryError_
 
 from .metrics import RayMetrics
 
@@ -150,6 +151,19 @@ class EmbedResponse:
     model: str
     truncated: list[bool]
     prompt_tokens: int
+
+
+async def embed_through(embedder, texts: list[str]) -> EmbedResponse:
+    """The answer of the Embedder deployment (``embedder``: its handle) for ``texts``. A Ray
+    failure (the replica restarting, the handle unreachable) raises ``EmbeddingUnavailable``
+    (503 + ``Retry-After``); an error of the Embedder's own (a ``MemoryError_``, e.g.
+    ``InvalidInput``) reaches the caller as itself."""
+    try:
+        return await embedder.embed.remote(texts)
+    except MemoryError_:
+        raise
+    except RayError as e:
+        raise EmbeddingUnavailable(f"the embedder is unavailable ({type(e).__name__}); retry") from e
 
 
 DEFAULT_USER_CONFIG = {

@@ -35,7 +35,6 @@ from memory_core.embedding import CoalescingEmbedFn, ModelIdentity, OnnxEncoder,
 from memory_core.errors import (
     ConfigError,
     EmbeddingIdentityMismatch,
-    EmbeddingUnavailable,
     InvalidInput,
     MemoryError_,
     StoreUnavailable,
@@ -55,7 +54,7 @@ from memory_core.types import (
     WriteResult,
 )
 
-from .embedder import EmbedResponse
+from .embedder import embed_through
 from .metrics import RayMetrics
 from .request_log import current_request_id, json_lines_logger, log_event
 
@@ -188,12 +187,7 @@ class StoreShard:
         """Vectors for ``texts`` from the Embedder deployment; raises
         ``EmbeddingIdentityMismatch`` when it answers with another model identity than the
         one this store was deployed for, ``EmbeddingUnavailable`` when it cannot be reached."""
-        try:
-            result: EmbedResponse = await self._embedder.embed.remote(texts)
-        except MemoryError_:
-            raise
-        except RayError as e:
-            raise EmbeddingUnavailable(f"the embedder is unavailable ({type(e).__name__}); retry") from e
+        result = await embed_through(self._embedder, texts)
         if result.identity != self._identity.digest:
             raise EmbeddingIdentityMismatch(
                 f"Embedder answered with model identity {result.identity!r}; this store holds "

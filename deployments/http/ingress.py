@@ -29,7 +29,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 from ray import serve
-from ray.exceptions import RayError
 
 from memory_core.access import Authenticator, KeyRegistry, Principal, WriteRateLimiter
 from memory_core.admin import DEFAULT_USERS_PAGE, MAX_USERS_PAGE, service_stats, users_page
@@ -38,9 +37,7 @@ from memory_core.chat.pipeline import MemoryPipeline, PreparedChat
 from memory_core.config import RouterConfig
 from memory_core.curation.llm import http_complete
 from memory_core.errors import (
-    EmbeddingUnavailable,
     InvalidInput,
-    MemoryError_,
     MemoryNotFound,
     RequestTooLarge,
     Unauthenticated,
@@ -50,7 +47,7 @@ from memory_core.sanitize import check_json_text, check_project_id, is_memory_id
 from memory_core.types import Memory, MemoryState, MemoryType, RetrieveOptions
 
 from .. import sse
-from ..embedder import EmbedResponse
+from ..embedder import EmbedResponse, embed_through
 from ..metrics import RayMetrics
 from ..request_log import context_carrying_request_id
 from ..store_pool import StorePoolClient
@@ -344,12 +341,7 @@ class MemoryIngress:
     async def _embed(self, texts: list[str]) -> EmbedResponse:
         """The Embedder's answer for ``texts``; a Ray failure (the replica restarting) raises
         ``EmbeddingUnavailable`` (503), an error of the Embedder's own keeps its status."""
-        try:
-            return await self.embedder.embed.remote(texts)
-        except MemoryError_:
-            raise
-        except RayError as e:
-            raise EmbeddingUnavailable(f"the embedder is unavailable ({type(e).__name__}); retry") from e
+        return await embed_through(self.embedder, texts)
 
     def _in_background(self, coro) -> None:
         """Run ``coro`` (the auto-store of a turn) after the response, outside the request:

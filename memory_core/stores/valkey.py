@@ -374,14 +374,19 @@ class ValkeyStore(MemoryStore):
                     f"valkey index {self.index!r} at {self.url} has no 'embedding' vector field; it was not "
                     "created by this service (choose another valkey.index)"
                 )
-            if dim != self.dimension:
-                raise ConfigError(
-                    f"valkey index {self.index!r} at {self.url} holds {dim}-dimensional vectors but the "
-                    f"embedding model produces {self.dimension}; use another valkey.index/prefix or the model "
-                    "that filled it"
-                )
+            self._check_dimension(dim)
             return
         await self._create_index(self.index)
+
+    def _check_dimension(self, dim: int | None) -> None:
+        """Raise ``ConfigError`` unless an existing index's vector dimension ``dim`` is the
+        embedding model's (``self.dimension``)."""
+        if dim != self.dimension:
+            raise ConfigError(
+                f"valkey index {self.index!r} at {self.url} holds {dim}-dimensional vectors but the "
+                f"embedding model produces {self.dimension}; use another valkey.index/prefix or the model "
+                "that filled it"
+            )
 
     async def _create_index(self, name: str) -> None:
         await self._conn.execute_command(
@@ -407,13 +412,7 @@ class ValkeyStore(MemoryStore):
         describes, after giving every record of the prefix a ``state`` (``active``) once."""
         from valkey.exceptions import ResponseError
 
-        dim = self._index_dimension(info)
-        if dim != self.dimension:
-            raise ConfigError(
-                f"valkey index {self.index!r} at {self.url} holds {dim}-dimensional vectors but the "
-                f"embedding model produces {self.dimension}; use another valkey.index/prefix or the model "
-                "that filled it"
-            )
+        self._check_dimension(self._index_dimension(info))
         c = self._conn
         marker = f"{self.prefix}layout"
         if await c.get(marker) != b"2":
