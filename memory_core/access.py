@@ -293,6 +293,29 @@ def parse_bearer(value: str) -> str:
     return token
 
 
+IPV6_CLIENT_PREFIX = 64
+"""The IPv6 prefix length counted as one client by the anonymous rate limit: one host is
+commonly given a whole /64 (RFC 6177), so keying on the full address would let one client
+take a fresh limit for every address it picks in it."""
+
+
+def client_network(peer: str | None) -> str:
+    """The key one client's anonymous requests count under: an IPv4 address as it is, an
+    IPv6 address as its ``/64`` network (an IPv4-mapped IPv6 address as the IPv4 address),
+    anything else (a Unix socket, no address) as the text itself or ``"unknown"``."""
+    if not peer:
+        return "unknown"
+    try:
+        address = ipaddress.ip_address(peer)
+    except ValueError:
+        return peer
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, IPV6_CLIENT_PREFIX), strict=False))
+    return str(address)
+
+
 class Authenticator:
     """Establishes a request's ``Principal`` by the configured mode (see the module).
 
@@ -364,7 +387,7 @@ class Authenticator:
                 f"missing caller identity: send {USER_HEADER} through the gateway "
                 f"(requests without identity: global.access.anonymous.allow = {allow})"
             )
-        self._anonymous_limit.take(peer or "unknown")
+        self._anonymous_limit.take(client_network(peer))
 
     def identify(self, headers: Mapping[str, str], peer: str | None) -> Principal | None:
         """The caller of a request, or ``None`` when it carries no identity. ``headers``:

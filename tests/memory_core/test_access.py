@@ -18,6 +18,7 @@ from memory_core.access import (
     WriteRateLimiter,
     check_body_type,
     check_same_origin,
+    client_network,
     key_digest,
     parse_bearer,
 )
@@ -335,6 +336,37 @@ def test_requests_without_identity_are_rate_limited_per_client_address():
     off = anonymous_auth("anyone", limit=0)
     for _ in range(100):
         off.admit_anonymous({}, STRANGER)
+
+
+def test_an_ipv6_client_is_counted_by_its_64_network():
+    """One host is commonly given a whole /64: every address in it shares one count, another
+    /64 has its own, and an IPv4-mapped address counts as its IPv4 address."""
+    auth = anonymous_auth("anyone", limit=3)
+    for address in ("2001:db8:aa:bb::1", "2001:db8:aa:bb::2", "2001:db8:aa:bb:abcd:ef01:2345:6789"):
+        auth.admit_anonymous({}, address)
+    with pytest.raises(RateLimited):
+        auth.admit_anonymous({}, "2001:db8:aa:bb::ffff")
+    auth.admit_anonymous({}, "2001:db8:aa:bc::1")  # the next /64
+    mapped = anonymous_auth("anyone", limit=1)
+    mapped.admit_anonymous({}, "::ffff:203.0.113.9")
+    with pytest.raises(RateLimited):
+        mapped.admit_anonymous({}, "203.0.113.9")
+
+
+@pytest.mark.parametrize(
+    "peer, key",
+    [
+        ("203.0.113.9", "203.0.113.9"),
+        ("2001:db8::1", "2001:db8::/64"),
+        ("2001:DB8:0:0:ffff::1", "2001:db8::/64"),
+        ("::ffff:198.51.100.2", "198.51.100.2"),
+        ("unix-socket", "unix-socket"),
+        (None, "unknown"),
+        ("", "unknown"),
+    ],
+)
+def test_client_network(peer, key):
+    assert client_network(peer) == key
 
 
 # --------------------------------------------------------------------------- browsers
