@@ -39,6 +39,13 @@ class DuplicateMemory(MemoryError_):
     code = "duplicate_memory"
 
 
+class StateConflict(MemoryError_):
+    """The memory's state no longer allows the operation (e.g. an unmerge whose originals
+    were all deleted or restored meanwhile); nothing was changed."""
+
+    code = "state_conflict"
+
+
 class StoreClosed(MemoryError_, RuntimeError):
     """The store was closed; no data operation is accepted any more."""
 
@@ -137,6 +144,7 @@ ERROR_CLASSES: tuple[type[MemoryError_], ...] = (
     UnsupportedMediaType,
     MemoryNotFound,
     DuplicateMemory,
+    StateConflict,
     StoreClosed,
     StoreUnavailable,
     EmbeddingIdentityMismatch,

@@ -65,7 +65,7 @@ from ..curation.consolidate import merged_content, plan_groups, successor
 from ..curation.judge import Verdict, judge, same_values
 from ..curation.llm import LLMJudge
 from ..curation.screening import screen, screen_window
-from ..errors import DuplicateMemory, InvalidInput, MemoryNotFound, StoreClosed
+from ..errors import DuplicateMemory, InvalidInput, MemoryNotFound, StateConflict, StoreClosed
 from ..redaction import Redactor, redact_changes, redact_memories, withheld
 from ..retrieval.held_vectors import cosine, unit_vector
 from ..sanitize import new_memory_id, require_user_id
@@ -581,7 +581,9 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         given): the merged memory must be in that project (else ``MemoryNotFound``) and so must
         every original (else ``InvalidInput``, before any change). Returns the originals made
         active (or quarantined), in ``merged_from`` order. Raises ``MemoryNotFound``;
-        ``InvalidInput`` when ``memory_id`` is not a merged memory."""
+        ``InvalidInput`` when ``memory_id`` is not a merged memory; ``StateConflict`` (nothing
+        changed) when none of its originals qualifies any more, so the merged memory is the only
+        copy of its content."""
         async with self._locks[user_id]:
             merged = await self.inner.get(memory_id, user_id)
             if project_id is not None and merged.project_id != project_id:
@@ -600,6 +602,11 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             outside = [m.id for m in linked if project_id is not None and m.project_id != project_id]
             if outside:
                 raise InvalidInput(f"originals {outside} are in another project than {project_id!r}")
+            if not linked:  # deleting the merged memory now would lose its content for good
+                raise StateConflict(
+                    f"no original of memory {memory_id} is still consolidated into it (deleted or restored "
+                    "meanwhile): nothing to unmerge; the merged memory is kept"
+                )
             originals = []
             for original in linked:
                 changes = await self._rescreened(
@@ -609,6 +616,8 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
                 )
                 with contextlib.suppress(MemoryNotFound):
                     originals.append(await self.inner.update(original.id, user_id, changes))
+            if not originals:  # every one deleted behind this decorator meanwhile: keep the merged copy
+                raise StateConflict(f"the originals of memory {memory_id} are gone: the merged memory is kept")
             await self.inner.forget(memory_id, user_id)
             return originals
 

@@ -17,6 +17,7 @@ EXPECTED = {
     "InvalidInput": (400, "invalid_request"),
     "MemoryNotFound": (404, "memory_not_found"),
     "DuplicateMemory": (409, "duplicate_memory"),
+    "StateConflict": (409, "state_conflict"),
     "StoreClosed": (503, "store_closed"),
     "StoreUnavailable": (503, "store_unavailable"),
     "EmbeddingIdentityMismatch": (409, "embedding_identity_mismatch"),

@@ -14,7 +14,7 @@ import pytest
 from memory_core.config import CurationSettings, MemoryStoreSettings, RetentionSettings
 from memory_core.curation.consolidate import lost_words
 from memory_core.embedding import CoalescingEmbedFn
-from memory_core.errors import InvalidInput
+from memory_core.errors import InvalidInput, StateConflict
 from memory_core.stores import curating, make_store
 from memory_core.stores.curating import CuratingStore
 from memory_core.types import Memory, MemoryState, MemoryType, RetrieveOptions, WriteOutcome, utcnow
@@ -194,6 +194,22 @@ async def test_consolidation_merges_near_duplicates_idempotently_and_can_be_undo
     originals = await store.unmerge(merged_id, "alice")
     assert sorted(m.id for m in originals) == sorted(m.id for m in written[:3])
     assert len(await active(store)) == 4 and (await store.list("alice")).total == 4
+
+
+async def test_an_unmerge_with_no_original_left_keeps_the_merged_memory(embed):
+    """The originals deleted (or restored) since the consolidation: the merged memory is the
+    only copy of their content, so the unmerge is refused (409) and changes nothing."""
+    store = build(embed)
+    store.settings = store.settings.model_copy(update={"candidates": 1, "candidate_min_cosine": 0.999})
+    texts = ["I went hiking in the Alps with Maria last summer.", "Last summer I went hiking in the Alps with Maria."]
+    written = [r.memory for r in await store.write([fact(t, type=MemoryType.EPISODIC) for t in texts])]
+    (merged_id,) = (await store.consolidate("alice")).merged
+    await store.forget(written[0].id, "alice")
+    await store.restore(written[1].id, "alice")
+    with pytest.raises(StateConflict):
+        await store.unmerge(merged_id, "alice")
+    merged = await store.get(merged_id, "alice")
+    assert merged.state == MemoryState.ACTIVE and merged.merged_from
 
 
 async def test_dirty_users_are_handed_out_once(embed):

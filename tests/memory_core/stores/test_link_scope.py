@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 
 from memory_core.config import CurationSettings
-from memory_core.errors import InvalidInput, MemoryNotFound
+from memory_core.errors import InvalidInput, MemoryNotFound, StateConflict
 from memory_core.stores import make_store
 from memory_core.stores.curating import MAX_CHAIN, CuratingStore
 from memory_core.testing.fake_embed import DIM
@@ -342,7 +342,8 @@ async def test_unmerge_touches_only_the_callers_merged_originals(curated):
                   merged_from=[bobs.id, quarantined.id, plain.id, done[0]])  # fmt: skip
     await raw(s).store_many([bobs])
     await raw(s).store_many([quarantined, plain, fake])
-    await cells.check("forged: nothing unmerged", lambda: _ids(s.unmerge(fake.id, u["forged"])), [])
+    await cells.raises("forged: nothing to unmerge: refused", lambda: s.unmerge(fake.id, u["forged"]), StateConflict)
+    await cells.check("forged: the merged memory is kept", lambda: state_of(s, fake.id, u["forged"]), ("active", None))
     await cells.check("state: a quarantined memory stays quarantined",
                       lambda: state_of(s, quarantined.id, u["forged"]), ("quarantined", None))  # fmt: skip
     await cells.check("state: an active memory is not touched",
