@@ -514,16 +514,19 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         finally:
             for event, n in counted:
                 self._count(event, n)
-        if self.settings.screening and ("content" in changes or "state" in changes):
-            current = await self.inner.get(memory_id, user_id)
-            state = MemoryState(changes.get("state", current.state))
-            content = changes.get("content", current.content)
-            if state != MemoryState.QUARANTINED and isinstance(content, str):
-                reason = await self._cpu.run(self._screening_reason, content, current.created_via)
-                if reason is not None:
-                    changes = {**changes, "state": MemoryState.QUARANTINED, "state_reason": reason}
-                    self._count("write_quarantined")
-        return await self.inner.update(memory_id, user_id, changes)
+        # under the user's lock: the state screened is the state changed (a concurrent restore,
+        # unmerge or write of the same memory waits)
+        async with self._locks[user_id]:
+            if self.settings.screening and ("content" in changes or "state" in changes):
+                current = await self.inner.get(memory_id, user_id)
+                state = MemoryState(changes.get("state", current.state))
+                content = changes.get("content", current.content)
+                if state != MemoryState.QUARANTINED and isinstance(content, str):
+                    reason = await self._cpu.run(self._screening_reason, content, current.created_via)
+                    if reason is not None:
+                        changes = {**changes, "state": MemoryState.QUARANTINED, "state_reason": reason}
+                        self._count("write_quarantined")
+            return await self.inner.update(memory_id, user_id, changes)
 
     # ------------------------------------------------------------------ lifecycle operations
     async def _all(self, user_id: str, states: Sequence[MemoryState] | None = None) -> list[Memory]:

@@ -212,6 +212,21 @@ async def test_an_unmerge_with_no_original_left_keeps_the_merged_memory(embed):
     assert merged.state == MemoryState.ACTIVE and merged.merged_from
 
 
+async def test_an_update_waits_for_the_users_other_curation_operations(embed):
+    """An update screens the state it changes: it runs under the user's lock, as writes,
+    restores and unmerges do, so none of them can change the memory between its read and its
+    write."""
+    store = build(embed)
+    (written,) = await store.write([fact("My locker code is 4817.")])
+    async with store._locks["alice"]:
+        pending = asyncio.ensure_future(
+            store.update(written.memory.id, "alice", {"content": "My locker code is 5150."})
+        )
+        await asyncio.wait({pending}, timeout=2.0)  # long enough for the update to finish unlocked
+        assert not pending.done()
+    assert (await pending).content == "My locker code is 5150."
+
+
 async def test_dirty_users_are_handed_out_once(embed):
     store = build(embed)
     await store.write([fact("a fact", user="u1")])
