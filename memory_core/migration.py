@@ -401,16 +401,24 @@ async def _aiter(lines: Iterable[str] | AsyncIterable[str]) -> AsyncIterator[str
 
 
 def count_import_lines(lines: Sequence[str], max_lines: int) -> int:
-    """The non-blank lines of an import (what ``import_lines`` may write: one memory at
-    most each), counted before any store work. Raises ``RequestTooLarge`` (413) when there
-    are more than ``max_lines`` (``global.limits.import_lines``), naming the limit."""
-    count = sum(1 for line in lines if line.strip())
+    """The lines of an import that may hold a memory (what ``import_lines`` may write: one
+    memory at most each; blank lines and an export's end line do not count), counted before
+    any store work. Raises ``RequestTooLarge`` (413) when there are more than ``max_lines``
+    (``global.limits.import_lines``), naming the limit."""
+    count = sum(1 for line in lines if line.strip() and export_end(line) is None)
     if count > max_lines:
         raise RequestTooLarge(
             f"this import has {count} lines: the limit is {max_lines} lines per request "
             "(global.limits.import_lines); send the file in chunks (memory-router import --chunk-lines)"
         )
     return count
+
+
+DROPPED_LINE = (
+    "not stored: every sentence holds a secret or personal value whose redaction policy is drop "
+    "(global.stores.memory.redaction)"
+)
+"""The ``failed`` reason of an import line whose memory redaction dropped whole."""
 
 
 async def import_lines(
@@ -432,8 +440,8 @@ async def import_lines(
     write's outcome ``reinforced``: curation merges an imported memory without reinforcing
     it, see ``stores.curating``) → ``skipped_duplicates``; a line that refines a record
     is imported into that record (in ``renamed`` when the line gave another id). Importing
-    the same lines again changes no record, whatever the first import did; a bad line or content the store
-    refuses → ``failed`` (with the reason). Nothing here depends on other users' memories.
+    the same lines again changes no record, whatever the first import did; a bad line, content the store
+    refuses or a memory redaction drops whole (``DROPPED_LINE``) → ``failed`` (with the reason). Nothing here depends on other users' memories.
     ``on_progress(report)`` is called after each line. Up to ``concurrency`` memories are
     stored at once.
 
@@ -465,11 +473,14 @@ async def import_lines(
                 (result,) = await store.write([memory])
                 # a fact the user already held: merged into that record (curation), which a
                 # repeat leaves as it is
-                if result.outcome == WriteOutcome.REINFORCED:
-                    report.skipped_duplicates += 1
+                if result.outcome == WriteOutcome.DROPPED:  # nothing was stored: not imported
+                    report.failed.append(ImportFailure(line=number, error=DROPPED_LINE))
                 else:
-                    report.imported += 1
-                renamed(number, parsed, result.memory.id)
+                    if result.outcome == WriteOutcome.REINFORCED:
+                        report.skipped_duplicates += 1
+                    else:
+                        report.imported += 1
+                    renamed(number, parsed, result.memory.id)
         except DuplicateMemory:
             # written meanwhile by this user (a concurrent import), or the astronomically
             # unlikely collision of two scoped ids: either way not this line's doing

@@ -13,6 +13,7 @@ from memory_core.errors import InvalidInput, RequestTooLarge
 from memory_core.migration import (
     MigrationError,
     count_import_lines,
+    export_end_line,
     export_user,
     import_lines,
     load_user_ids,
@@ -333,3 +334,6 @@ def test_an_import_counts_its_non_blank_lines_and_refuses_more_than_the_limit():
     ):
         count_import_lines(lines, 2)
     assert count_import_lines([""] * 10_000, 1) == 0
+    # an export's end line holds no memory: a file of exactly the limit fits
+    end = export_end_line(2)
+    assert count_import_lines(['{"content": "a"}', '{"content": "b"}', end], 2) == 2

@@ -5,6 +5,7 @@ write through CuratingStore.write, PATCHed content through update)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import time
 
@@ -228,6 +229,17 @@ async def test_a_dropped_memory_is_not_stored_and_reported_without_its_content()
     (held,) = await store.get_many([results[1].memory.id], "alice")
     assert held.embedding is not None and list(held.embedding) == pytest.approx(_vector("I live in Boston."))
     assert events.count("redaction:credentials:drop") == 2 and events.count("write_dropped") == 1
+
+
+async def test_an_import_line_that_redaction_drops_is_reported_failed_not_imported():
+    from memory_core.migration import DROPPED_LINE, import_lines
+
+    store = _store([])
+    lines = [json.dumps({"content": f"My AWS key is {AWS_ID}."}), json.dumps({"content": "I live in Boston."})]
+    report = await import_lines(store, lines, user_id="alice")
+    assert report.imported == 1 and report.skipped_duplicates == 0
+    assert [(f.line, f.error) for f in report.failed] == [(1, DROPPED_LINE)]
+    assert [m.content for m in (await store.list("alice")).memories] == ["I live in Boston."]
 
 
 async def test_a_window_memory_is_redacted():
