@@ -238,6 +238,29 @@ async def stack_run(store, hybrid, threshold, users, qs, writes, cache, args, ta
     return out
 
 
+def index_ram(memories: list[Memory], rows: int, hold_records: bool) -> float:
+    """MB that one ``UserIndex`` holding ``rows`` memories takes (``tracemalloc``: Python
+    objects and numpy buffers), per 100,000 memories; the memories are ``memories`` repeated
+    under new ids (their real texts, metadata and vectors)."""
+    import tracemalloc
+
+    from memory_core.retrieval.lexical import BM25Corpus
+    from memory_core.stores.user_index import UserIndex
+
+    batch = [
+        memories[i % len(memories)].model_copy(update={"id": scoped_memory_id("ram", f"r{i}")}) for i in range(rows)
+    ]
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    ui = UserIndex(BM25Corpus(), hold_records=hold_records)
+    for m in batch:
+        ui.put(m, True)
+    used = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert len(ui) == rows
+    return used / 1e6 * 100_000 / rows
+
+
 async def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--totals", default="1000,100000", help="total memories at each step, ascending")
@@ -247,6 +270,7 @@ async def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--filler-per-user", type=int, default=1000)
     ap.add_argument("--embed-cache", default="/tmp/locomo_minilm_cache.npz")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--index-ram-rows", type=int, default=20_000, help="memories of the index RAM measure")
     args = ap.parse_args(argv)
     totals = [int(x) for x in args.totals.split(",")]
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -345,6 +369,12 @@ async def main(argv: list[str] | None = None) -> dict:
     grown = hi["total"] - lo["total"]
     if grown > 0:
         print(f"RSS +{hi['rss'] - rss0:.0f} MB over {grown:,} rows loaded (Milvus Lite in process)")
+    with_records = index_ram(users["many"], args.index_ram_rows, True)
+    without = index_ram(users["many"], args.index_ram_rows, False)
+    print(
+        f"index RAM per 100,000 memories (LoCoMo turns, 384-d vectors): {with_records:.0f} MB with records held, "
+        f"{without:.0f} MB without (corpus, timeline, vectors)"
+    )
     return {"results": results}
 
 

@@ -1,24 +1,38 @@
-"""Hybrid (lexical + vector) retrieval as a store decorator.
+"""Hybrid (lexical + vector) retrieval as a store decorator, and the read path of a loaded user.
 
-``HybridStore`` wraps any ``MemoryStore`` (or another ``StoreDecorator``) and keeps a
-service-side BM25 index (``memory_core.retrieval.lexical``) per user in step with it. With
-``RetrieveOptions.hybrid`` it ranks a candidate set drawn from both sides; without, it is a
-plain pass-through.
+``HybridStore`` wraps any ``MemoryStore`` (or another ``StoreDecorator``) and keeps one
+``stores.user_index.UserIndex`` per loaded user in step with it: the BM25 corpus
+(``memory_core.retrieval.lexical``), the conversation timeline, the held vectors, the held
+records (each memory without its vector), the write generation and the build state, held in
+one LRU (``UserIndexes``) of ``max_users`` users. With ``RetrieveOptions.hybrid`` it ranks a
+candidate set drawn from both sides; without, it is a plain pass-through.
 
-Keeping the index in step
-    ``store``/``store_many``/``update`` (every write of ``stores.base.WRITE_METHODS`` is
-    overridden) index the record(s) the inner store returned, after the inner call succeeded
-    (a refused batch indexes nothing). ``forget``/``forget_by_scope`` remove from the index
-    whatever the outcome of the inner call (a delete never leaves an entry behind). Every
-    memory returned comes from the inner store — the vector search's own records, or read with
-    ``get_many`` just before it is returned — so a memory deleted or changed behind this
-    decorator's back is dropped from (or re-indexed in) the index rather than returned stale
-    (a dropped winner gives its place to the next ranked candidate). A user's index is built lazily on that user's first hybrid retrieve, from
-    ``inner.list`` (pages of 1000), and kept thereafter; writes that complete while it is being
-    built are replayed onto it. **Writes must go through this decorator** for the index to stay
-    complete (the store actor pool pins each user to one shard, so one decorator instance sees
-    all of a user's writes). Memory is bounded by an LRU of ``max_users`` user indexes; an
-    evicted user is rebuilt on their next hybrid retrieve.
+Keeping the index in step — the rule
+    Every write goes to the inner store first and is acknowledged only once the inner store
+    has it: ``store``/``store_many``/``update`` (every write of ``stores.base.WRITE_METHODS``
+    is overridden) index the record(s) the inner store returned, after the inner call
+    succeeded (a refused batch indexes nothing). ``forget``/``forget_by_scope`` remove from the
+    index whatever the outcome of the inner call (a delete never leaves an entry behind). A
+    user's index is built lazily on that user's first hybrid retrieve from ``inner.list``
+    (pages of 1000: on Milvus Lite one walk of the collection per page, see README
+    "Measured"), and kept thereafter; writes that complete while it is being built are
+    replayed onto it. **Writes must go through this decorator**: the store actor pool pins
+    each user to one shard, so one decorator instance sees all of a user's writes. A write
+    behind this decorator's back (another process on the same collection, a migration) is
+    not seen until the user's index is rebuilt (restart, LRU eviction): the index, not a
+    re-read of the store, answers a loaded user's reads.
+
+Reads of a loaded user (``cache_vectors`` on, the default: records are held with the vectors)
+    A retrieve's winners are the held records (no ``get_many``); ``get``/``get_many`` answer
+    from the held records (with the held vector as ``embedding``); ``record_access`` counts on
+    the held record as the inner store's write-behind log counts it. So with the held search
+    (users of at most ``held_search_max`` memories) a hybrid retrieve — curation's candidate
+    search on every write included — makes no backend call at all, and its cost follows the
+    user's memory count, not the collection's. Memories the index holds without a vector are
+    read once from the store (which holds theirs). Without ``cache_vectors`` neither vectors
+    nor records are held and every candidate is read from the store (one ``get_many`` for the
+    lexical side, overlapping the query embedding, one for the neighbours); such a read that
+    overlapped a write through this decorator answers but does not re-index.
 
 Ranking: ``memory_core.retrieval.fusion`` (pure functions: weighted score fusion of the cosine
 and max-normalised BM25, or RRF; a temporal bonus for "when" questions; the best adjacent
@@ -34,28 +48,15 @@ found it.
 
 Candidates: the vector top ``candidate_pool`` (≥ ``limit``), the lexical top
 ``candidate_pool`` (honouring ``project_id``/``types``), and the neighbours of the
-``2 · limit`` best of those. With ``cache_vectors`` (default) the index holds each memory's
-vector (``memory_core.retrieval.held_vectors``), so lexical and neighbour candidates are scored without a
-store round trip, and for a user with at most ``held_search_max`` memories the vector top is
-an exact cosine search of the held vectors here (one matrix-vector product) instead of the
-inner store's search. A search then costs the inner store one ``get_many`` of the winners
-(one more round per time a winner turns out deleted or changed behind this decorator, see
-``_winners``; when a held-vector winner turns out deleted, the ranking is redone without it,
-at most ``_PRUNED_RERANKS`` times, so that it does not keep a place in the candidate pool; a
-deleted candidate that never reaches the top is not detected and costs a pool place, never a
-result). Memories written behind this decorator are not seen by the held search at all until
-the user's index is rebuilt (restart, LRU eviction), where a store search would find them: the
-decorator must see every write (it does in the service: a user is pinned to one shard). A read
-of the store that overlapped a write through this decorator for the same user answers but does
-not re-index (it may be older than that write).
-Milvus Lite, LoCoMo, query vector given: hybrid retrieve p50 32 ms (everything loaded) → 13 ms
-(held vectors, store vector search) → 8 ms (held search). Larger users: the inner store's
-vector search plus one ``get_many`` of the winners it did not return. Without
-``cache_vectors`` every candidate is loaded (one ``get_many`` for the lexical side,
-overlapping the query embedding, one for the neighbours). Only the returned memories get their access counts bumped: the
-vector pool is read with ``inner.retrieve(..., touch=False)`` and the final top ``limit`` go
-through ``inner.record_access`` (hooks of ``MemoryStore``/``StoreDecorator``). Compose a hot
-cache (``CachingStore``) *outside* this decorator — it caches final answers; an inner decorator
+``2 · limit`` best of those. With ``cache_vectors`` lexical and neighbour candidates are scored
+from the held vectors, and for a user with at most ``held_search_max`` memories the vector top
+is an exact cosine search of the held vectors here (one matrix-vector product) instead of the
+inner store's search; a larger user gets the inner store's vector search (whose records are
+taken as they come, re-indexing any whose content differs from the index's). Only the returned
+memories get their access counts bumped: the vector pool is read with
+``inner.retrieve(..., touch=False)`` and the final top ``limit`` go through
+``record_access`` (hooks of ``MemoryStore``/``StoreDecorator``). Compose a hot cache
+(``CachingStore``) *outside* this decorator — it caches final answers; an inner decorator
 whose ``retrieve`` lacks ``touch`` still works, but then the whole vector pool is counted as
 accessed.
 """
@@ -139,9 +140,9 @@ class HybridStore(StoreDecorator):
         temporal_weight: bonus, for queries asking when, to memories mentioning a time (≥ 0;
             applied when ``RetrieveOptions.temporal_boost``).
         k1, b: BM25 parameters. max_users: most user indexes held (LRU).
-        cache_vectors: hold each indexed memory's vector (float32, 4 bytes × dimension) with
-            its index entry, so lexical and neighbour candidates are scored without a store
-            round trip; off: they are loaded from the inner store (two more round trips).
+        cache_vectors: hold each indexed memory's vector (float32, 4 bytes × dimension) and
+            record with its index entry, so candidates are scored and a loaded user's reads
+            answered without a store round trip; off: they are loaded from the inner store.
         held_search_max: users with at most this many indexed memories get the vector side
             from an exact search of their held vectors, not from the inner store (needs
             ``cache_vectors``; 0: always the inner store).
