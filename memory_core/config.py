@@ -322,7 +322,9 @@ class RetrievalSettings(_Strict):
     many memories get their vector candidates from an exact cosine search of the held vectors
     in the store shard (about 0.4 ms for 10 000 memories at 384 dimensions) rather than from the
     backend's vector search (10–20 ms a round trip with Milvus Lite); 0 always asks the backend.
-    Needs ``cache_vectors``. Either way the returned memories are read from the backend.
+    Needs ``cache_vectors``, which also holds each memory's record: a loaded user's returned
+    memories, ``get`` and curation's candidate search then make no backend read (the index sees
+    every write of the user: a user is pinned to one shard; ``stores.hybrid``).
     """
 
     hybrid: bool = True

@@ -1,24 +1,38 @@
-"""Hybrid (lexical + vector) retrieval as a store decorator.
+"""Hybrid (lexical + vector) retrieval as a store decorator, and the read path of a loaded user.
 
-``HybridStore`` wraps any ``MemoryStore`` (or another ``StoreDecorator``) and keeps a
-service-side BM25 index (``memory_core.retrieval.lexical``) per user in step with it. With
-``RetrieveOptions.hybrid`` it ranks a candidate set drawn from both sides; without, it is a
-plain pass-through.
+``HybridStore`` wraps any ``MemoryStore`` (or another ``StoreDecorator``) and keeps one
+``stores.user_index.UserIndex`` per loaded user in step with it: the BM25 corpus
+(``memory_core.retrieval.lexical``), the conversation timeline, the held vectors, the held
+records (each memory without its vector), the write generation and the build state, held in
+one LRU (``UserIndexes``) of ``max_users`` users. With ``RetrieveOptions.hybrid`` it ranks a
+candidate set drawn from both sides; without, it is a plain pass-through.
 
-Keeping the index in step
-    ``store``/``store_many``/``update`` (every write of ``stores.base.WRITE_METHODS`` is
-    overridden) index the record(s) the inner store returned, after the inner call succeeded
-    (a refused batch indexes nothing). ``forget``/``forget_by_scope`` remove from the index
-    whatever the outcome of the inner call (a delete never leaves an entry behind). Every
-    memory returned comes from the inner store — the vector search's own records, or read with
-    ``get_many`` just before it is returned — so a memory deleted or changed behind this
-    decorator's back is dropped from (or re-indexed in) the index rather than returned stale
-    (a dropped winner gives its place to the next ranked candidate). A user's index is built lazily on that user's first hybrid retrieve, from
-    ``inner.list`` (pages of 1000), and kept thereafter; writes that complete while it is being
-    built are replayed onto it. **Writes must go through this decorator** for the index to stay
-    complete (the store actor pool pins each user to one shard, so one decorator instance sees
-    all of a user's writes). Memory is bounded by an LRU of ``max_users`` user indexes; an
-    evicted user is rebuilt on their next hybrid retrieve.
+Keeping the index in step — the rule
+    Every write goes to the inner store first and is acknowledged only once the inner store
+    has it: ``store``/``store_many``/``update`` (every write of ``stores.base.WRITE_METHODS``
+    is overridden) index the record(s) the inner store returned, after the inner call
+    succeeded (a refused batch indexes nothing). ``forget``/``forget_by_scope`` remove from the
+    index whatever the outcome of the inner call (a delete never leaves an entry behind). A
+    user's index is built lazily on that user's first hybrid retrieve from ``inner.list``
+    (pages of 1000: on Milvus Lite one walk of the collection per page, see README
+    "Measured"), and kept thereafter; writes that complete while it is being built are
+    replayed onto it. **Writes must go through this decorator**: the store actor pool pins
+    each user to one shard, so one decorator instance sees all of a user's writes. A write
+    behind this decorator's back (another process on the same collection, a migration) is
+    not seen until the user's index is rebuilt (restart, LRU eviction): the index, not a
+    re-read of the store, answers a loaded user's reads.
+
+Reads of a loaded user (``cache_vectors`` on, the default: records are held with the vectors)
+    A retrieve's winners are the held records (no ``get_many``); ``get``/``get_many`` answer
+    from the held records (with the held vector as ``embedding``); ``record_access`` counts on
+    the held record as the inner store's write-behind log counts it. So with the held search
+    (users of at most ``held_search_max`` memories) a hybrid retrieve — curation's candidate
+    search on every write included — makes no backend call at all, and its cost follows the
+    user's memory count, not the collection's. Memories the index holds without a vector are
+    read once from the store (which holds theirs). Without ``cache_vectors`` neither vectors
+    nor records are held and every candidate is read from the store (one ``get_many`` for the
+    lexical side, overlapping the query embedding, one for the neighbours); such a read that
+    overlapped a write through this decorator answers but does not re-index.
 
 Ranking: ``memory_core.retrieval.fusion`` (pure functions: weighted score fusion of the cosine
 and max-normalised BM25, or RRF; a temporal bonus for "when" questions; the best adjacent
@@ -34,28 +48,15 @@ found it.
 
 Candidates: the vector top ``candidate_pool`` (≥ ``limit``), the lexical top
 ``candidate_pool`` (honouring ``project_id``/``types``), and the neighbours of the
-``2 · limit`` best of those. With ``cache_vectors`` (default) the index holds each memory's
-vector (``memory_core.retrieval.held_vectors``), so lexical and neighbour candidates are scored without a
-store round trip, and for a user with at most ``held_search_max`` memories the vector top is
-an exact cosine search of the held vectors here (one matrix-vector product) instead of the
-inner store's search. A search then costs the inner store one ``get_many`` of the winners
-(one more round per time a winner turns out deleted or changed behind this decorator, see
-``_winners``; when a held-vector winner turns out deleted, the ranking is redone without it,
-at most ``_PRUNED_RERANKS`` times, so that it does not keep a place in the candidate pool; a
-deleted candidate that never reaches the top is not detected and costs a pool place, never a
-result). Memories written behind this decorator are not seen by the held search at all until
-the user's index is rebuilt (restart, LRU eviction), where a store search would find them: the
-decorator must see every write (it does in the service: a user is pinned to one shard). A read
-of the store that overlapped a write through this decorator for the same user answers but does
-not re-index (it may be older than that write).
-Milvus Lite, LoCoMo, query vector given: hybrid retrieve p50 32 ms (everything loaded) → 13 ms
-(held vectors, store vector search) → 8 ms (held search). Larger users: the inner store's
-vector search plus one ``get_many`` of the winners it did not return. Without
-``cache_vectors`` every candidate is loaded (one ``get_many`` for the lexical side,
-overlapping the query embedding, one for the neighbours). Only the returned memories get their access counts bumped: the
-vector pool is read with ``inner.retrieve(..., touch=False)`` and the final top ``limit`` go
-through ``inner.record_access`` (hooks of ``MemoryStore``/``StoreDecorator``). Compose a hot
-cache (``CachingStore``) *outside* this decorator — it caches final answers; an inner decorator
+``2 · limit`` best of those. With ``cache_vectors`` lexical and neighbour candidates are scored
+from the held vectors, and for a user with at most ``held_search_max`` memories the vector top
+is an exact cosine search of the held vectors here (one matrix-vector product) instead of the
+inner store's search; a larger user gets the inner store's vector search (whose records are
+taken as they come, re-indexing any whose content differs from the index's). Only the returned
+memories get their access counts bumped: the vector pool is read with
+``inner.retrieve(..., touch=False)`` and the final top ``limit`` go through
+``record_access`` (hooks of ``MemoryStore``/``StoreDecorator``). Compose a hot cache
+(``CachingStore``) *outside* this decorator — it caches final answers; an inner decorator
 whose ``retrieve`` lacks ``touch`` still works, but then the whole vector pool is counted as
 accessed.
 """
@@ -63,48 +64,28 @@ accessed.
 from __future__ import annotations
 
 import asyncio
-import bisect
-import hashlib
 import inspect
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 
 from ..config import RetrievalSettings
-from ..errors import InvalidInput, StoreClosed
+from ..errors import InvalidInput, MemoryNotFound, StoreClosed
 from ..retrieval.fusion import Fusion, FusionWeights, Signals, base_score, final_score
-from ..retrieval.held_vectors import HeldVectors, cosine, unit_vector
-from ..retrieval.lexical import BM25Corpus, LexicalIndex, tokenize
-from ..retrieval.timeparse import has_time_expression, temporal_intent
+from ..retrieval.held_vectors import cosine, unit_vector
+from ..retrieval.lexical import BM25Corpus, tokenize
+from ..retrieval.timeparse import temporal_intent
 from ..sanitize import require_user_id
 from ..types import Memory, MemoryType, RetrieveOptions, ScoredMemory, as_float32, passes_floor, utcnow
 from .base import MAX_LIST_LIMIT, MAX_RETRIEVE_LIMIT, StoreDecorator
+from .user_index import UserIndex, UserIndexes, content_key
 
 _D = RetrievalSettings()  # constructor defaults = the configuration defaults
-_PRUNED_RERANKS = 2
-"""Most extra rankings of one retrieve after finding held-vector candidates deleted behind
-the decorator (each ranking prunes what it found)."""
-
-
-def _content_key(content: str) -> str:
-    return hashlib.blake2b(content.encode("utf-8"), digest_size=8).hexdigest()
-
-
-def split_speaker(memory: Memory) -> tuple[str, str | None]:
-    """(body, speaker): ``memory.content`` without a leading ``"<speaker>:"`` where
-    ``metadata["speaker"]`` names the speaker, else the content unchanged."""
-    speaker = memory.metadata.get("speaker") if isinstance(memory.metadata, dict) else None
-    content = memory.content
-    if isinstance(speaker, str) and speaker.strip():
-        prefix = speaker.strip() + ":"
-        if content.startswith(prefix):
-            return content[len(prefix) :].lstrip(), speaker.strip()
-        return content, speaker.strip()
-    return content, None
 
 
 def _types_or_none(types) -> tuple[MemoryType, ...] | None:
@@ -119,50 +100,6 @@ def _types_or_none(types) -> tuple[MemoryType, ...] | None:
         except ValueError:
             continue
     return tuple(out)
-
-
-def _group_of(memory: Memory) -> tuple | None:
-    session = memory.metadata.get("session") if isinstance(memory.metadata, dict) else None
-    if memory.conversation_id is None and session is None:
-        return None
-    return (memory.conversation_id, str(session) if session is not None else None)
-
-
-@dataclass
-class _Timeline:
-    """One user's memories ordered by time within each conversation group."""
-
-    groups: dict[tuple, list[tuple[float, str]]] = field(default_factory=dict)
-
-    def add(self, group: tuple | None, ts: float, memory_id: str) -> None:
-        if group is not None:
-            bisect.insort(self.groups.setdefault(group, []), (ts, memory_id))
-
-    def remove(self, group: tuple | None, ts: float, memory_id: str) -> None:
-        if group is None:
-            return
-        seq = self.groups.get(group)
-        if not seq:
-            return
-        i = bisect.bisect_left(seq, (ts, memory_id))
-        if i < len(seq) and seq[i] == (ts, memory_id):
-            del seq[i]
-        if not seq:
-            del self.groups[group]
-
-    def neighbours(self, group: tuple | None, ts: float, memory_id: str, max_gap_s: float) -> list[str]:
-        if group is None:
-            return []
-        seq = self.groups.get(group, [])
-        i = bisect.bisect_left(seq, (ts, memory_id))
-        if i >= len(seq) or seq[i] != (ts, memory_id):
-            return []
-        out = []
-        if i > 0 and ts - seq[i - 1][0] <= max_gap_s:
-            out.append(seq[i - 1][1])
-        if i + 1 < len(seq) and seq[i + 1][0] - ts <= max_gap_s:
-            out.append(seq[i + 1][1])
-        return out
 
 
 @dataclass
@@ -203,9 +140,9 @@ class HybridStore(StoreDecorator):
         temporal_weight: bonus, for queries asking when, to memories mentioning a time (≥ 0;
             applied when ``RetrieveOptions.temporal_boost``).
         k1, b: BM25 parameters. max_users: most user indexes held (LRU).
-        cache_vectors: hold each indexed memory's vector (float32, 4 bytes × dimension) with
-            its index entry, so lexical and neighbour candidates are scored without a store
-            round trip; off: they are loaded from the inner store (two more round trips).
+        cache_vectors: hold each indexed memory's vector (float32, 4 bytes × dimension) and
+            record with its index entry, so candidates are scored and a loaded user's reads
+            answered without a store round trip; off: they are loaded from the inner store.
         held_search_max: users with at most this many indexed memories get the vector side
             from an exact search of their held vectors, not from the inner store (needs
             ``cache_vectors``; 0: always the inner store).
@@ -248,15 +185,13 @@ class HybridStore(StoreDecorator):
         self.temporal_weight = temporal_weight
         self.cache_vectors = cache_vectors
         self.held_search_max = held_search_max
-        self.index = LexicalIndex(max_users=max_users, k1=k1, b=b, on_evict=self._evicted)
-        self._timelines: dict[str, _Timeline] = {}
-        self._held: dict[str, HeldVectors] = {}
-        # write generation of each loaded user (a fresh value of one counter per write through
-        # this decorator): a read that overlapped a write must not re-index what it read
+        # one UserIndex per loaded user (LRU of max_users): corpus, timeline, held vectors and
+        # records, write generation; those being built wait in _builds until installed
+        self.index = UserIndexes(max_users=max_users, k1=k1, b=b)
+        self._builds: dict[str, UserIndex] = {}
+        # write generations (a fresh value of one counter per write through this decorator):
+        # a read that overlapped a write must not re-index what it read
         self._seq = itertools.count(1)
-        self._gen: dict[str, int] = {}
-        self._building: dict[str, list[tuple[str, Any]]] = {}
-        self._build_tasks: dict[str, asyncio.Future] = {}
         try:
             self._inner_touch_kw = "touch" in inspect.signature(inner.retrieve).parameters
         except (TypeError, ValueError):
@@ -296,129 +231,64 @@ class HybridStore(StoreDecorator):
         check = getattr(self.inner, "represents", None)
         return True if check is None else bool(check(text))
 
-    def _evicted(self, user_id: str) -> None:
-        self._timelines.pop(user_id, None)
-        self._held.pop(user_id, None)
-        self._gen.pop(user_id, None)
-
     def held_vector(self, user_id: str, memory_id: str) -> np.ndarray | None:
         """A copy of the unit vector held for ``memory_id`` of a loaded user, else None."""
-        held = self._held.get(user_id)
-        return held.get(memory_id) if held is not None else None
+        ui = self.index.ready(user_id)
+        return ui.held.get(memory_id) if ui is not None else None
 
-    def _index_memory(self, corpus: BM25Corpus, timeline: _Timeline, held: HeldVectors, memory: Memory) -> None:
-        old = corpus.attrs(memory.id)
-        if old:
-            timeline.remove(old.get("group"), old.get("ts", 0.0), memory.id)
-        body, speaker = split_speaker(memory)
-        ts = memory.created_at.timestamp() if memory.created_at else 0.0
-        group = _group_of(memory)
-        key = _content_key(memory.content)
-        attrs = {
-            "key": key,
-            "speaker_terms": frozenset(tokenize(speaker)) if speaker else frozenset(),
-            "temporal": has_time_expression(body),
-            "group": group,
-            "ts": ts,
-            # the embedding model can represent the content (else its cosine means nothing)
-            "represented": self._represents(memory.content),
-        }
-        corpus.add(memory.id, body, project_id=memory.project_id, type=memory.type, attrs=attrs, state=memory.state)
-        timeline.add(group, ts, memory.id)
-        if not self.cache_vectors:
-            return
-        if memory.embedding is not None:
-            held.put(memory.id, memory.embedding)  # an unusable vector drops the held one
-        elif not (old and old.get("key") == key):
-            held.remove(memory.id)  # same content keeps the vector held; new content has none yet
-
-    def _unindex(self, user_id: str, memory_id: str) -> None:
-        corpus = self.index.corpus(user_id)
-        if corpus is None:
-            return
-        old = corpus.attrs(memory_id)
-        if old and user_id in self._timelines:
-            self._timelines[user_id].remove(old.get("group"), old.get("ts", 0.0), memory_id)
-        corpus.remove(memory_id)
-        if user_id in self._held:
-            self._held[user_id].remove(memory_id)
+    def _new_index(self) -> UserIndex:
+        return UserIndex(
+            BM25Corpus(self.index.k1, self.index.b), hold_vectors=self.cache_vectors, hold_records=self.cache_vectors
+        )
 
     def _apply(self, user_id: str, op: str, arg: Any) -> None:
         """Apply a write to a loaded index, queue it for an index being built, or drop it
         (an unloaded user's index is built from the store later)."""
-        if user_id in self._building:
-            self._building[user_id].append((op, arg))
-        corpus = self.index.corpus(user_id)
-        if corpus is None:
+        build = self._builds.get(user_id)
+        if build is not None and build.building is not None:
+            build.building.append((op, arg))
+        ui = self.index.ready(user_id)
+        if ui is None:
             return
-        self._gen[user_id] = next(self._seq)
-        if op == "add":
-            self._index_memory(corpus, self._timelines[user_id], self._held[user_id], arg)
-        elif op == "remove":
-            self._unindex(user_id, arg)
-        elif op == "scope":
-            if arg[1] == ():
-                return
-            for memory_id in corpus.remove_where(*arg):
-                self._held[user_id].remove(memory_id)
-            self._rebuild_timeline(user_id, corpus)
+        ui.gen = next(self._seq)
+        ui.apply(op, arg, self._represents)
 
-    def _rebuild_timeline(self, user_id: str, corpus: BM25Corpus) -> None:
-        tl = _Timeline()
-        for memory_id in corpus.ids():
-            a = corpus.attrs(memory_id)
-            assert a is not None  # an id from corpus.ids() is indexed
-            tl.add(a.get("group"), a.get("ts", 0.0), memory_id)
-        self._timelines[user_id] = tl
+    async def _ensure_index(self, user_id: str) -> UserIndex:
+        """The user's index, built from ``inner.list`` on first use (one build at a time)."""
+        ui = self.index.ready(user_id)
+        if ui is not None:
+            return ui
+        build = self._builds.get(user_id)
+        if build is None or build.task is None:
+            build = self._new_index()
+            build.building = []
+            self._builds[user_id] = build
+            task = asyncio.ensure_future(self._build(user_id, build))
+            build.task = task
+            task.add_done_callback(
+                lambda _t: self._builds.pop(user_id, None) if self._builds.get(user_id) is build else None
+            )
+        assert build.task is not None
+        return await asyncio.shield(build.task)
 
-    async def _ensure_index(self, user_id: str) -> BM25Corpus:
-        """The user's corpus, built from ``inner.list`` on first use (one build at a time)."""
-        corpus = self.index.corpus(user_id)
-        if corpus is not None:
-            return corpus
-        task = self._build_tasks.get(user_id)
-        if task is None:
-            task = asyncio.ensure_future(self._build(user_id))
-            self._build_tasks[user_id] = task
-            task.add_done_callback(lambda _t: self._build_tasks.pop(user_id, None))
-        return await asyncio.shield(task)
-
-    async def _build(self, user_id: str) -> BM25Corpus:
-        self._building[user_id] = []
-        try:
-            corpus = BM25Corpus(self.index.k1, self.index.b)
-            timeline = _Timeline()
-            held = HeldVectors()
-            offset = 0
-            while True:
-                page = await self.inner.list(user_id, limit=MAX_LIST_LIMIT, offset=offset)
-                for m in page.memories:
-                    if m.user_id == user_id:
-                        self._index_memory(corpus, timeline, held, m)
-                offset += page.rows
-                if not page.rows or offset >= page.total:
-                    break
-            for op, arg in self._building[user_id]:
-                if op == "add":
-                    self._index_memory(corpus, timeline, held, arg)
-                elif op == "remove":
-                    old = corpus.attrs(arg)
-                    if old:
-                        timeline.remove(old.get("group"), old.get("ts", 0.0), arg)
-                    corpus.remove(arg)
-                    held.remove(arg)
-                elif op == "scope" and arg[1] != ():
-                    for memory_id in corpus.remove_where(*arg):
-                        held.remove(memory_id)
-            self._timelines[user_id] = timeline
-            self._held[user_id] = held
-            self._gen[user_id] = next(self._seq)
-            self.index.load_user(user_id, corpus)
-            if any(op == "scope" for op, _ in self._building[user_id]):
-                self._rebuild_timeline(user_id, corpus)
-            return corpus
-        finally:
-            self._building.pop(user_id, None)
+    async def _build(self, user_id: str, ui: UserIndex) -> UserIndex:
+        """Fill ``ui`` from ``inner.list`` (pages of ``MAX_LIST_LIMIT``), replay the writes
+        queued meanwhile, and hold it."""
+        offset = 0
+        while True:
+            page = await self.inner.list(user_id, limit=MAX_LIST_LIMIT, offset=offset)
+            for m in page.memories:
+                if m.user_id == user_id:
+                    ui.put(m, self._represents(m.content))
+            offset += page.rows
+            if not page.rows or offset >= page.total:
+                break
+        queued, ui.building = ui.building or [], None
+        for op, arg in queued:
+            ui.apply(op, arg, self._represents)
+        ui.gen = next(self._seq)
+        self.index.put(user_id, ui)
+        return ui
 
     # ------------------------------------------------------------------ writes
     async def store(self, memory: Memory) -> Memory:
@@ -450,6 +320,46 @@ class HybridStore(StoreDecorator):
         finally:
             self._apply(user_id, "scope", (project_id, _types_or_none(types)))
 
+    # ------------------------------------------------------------------ reads of a loaded user
+    def _served(self, user_id: str) -> UserIndex | None:
+        """The built index that answers reads of ``user_id`` here (records held), else None:
+        the inner store answers. Raises ``StoreClosed``, ``InvalidInput`` (empty user id)."""
+        if self.closed:
+            raise StoreClosed(f"{self.name} store is closed")
+        require_user_id(user_id)
+        ui = self.index.ready(user_id)
+        return ui if ui is not None and ui.hold_records else None
+
+    async def get(self, memory_id: str, user_id: str) -> Memory:
+        """``MemoryStore.get``; a loaded user's memory comes from the held record (no store
+        round trip): the index sees every write of the user (module docstring). Raises
+        ``MemoryNotFound``, ``StoreClosed``, ``InvalidInput``."""
+        ui = self._served(user_id)
+        if ui is None:
+            return await self.inner.get(memory_id, user_id)
+        m = ui.record(memory_id)
+        if m is None or m.user_id != user_id:
+            raise MemoryNotFound(f"memory {memory_id!r} not found")
+        return m
+
+    async def get_many(self, memory_ids, user_id: str) -> list[Memory]:
+        """``MemoryStore.get_many``; a loaded user's memories come from the held records."""
+        ui = self._served(user_id)
+        if ui is None:
+            return await self.inner.get_many(memory_ids, user_id)
+        ids = [i for i in dict.fromkeys(memory_ids) if isinstance(i, str)]
+        return list(self._held_records(ids, user_id, ui).values())
+
+    async def record_access(self, memory_ids, user_id: str) -> datetime:
+        """``MemoryStore.record_access`` (the inner store's write-behind log), and the same
+        count on the held records of a loaded user."""
+        ids = list(dict.fromkeys(memory_ids))
+        now = await self.inner.record_access(ids, user_id)
+        ui = self.index.ready(user_id)
+        if ui is not None:
+            ui.count_access(ids, now)
+        return now
+
     # ------------------------------------------------------------------ retrieve
     async def retrieve(self, options: RetrieveOptions, *, touch: bool = True) -> list[ScoredMemory]:
         """Hybrid top ``limit`` when ``options.hybrid`` (see the module docstring), else the
@@ -466,16 +376,9 @@ class HybridStore(StoreDecorator):
         if not math.isfinite(options.threshold):
             raise InvalidInput("threshold must be a finite number")
         user_id = options.user_id
-        for _ in range(_PRUNED_RERANKS + 1):
-            results, rank_again, vector = await self._ranked(options)
-            if not rank_again:
-                break
-            # Held-vector candidates turned out deleted (or moved) behind this decorator while
-            # they held places in the candidate pool: rank again without them (as a store
-            # search would have), reusing the query vector.
-            options = options.model_copy(update={"embedding": vector, "embedding_identity": None})
+        results = await self._ranked(options)
         if results and touch:
-            now = await self.inner.record_access([r.memory.id for r in results], user_id)
+            now = await self.record_access([r.memory.id for r in results], user_id)
             results = [
                 r.model_copy(
                     update={
@@ -488,25 +391,15 @@ class HybridStore(StoreDecorator):
             ]
         return results
 
-    async def _ranked(self, options: RetrieveOptions) -> tuple[list[ScoredMemory], bool, list[float] | None]:
-        """(the hybrid top ``limit``, access counts untouched; whether to rank again: the held
-        vectors were searched and a candidate read for the top turned out gone; the query
-        vector, None when the query has none: not representable by the model, so ranked
-        lexically only)."""
+    async def _ranked(self, options: RetrieveOptions) -> list[ScoredMemory]:
+        """The hybrid top ``limit``, access counts untouched (a query the model cannot
+        represent is ranked lexically only)."""
         user_id = options.user_id
-        if not self.index.has_user(user_id):
-            await self._ensure_index(user_id)  # before the vector search: its hits are then current
+        # before the vector search: its hits are then current. This user's index as of now: an
+        # eviction while this ranking awaits does not take it from under the ranking
+        ui = await self._ensure_index(user_id)
         pool = max(self.candidate_pool, options.limit)
-        corpus = self.index.corpus(user_id)
-        if corpus is None:  # evicted since the check above
-            corpus = await self._ensure_index(user_id)
-        # this user's index objects as of now: an eviction while this ranking awaits must not
-        # take the held vectors or the timeline from under it
-        held = self._held.get(user_id)
-        timeline = self._timelines.get(user_id)
-        if held is None or timeline is None:  # pragma: no cover - set with every loaded corpus
-            held, timeline = HeldVectors(), _Timeline()
-        gen = self._gen.get(user_id)
+        corpus, held, timeline, gen = ui.corpus, ui.held, ui.timeline, ui.gen
         # small enough to search the held vectors exactly, here, instead of the inner store
         held_search = self.cache_vectors and 0 < self.held_search_max and len(corpus) <= self.held_search_max
         # The vector side (embedding the query when no vector was given, then, unless the held
@@ -525,7 +418,7 @@ class HybridStore(StoreDecorator):
             lex_all = dict(corpus.score_terms(q_terms, None, options.project_id, options.types, options.states))
             lex_top = sorted(lex_all.items(), key=lambda kv: (-kv[1], kv[0]))[:pool]
             uncached = [i for i, _ in lex_top if i not in held]
-            lex_loaded = await self._load(uncached, user_id, corpus)
+            lex_loaded = await self._load(uncached, user_id, ui)
         except BaseException:
             if vector_side is not None:
                 vector_side.cancel()
@@ -545,17 +438,16 @@ class HybridStore(StoreDecorator):
         sim = _Similarity(q, q_terms, corpus)
         vec_top: list[tuple[str, Memory | None, float]] | None = None
         if q is not None and held_search:
-            vec_top = await self._held_side(user_id, corpus, held, q, pool, options)
-        held_used = vec_top is not None
+            vec_top = await self._held_side(user_id, ui, q, pool, options)
         if vec_top is None and q is not None:  # the inner store's vector search (asked for now if it was not)
             if held_search:
                 assert vector is not None  # q was made from it
                 store_hits = await self._store_search(options, vector, pool)
             vec_top = []
-            unchanged = gen is not None and self._gen.get(user_id) == gen
+            unchanged = self._current(user_id, ui, gen)
             for hit in store_hits:
                 if unchanged:  # else a write through this decorator may be newer than the hit
-                    self._reconcile(user_id, corpus, hit.memory)
+                    self._reconcile(ui, hit.memory)
                 if sim.lexical_only(hit.memory.id):
                     continue  # a meaningless cosine: found lexically or not at all
                 vec_top.append(
@@ -566,7 +458,7 @@ class HybridStore(StoreDecorator):
         # held vector are loaded only if they make the final top ``limit``)
         cands: dict[str, tuple[Memory | None, float]] = {i: (m, cos) for i, m, cos in vec_top}
         await self._add_candidates(
-            [i for i, _ in lex_top if i not in cands], options, sim, corpus, held, cands, loaded=lex_loaded
+            [i for i, _ in lex_top if i not in cands], options, sim, ui, cands, loaded=lex_loaded
         )
 
         vec_rank = {i: r for r, (i, _, _) in enumerate(vec_top, 1)}
@@ -598,7 +490,7 @@ class HybridStore(StoreDecorator):
             top = sorted(base, key=lambda i: -base[i])[: 2 * options.limit]
             extra = list(dict.fromkeys(n for i in top for n in neighbours(i) if n not in cands))
             if extra:
-                await self._add_candidates(extra, options, sim, corpus, held, cands)
+                await self._add_candidates(extra, options, sim, ui, cands)
                 for i in extra:
                     if i in cands and i not in base:
                         sig[i] = signals(i, cands[i][1])
@@ -618,22 +510,23 @@ class HybridStore(StoreDecorator):
             ((score_of(i), i) for i, (_, cos) in cands.items() if passes_floor(cos, options.threshold)),
             key=lambda t: (-t[0], t[1]),
         )
-        results, dropped = await self._winners(ranked, cands, options, sim, corpus, rescore)
-        return results, held_used and dropped, vector
+        return await self._winners(ranked, cands, options, sim, ui, rescore)
 
-    def _reconcile(self, user_id: str, corpus: BM25Corpus, memory: Memory) -> None:
-        """Re-index ``memory`` when the index holds another version of its content (the store's
-        record is the truth), or no vector while ``memory`` carries one. A memory the index
+    def _current(self, user_id: str, ui: UserIndex, gen: int) -> bool:
+        """``ui`` is still the user's held index and no write applied to it since ``gen``."""
+        return self.index.ready(user_id) is ui and ui.gen == gen
+
+    def _reconcile(self, ui: UserIndex, memory: Memory) -> None:
+        """Re-index ``memory`` (a record the store returned) when the index holds another
+        version of its content, or no vector while ``memory`` carries one. A memory the index
         lacks is not added here: a read that raced a delete must not bring it back."""
-        attrs = corpus.attrs(memory.id)
-        timeline = self._timelines.get(user_id)
-        held = self._held.get(user_id)
-        if timeline is None or held is None or attrs is None:
+        attrs = ui.corpus.attrs(memory.id)
+        if attrs is None:
             return
-        if attrs.get("key") != _content_key(memory.content):
-            self._index_memory(corpus, timeline, held, memory)
+        if attrs.get("key") != content_key(memory.content):
+            ui.put(memory, self._represents(memory.content))
         elif self.cache_vectors and memory.embedding is not None:
-            held.put(memory.id, memory.embedding)  # the stored vector is the truth
+            ui.held.put(memory.id, memory.embedding)
 
     async def _vector_side(
         self, options: RetrieveOptions, pool: int, *, search_store: bool
@@ -653,49 +546,61 @@ class HybridStore(StoreDecorator):
         return await self.inner.retrieve(vec_opts)  # a decorator without the hook bumps the pool
 
     async def _held_side(
-        self, user_id: str, corpus: BM25Corpus, held: HeldVectors, q: np.ndarray, pool: int, options: RetrieveOptions
+        self, user_id: str, ui: UserIndex, q: np.ndarray, pool: int, options: RetrieveOptions
     ) -> list[tuple[str, Memory | None, float]] | None:
         """The top ``pool`` of the user's held vectors by cosine with ``q`` (exact), honouring
         ``project_id``/``types``, as (id, None, cosine) best first; None when the inner
         store must be searched instead (the index was evicted meanwhile, or more than
         ``MAX_LIST_LIMIT`` memories lack a held vector). Indexed memories without a held
         vector are read from the inner store first (one ``get_many``), which holds theirs."""
-        if self._held.get(user_id) is not held or self.index.corpus(user_id) is not corpus:
-            return None  # evicted meanwhile: writes since then are not in these objects
+        corpus, held = ui.corpus, ui.held
+        if self.index.ready(user_id) is not ui:
+            return None  # evicted meanwhile: writes since then are not in this index
         if len(held) < len(corpus):
             missing = [i for i in corpus.ids() if i not in held]
             if len(missing) > MAX_LIST_LIMIT:
                 return None
-            await self._load(missing, user_id, corpus)
-            if self._held.get(user_id) is not held:
+            await self._load(missing, user_id, ui)
+            if self.index.ready(user_id) is not ui:
                 return None
         wanted = corpus.matching(options.project_id, options.types, options.states)
         # memories the model cannot represent have meaningless cosines: never a vector candidate
         keep = {i for i in wanted if (corpus.attrs(i) or {}).get("represented") is not False}.__contains__
         return [(i, None, cos) for i, cos in held.top(q, pool, keep)]
 
-    async def _load(self, ids: Sequence[str], user_id: str, corpus: BM25Corpus) -> dict[str, Memory]:
+    @staticmethod
+    def _held_records(ids: Sequence[str], user_id: str, ui: UserIndex) -> dict[str, Memory]:
+        """The held records (with their held vectors) of those of ``ids`` that ``ui`` holds
+        and ``user_id`` owns; no store round trip."""
+        out = {}
+        for memory_id in ids:
+            m = ui.record(memory_id)
+            if m is not None and m.user_id == user_id:
+                out[memory_id] = m
+        return out
+
+    async def _load(self, ids: Sequence[str], user_id: str, ui: UserIndex) -> dict[str, Memory]:
         """``ids`` loaded from the inner store (those that exist and belong to ``user_id``);
         prunes from the index the ids the store no longer has and re-indexes the ones whose
-        content changed behind this decorator."""
+        content differs from the index's."""
         if not ids:
             return {}
-        gen = self._gen.get(user_id)
+        gen = ui.gen
         found = {m.id: m for m in await self.inner.get_many(ids, user_id)}
         # a write through this decorator while the read was out may be newer than what it
         # read: then the read only answers, it does not touch the index
-        upkeep = gen is not None and self._gen.get(user_id) == gen
+        upkeep = self._current(user_id, ui, gen)
         out: dict[str, Memory] = {}
         for memory_id in ids:
             m = found.get(memory_id)
             if m is None:
                 if upkeep:
-                    self._unindex(user_id, memory_id)
+                    ui.remove(memory_id)
                 continue
             if m.user_id != user_id:
                 continue
             if upkeep:
-                self._reconcile(user_id, corpus, m)
+                self._reconcile(ui, m)
             out[memory_id] = m
         return out
 
@@ -722,8 +627,7 @@ class HybridStore(StoreDecorator):
         ids: Sequence[str],
         options: RetrieveOptions,
         sim: _Similarity,
-        corpus: BM25Corpus,
-        held: HeldVectors,
+        ui: UserIndex,
         into: dict[str, tuple[Memory | None, float]],
         *,
         loaded: dict[str, Memory] | None = None,
@@ -733,6 +637,7 @@ class HybridStore(StoreDecorator):
         from the inner store now. ``loaded`` is the result of an earlier ``_load`` of every
         id here without a held vector, so an id it lacks is gone and is not loaded again.
         Candidates failing the ``project_id``/``types`` filters are left out."""
+        corpus, held = ui.corpus, ui.held
         need = []
         for memory_id in ids:
             if memory_id in into:
@@ -749,7 +654,7 @@ class HybridStore(StoreDecorator):
             if cos is not None and corpus.passes(memory_id, options.project_id, options.types, options.states):
                 into[memory_id] = (None, cos)
         if need:
-            fetched = await self._load(need, options.user_id, corpus)
+            fetched = await self._load(need, options.user_id, ui)
             self._admit([fetched[i] for i in need if i in fetched], options, sim, into)
 
     async def _winners(
@@ -758,21 +663,19 @@ class HybridStore(StoreDecorator):
         cands: dict[str, tuple[Memory | None, float]],
         options: RetrieveOptions,
         sim: _Similarity,
-        corpus: BM25Corpus,
+        ui: UserIndex,
         rescore: Callable[[str, float], float],
-    ) -> tuple[list[ScoredMemory], bool]:
-        """(the top ``options.limit`` of ``ranked`` ((score, id), best first) as results,
-        whether a candidate read for them was dropped).
+    ) -> list[ScoredMemory]:
+        """The top ``options.limit`` of ``ranked`` ((score, id), best first) as results.
 
-        Candidates scored from a held vector are read from the inner store (one ``get_many``
-        per round, for the leading ones) before they are returned. One the store no longer has
-        (deleted behind this decorator), or that fails the filters now, is dropped and the next
-        ranked candidate moves up; one whose stored vector differs from the held one (changed
-        behind this decorator, then re-indexed by ``_load``) gets its cosine from the stored
-        vector and its score from ``rescore``, and is ranked again."""
+        Candidates scored from a held vector take the index's held record (records held: no
+        store round trip); one without a held record is read from the inner store (one
+        ``get_many`` per round, for the leading ones). One the store no longer has, or that
+        fails the filters now, is dropped and the next ranked candidate moves up; one whose
+        stored vector differs from the held one (re-indexed by ``_load``) gets its cosine from
+        the stored vector and its score from ``rescore``, and is ranked again."""
         pending = list(ranked)
         out: list[ScoredMemory] = []
-        dropped = False
         while pending and len(out) < options.limit:
             while pending and len(out) < options.limit and cands[pending[0][1]][0] is not None:
                 score, memory_id = pending.pop(0)
@@ -783,7 +686,8 @@ class HybridStore(StoreDecorator):
             if not pending or len(out) >= options.limit:
                 break
             need = [i for _, i in pending[: options.limit - len(out)] if cands[i][0] is None]
-            loaded = await self._load(need, options.user_id, corpus)
+            loaded = self._held_records(need, options.user_id, ui)
+            loaded.update(await self._load([i for i in need if i not in loaded], options.user_id, ui))
             rescored: dict[str, float] = {}
             for memory_id in need:
                 fresh: dict[str, tuple[Memory | None, float]] = {}
@@ -791,9 +695,6 @@ class HybridStore(StoreDecorator):
                     self._admit([loaded[memory_id]], options, sim, fresh)
                 if memory_id not in fresh:
                     del cands[memory_id]
-                    # pruned from the index (deleted behind this decorator): a new ranking
-                    # fills its place in the pool; a memory still indexed would come back
-                    dropped = dropped or memory_id not in corpus
                     continue
                 held = cands[memory_id][1]
                 cands[memory_id] = fresh[memory_id]
@@ -802,4 +703,4 @@ class HybridStore(StoreDecorator):
             pending = sorted(
                 ((rescored.get(i, score), i) for score, i in pending if i in cands), key=lambda t: (-t[0], t[1])
             )
-        return out, dropped
+        return out

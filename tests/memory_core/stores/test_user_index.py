@@ -1,0 +1,143 @@
+"""The structural rule of HybridStore's per-user index: a loaded user's reads (retrieve, get,
+get_many, curation's candidate search) make no backend read; every write reaches the backend
+before it is acknowledged, and one the backend refuses never reaches the index."""
+
+import asyncio
+
+import pytest
+
+from memory_core.config import CurationSettings, MemoryStoreSettings
+from memory_core.errors import MemoryNotFound, StoreUnavailable
+from memory_core.retrieval.lexical import BM25Corpus
+from memory_core.stores import InMemoryStore, make_store
+from memory_core.stores.hybrid import HybridStore
+from memory_core.stores.user_index import UserIndex, UserIndexes
+from memory_core.types import Memory, MemoryType, RetrieveOptions
+from tests.ids import tid
+from tests.memory_core.stores.test_hybrid import DIM, fake_embed, ids, opts, plain, put
+
+READS = ("_get_many", "_search", "_list", "_owned_ids", "_scope_ids", "_counts")
+
+
+def count_reads(backend) -> dict[str, int]:
+    """Wrap the backend's read hooks on the instance; the returned dict counts their calls."""
+    counts = dict.fromkeys(READS, 0)
+    for name in READS:
+        original = getattr(backend, name)
+
+        async def counted(*args, _name=name, _original=original, **kw):
+            counts[_name] += 1
+            return await _original(*args, **kw)
+
+        setattr(backend, name, counted)
+    return counts
+
+
+async def test_a_loaded_users_retrieve_get_and_get_many_make_no_backend_read():
+    inner = InMemoryStore(embed=fake_embed, dimension=DIM)
+    h = HybridStore(inner, **plain())
+    for mid, text in (("a", "volcano lair map"), ("b", "sunny beach"), ("c", "volcano")):
+        await put(h, mid, text)
+    await h.retrieve(opts(query="volcano"))  # builds the index: one list
+    reads = count_reads(inner)
+    got = await h.retrieve(opts(query="volcano lair map", limit=2))
+    assert ids(got) == ["a", "c"]
+    assert got[0].memory.access_count == 2  # this retrieve's access and the first one's
+    one = await h.get(tid("b"), "u1")
+    assert one.content == "sunny beach" and one.embedding is not None
+    assert {m.id for m in await h.get_many([tid("a"), tid("b"), tid("zz")], "u1")} == {tid("a"), tid("b")}
+    with pytest.raises(MemoryNotFound):
+        await h.get(tid("zz"), "u1")
+    with pytest.raises(MemoryNotFound):
+        await h.get(tid("a"), "u2")  # another user: not loaded, asked of the store, not found
+    assert reads["_search"] == 0
+    assert reads["_get_many"] == 1  # only u2's get, which is not loaded
+
+
+async def test_held_access_counts_follow_record_access_and_updates():
+    inner = InMemoryStore(embed=fake_embed, dimension=DIM)
+    h = HybridStore(inner, **plain())
+    await put(h, "a", "volcano lair map")
+    await h.retrieve(opts(query="volcano"))
+    await h.record_access([tid("a"), tid("a")], "u1")  # one access, as the store counts it
+    await h.update(tid("a"), "u1", {"importance": 0.9})  # the store's record lags its access log
+    held = await h.get(tid("a"), "u1")
+    h.index.drop_user("u1")
+    stored = await h.get(tid("a"), "u1")  # not loaded: from the store, with its pending accesses
+    assert (held.access_count, held.importance) == (stored.access_count, stored.importance) == (2, 0.9)
+
+
+class GatedInsertStore(InMemoryStore):
+    """The next armed insert waits for ``release`` (then fails when ``fail``)."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.armed = self.fail = False
+        self.waiting, self.release = asyncio.Event(), asyncio.Event()
+
+    async def _insert(self, memory):
+        if self.armed:
+            self.armed = False
+            self.waiting.set()
+            await self.release.wait()
+            if self.fail:
+                raise StoreUnavailable("backend down")
+        await super()._insert(memory)
+
+
+@pytest.mark.parametrize("fail", [False, True])
+async def test_a_write_reaches_the_backend_before_it_is_acknowledged_or_served(fail):
+    inner = GatedInsertStore(embed=fake_embed, dimension=DIM)
+    h = HybridStore(inner, **plain())
+    await put(h, "a", "volcano lair map")
+    await h.retrieve(opts(query="volcano"))
+    inner.armed, inner.fail = True, fail
+    write = asyncio.ensure_future(put(h, "b", "volcano crater"))
+    await asyncio.wait_for(inner.waiting.wait(), 3)
+    assert not write.done()
+    with pytest.raises(MemoryNotFound):  # not acknowledged: not served either
+        await h.get(tid("b"), "u1")
+    assert ids(await h.retrieve(opts(query="volcano crater"))) == ["a"]
+    inner.release.set()
+    if fail:
+        with pytest.raises(StoreUnavailable):
+            await write
+        assert ids(await h.retrieve(opts(query="volcano crater"))) == ["a"]
+        return
+    await write
+    assert (await inner.get(tid("b"), "u1")).content == "volcano crater"  # in the backend
+    assert ids(await h.retrieve(opts(query="volcano crater"))) == ["b", "a"]
+
+
+async def test_curations_candidate_search_of_a_loaded_user_makes_no_backend_read():
+    settings = MemoryStoreSettings(backend="inmemory", curation=CurationSettings(enabled=True))
+    store = make_store(settings, embed=fake_embed, dimension=DIM)
+    backend = store
+    while hasattr(backend, "inner"):
+        backend = backend.inner
+    texts = ["I live in Boston", "my dog is called Rex", "I work as a nurse"]
+    for i, text in enumerate(texts):
+        await store.write([Memory(id=tid(f"m{i}"), user_id="u1", content=text, type=MemoryType.SEMANTIC)])
+    reads = count_reads(backend)
+    (result,) = await store.write(
+        [Memory(id=tid("m9"), user_id="u1", content="my dog is called Rex", type=MemoryType.SEMANTIC)]
+    )
+    assert result.outcome.value == "reinforced"  # the candidate search found the duplicate
+    hits = await store.retrieve(RetrieveOptions(user_id="u1", query="where do I live", hybrid=True, limit=2))
+    assert hits
+    assert reads["_search"] == reads["_list"] == 0
+    # the reinforcing update reads the record it rewrites (the backend's own read-modify-write)
+    assert reads["_get_many"] <= 1
+
+
+def test_user_indexes_is_an_lru_of_ready_indexes():
+    evicted = []
+    lru = UserIndexes(max_users=2, on_evict=evicted.append)
+    for user in ("a", "b", "c"):
+        lru.put(user, UserIndex(BM25Corpus()))
+    assert evicted == ["a"] and not lru.has_user("a") and lru.has_user("c")
+    building = UserIndex(BM25Corpus(), building=[])
+    lru.put("d", building)
+    assert not lru.has_user("d") and lru.ready("d") is None and lru.get("d") is building
+    with pytest.raises(ValueError):
+        UserIndexes(max_users=0)
