@@ -1,10 +1,13 @@
-"""The writer's loop stays free: the store stack a shard builds (``make_store``: curation,
-hybrid index, Milvus Lite) handles the heaviest requests the API accepts while a probe
-coroutine measures how late the event loop wakes it. No single step of that work may hold
-the loop longer than ``MAX_STALL_S``: every other user of the shard waits that long.
+"""How long the writer's loop is held: the store stack a shard builds (``make_store``:
+curation, hybrid index, Milvus Lite in a temporary directory) handles the heaviest requests
+the API accepts (a maximal batch, a maximal import, the consolidation of a 2,000-memory user)
+while a probe coroutine sleeping 1 ms records how late the event loop wakes it. Every other
+user of the shard waits that long. Prints the worst stall of each case (ms).
 
-The bound is structural (one synchronous stretch of the loop), not a timing of the work:
-each request may take seconds in all, as long as it yields often."""
+    python benchmarks/loop_lag.py
+
+On a shared 2-core machine the probe's lateness also holds OS scheduling and the GIL held by
+the shard's worker threads: compare the cases of one run, not absolute figures."""
 
 from __future__ import annotations
 
@@ -15,16 +18,12 @@ import zlib
 from collections.abc import Awaitable
 from pathlib import Path
 
-import pytest
-
 from memory_core.config import LimitsSettings, MemoryStoreSettings
 from memory_core.migration import import_lines
 from memory_core.stores.factory import make_store
 from memory_core.testing.fake_embed import fake_vector
 from memory_core.types import Memory, MemoryType
 
-MAX_STALL_S = 0.05
-"""The longest the loop may go without running its other tasks during one request (s)."""
 LIMITS = LimitsSettings()
 
 
@@ -63,34 +62,30 @@ async def _embedder(texts: list[str]) -> list[list[float]]:
     return await asyncio.to_thread(lambda: [fake_vector(t, 384) for t in texts])
 
 
-@pytest.fixture
-async def store(tmp_path: Path):
+async def _store(tmp_path: Path):
     settings = MemoryStoreSettings.model_validate(
         {"backend": "milvus", "milvus": {"uri": str(tmp_path / "lag.db"), "collection": "lag"}}
     )
     s = make_store(settings, embed=_embedder, dimension=384)
     await s.open()
-    yield s
-    await s.close()
+    return s
 
 
-async def test_a_maximal_batch_never_holds_the_loop(store):
+async def maximal_batch(store) -> float:
     n = LIMITS.memories_per_request
     size = min(16_000, LIMITS.memories_body_bytes // n - 100)
     texts = [_text(f"note {i}", size) for i in range(n)]
     # POST /v1/memory: the ingress embeds the batch before the shard sees it
     batch = [Memory(user_id="lag-batch", content=t, embedding=fake_vector(t, 384)) for t in texts]
-    worst = await LoopLag().measure(store.write(batch))
-    assert worst < MAX_STALL_S, f"a {n}-memory batch held the loop {worst * 1000:.0f} ms"
+    return await LoopLag().measure(store.write(batch))
 
 
-async def test_a_maximal_import_never_holds_the_loop(store):
+async def maximal_import(store) -> float:
     lines = [json.dumps({"content": _text(f"line {i}", 16_000)}) for i in range(LIMITS.import_lines)]
-    worst = await LoopLag().measure(import_lines(store, lines, user_id="lag-import"))
-    assert worst < MAX_STALL_S, f"a {len(lines)}-line import held the loop {worst * 1000:.0f} ms"
+    return await LoopLag().measure(import_lines(store, lines, user_id="lag-import"))
 
 
-async def test_consolidating_a_large_user_never_holds_the_loop(store):
+async def consolidation(store) -> float:
     user = "lag-large"
     for start in range(0, 2000, 250):
         await store.write(
@@ -99,5 +94,26 @@ async def test_consolidating_a_large_user_never_holds_the_loop(store):
                 for i in range(start, start + 250)
             ]
         )
-    worst = await LoopLag().measure(store.consolidate(user))
-    assert worst < MAX_STALL_S, f"consolidating 2,000 memories held the loop {worst * 1000:.0f} ms"
+    return await LoopLag().measure(store.consolidate(user))
+
+
+async def main() -> None:
+    """Each case on a fresh store; prints its worst stall."""
+    import tempfile
+
+    for name, case in [
+        ("maximal batch", maximal_batch),
+        ("maximal import", maximal_import),
+        ("consolidation", consolidation),
+    ]:
+        with tempfile.TemporaryDirectory() as d:
+            store = await _store(Path(d))
+            try:
+                worst = await case(store)
+            finally:
+                await store.close()
+        print(f"{name}: worst loop stall {worst * 1000:.0f} ms")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
