@@ -903,14 +903,17 @@ def markdown(report: dict[str, Any]) -> str:
 
 # ---------------------------------------------------------------------------- the service
 @contextlib.contextmanager
-def started_service() -> Iterator[str]:
+def started_service(edit: Callable[[dict[str, Any]], None] | None = None) -> Iterator[str]:
     """``serve run --address local serve_config.yaml`` (the root config, only its port
-    changed) in a temporary directory, in its own process group; yields its URL and stops it
-    (SIGTERM to the group) at the end."""
+    changed, then ``edit(config)`` when given: a benchmark's own changes) in a temporary
+    directory, in its own process group; yields its URL and stops it (SIGTERM to the group)
+    at the end."""
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="hostile-") as work:
         config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
         config["http_options"]["port"] = port
+        if edit is not None:
+            edit(config)
         (Path(work) / "serve_config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
         env.update(PYTHONPATH=str(ROOT), RAY_USAGE_STATS_ENABLED="0", HF_HUB_OFFLINE="1")

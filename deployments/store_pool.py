@@ -67,6 +67,7 @@ SHARD_METRICS = (
     "llm_memory_cache_total",
     "memory_cache_events",
     "memory_redactions",
+    "memory_store_cancelled",
 )
 """The metrics a store shard reports."""
 _CONSOLIDATION_EVENT = {"consolidation_group": "group", "expired_purged": "expired"}
@@ -160,11 +161,17 @@ class StoreShard:
     async def _timed(self, operation: str, call: Awaitable[T], request_id: str) -> T:
         """Awaits ``call``, observing its time in ``llm_memory_store_latency_seconds`` and
         writing one ``store_call`` log line (``request_log.log_event``) with the caller's
-        ``request_id``, the operation, its outcome (``ok`` or the error's code) and time."""
+        ``request_id``, the operation, its outcome (``ok``, ``cancelled`` or the error's code)
+        and time. A cancelled call (its caller went away) is counted in
+        ``memory_store_cancelled{operation}``."""
         started = time.perf_counter()
         outcome = "ok"
         try:
             return await call
+        except asyncio.CancelledError:  # the caller went away (StorePoolClient: ray.cancel)
+            outcome = "cancelled"
+            self._metrics.count("memory_store_cancelled", {"operation": operation})
+            raise
         except BaseException as e:
             outcome = getattr(e, "code", type(e).__name__)
             raise
@@ -400,11 +407,21 @@ class StorePoolClient:
         replaced), the shard handles are fetched again; a ``read`` is retried once, a write
         raises ``StoreUnavailable`` (503 + ``Retry-After``: it may or may not have landed, and
         a retried write must not run twice behind the caller's back). Any other Ray failure on
-        the way is ``StoreUnavailable`` too, never a 500."""
+        the way is ``StoreUnavailable`` too, never a 500. When the awaiting task is cancelled
+        (Serve cancels a request whose client disconnected), the shard's call is cancelled too
+        (``ray.cancel``): no shard works for a caller who has gone."""
         request_id = current_request_id()
 
-        def call(shard: Any) -> Awaitable[Any]:
-            return getattr(shard, method).remote(*args, request_id=request_id)
+        async def call(shard: Any) -> Any:
+            ref = getattr(shard, method).remote(*args, request_id=request_id)
+            try:
+                return await ref
+            except asyncio.CancelledError:
+                # the request was cancelled (its client disconnected): Ray does not cancel an
+                # awaited actor task by itself; this raises CancelledError inside the shard's
+                # method, which stops between items (a committed slice stays written whole)
+                ray.cancel(ref)
+                raise
 
         try:
             try:

@@ -116,6 +116,13 @@ METRICS: tuple[MetricSpec, ...] = (
         _LATENCY_S,
     ),
     MetricSpec(
+        "memory_store_cancelled",
+        "counter",
+        "Store operations in a store shard stopped because their caller went away (client "
+        "disconnect: the ingress cancels the shard's call)",
+        {"operation": STORE_OPERATIONS},
+    ),
+    MetricSpec(
         "llm_memory_retrieval_results",
         "histogram",
         "Memories injected per retrieval on the chat path",

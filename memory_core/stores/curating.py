@@ -53,10 +53,10 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from ..config import CurationSettings, RedactionSettings
 from ..cpu_pool import CpuPool
@@ -68,6 +68,7 @@ from ..curation.screening import screen, screen_window
 from ..errors import DuplicateMemory, InvalidInput, MemoryNotFound, StateConflict, StoreClosed
 from ..redaction import Redactor, redact_changes, redact_memories, withheld
 from ..retrieval.held_vectors import cosine, unit_vector
+from ..retrieval.lexical import pretokenize
 from ..sanitize import new_memory_id, require_user_id
 from ..types import (
     IMPORT_CREATED_VIA,
@@ -84,6 +85,7 @@ from .base import MAX_BATCH, MAX_LIST_LIMIT, MAX_RETRIEVE_LIMIT, StoreDecorator,
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 REINFORCE_IMPORTANCE = 0.05
 """Importance a record gains each time its fact is written again (capped at 1)."""
 
@@ -91,8 +93,35 @@ MAX_CHAIN = 8
 """Hops ``retrieve`` follows from a superseded/consolidated memory to the active one."""
 
 
+WRITE_SLICE = 32
+"""New records of a batch inserted per ``store_many`` call: the index adds each slice in one
+stretch of the event loop, so a maximal batch holds it a slice's time at a time."""
 CHAIN_STATES = (MemoryState.ACTIVE, MemoryState.SUPERSEDED, MemoryState.CONSOLIDATED)
 """States a version chain passes through (superseded, consolidated) or ends at (active)."""
+
+
+async def _uncancellable(work: Awaitable[T]) -> T:
+    """``await work``, run to its end even when the awaiting task is cancelled meanwhile (a
+    write's commit: what was decided is written whole, or as its own error leaves it); then
+    the cancellation is raised (the work's error instead, when it failed)."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while True:
+        try:
+            await asyncio.shield(task)
+            break
+        except asyncio.CancelledError:
+            if task.done():
+                break
+            cancelled = True
+    if cancelled and not task.cancelled() and task.exception() is None:
+        raise asyncio.CancelledError
+    return task.result()
+
+
+def _validated(store: Any, batch: list[Memory]) -> list[Memory]:
+    """``store.validate`` of each memory of ``batch`` (run on the CPU pool)."""
+    return [store.validate(m) for m in batch]
 
 
 def _superseded_changes(new_id: str, now: datetime, by: str) -> dict[str, Any]:
@@ -329,7 +358,8 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             raise InvalidInput("all memories of a batch must belong to the same user_id")
         if len(batch) > MAX_BATCH:
             raise InvalidInput(f"at most {MAX_BATCH} memories per batch (got {len(batch)})")
-        batch = [self.inner.validate(m) for m in batch]  # the whole batch, before any write
+        # the whole batch, before any write (pure CPU: content cleaning, vector checks)
+        batch = await self._cpu.run(_validated, self.inner, batch)
         ids = [m.id for m in batch]
         if len(set(ids)) != len(ids):
             raise DuplicateMemory("ids repeated within the batch")
@@ -338,22 +368,15 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         vectors = await self.inner.embed_documents([m.content for m in batch if m.embedding is None])
         it = iter(vectors)
         batch = [m if m.embedding is not None else m.model_copy(update={"embedding": next(it)}) for m in batch]
+        # the index's terms of these texts, computed off the loop (the index and the
+        # candidate searches below then read them from the tokenizer's cache)
+        await self._cpu.run(pretokenize, [m.content for m in batch])
         async with self._locks[user_id]:
             self._dirty[user_id] = None
             plan = _BatchPlan()
+            # cancellable here (between memories): nothing is written while planning
             results = [await self._plan_one(m, plan) for m in batch]
-            if plan.new:  # one insert for the batch's new records (before what they supersede)
-                await self.inner.store_many(list(plan.new.values()))
-            now = self._now()
-            for old_id, (new_id, by) in plan.supersede_stored.items():
-                await self.inner.update(old_id, user_id, _superseded_changes(new_id, now, by))
-            for old_id, (times, content, importance) in plan.reinforce_stored.items():
-                changes: dict[str, Any] = {"importance": importance}
-                if content is not None:
-                    changes["content"] = content
-                await self.inner.update(old_id, user_id, changes)
-                for _ in range(times):
-                    await self.inner.record_access([old_id], user_id)
+            await _uncancellable(self._commit(plan, user_id))
             final = [self._final(r, plan) for r in results]
         done = iter(final)  # the dropped memories' results in their places
         final = [r if isinstance(r, WriteResult) else next(done) for r in redacted]
@@ -361,6 +384,23 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             self._count(f"write_{r.outcome.value}")
             self._count("write_superseded", len(r.superseded))
         return final
+
+    async def _commit(self, plan: _BatchPlan, user_id: str) -> None:
+        """Write what ``plan`` decided: the new records (in slices of ``WRITE_SLICE``, before
+        what they supersede), then the supersessions and reinforcements."""
+        new = list(plan.new.values())
+        for i in range(0, len(new), WRITE_SLICE):
+            await self.inner.store_many(new[i : i + WRITE_SLICE])
+        now = self._now()
+        for old_id, (new_id, by) in plan.supersede_stored.items():
+            await self.inner.update(old_id, user_id, _superseded_changes(new_id, now, by))
+        for old_id, (times, content, importance) in plan.reinforce_stored.items():
+            changes: dict[str, Any] = {"importance": importance}
+            if content is not None:
+                changes["content"] = content
+            await self.inner.update(old_id, user_id, changes)
+            for _ in range(times):
+                await self.inner.record_access([old_id], user_id)
 
     async def _redact(self, batch: list[Memory]) -> list[Memory | WriteResult]:
         """``batch`` as it may be stored (``redaction.redact_memories``), with a ``dropped``
@@ -680,20 +720,27 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
                 if reason is not None:  # the merged text reads as instructions: keep the originals
                     log.warning("consolidation of %d memories skipped: merged text fails %s", len(group), reason)
                     continue
-                merged = await self.inner.store(candidate)
-                for m in group:
-                    await self.inner.update(
-                        m.id,
-                        user_id,
-                        {"state": MemoryState.CONSOLIDATED, "merged_into": merged.id,
-                         "state_reason": "consolidated: near-duplicate"},
-                    )  # fmt: skip
+                await self._cpu.run(pretokenize, [candidate.content])
+                # cancellable between groups; a group is merged whole
+                merged = await _uncancellable(self._merge_group(candidate, group, user_id))
                 report.groups += 1
                 report.merged.append(merged.id)
                 report.consolidated += len(group)
                 self._count("consolidation_group")
         report.seconds = asyncio.get_running_loop().time() - started
         return report
+
+    async def _merge_group(self, candidate: Memory, group: list[Memory], user_id: str) -> Memory:
+        """Store the merged ``candidate`` and mark each memory of ``group`` consolidated into it."""
+        merged = await self.inner.store(candidate)
+        for m in group:
+            await self.inner.update(
+                m.id,
+                user_id,
+                {"state": MemoryState.CONSOLIDATED, "merged_into": merged.id,
+                 "state_reason": "consolidated: near-duplicate"},
+            )  # fmt: skip
+        return merged
 
     def _merge(self, group: list[Memory]) -> Memory:
         newest = max(group, key=lambda m: (m.created_at or self._now(), m.id))

@@ -1,0 +1,312 @@
+"""No user slows another: a victim user keeps searching and chatting while another caller
+does the heaviest work the API accepts, one operation at a time, then four such callers at
+once.
+
+    python -m benchmarks.lanes                          # starts and stops its own service
+    python -m benchmarks.lanes --quick                  # a smoke run (small sizes)
+    python -m benchmarks.lanes --ops batch,import --json lanes.json
+
+The service is the root ``serve_config.yaml`` started by ``benchmarks.hostile.started_service``
+(Milvus Lite, one store shard, query embedding in the shard, the echo upstream) in a
+temporary directory on a free port, with one change: ``global.access.write_rate_limit`` is
+off, so that the seeding of the large users (thousands of memories) does not wait out the
+per-user write limit (every heavy operation here is one request of its own user, within the
+per-request bounds ``global.limits``, which stay as shipped).
+
+The victim holds ``--victim-memories`` LoCoMo turns (conversation 3) and runs
+``benchmarks.hostile.Victim``'s two loops (``POST /v1/memory/search`` and a chat question)
+for the whole run. First an idle window gives the idle p50/p95. Then each heavy operation,
+``--repeat`` times in a row (each from a fresh user), each as large as the API accepts:
+
+- ``batch``: one ``POST /v1/memory`` of ``memories_per_request`` (256) memories filling the
+  1 MiB body bound (~3.9 KB each, distinct texts);
+- ``import``: one ``POST /v1/memory/import`` of ``import_lines`` (100) lines of 16,000 bytes
+  each (1.6 MB: within the 2 MiB bound);
+- ``consolidate``: ``POST /v1/memory/consolidate?user_id=`` (admin) for a user seeded with
+  ``--large-memories`` memories (LoCoMo turns, each also as a near-duplicate: consolidation
+  has groups to merge; ``curation.consolidation.max_memories`` is 2,000);
+- ``admin``: ``GET /v1/admin/stats`` and every page of ``GET /v1/admin/users`` (500 each);
+- ``locomo``: a LoCoMo replay (conversation 1 through ``POST /v1/memory`` batches of 32,
+  ``memory_core.locomo.ingest_rest``);
+- ``all4``: batch, import, consolidate (another large user) and admin at once.
+
+Per operation: the victim's n / p50 / p95 / max over the requests that overlapped the
+operation, p95 ÷ idle p95 (the goal: ≤ 2×), the operation's own seconds and statuses. After
+each operation the script waits (``Victim.settle``, ≤ 60 s) until the victim is back to
+normal, so one operation's tail does not count against the next. The machine is shared and
+noisy: compare the ratios of one run, not absolute figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+import zlib
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import typer
+from rich.console import Console
+
+from benchmarks.hostile import ADMIN, VICTIM_TIMEOUT_S, Victim, started_service, user_headers
+from memory_core import locomo
+from memory_core.config import LimitsSettings
+
+app = typer.Typer(add_completion=False)
+console = Console(width=160)
+LIMITS = LimitsSettings()
+OP_TIMEOUT_S = 600.0
+"""Bound of each heavy request (a longer one counts as ``timeout``)."""
+GOAL = 2.0
+"""The goal: the victim's p95 during an operation ≤ GOAL × its idle p95."""
+
+
+def _filler(seed: str, size: int) -> str:
+    """A distinct text of ``size`` characters (ASCII words), starting with ``seed``."""
+    words = f"{seed} " + " ".join(f"w{(zlib.crc32(seed.encode()) + i) % 9973}x{i}" for i in range(size // 6 + 2))
+    return words[:size]
+
+
+def batch_body(tag: str, n: int = LIMITS.memories_per_request, body_bytes: int = LIMITS.memories_body_bytes) -> dict:
+    """A ``POST /v1/memory`` body of ``n`` distinct memories filling ~95 % of ``body_bytes``."""
+    size = min(16_000, int(body_bytes * 0.95) // n - 40)
+    return {"memories": [{"content": _filler(f"{tag} note {i}:", size)} for i in range(n)]}
+
+
+def import_body(tag: str, n: int = LIMITS.import_lines, body_bytes: int = LIMITS.import_body_bytes) -> bytes:
+    """``n`` import lines of distinct contents, ≤ 16,000 bytes each, within ``body_bytes``."""
+    size = min(16_000, int(body_bytes * 0.95) // n - 60)
+    lines = [json.dumps({"content": _filler(f"{tag} imported {i}:", size)}) for i in range(n)]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def large_user_batches(samples: list[dict], memories: int) -> list[dict]:
+    """``POST /v1/memory`` bodies (≤ 256 each) of ``memories`` LoCoMo turns: each turn and a
+    near-duplicate of it (episodic: both are kept at write time; consolidation merges them)."""
+    items: list[dict] = []
+    for sample in samples:
+        for turn in locomo.turns(sample):
+            body = locomo.memory_body(turn)
+            items.append(body)
+            items.append({**body, "content": body["content"] + " (I said that again.)"})
+    items = items[:memories]
+    step = LIMITS.memories_per_request
+    return [{"memories": items[i : i + step]} for i in range(0, len(items), step)]
+
+
+class Ops:
+    """The heavy operations against ``client``; each returns a Counter of statuses."""
+
+    def __init__(self, client: httpx.AsyncClient, run: str, samples: list[dict]):
+        self.client = client
+        self.run = run
+        self.samples = samples
+        self.large_users: list[str] = []
+        self._n = 0
+
+    def user(self, kind: str) -> str:
+        self._n += 1
+        return f"lanes-{self.run}-{kind}-{self._n}"
+
+    async def _send(self, statuses: Counter, method: str, path: str, **kw: Any) -> httpx.Response | None:
+        try:
+            r = await self.client.request(method, path, timeout=OP_TIMEOUT_S, **kw)
+        except httpx.HTTPError as e:
+            statuses[type(e).__name__] += 1
+            return None
+        statuses[r.status_code] += 1
+        return r
+
+    async def seed_large(self, memories: int) -> str:
+        """A user holding ``memories`` memories (seeded outside any measured window)."""
+        user = self.user("large")
+        for body in large_user_batches(self.samples[3:], memories):
+            r = await self.client.post("/v1/memory", json=body, headers=user_headers(user), timeout=OP_TIMEOUT_S)
+            r.raise_for_status()
+        self.large_users.append(user)
+        return user
+
+    async def batch(self) -> Counter:
+        c: Counter = Counter()
+        u = self.user("batch")
+        await self._send(c, "POST", "/v1/memory", json=batch_body(u), headers=user_headers(u))
+        return c
+
+    async def import_(self) -> Counter:
+        c: Counter = Counter()
+        u = self.user("import")
+        headers = user_headers(u, **{"content-type": "application/x-ndjson"})
+        await self._send(c, "POST", "/v1/memory/import", content=import_body(u), headers=headers)
+        return c
+
+    async def consolidate(self) -> Counter:
+        c: Counter = Counter()
+        user = self.large_users.pop(0)
+        headers = {**ADMIN, "content-type": "application/json"}
+        await self._send(c, "POST", "/v1/memory/consolidate", params={"user_id": user}, headers=headers)
+        return c
+
+    async def admin(self) -> Counter:
+        c: Counter = Counter()
+        await self._send(c, "GET", "/v1/admin/stats", headers=ADMIN)
+        offset, total = 0, 1
+        while offset < total:
+            r = await self._send(c, "GET", "/v1/admin/users", params={"limit": 500, "offset": offset}, headers=ADMIN)
+            if r is None or r.status_code != 200:
+                break
+            total = r.json()["total"]
+            offset += 500
+        return c
+
+    async def locomo(self) -> Counter:
+        c: Counter = Counter()
+        u = self.user("locomo")
+        try:
+            await locomo.ingest_rest(self.client, self.samples[0], headers=user_headers(u), batch=32)
+            c[201] += 1
+        except httpx.HTTPStatusError as e:
+            c[e.response.status_code] += 1
+        except httpx.HTTPError as e:
+            c[type(e).__name__] += 1
+        return c
+
+    async def all4(self) -> Counter:
+        parts = await asyncio.gather(self.batch(), self.import_(), self.consolidate(), self.admin())
+        return sum(parts, Counter())
+
+
+OPS = ["batch", "import", "consolidate", "admin", "locomo", "all4"]
+
+
+async def run_bench(url: str, ops: list[str], repeat: int, victim_memories: int, large: int, idle_s: float) -> dict:
+    """Seed, measure the victim idle, run ``ops`` one at a time; the run's figures."""
+    run = uuid.uuid4().hex[:8]
+    samples = locomo.load_samples()
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=32)
+    async with (
+        httpx.AsyncClient(base_url=url, timeout=VICTIM_TIMEOUT_S, limits=limits) as vc,
+        httpx.AsyncClient(base_url=url, timeout=OP_TIMEOUT_S, limits=limits) as oc,
+    ):
+        victim_user = f"lanes-{run}-victim"
+        items = [locomo.memory_body(t) for t in locomo.turns(samples[2])][:victim_memories]
+        for i in range(0, len(items), LIMITS.memories_per_request):
+            r = await vc.post(
+                "/v1/memory",
+                json={"memories": items[i : i + LIMITS.memories_per_request]},
+                headers=user_headers(victim_user),
+            )
+            r.raise_for_status()
+        held = (await vc.get("/v1/memory", headers=user_headers(victim_user))).json()["total"]
+        o = Ops(oc, run, samples)
+        consolidations = repeat * ops.count("consolidate") + ops.count("all4")
+        t = time.monotonic()
+        for _ in range(consolidations):
+            await o.seed_large(large)
+        console.print(f"seeded victim ({held}) and {consolidations} large users in {time.monotonic() - t:.0f} s")
+        victim = Victim(vc, victim_user)
+        victim.start()
+        rows = []
+        try:
+            await asyncio.sleep(3)  # warm-up
+            t0 = time.monotonic()
+            await asyncio.sleep(idle_s)
+            idle = victim.window(t0, time.monotonic())
+            threshold = max(3 * idle.p95, idle.p95 + 200)
+            console.print(f"victim idle: {idle.as_dict()}")
+            calls: dict[str, Callable[[], Awaitable[Counter]]] = {
+                "batch": o.batch, "import": o.import_, "consolidate": o.consolidate,
+                "admin": o.admin, "locomo": o.locomo, "all4": o.all4,
+            }  # fmt: skip
+            for op in ops:
+                statuses: Counter = Counter()
+                seconds = []
+                started = time.monotonic()
+                for _ in range(1 if op == "all4" else repeat):
+                    t = time.monotonic()
+                    statuses += await calls[op]()
+                    seconds.append(time.monotonic() - t)
+                ended = time.monotonic()
+                window = victim.window(started, ended)
+                settled = await victim.settle(ended, threshold, 60.0)
+                row = {
+                    "op": op,
+                    "op_seconds": [round(s, 2) for s in seconds],
+                    "op_statuses": {str(k): n for k, n in sorted(statuses.items(), key=str)},
+                    "victim": window.as_dict(),
+                    "p95_over_idle_p95": round(window.p95 / idle.p95, 2) if idle.p95 else 0.0,
+                    "settle_s": None if settled is None else round(settled, 1),
+                }
+                console.print(row)
+                rows.append(row)
+        finally:
+            await victim.stop()
+    return {"run": run, "victim_memories": held, "idle": idle.as_dict(), "repeat": repeat, "rows": rows}
+
+
+def markdown(report: dict) -> str:
+    """The run as a markdown table, with the idle figures in its header line."""
+    idle = report["idle"]
+    lines = [
+        f"victim: {report['victim_memories']} memories, searching and chatting; idle n={idle['n']} "
+        f"p50 {idle['p50_ms']:.0f} ms, p95 {idle['p95_ms']:.0f} ms, max {idle['max_ms']:.0f} ms; "
+        f"each operation ×{report['repeat']} (all4 once); goal p95 ≤ {GOAL:.0f}× idle p95",
+        "",
+        "| operation | op seconds | op statuses | victim n | p50 ms | p95 ms | max ms | p95 / idle p95 | goal |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report["rows"]:
+        v = r["victim"]
+        statuses = ", ".join(f"{k}×{n}" for k, n in r["op_statuses"].items())
+        seconds = ", ".join(f"{s:.1f}" for s in r["op_seconds"])
+        ok = "ok" if r["p95_over_idle_p95"] <= GOAL and v["victim_5xx"] == 0 else "MISSED"
+        lines.append(
+            f"| {r['op']} | {seconds} | {statuses} | {v['n']} | {v['p50_ms']:.0f} | {v['p95_ms']:.0f} "
+            f"| {v['max_ms']:.0f} | {r['p95_over_idle_p95']:.2f}× | {ok} |"
+        )
+    return "\n".join(lines)
+
+
+def _no_write_limit(config: dict) -> None:
+    args = config["applications"][0]["args"]["config"]["global"]
+    args.setdefault("access", {})["write_rate_limit"] = {"limit": 0, "window_s": 60}
+
+
+@app.command()
+def main(
+    base_url: str | None = typer.Option(None, help="a running service without write limit (default: start one)"),
+    ops: str = typer.Option(",".join(OPS), help=f"operations, comma-separated: {', '.join(OPS)}"),
+    quick: bool = typer.Option(False, help="a smoke run: 1 repeat, 300-memory users, 5 s idle"),
+    repeat: int | None = typer.Option(None, min=1, help="runs of each operation (2; quick 1)"),
+    victim_memories: int = typer.Option(600, min=1),
+    large_memories: int | None = typer.Option(None, min=2, help="memories of a consolidated user (2000)"),
+    idle_seconds: float | None = typer.Option(None, min=1, help="the idle window (20; quick 5)"),
+    json_path: Path | None = typer.Option(None, "--json", help="also write the figures as JSON here"),
+    markdown_path: Path | None = typer.Option(None, "--markdown", help="also write the table here"),
+) -> None:
+    """Run the operations and print the table."""
+    chosen = [x.strip() for x in ops.split(",") if x.strip()]
+    if unknown := set(chosen) - set(OPS):
+        raise typer.BadParameter(f"unknown operations {sorted(unknown)}; known: {OPS}")
+    n = repeat or (1 if quick else 2)
+    large = large_memories or (300 if quick else 2000)
+    idle_s = idle_seconds or (5.0 if quick else 20.0)
+    if base_url is not None:
+        report = asyncio.run(run_bench(base_url.rstrip("/"), chosen, n, victim_memories, large, idle_s))
+    else:
+        with started_service(_no_write_limit) as url:
+            report = asyncio.run(run_bench(url, chosen, n, victim_memories, large, idle_s))
+    table = markdown(report)
+    print(table)
+    if json_path is not None:
+        json_path.write_text(json.dumps(report, indent=2))
+    if markdown_path is not None:
+        markdown_path.write_text(table + "\n")
+
+
+if __name__ == "__main__":
+    app()
