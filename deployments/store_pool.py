@@ -70,7 +70,11 @@ SHARD_METRICS = (
     "memory_store_cancelled",
 )
 """The metrics a store shard reports."""
-_CONSOLIDATION_EVENT = {"consolidation_group": "group", "expired_purged": "expired"}
+_CONSOLIDATION_EVENT = {
+    "consolidation_group": "group",
+    "expired_purged": "expired",
+    "consolidation_too_large": "too_large",
+}
 
 
 def _in_shard_query_embedder(settings: MemoryStoreSettings, identity: ModelIdentity) -> CoalescingEmbedFn:

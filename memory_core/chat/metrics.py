@@ -66,8 +66,10 @@ EXTRACTION_OUTCOMES = frozenset(
 )
 WRITE_OUTCOMES = frozenset({o.value for o in WriteOutcome} | {"superseded"})
 CACHE_EVENTS = frozenset(EVENT_NAMES.values())
-CONSOLIDATION_EVENTS = frozenset({"group", "expired"})
-CURATION_EVENTS = frozenset({f"write_{o}" for o in WRITE_OUTCOMES} | {"consolidation_group", "expired_purged"})
+CONSOLIDATION_EVENTS = frozenset({"group", "expired", "too_large"})
+CURATION_EVENTS = frozenset(
+    {f"write_{o}" for o in WRITE_OUTCOMES} | {"consolidation_group", "expired_purged", "consolidation_too_large"}
+)
 """What ``CuratingStore`` reports to ``on_event`` (mapped to the write and consolidation metrics)."""
 REDACTION_EVENTS = frozenset(f"redaction:{k}:{p}" for k in REDACTION_KINDS for p in REDACTION_POLICIES)
 """What ``CuratingStore`` reports to ``on_event`` per secret or personal value found
@@ -153,7 +155,8 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "llm_memory_consolidation_total",
         "counter",
-        "Consolidation in the store: group (near-duplicate group merged), expired (memory purged)",
+        "Consolidation in the store: group (near-duplicate group merged), expired (memory purged), "
+        "too_large (a group left as it is: its merged text would exceed the content limit)",
         {"backend": BACKENDS, "event": CONSOLIDATION_EVENTS},
     ),
     MetricSpec(

@@ -69,7 +69,7 @@ from ..errors import DuplicateMemory, InvalidInput, MemoryNotFound, StateConflic
 from ..redaction import Redactor, redact_changes, redact_memories, withheld
 from ..retrieval.held_vectors import cosine, unit_vector
 from ..retrieval.lexical import pretokenize
-from ..sanitize import new_memory_id, require_user_id
+from ..sanitize import MAX_CONTENT_BYTES, new_memory_id, require_user_id
 from ..types import (
     IMPORT_CREATED_VIA,
     WINDOW_CREATED_VIA,
@@ -716,6 +716,13 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             )
             for group in groups:
                 candidate = await self._cpu.run(self._merge, group)
+                if len(candidate.content.encode("utf-8")) > MAX_CONTENT_BYTES:
+                    # one memory could not hold what the group says: keep the originals (the
+                    # store would refuse the text and fail the whole pass for this user)
+                    log.warning("consolidation of %d memories skipped: merged text over %d bytes", len(group),
+                                MAX_CONTENT_BYTES)  # fmt: skip
+                    self._count("consolidation_too_large")
+                    continue
                 reason = await self._cpu.run(self._screening_reason, candidate.content, candidate.created_via)
                 if reason is not None:  # the merged text reads as instructions: keep the originals
                     log.warning("consolidation of %d memories skipped: merged text fails %s", len(group), reason)

@@ -8,6 +8,7 @@ import asyncio
 import json
 import threading
 from datetime import timedelta
+from unittest.mock import patch
 
 import pytest
 
@@ -15,6 +16,7 @@ from memory_core.config import CurationSettings, MemoryStoreSettings, RetentionS
 from memory_core.curation.consolidate import lost_words
 from memory_core.embedding import CoalescingEmbedFn
 from memory_core.errors import InvalidInput, StateConflict
+from memory_core.sanitize import MAX_CONTENT_BYTES
 from memory_core.stores import curating, make_store
 from memory_core.stores.curating import CuratingStore
 from memory_core.types import Memory, MemoryState, MemoryType, RetrieveOptions, WriteOutcome, utcnow
@@ -194,6 +196,23 @@ async def test_consolidation_merges_near_duplicates_idempotently_and_can_be_undo
     originals = await store.unmerge(merged_id, "alice")
     assert sorted(m.id for m in originals) == sorted(m.id for m in written[:3])
     assert len(await active(store)) == 4 and (await store.list("alice")).total == 4
+
+
+async def test_a_group_whose_merged_text_would_be_too_long_is_left_as_it_is(embed):
+    """Near-duplicates that together say more than one memory may hold (16 KB): the pass
+    keeps them (counted ``consolidation_too_large``) instead of failing for the user."""
+    events: list[str] = []
+    store = build(embed)
+    store._on_event = events.append
+    store.settings = store.settings.model_copy(update={"candidates": 1, "candidate_min_cosine": 0.999})
+    base = "I went hiking in the Alps with Maria last summer. "
+    texts = [base + " ".join(f"Peak{i}x{j} was steep." for j in range(600)) for i in range(3)]
+    assert all(len(t.encode()) < MAX_CONTENT_BYTES for t in texts)
+    await store.write([fact(t, type=MemoryType.EPISODIC) for t in texts])
+    with patch("memory_core.stores.curating.plan_groups", lambda active, *a, **k: [active]):
+        report = await store.consolidate("alice")
+    assert report.groups == 0 and "consolidation_too_large" in events
+    assert len(await active(store)) == 3
 
 
 async def test_an_unmerge_with_no_original_left_keeps_the_merged_memory(embed):
