@@ -68,7 +68,7 @@ import inspect
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -83,7 +83,7 @@ from ..retrieval.timeparse import temporal_intent
 from ..sanitize import require_user_id
 from ..types import Memory, MemoryType, RetrieveOptions, ScoredMemory, as_float32, passes_floor, utcnow
 from .base import MAX_LIST_LIMIT, MAX_RETRIEVE_LIMIT, StoreDecorator
-from .user_index import UserIndex, UserIndexes, content_key
+from .user_index import Timeline, UserIndex, UserIndexes, content_key
 
 _D = RetrievalSettings()  # constructor defaults = the configuration defaults
 
@@ -123,6 +123,64 @@ class _Similarity:
             return as_float32(self.corpus.coverage(self.terms, memory_id))
         assert self.q is not None  # lexical_only is True without a query vector
         return cosine(vec, self.q)
+
+
+@dataclass
+class _Scoring:
+    """The scores of one ranking's candidates (``memory_core.retrieval.fusion``): each
+    candidate's signals and base score (``add``), its final score with its neighbours'
+    (``score_of``), and a rescore when its stored vector turned out to differ from the held
+    one (``rescore``)."""
+
+    corpus: BM25Corpus
+    timeline: Timeline
+    weights: FusionWeights
+    neighbor_max_gap_s: float
+    lex_all: dict[str, float]
+    max_bm25: float
+    vector_rank: dict[str, int]
+    lexical_rank: dict[str, int]
+    when_question: bool
+    query_terms: set[str]
+    speaker_weight: float
+    sig: dict[str, Signals] = field(default_factory=dict)
+    base: dict[str, float] = field(default_factory=dict)
+
+    def signals(self, memory_id: str, similarity: float) -> Signals:
+        a = self.corpus.attrs(memory_id) or {}
+        return Signals(
+            similarity=similarity,
+            bm25=self.lex_all.get(memory_id, 0.0),
+            vector_rank=self.vector_rank.get(memory_id),
+            lexical_rank=self.lexical_rank.get(memory_id),
+            temporal_match=bool(self.when_question and a.get("temporal")),
+            speaker_named=bool(
+                self.speaker_weight > 0 and a.get("speaker_terms") and a["speaker_terms"] & self.query_terms
+            ),
+        )
+
+    def add(self, memory_id: str, similarity: float) -> None:
+        self.sig[memory_id] = self.signals(memory_id, similarity)
+        self.base[memory_id] = base_score(self.sig[memory_id], self.weights, self.max_bm25)
+
+    def neighbours(self, memory_id: str) -> list[str]:
+        a = self.corpus.attrs(memory_id)
+        if not a:
+            return []
+        return self.timeline.neighbours(a.get("group"), a.get("ts", 0.0), memory_id, self.neighbor_max_gap_s)
+
+    def score_of(self, memory_id: str) -> float:
+        nb = (
+            [self.base[n] for n in self.neighbours(memory_id) if n in self.base]
+            if self.weights.neighbor_weight > 0
+            else []
+        )
+        return final_score(self.base[memory_id], nb, self.sig[memory_id], self.weights)
+
+    def rescore(self, memory_id: str, cos: float) -> float:
+        """The score of a candidate whose stored vector turned out to differ from the held one."""
+        self.add(memory_id, cos)
+        return self.score_of(memory_id)
 
 
 class HybridStore(StoreDecorator):
@@ -427,8 +485,6 @@ class HybridStore(StoreDecorator):
                     vector_side.exception()  # retrieved: its outcome is moot now
             raise
         vector, store_hits = (await vector_side) if vector_side is not None else (None, [])
-        q_set = set(q_terms)
-        max_bm25 = lex_top[0][1] if lex_top else 0.0
 
         q = None
         if vector is not None:
@@ -436,81 +492,74 @@ class HybridStore(StoreDecorator):
             if q is None:
                 raise InvalidInput("query vector must be finite and non-zero")
         sim = _Similarity(q, q_terms, corpus)
-        vec_top: list[tuple[str, Memory | None, float]] | None = None
-        if q is not None and held_search:
-            vec_top = await self._held_side(user_id, ui, q, pool, options)
-        if vec_top is None and q is not None:  # the inner store's vector search (asked for now if it was not)
-            if held_search:
-                assert vector is not None  # q was made from it
-                store_hits = await self._store_search(options, vector, pool)
-            vec_top = []
-            unchanged = self._current(user_id, ui, gen)
-            for hit in store_hits:
-                if unchanged:  # else a write through this decorator may be newer than the hit
-                    self._reconcile(ui, hit.memory)
-                if sim.lexical_only(hit.memory.id):
-                    continue  # a meaningless cosine: found lexically or not at all
-                vec_top.append(
-                    (hit.memory.id, hit.memory, cosine(unit_vector(hit.memory.embedding), q) or hit.similarity)
-                )
-        vec_top = vec_top or []
+        vec_top = await self._vector_top(options, ui, gen, sim, vector, store_hits, pool, held_search)
         # id → (record, similarity); the record is None until loaded (candidates scored from a
         # held vector are loaded only if they make the final top ``limit``)
         cands: dict[str, tuple[Memory | None, float]] = {i: (m, cos) for i, m, cos in vec_top}
         await self._add_candidates(
             [i for i, _ in lex_top if i not in cands], options, sim, ui, cands, loaded=lex_loaded
         )
-
-        vec_rank = {i: r for r, (i, _, _) in enumerate(vec_top, 1)}
-        lex_rank = {i: r for r, (i, _) in enumerate(lex_top, 1)}
-        when_q = options.temporal_boost and self.temporal_weight > 0 and temporal_intent(options.query)
-        weights = self._weights(options.lexical_weight)
-
-        def signals(memory_id: str, similarity: float) -> Signals:
-            a = corpus.attrs(memory_id) or {}
-            return Signals(
-                similarity=similarity,
-                bm25=lex_all.get(memory_id, 0.0),
-                vector_rank=vec_rank.get(memory_id),
-                lexical_rank=lex_rank.get(memory_id),
-                temporal_match=bool(when_q and a.get("temporal")),
-                speaker_named=bool(self.speaker_weight > 0 and a.get("speaker_terms") and a["speaker_terms"] & q_set),
-            )
-
-        sig = {i: signals(i, cos) for i, (_, cos) in cands.items()}
-        base = {i: base_score(s, weights, max_bm25) for i, s in sig.items()}
-
-        def neighbours(memory_id: str) -> list[str]:
-            a = corpus.attrs(memory_id)
-            return (
-                timeline.neighbours(a.get("group"), a.get("ts", 0.0), memory_id, self.neighbor_max_gap_s) if a else []
-            )
-
-        if self.neighbor_weight > 0 and base:
-            top = sorted(base, key=lambda i: -base[i])[: 2 * options.limit]
-            extra = list(dict.fromkeys(n for i in top for n in neighbours(i) if n not in cands))
+        scoring = _Scoring(
+            corpus=corpus,
+            timeline=timeline,
+            weights=self._weights(options.lexical_weight),
+            neighbor_max_gap_s=self.neighbor_max_gap_s,
+            lex_all=lex_all,
+            max_bm25=lex_top[0][1] if lex_top else 0.0,
+            vector_rank={i: r for r, (i, _, _) in enumerate(vec_top, 1)},
+            lexical_rank={i: r for r, (i, _) in enumerate(lex_top, 1)},
+            when_question=bool(options.temporal_boost and self.temporal_weight > 0 and temporal_intent(options.query)),
+            query_terms=set(q_terms),
+            speaker_weight=self.speaker_weight,
+        )
+        for i, (_, cos) in cands.items():
+            scoring.add(i, cos)
+        if self.neighbor_weight > 0 and scoring.base:
+            top = sorted(scoring.base, key=lambda i: -scoring.base[i])[: 2 * options.limit]
+            extra = list(dict.fromkeys(n for i in top for n in scoring.neighbours(i) if n not in cands))
             if extra:
                 await self._add_candidates(extra, options, sim, ui, cands)
                 for i in extra:
-                    if i in cands and i not in base:
-                        sig[i] = signals(i, cands[i][1])
-                        base[i] = base_score(sig[i], weights, max_bm25)
-
-        def score_of(memory_id: str) -> float:
-            nb = [base[n] for n in neighbours(memory_id) if n in base] if self.neighbor_weight > 0 else []
-            return final_score(base[memory_id], nb, sig[memory_id], weights)
-
-        def rescore(memory_id: str, cos: float) -> float:
-            """The score of a candidate whose stored vector turned out to differ from the held one."""
-            sig[memory_id] = signals(memory_id, cos)
-            base[memory_id] = base_score(sig[memory_id], weights, max_bm25)
-            return score_of(memory_id)
-
+                    if i in cands and i not in scoring.base:
+                        scoring.add(i, cands[i][1])
         ranked = sorted(
-            ((score_of(i), i) for i, (_, cos) in cands.items() if passes_floor(cos, options.threshold)),
+            ((scoring.score_of(i), i) for i, (_, cos) in cands.items() if passes_floor(cos, options.threshold)),
             key=lambda t: (-t[0], t[1]),
         )
-        return await self._winners(ranked, cands, options, sim, ui, rescore)
+        return await self._winners(ranked, cands, options, sim, ui, scoring.rescore)
+
+    async def _vector_top(
+        self,
+        options: RetrieveOptions,
+        ui: UserIndex,
+        gen: int,
+        sim: _Similarity,
+        vector: list[float] | None,
+        store_hits: list[ScoredMemory],
+        pool: int,
+        held_search: bool,
+    ) -> list[tuple[str, Memory | None, float]]:
+        """The vector side's top ``pool`` as (id, record or None, cosine), best first: the
+        held search when ``held_search`` (and it can answer), else the inner store's hits
+        (``store_hits``, or asked for now), re-indexing what they show changed unless a write
+        through this decorator came since ``gen``; none without a query vector."""
+        if sim.q is None:
+            return []
+        if held_search:
+            vec_top = await self._held_side(options.user_id, ui, sim.q, pool, options)
+            if vec_top is not None:
+                return vec_top
+            assert vector is not None  # q was made from it
+            store_hits = await self._store_search(options, vector, pool)
+        out: list[tuple[str, Memory | None, float]] = []
+        unchanged = self._current(options.user_id, ui, gen)
+        for hit in store_hits:
+            if unchanged:  # else a write through this decorator may be newer than the hit
+                self._reconcile(ui, hit.memory)
+            if sim.lexical_only(hit.memory.id):
+                continue  # a meaningless cosine: found lexically or not at all
+            out.append((hit.memory.id, hit.memory, cosine(unit_vector(hit.memory.embedding), sim.q) or hit.similarity))
+        return out
 
     def _current(self, user_id: str, ui: UserIndex, gen: int) -> bool:
         """``ui`` is still the user's held index and no write applied to it since ``gen``."""
