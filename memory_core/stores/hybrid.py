@@ -81,7 +81,18 @@ from ..retrieval.held_vectors import HeldVectors, cosine, unit_vector
 from ..retrieval.lexical import BM25Corpus, LexicalIndex, tokenize
 from ..retrieval.timeparse import has_time_expression, temporal_intent
 from ..sanitize import require_user_id
-from ..types import Memory, MemoryType, RetrieveOptions, ScoredMemory, as_float32, passes_floor, utcnow
+from ..types import (
+    ListQuery,
+    Memory,
+    MemoryChanges,
+    MemoryScope,
+    MemoryType,
+    RetrieveOptions,
+    ScoredMemory,
+    as_float32,
+    passes_floor,
+    utcnow,
+)
 from .base import MAX_LIST_LIMIT, MAX_RETRIEVE_LIMIT, StoreDecorator
 
 _D = RetrievalSettings()  # constructor defaults = the configuration defaults
@@ -391,7 +402,7 @@ class HybridStore(StoreDecorator):
             held = HeldVectors()
             offset = 0
             while True:
-                page = await self.inner.list(user_id, limit=MAX_LIST_LIMIT, offset=offset)
+                page = await self.inner.list(ListQuery(user_id=user_id, limit=MAX_LIST_LIMIT, offset=offset))
                 for m in page.memories:
                     if m.user_id == user_id:
                         self._index_memory(corpus, timeline, held, m)
@@ -433,7 +444,7 @@ class HybridStore(StoreDecorator):
             self._apply(memory.user_id, "add", memory)
         return stored
 
-    async def update(self, memory_id: str, user_id: str, changes: dict[str, Any]) -> Memory:
+    async def update(self, memory_id: str, user_id: str, changes: MemoryChanges) -> Memory:
         updated = await self.inner.update(memory_id, user_id, changes)
         self._apply(user_id, "add", updated)
         return updated
@@ -444,11 +455,11 @@ class HybridStore(StoreDecorator):
         finally:
             self._apply(user_id, "remove", memory_id)
 
-    async def forget_by_scope(self, user_id, project_id=None, types=None) -> int:
+    async def forget_by_scope(self, scope: MemoryScope) -> int:
         try:
-            return await self.inner.forget_by_scope(user_id, project_id=project_id, types=types)
+            return await self.inner.forget_by_scope(scope)
         finally:
-            self._apply(user_id, "scope", (project_id, _types_or_none(types)))
+            self._apply(scope.user_id, "scope", (scope.project_id, _types_or_none(scope.types)))
 
     # ------------------------------------------------------------------ retrieve
     async def retrieve(self, options: RetrieveOptions, *, touch: bool = True) -> list[ScoredMemory]:
