@@ -8,6 +8,7 @@ import pytest
 
 from memory_core.stores import InMemoryStore
 from memory_core.stores.hybrid import HybridStore
+from memory_core.types import MemoryChanges
 from tests.ids import tid, tname
 from tests.memory_core.stores.test_hybrid import DIM, _turn, fake_embed, fake_vector, found, ids, opts, plain, put
 
@@ -82,7 +83,7 @@ async def _update_during_a_winner_read(**kw) -> HybridStore:
     inner.before.set()
     task = asyncio.ensure_future(h.retrieve(opts(query="volcano lair map", limit=1)))
     await asyncio.wait_for(inner.read.wait(), 3)  # the winner "a" was read with its old content
-    await h.update(tid("a"), "u1", {"content": "penguin colony"})  # through the decorator, done
+    await h.update(tid("a"), "u1", MemoryChanges(content="penguin colony"))  # through the decorator, done
     inner.after.set()
     await asyncio.wait_for(task, 3)
     return h
@@ -178,7 +179,7 @@ async def test_a_dropped_winner_that_prunes_nothing_does_not_rank_again_every_re
     await put(h, "a", "volcano lair map", project_id="p1")
     await put(h, "b", "volcano lair", project_id="p1")
     await h.retrieve(opts(query="volcano", project_id="p1"))
-    await inner.update(tid("a"), "u1", {"project_id": "p2"})  # behind the decorator, same content
+    await inner.update(tid("a"), "u1", MemoryChanges(project_id="p2"))  # behind the decorator, same content
     q = opts(query="volcano lair map", project_id="p1", limit=1)
     assert ids(await h.retrieve(q)) == ["b"]
     inner.reads = 0
