@@ -71,8 +71,6 @@ log = logging.getLogger(__name__)
 EmbedFn = Callable[[list[str]], Awaitable[list[list[float]]]]
 """Async text→vector function: ``list[str]`` of n texts → n L2-normalised vectors."""
 
-UPDATABLE_FIELDS = frozenset(MemoryChanges.model_fields)
-"""The fields ``update`` may change (``MemoryChanges``)."""
 MAX_RETRIEVE_LIMIT = 1000
 MAX_BATCH = 1000
 """Most memories one ``store_many`` call accepts."""
