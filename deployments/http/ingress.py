@@ -660,12 +660,10 @@ class MemoryIngress:
         unknown = set(request.query_params) - {"type", "project_id", "all", "user_id"}
         if unknown:
             raise InvalidInput(f"unknown query parameters: {sorted(unknown)}")
-        types = parse_types(type)
-        check_project_id(project_id)
-        if types is None and project_id is None and not all:
+        scope = MemoryScope(user_id=user_id, project_id=project_id, types=parse_types(type))
+        if scope.types is None and scope.project_id is None and not all:
             raise InvalidInput("give type and/or project_id, or all=true to delete every memory of the caller")
-        deleted = await self.store.forget_by_scope(MemoryScope(user_id=user_id, project_id=project_id, types=types))
-        return {"deleted": deleted}
+        return {"deleted": await self.store.forget_by_scope(scope)}
 
     @app.get(
         "/v1/memory/export",
