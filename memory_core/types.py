@@ -238,9 +238,9 @@ def check_lifecycle(fields: dict[str, Any]) -> None:
 
 
 def _refusal(error: ValidationError, unknown: str) -> InvalidInput:
-    """The ``InvalidInput`` a store value's ``ValidationError`` stands for: the message of the
-    first ``InvalidInput`` a validator raised, else ``unknown`` followed by the sorted names
-    of fields the type does not have, else ``<field>: <pydantic message>``."""
+    """The ``InvalidInput`` a store value's ``ValidationError`` stands for: ``unknown``
+    followed by the sorted names of the fields the type does not have, when there are any;
+    else the first ``InvalidInput`` a validator raised; else ``<field>: <pydantic message>``."""
     details = error.errors()
     extra = sorted(str(d["loc"][0]) for d in details if d["type"] == "extra_forbidden" and d["loc"])
     if extra:
@@ -277,16 +277,15 @@ def _kinds(types: Any) -> Any:
     return None if types is not None and not types else types
 
 
-class MemoryScope(_StoreValue):
-    """Which memories of one user ``Store.forget_by_scope`` deletes.
+class _OwnedScope(_StoreValue):
+    """The fields a scope of one user's memories has (``MemoryScope``, ``ListQuery``; two
+    classes, so a list query is never taken for a deletion scope):
 
-    - ``user_id``: the owner, a non-empty id (``sanitize.require_user_id``); a scope is
-      never "all users".
+    - ``user_id``: the owner, a non-empty id (``sanitize.require_user_id``); never "all
+      users".
     - ``project_id``: only memories of that project (``sanitize.check_project_id``);
       ``None``: every project and memories of none.
     - ``types``: only memories of one of these types; ``None`` (or empty): every type.
-
-    Raises ``InvalidInput`` (empty or malformed ids, unknown fields or types).
     """
 
     user_id: str
@@ -309,7 +308,13 @@ class MemoryScope(_StoreValue):
         return _kinds(v)
 
 
-class ListQuery(MemoryScope):
+class MemoryScope(_OwnedScope):
+    """Which memories of one user ``Store.forget_by_scope`` deletes: ``user_id``'s, of
+    ``project_id`` and of ``types`` when given (see ``_OwnedScope``). Raises ``InvalidInput``
+    (empty or malformed ids, unknown fields or types)."""
+
+
+class ListQuery(_OwnedScope):
     """One page of ``Store.list``: the memories of ``user_id`` in the scope (``project_id``,
     ``types``: see ``MemoryScope``) and in one of ``states`` (``None`` or empty: every
     lifecycle state), newest first (``created_at`` descending, then ``id`` descending: the

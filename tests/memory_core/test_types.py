@@ -95,3 +95,10 @@ def test_a_list_query_reads_empty_filters_as_none_and_carries_its_scope():
     assert typed.scope() == MemoryScope(user_id="alice", types=[MemoryType.EPISODIC])
     assert pickle.loads(pickle.dumps(typed)) == typed
     assert MemoryScope(user_id="alice", types=()).types is None
+
+
+def test_a_list_query_is_not_a_deletion_scope():
+    """``forget_by_scope`` takes a ``MemoryScope``: a list query (whose states and paging a
+    deletion would ignore) is another type, refused by the type checker and by ``isinstance``."""
+    query = ListQuery(user_id="alice", states=["quarantined"], limit=1)
+    assert not isinstance(query, MemoryScope) and not isinstance(MemoryScope(user_id="alice"), ListQuery)
