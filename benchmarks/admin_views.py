@@ -29,7 +29,7 @@ from memory_core.admin import ADMIN_CONCURRENCY, DEFAULT_USERS_PAGE, service_sta
 from memory_core.config import CurationSettings, MemoryStoreSettings, MilvusSettings, QdrantSettings  # noqa: E402
 from memory_core.stores import make_store  # noqa: E402
 from memory_core.testing.fake_embed import DIM, fake_vector  # noqa: E402
-from memory_core.types import Memory, MemoryState, MemoryType  # noqa: E402
+from memory_core.types import ListQuery, Memory, MemoryState, MemoryType  # noqa: E402
 
 app = typer.Typer(add_completion=False)
 VIEWS = ("stats", "users page", "previous stats")
@@ -60,7 +60,7 @@ async def previous_stats(store: Any, registry: KeyRegistry) -> dict[str, Any]:
 
     async def count(user_id: str, states: Any, types: Any) -> int:
         async with gate:
-            return (await store.list(user_id, limit=1, states=states, types=types)).total
+            return (await store.list(ListQuery(user_id=user_id, limit=1, states=states, types=types))).total
 
     async def total(states: Any, types: Any) -> int:
         return sum(await asyncio.gather(*(count(u, states, types) for u in users)))

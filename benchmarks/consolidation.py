@@ -31,7 +31,7 @@ from memory_core.embedding import CoalescingEmbedFn, LocalEncoder  # noqa: E402
 from memory_core.locomo import load_samples, sessions  # noqa: E402
 from memory_core.sanitize import RequestContext  # noqa: E402
 from memory_core.stores import make_store  # noqa: E402
-from memory_core.types import MemoryState  # noqa: E402
+from memory_core.types import ListQuery, MemoryState  # noqa: E402
 
 app = typer.Typer(add_completion=False)
 
@@ -78,9 +78,9 @@ async def run(conversations: int, settings: ConsolidationSettings) -> None:
                 {"model": "assistant", "messages": messages}, RequestContext(user_id=user)
             )
             await pipeline.remember(prepared, {"choices": [{"message": {"role": "assistant", "content": answer}}]})
-        before = (await store.list(user, states=[MemoryState.ACTIVE], limit=1000)).memories
+        before = (await store.list(ListQuery(user_id=user, states=[MemoryState.ACTIVE], limit=1000))).memories
         report = await store.consolidate(user)
-        after = (await store.list(user, states=[MemoryState.ACTIVE], limit=1000)).memories
+        after = (await store.list(ListQuery(user_id=user, states=[MemoryState.ACTIVE], limit=1000))).memories
         again = await store.consolidate(user)
         lost = 0
         sample_group = None

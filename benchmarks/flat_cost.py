@@ -68,7 +68,7 @@ from memory_core.config import MemoryStoreSettings  # noqa: E402
 from memory_core.sanitize import scoped_memory_id  # noqa: E402
 from memory_core.stores import make_store  # noqa: E402
 from memory_core.stores.hybrid import HybridStore  # noqa: E402
-from memory_core.types import Memory, MemoryType, RetrieveOptions  # noqa: E402
+from memory_core.types import ListQuery, Memory, MemoryChanges, MemoryType, RetrieveOptions  # noqa: E402
 
 DIM = 384
 MANY = 600
@@ -179,13 +179,15 @@ async def profile_user(backend, ms: list[Memory], vec: list[float], ops: int, ta
     row: dict[str, float] = {}
     row["search"] = statistics.median(await timed(lambda i: backend.retrieve(opts, touch=False), ops))
     row["get_many"] = statistics.median(await timed(lambda i: backend.get_many(ids, uid), ops))
-    row["list"] = statistics.median(await timed(lambda i: backend.list(uid, limit=1000), ops))
+    row["list"] = statistics.median(await timed(lambda i: backend.list(ListQuery(user_id=uid, limit=1000)), ops))
     fresh = [
         Memory(id=scoped_memory_id(uid, f"p{tag}{i}"), user_id=uid, content=f"probe {i}", embedding=vec)
         for i in range(ops)
     ]
     row["insert"] = statistics.median(await timed(lambda i: backend.store(fresh[i]), ops))
-    row["upsert"] = statistics.median(await timed(lambda i: backend.update(fresh[i].id, uid, {"importance": 0.7}), ops))
+    row["upsert"] = statistics.median(
+        await timed(lambda i: backend.update(fresh[i].id, uid, MemoryChanges(importance=0.7)), ops)
+    )
     now = datetime.now(UTC)
     row["access write"] = statistics.median(await timed(lambda i: backend._touch({fresh[i].id: 1}, now), ops))
     row["delete"] = statistics.median(await timed(lambda i: backend.forget(fresh[i].id, uid), ops))

@@ -44,11 +44,12 @@ from memory_core.stores.sharding import shard_for
 from memory_core.types import (
     EVERYONE,
     Everyone,
+    ListQuery,
     ListResult,
     Memory,
+    MemoryChanges,
     MemoryCounts,
-    MemoryState,
-    MemoryType,
+    MemoryScope,
     RetrieveOptions,
     ScoredMemory,
     WriteResult,
@@ -228,34 +229,17 @@ class StoreShard:
     async def get_many(self, memory_ids: list[str], user_id: str, request_id: str = "") -> list[Memory]:
         return await self._timed("get_many", self._store.get_many(memory_ids, user_id), request_id)
 
-    async def update(self, memory_id: str, user_id: str, changes: dict[str, Any], request_id: str = "") -> Memory:
+    async def update(self, memory_id: str, user_id: str, changes: MemoryChanges, request_id: str = "") -> Memory:
         return await self._timed("update", self._store.update(memory_id, user_id, changes), request_id)
 
-    async def list(
-        self,
-        user_id: str,
-        types: list[MemoryType] | None,
-        project_id: str | None,
-        limit: int,
-        offset: int,
-        states: list[MemoryState] | None,
-        request_id: str = "",
-    ) -> ListResult:
-        return await self._timed(
-            "list",
-            self._store.list(user_id, types=types, project_id=project_id, limit=limit, offset=offset, states=states),
-            request_id,
-        )
+    async def list(self, query: ListQuery, request_id: str = "") -> ListResult:
+        return await self._timed("list", self._store.list(query), request_id)
 
     async def forget(self, memory_id: str, user_id: str, request_id: str = "") -> None:
         await self._timed("forget", self._store.forget(memory_id, user_id), request_id)
 
-    async def forget_by_scope(
-        self, user_id: str, project_id: str | None, types: list[MemoryType] | None, request_id: str = ""
-    ) -> int:
-        return await self._timed(
-            "forget_by_scope", self._store.forget_by_scope(user_id, project_id=project_id, types=types), request_id
-        )
+    async def forget_by_scope(self, scope: MemoryScope, request_id: str = "") -> int:
+        return await self._timed("forget_by_scope", self._store.forget_by_scope(scope), request_id)
 
     async def counts(self, owner: str | Everyone, request_id: str = "") -> MemoryCounts:
         return await self._timed("counts", self._store.counts(owner), request_id)
@@ -487,30 +471,17 @@ class StorePoolClient:
     async def get_many(self, memory_ids: Iterable[str], user_id: str) -> list[Memory]:
         return await self._call(user_id, "get_many", list(memory_ids), user_id, read=True)
 
-    async def update(self, memory_id: str, user_id: str, changes: dict[str, Any]) -> Memory:
+    async def update(self, memory_id: str, user_id: str, changes: MemoryChanges) -> Memory:
         return await self._call(user_id, "update", memory_id, user_id, changes, read=False)
 
-    async def list(
-        self,
-        user_id: str,
-        types: Sequence[MemoryType] | None = None,
-        project_id: str | None = None,
-        limit: int = 50,
-        offset: int = 0,
-        states: Sequence[MemoryState] | None = None,
-    ) -> ListResult:
-        kinds = list(types) if types else None
-        wanted = list(states) if states else None
-        return await self._call(user_id, "list", user_id, kinds, project_id, limit, offset, wanted, read=True)
+    async def list(self, query: ListQuery) -> ListResult:
+        return await self._call(query.user_id, "list", query, read=True)
 
     async def forget(self, memory_id: str, user_id: str) -> None:
         await self._call(user_id, "forget", memory_id, user_id, read=False)
 
-    async def forget_by_scope(
-        self, user_id: str, project_id: str | None = None, types: Sequence[MemoryType] | None = None
-    ) -> int:
-        kinds = list(types) if types else None
-        return await self._call(user_id, "forget_by_scope", user_id, project_id, kinds, read=False)
+    async def forget_by_scope(self, scope: MemoryScope) -> int:
+        return await self._call(scope.user_id, "forget_by_scope", scope, read=False)
 
     async def counts(self, owner: str | Everyone) -> MemoryCounts:
         """``Store.counts`` on the shard of ``owner`` (a user id), or for ``EVERYONE`` on the

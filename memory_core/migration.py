@@ -68,7 +68,7 @@ from .sanitize import (
     require_user_id,
     scoped_memory_id,
 )
-from .types import IMPORT_CREATED_VIA, Memory, MemoryType, WriteOutcome
+from .types import IMPORT_CREATED_VIA, ListQuery, Memory, MemoryType, WriteOutcome
 
 log = logging.getLogger(__name__)
 
@@ -343,7 +343,7 @@ async def export_user(store, user_id: str, *, page_size: int = PAGE_SIZE) -> Asy
     unreadable: set[str] = set()
     offset = 0
     while True:
-        page = await store.list(user_id, limit=page_size, offset=offset)
+        page = await store.list(ListQuery(user_id=user_id, limit=page_size, offset=offset))
         unreadable.update(page.unreadable)
         for memory in page.memories:
             if memory.id not in seen:
@@ -382,7 +382,7 @@ async def _all_memories(store, user_id: str, page_size: int = PAGE_SIZE) -> list
     out: dict[str, Memory] = {}
     offset = 0
     while True:
-        page = await store.list(user_id, limit=page_size, offset=offset)
+        page = await store.list(ListQuery(user_id=user_id, limit=page_size, offset=offset))
         for m in page.memories:
             out.setdefault(m.id, m)
         offset += len(page.memories)
@@ -627,8 +627,8 @@ async def _migrate_user(
     present: set[str] = set()
     for i in range(0, len(ids), PAGE_SIZE):
         present.update(m.id for m in await target_store.get_many(ids[i : i + PAGE_SIZE], user_id))
-    source_total = (await source_store.list(user_id, limit=1)).total
-    result.target = (await target_store.list(user_id, limit=1)).total
+    source_total = (await source_store.list(ListQuery(user_id=user_id, limit=1))).total
+    result.target = (await target_store.list(ListQuery(user_id=user_id, limit=1))).total
     missing = len(set(ids) - present)
     if missing or result.target != source_total:
         raise MigrationError(

@@ -78,7 +78,7 @@ from stdnum.us import ssn
 from . import linear_re
 from .errors import InvalidInput
 from .linear_re import NOT_SPACE, SPACE, START
-from .types import Memory
+from .types import Memory, MemoryChanges
 
 CREDENTIALS = "credentials"
 CARD_NUMBER = "card_number"
@@ -648,16 +648,16 @@ def withheld(memory: Memory) -> Memory:
     return memory.model_copy(update={"content": REDACTED_CONTENT, "embedding": None, "embedding_identity": None})
 
 
-def redact_changes(redactor: Redactor, changes: dict[str, Any], count: Callable[[str, int], None]) -> dict[str, Any]:
-    """``changes`` of an update with its ``content`` (when a string) redacted; each value
+def redact_changes(redactor: Redactor, changes: MemoryChanges, count: Callable[[str, int], None]) -> MemoryChanges:
+    """``changes`` of an update with its ``content`` (when given) redacted; each value
     found counted as ``count("redaction:<kind>:<policy>", n)``. Raises ``InvalidInput`` when
     nothing of the content is left (the update is refused: nothing is changed)."""
-    content = changes.get("content")
-    if not isinstance(content, str):
+    content = changes.content
+    if content is None:
         return changes
     result = redactor.redact(content)
     for (kind, policy), n in sorted(result.applied.items()):
         count(f"redaction:{kind}:{policy}", n)
     if result.dropped:
         raise InvalidInput("content: every sentence holds a secret or personal value that is not stored")
-    return {**changes, "content": result.text} if result.changed else changes
+    return changes.with_changes(content=result.text) if result.changed else changes

@@ -9,13 +9,32 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from .config import DEFAULT_LEXICAL_WEIGHT
-from .sanitize import new_memory_id
+from .errors import InvalidInput
+from .sanitize import (
+    check_conversation_id,
+    check_instant,
+    check_json_value,
+    check_label,
+    check_project_id,
+    clean_content,
+    new_memory_id,
+    require_memory_id,
+    require_user_id,
+)
 
 
 def utcnow() -> datetime:
@@ -189,6 +208,247 @@ class RetrieveOptions(BaseModel):
             and memory.state in (self.states if states is None else states)
             and not memory.expired(now)
         )
+
+
+MAX_LIST_LIMIT = 1000
+"""Most memories one ``ListQuery`` page asks for."""
+
+
+def to_millis(when: datetime) -> datetime:
+    """``when`` truncated to whole milliseconds (the precision every backend stores:
+    timestamps are persisted as epoch milliseconds)."""
+    return when.replace(microsecond=(when.microsecond // 1000) * 1000)
+
+
+LIFECYCLE_IDS = ("superseded_by", "merged_into", "merged_from", "state_reason")
+
+
+def check_lifecycle(fields: dict[str, Any]) -> None:
+    """The lifecycle references of a record are memory ids (``superseded_by``,
+    ``merged_into``, each of ``merged_from``) and ``state_reason`` is text of at most 4096
+    characters. Raises ``InvalidInput``."""
+    for key in ("superseded_by", "merged_into"):
+        if fields.get(key) is not None:
+            require_memory_id(fields[key], key)
+    for ref in fields.get("merged_from") or []:
+        require_memory_id(ref, "merged_from")
+    reason = fields.get("state_reason")
+    if reason is not None and (not isinstance(reason, str) or len(reason) > 4096):
+        raise InvalidInput("state_reason must be text of at most 4096 characters")
+
+
+def _refusal(error: ValidationError, unknown: str) -> InvalidInput:
+    """The ``InvalidInput`` a store value's ``ValidationError`` stands for: ``unknown``
+    followed by the sorted names of the fields the type does not have, when there are any;
+    else the first ``InvalidInput`` a validator raised; else ``<field>: <pydantic message>``."""
+    details = error.errors()
+    extra = sorted(str(d["loc"][0]) for d in details if d["type"] == "extra_forbidden" and d["loc"])
+    if extra:
+        return InvalidInput(f"{unknown}: {extra}")
+    for d in details:
+        cause = (d.get("ctx") or {}).get("error")
+        if isinstance(cause, InvalidInput):
+            return cause
+    first = details[0]
+    where = ".".join(str(part) for part in first["loc"])
+    return InvalidInput(f"{where}: {first['msg']}" if where else first["msg"])
+
+
+class _StoreValue(BaseModel):
+    """Base of the values a store call takes (``ListQuery``, ``MemoryScope``,
+    ``MemoryChanges``): frozen, no field of another name, and constructing one with
+    keywords raises ``InvalidInput`` (a memory_core error: HTTP 400 ``invalid_request``),
+    never pydantic's ``ValidationError``. They pickle, so they cross the store pool's actor
+    hop as they are."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    refused_fields: ClassVar[str] = "unknown fields"
+    """How the ``InvalidInput`` message names fields the type does not have."""
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as e:
+            raise _refusal(e, type(self).refused_fields) from None
+
+
+def _kinds(types: Any) -> Any:
+    """An empty collection of types (or states) means no filter: ``None``."""
+    return None if types is not None and not types else types
+
+
+class _OwnedScope(_StoreValue):
+    """The fields a scope of one user's memories has (``MemoryScope``, ``ListQuery``; two
+    classes, so a list query is never taken for a deletion scope):
+
+    - ``user_id``: the owner, a non-empty id (``sanitize.require_user_id``); never "all
+      users".
+    - ``project_id``: only memories of that project (``sanitize.check_project_id``);
+      ``None``: every project and memories of none.
+    - ``types``: only memories of one of these types; ``None`` (or empty): every type.
+    """
+
+    user_id: str
+    project_id: str | None = None
+    types: tuple[MemoryType, ...] | None = None
+
+    @field_validator("user_id")
+    @classmethod
+    def _owner(cls, v: str) -> str:
+        return require_user_id(v)
+
+    @field_validator("project_id")
+    @classmethod
+    def _project(cls, v: str | None) -> str | None:
+        return check_project_id(v)
+
+    @field_validator("types", mode="before")
+    @classmethod
+    def _no_empty(cls, v: Any) -> Any:
+        return _kinds(v)
+
+
+class MemoryScope(_OwnedScope):
+    """Which memories of one user ``Store.forget_by_scope`` deletes: ``user_id``'s, of
+    ``project_id`` and of ``types`` when given (see ``_OwnedScope``). Raises ``InvalidInput``
+    (empty or malformed ids, unknown fields or types)."""
+
+
+class ListQuery(_OwnedScope):
+    """One page of ``Store.list``: the memories of ``user_id`` in the scope (``project_id``,
+    ``types``: see ``MemoryScope``) and in one of ``states`` (``None`` or empty: every
+    lifecycle state), newest first (``created_at`` descending, then ``id`` descending: the
+    only order), ``limit`` of them (1..``MAX_LIST_LIMIT``, default 50) after skipping
+    ``offset`` (≥ 0). Raises ``InvalidInput`` (those bounds, and what ``MemoryScope``
+    refuses)."""
+
+    states: tuple[MemoryState, ...] | None = None
+    limit: int = 50
+    offset: int = 0
+
+    @field_validator("states", mode="before")
+    @classmethod
+    def _every_state(cls, v: Any) -> Any:
+        return _kinds(v)
+
+    @field_validator("limit")
+    @classmethod
+    def _page_size(cls, v: int) -> int:
+        if not (0 < v <= MAX_LIST_LIMIT):
+            raise InvalidInput(f"limit must be in 1..{MAX_LIST_LIMIT}")
+        return v
+
+    @field_validator("offset")
+    @classmethod
+    def _skip(cls, v: int) -> int:
+        if v < 0:
+            raise InvalidInput("offset must be ≥ 0")
+        return v
+
+    def scope(self) -> MemoryScope:
+        """The ``MemoryScope`` of this query (owner, project, types)."""
+        return MemoryScope(user_id=self.user_id, project_id=self.project_id, types=self.types)
+
+
+_NOT_NULL = ("content", "type", "metadata", "importance", "source", "state", "merged_from")
+"""``MemoryChanges`` fields a memory always has a value of: ``None`` is refused, not a
+removal."""
+
+
+class MemoryChanges(_StoreValue):
+    """The changes ``Store.update`` applies to one memory; only the fields given change
+    (``None`` given for ``project_id``, ``conversation_id``, ``superseded_by``,
+    ``merged_into``, ``valid_to``, ``expires_at``, ``state_reason`` clears it; the others
+    cannot be ``None``). Every rule a changed field must pass is checked here, once:
+
+    - ``content``: cleaned (``sanitize.clean_content``: control characters removed, outer
+      whitespace stripped, non-empty, at most ``MAX_CONTENT_BYTES`` UTF-8 bytes); the store
+      re-embeds it.
+    - ``type``, ``state``: members of ``MemoryType``, ``MemoryState``.
+    - ``project_id``, ``conversation_id``: the scope id rule (``sanitize``).
+    - ``metadata``: JSON stored losslessly (``sanitize.check_json_value``).
+    - ``importance``: in [0, 1].
+    - ``source``: a provenance label (``sanitize.check_label``).
+    - ``superseded_by``, ``merged_into``, ``merged_from``: memory ids; ``state_reason``: text
+      of at most 4096 characters (``check_lifecycle``).
+    - ``valid_to``, ``expires_at``: UTC (naive taken as UTC), in the representable range
+      (``sanitize.check_instant``), truncated to milliseconds.
+
+    Raises ``InvalidInput``: ``fields not updatable: [...]`` for any other field name, else
+    the rule's message.
+    """
+
+    refused_fields: ClassVar[str] = "fields not updatable"
+
+    content: str | None = None
+    type: MemoryType | None = None
+    project_id: str | None = None
+    metadata: dict[str, Any] | None = None
+    importance: float | None = None
+    source: str | None = None
+    conversation_id: str | None = None
+    state: MemoryState | None = None
+    superseded_by: str | None = None
+    merged_into: str | None = None
+    merged_from: tuple[str, ...] | None = None
+    valid_to: datetime | None = None
+    expires_at: datetime | None = None
+    state_reason: str | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _clean(cls, v: str | None) -> str | None:
+        return None if v is None else clean_content(v)
+
+    @field_validator("project_id", "conversation_id")
+    @classmethod
+    def _scope_id(cls, v: str | None, info: ValidationInfo) -> str | None:
+        return check_conversation_id(v) if info.field_name == "conversation_id" else check_project_id(v)
+
+    @field_validator("source")
+    @classmethod
+    def _label(cls, v: str | None) -> str | None:
+        return None if v is None else check_label(v, "source")
+
+    @field_validator("metadata")
+    @classmethod
+    def _json(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if v is None else check_json_value(v)
+
+    @field_validator("importance")
+    @classmethod
+    def _unit_interval(cls, v: float | None) -> float | None:
+        if v is not None and not (0.0 <= v <= 1.0):
+            raise InvalidInput("importance must be in [0, 1]")
+        return v
+
+    @field_validator("valid_to", "expires_at")
+    @classmethod
+    def _instant(cls, v: datetime | None, info: ValidationInfo) -> datetime | None:
+        return None if v is None else to_millis(check_instant(v, str(info.field_name)))
+
+    @model_validator(mode="after")
+    def _whole(self) -> MemoryChanges:
+        nulls = [f for f in _NOT_NULL if f in self.model_fields_set and getattr(self, f) is None]
+        if nulls:
+            raise InvalidInput(f"{', '.join(nulls)} cannot be null")
+        check_lifecycle({k: getattr(self, k) for k in LIFECYCLE_IDS})
+        return self
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields given, name → validated value (``merged_from`` as a list), in field
+        order: what ``update`` writes over the stored record."""
+        return {
+            k: (list(v) if k == "merged_from" else v)
+            for k in type(self).model_fields
+            if k in self.model_fields_set
+            for v in (getattr(self, k),)
+        }
+
+    def with_changes(self, **fields: Any) -> MemoryChanges:
+        """These changes and ``fields`` (which win), validated again. Raises
+        ``InvalidInput``."""
+        return MemoryChanges(**{**self.as_dict(), **fields})
 
 
 class ScoredMemory(BaseModel):

@@ -44,7 +44,7 @@ from memory_core.errors import (
 )
 from memory_core.migration import ImportReport, count_import_lines, import_lines, open_export
 from memory_core.sanitize import check_json_text, check_project_id, is_memory_id
-from memory_core.types import Memory, MemoryState, MemoryType, RetrieveOptions
+from memory_core.types import ListQuery, Memory, MemoryScope, MemoryState, MemoryType, RetrieveOptions
 
 from .. import sse
 from ..embedder import EmbedResponse, embed_through
@@ -618,14 +618,15 @@ class MemoryIngress:
         owner: OwnerQuery = None,
     ) -> dict:
         user_id = self._owner(request, owner)
-        check_project_id(project_id)
         page = await self.store.list(
-            user_id,
-            types=parse_types(type),
-            project_id=project_id,
-            limit=limit,
-            offset=offset,
-            states=parse_states(state),
+            ListQuery(
+                user_id=user_id,
+                types=parse_types(type),
+                project_id=project_id,
+                limit=limit,
+                offset=offset,
+                states=parse_states(state),
+            )
         )
         return {
             "memories": [m.public() for m in page.memories],
@@ -651,12 +652,10 @@ class MemoryIngress:
         unknown = set(request.query_params) - {"type", "project_id", "all", "user_id"}
         if unknown:
             raise InvalidInput(f"unknown query parameters: {sorted(unknown)}")
-        types = parse_types(type)
-        check_project_id(project_id)
-        if types is None and project_id is None and not all:
+        scope = MemoryScope(user_id=user_id, project_id=project_id, types=parse_types(type))
+        if scope.types is None and scope.project_id is None and not all:
             raise InvalidInput("give type and/or project_id, or all=true to delete every memory of the caller")
-        deleted = await self.store.forget_by_scope(user_id, project_id=project_id, types=types)
-        return {"deleted": deleted}
+        return {"deleted": await self.store.forget_by_scope(scope)}
 
     @app.get(
         "/v1/memory/export",
@@ -760,7 +759,7 @@ class MemoryIngress:
         user_id = self._write_as(self._caller(request), owner)
         memory_id = path_memory_id(memory_id)
         changes = body.changes()
-        if not changes:
+        if not changes.model_fields_set:
             raise InvalidInput("no fields to update")
         return (await self.store.update(memory_id, user_id, changes)).public()
 

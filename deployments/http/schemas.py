@@ -24,7 +24,7 @@ from memory_core.sanitize import (
     Text,
     check_json_text,
 )
-from memory_core.types import MemoryState, MemoryType, WriteOutcome
+from memory_core.types import MemoryChanges, MemoryState, MemoryType, WriteOutcome
 
 MAX_EMBEDDING_INPUTS = 256
 
@@ -125,9 +125,10 @@ class UpdateMemoryRequest(_Body):
             raise ValueError(f"{', '.join(nulls)} cannot be null")
         return self
 
-    def changes(self) -> dict[str, Any]:
-        """The fields the client set (``project_id: null`` removes the project)."""
-        return self.model_dump(exclude_unset=True)
+    def changes(self) -> MemoryChanges:
+        """The fields the client set (``project_id: null`` removes the project), validated as
+        every update is (``MemoryChanges``). Raises ``InvalidInput``."""
+        return MemoryChanges(**self.model_dump(exclude_unset=True))
 
 
 class EmbeddingsRequest(BaseModel):

@@ -44,10 +44,14 @@ from ..sanitize import (
 )
 from ..types import (
     EVERYONE,
+    LIFECYCLE_IDS,
     Everyone,
+    ListQuery,
     ListResult,
     Memory,
+    MemoryChanges,
     MemoryCounts,
+    MemoryScope,
     MemoryState,
     MemoryType,
     RetrieveOptions,
@@ -55,8 +59,11 @@ from ..types import (
     WriteOutcome,
     WriteResult,
     as_float32,
+    check_lifecycle,
     passes_floor,
+    to_millis,
 )
+from ..types import MAX_LIST_LIMIT as MAX_LIST_LIMIT  # re-exported: the decorators page by it
 from ..types import utcnow as _utcnow
 
 log = logging.getLogger(__name__)
@@ -64,52 +71,9 @@ log = logging.getLogger(__name__)
 EmbedFn = Callable[[list[str]], Awaitable[list[list[float]]]]
 """Async text→vector function: ``list[str]`` of n texts → n L2-normalised vectors."""
 
-UPDATABLE_FIELDS = frozenset(
-    {
-        "content",
-        "type",
-        "project_id",
-        "metadata",
-        "importance",
-        "source",
-        "conversation_id",
-        # the lifecycle (curation: supersession, consolidation, quarantine, retention)
-        "state",
-        "superseded_by",
-        "merged_into",
-        "merged_from",
-        "valid_to",
-        "expires_at",
-        "state_reason",
-    }
-)
-MAX_LIST_LIMIT = 1000
 MAX_RETRIEVE_LIMIT = 1000
 MAX_BATCH = 1000
 """Most memories one ``store_many`` call accepts."""
-
-
-def to_millis(when: datetime) -> datetime:
-    """``when`` truncated to whole milliseconds (the precision every backend stores:
-    timestamps are persisted as epoch milliseconds)."""
-    return when.replace(microsecond=(when.microsecond // 1000) * 1000)
-
-
-LIFECYCLE_IDS = ("superseded_by", "merged_into", "merged_from", "state_reason")
-
-
-def check_lifecycle(fields: dict[str, Any]) -> None:
-    """The lifecycle references of a record are memory ids (``superseded_by``,
-    ``merged_into``, each of ``merged_from``) and ``state_reason`` is text of at most 4096
-    characters. Raises ``InvalidInput``."""
-    for key in ("superseded_by", "merged_into"):
-        if fields.get(key) is not None:
-            require_memory_id(fields[key], key)
-    for ref in fields.get("merged_from") or []:
-        require_memory_id(ref, "merged_from")
-    reason = fields.get("state_reason")
-    if reason is not None and (not isinstance(reason, str) or len(reason) > 4096):
-        raise InvalidInput("state_reason must be text of at most 4096 characters")
 
 
 def utcnow() -> datetime:
@@ -140,23 +104,13 @@ class Store(Protocol):
 
     async def get_many(self, memory_ids: Iterable[str], user_id: str) -> list[Memory]: ...
 
-    async def update(self, memory_id: str, user_id: str, changes: dict[str, Any]) -> Memory: ...
+    async def update(self, memory_id: str, user_id: str, changes: MemoryChanges) -> Memory: ...
 
-    async def list(
-        self,
-        user_id: str,
-        types: Sequence[MemoryType] | None = None,
-        project_id: str | None = None,
-        limit: int = 50,
-        offset: int = 0,
-        states: Sequence[MemoryState] | None = None,
-    ) -> ListResult: ...
+    async def list(self, query: ListQuery) -> ListResult: ...
 
     async def forget(self, memory_id: str, user_id: str) -> None: ...
 
-    async def forget_by_scope(
-        self, user_id: str, project_id: str | None = None, types: Sequence[MemoryType] | None = None
-    ) -> int: ...
+    async def forget_by_scope(self, scope: MemoryScope) -> int: ...
 
     async def counts(self, owner: str | Everyone) -> MemoryCounts: ...
 
@@ -620,34 +574,17 @@ class MemoryStore(ABC):
             self._overlay_access(user_id, owned)
             return owned
 
-    async def update(self, memory_id: str, user_id: str, changes: dict[str, Any]) -> Memory:
-        """Apply ``changes`` (keys from ``UPDATABLE_FIELDS``) to a memory of ``user_id``;
-        re-embeds when ``content`` changes; keeps ``created_at``; sets ``updated_at``.
-        Raises ``InvalidInput`` (unknown field), ``MemoryNotFound``, ``StoreClosed``."""
+    async def update(self, memory_id: str, user_id: str, changes: MemoryChanges) -> Memory:
+        """Apply ``changes`` (validated by ``MemoryChanges``: the fields given) to a memory of
+        ``user_id``; re-embeds when ``content`` changes; keeps ``created_at``; sets
+        ``updated_at``. Raises ``InvalidInput`` (bad user id), ``MemoryNotFound``,
+        ``StoreClosed``."""
         async with self._op():
             require_user_id(user_id)
-            unknown = set(changes) - UPDATABLE_FIELDS
-            if unknown:
-                raise InvalidInput(f"fields not updatable: {sorted(unknown)}")
-            changes = dict(changes)
+            fields = changes.as_dict()
             vector = None
-            if "content" in changes:
-                changes["content"] = clean_content(changes["content"])
-                (vector,) = await self._vectors([changes["content"]])
-            if "type" in changes:
-                changes["type"] = MemoryType(changes["type"])
-            if "project_id" in changes:
-                check_project_id(changes["project_id"])
-            if "conversation_id" in changes:
-                check_conversation_id(changes["conversation_id"])
-            if "source" in changes:
-                check_label(changes["source"], "source")
-            if "metadata" in changes:
-                check_json_value(changes["metadata"])
-            if "state" in changes:
-                changes["state"] = MemoryState(changes["state"])
-            check_lifecycle({k: changes[k] for k in LIFECYCLE_IDS if k in changes})
-            changes.update({k: to_millis(v) for k, v in check_instants(changes).items()})
+            if "content" in fields:
+                (vector,) = await self._vectors([fields["content"]])
             if not is_memory_id(memory_id):
                 raise MemoryNotFound("memory not found")
             async with self._lock(user_id):
@@ -657,36 +594,22 @@ class MemoryStore(ABC):
                     raise MemoryNotFound(f"memory {memory_id!r} not found")
                 current = found[0]
                 updated = Memory.model_validate(
-                    {**current.model_dump(), **changes, "created_at": current.created_at, "updated_at": utcnow()}
+                    {**current.model_dump(), **fields, "created_at": current.created_at, "updated_at": utcnow()}
                 )
                 updated.embedding = vector if vector is not None else current.embedding
                 updated.embedding_identity = self.identity
                 await self._replace(updated)
                 return updated
 
-    async def list(
-        self,
-        user_id: str,
-        types: Sequence[MemoryType] | None = None,
-        project_id: str | None = None,
-        limit: int = 50,
-        offset: int = 0,
-        states: Sequence[MemoryState] | None = None,
-    ) -> ListResult:
-        """One page of ``user_id``'s memories (in the lifecycle ``states`` given; ``None``:
-        every state), newest first (``created_at`` desc, then ``id`` desc as tie-break), with
-        the exact ``total``. Raises ``InvalidInput`` (bad paging)."""
+    async def list(self, query: ListQuery) -> ListResult:
+        """One page of ``query.user_id``'s memories (``ListQuery``: scope, lifecycle states,
+        paging; validated there), newest first (``created_at`` desc, then ``id`` desc as
+        tie-break), with the exact ``total``. Raises ``StoreClosed``."""
         async with self._op():
-            require_user_id(user_id)
-            if not (0 < limit <= MAX_LIST_LIMIT):
-                raise InvalidInput(f"limit must be in 1..{MAX_LIST_LIMIT}")
-            if offset < 0:
-                raise InvalidInput("offset must be ≥ 0")
-            check_project_id(project_id)
             page = await self._list(
-                user_id, tuple(types) if types else None, project_id, limit, offset, tuple(states) if states else None
+                query.user_id, query.types, query.project_id, query.limit, query.offset, query.states
             )
-            self._overlay_access(user_id, page.memories)
+            self._overlay_access(query.user_id, page.memories)
             return page
 
     async def forget(self, memory_id: str, user_id: str) -> None:
@@ -704,17 +627,15 @@ class MemoryStore(ABC):
                     raise MemoryNotFound(f"memory {memory_id!r} not found")
                 await self._delete([memory_id], user_id)
 
-    async def forget_by_scope(
-        self, user_id: str, project_id: str | None = None, types: Sequence[MemoryType] | None = None
-    ) -> int:
-        """Delete every memory of ``user_id`` matching the optional ``project_id`` and
-        ``types``; returns how many were deleted (0 is fine). Other users are untouched."""
+    async def forget_by_scope(self, scope: MemoryScope) -> int:
+        """Delete every memory in ``scope`` (``MemoryScope``: one user's, optionally of one
+        project and of some types); returns how many were deleted (0 is fine). Other users
+        are untouched. Raises ``StoreClosed``."""
         async with self._op():
-            require_user_id(user_id)
-            check_project_id(project_id)
+            user_id = scope.user_id
             async with self._lock(user_id):
                 self._still_open()
-                ids = await self._scope_ids(user_id, tuple(types) if types else None, project_id)
+                ids = await self._scope_ids(user_id, scope.types, scope.project_id)
                 if ids:
                     await self._delete(ids, user_id)
                 return len(ids)
@@ -933,19 +854,17 @@ class StoreDecorator:
     async def get_many(self, memory_ids, user_id: str) -> list[Memory]:
         return await self.inner.get_many(memory_ids, user_id)
 
-    async def update(self, memory_id: str, user_id: str, changes: dict[str, Any]) -> Memory:
+    async def update(self, memory_id: str, user_id: str, changes: MemoryChanges) -> Memory:
         return await self.inner.update(memory_id, user_id, changes)
 
-    async def list(self, user_id, types=None, project_id=None, limit=50, offset=0, states=None) -> ListResult:
-        return await self.inner.list(
-            user_id, types=types, project_id=project_id, limit=limit, offset=offset, states=states
-        )
+    async def list(self, query: ListQuery) -> ListResult:
+        return await self.inner.list(query)
 
     async def forget(self, memory_id: str, user_id: str) -> None:
         await self.inner.forget(memory_id, user_id)
 
-    async def forget_by_scope(self, user_id, project_id=None, types=None) -> int:
-        return await self.inner.forget_by_scope(user_id, project_id=project_id, types=types)
+    async def forget_by_scope(self, scope: MemoryScope) -> int:
+        return await self.inner.forget_by_scope(scope)
 
     async def counts(self, owner: str | Everyone) -> MemoryCounts:
         """``MemoryStore.counts`` of the wrapped store (a decorator holds no record of its own

@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import StoreClosed
-from ..types import Memory, RetrieveOptions, ScoredMemory
+from ..types import ListQuery, ListResult, Memory, MemoryChanges, MemoryScope, RetrieveOptions, ScoredMemory
 from .base import MemoryStore, StoreDecorator
 from .credentials import valkey_client
 
@@ -257,11 +257,9 @@ class CachingStore(StoreDecorator):
         async with self._op():
             return await self.inner.get_many(memory_ids, user_id)
 
-    async def list(self, user_id, types=None, project_id=None, limit=50, offset=0, states=None):
+    async def list(self, query: ListQuery) -> ListResult:
         async with self._op():
-            return await self.inner.list(
-                user_id, types=types, project_id=project_id, limit=limit, offset=offset, states=states
-            )
+            return await self.inner.list(query)
 
     async def check_connection(self) -> bool:
         """The store's answer (a down cache does not make the service unhealthy: fail-open)."""
@@ -292,7 +290,7 @@ class CachingStore(StoreDecorator):
                 for user_id in dict.fromkeys(getattr(m, "user_id", None) for m in batch):
                     await self._invalidate(user_id)
 
-    async def update(self, memory_id: str, user_id: str, changes: dict[str, Any]) -> Memory:
+    async def update(self, memory_id: str, user_id: str, changes: MemoryChanges) -> Memory:
         async with self._op():
             try:
                 return await self.inner.update(memory_id, user_id, changes)
@@ -306,12 +304,12 @@ class CachingStore(StoreDecorator):
             finally:
                 await self._invalidate(user_id)
 
-    async def forget_by_scope(self, user_id, project_id=None, types=None) -> int:
+    async def forget_by_scope(self, scope: MemoryScope) -> int:
         async with self._op():
             try:
-                return await self.inner.forget_by_scope(user_id, project_id=project_id, types=types)
+                return await self.inner.forget_by_scope(scope)
             finally:
-                await self._invalidate(user_id)
+                await self._invalidate(scope.user_id)
 
     async def close(self) -> None:
         """Refuse new calls, close the store (which refuses new work at once and drains its

@@ -73,7 +73,9 @@ from ..sanitize import MAX_CONTENT_BYTES, new_memory_id, require_user_id
 from ..types import (
     IMPORT_CREATED_VIA,
     WINDOW_CREATED_VIA,
+    ListQuery,
     Memory,
+    MemoryChanges,
     MemoryState,
     MemoryType,
     RetrieveOptions,
@@ -393,12 +395,12 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             await self.inner.store_many(new[i : i + WRITE_SLICE])
         now = self._now()
         for old_id, (new_id, by) in plan.supersede_stored.items():
-            await self.inner.update(old_id, user_id, _superseded_changes(new_id, now, by))
+            await self.inner.update(old_id, user_id, MemoryChanges(**_superseded_changes(new_id, now, by)))
         for old_id, (times, content, importance) in plan.reinforce_stored.items():
             changes: dict[str, Any] = {"importance": importance}
             if content is not None:
                 changes["content"] = content
-            await self.inner.update(old_id, user_id, changes)
+            await self.inner.update(old_id, user_id, MemoryChanges(**changes))
             for _ in range(times):
                 await self.inner.record_access([old_id], user_id)
 
@@ -535,7 +537,7 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         return (pending + stored)[: s.candidates]
 
     # ------------------------------------------------------------------ other writes
-    async def update(self, memory_id: str, user_id: str, changes: dict[str, Any]) -> Memory:
+    async def update(self, memory_id: str, user_id: str, changes: MemoryChanges) -> Memory:
         """``inner.update``, redacted and screened as a write is. New ``content`` is redacted
         first (``InvalidInput`` when redaction leaves nothing of it: a 400, the memory
         unchanged). Whenever the text or the state changes (``changes`` holds ``content`` or a
@@ -557,14 +559,14 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         # under the user's lock: the state screened is the state changed (a concurrent restore,
         # unmerge or write of the same memory waits)
         async with self._locks[user_id]:
-            if self.settings.screening and ("content" in changes or "state" in changes):
+            if self.settings.screening and (changes.content is not None or changes.state is not None):
                 current = await self.inner.get(memory_id, user_id)
-                state = MemoryState(changes.get("state", current.state))
-                content = changes.get("content", current.content)
-                if state != MemoryState.QUARANTINED and isinstance(content, str):
+                state = current.state if changes.state is None else changes.state
+                content = current.content if changes.content is None else changes.content
+                if state != MemoryState.QUARANTINED:
                     reason = await self._cpu.run(self._screening_reason, content, current.created_via)
                     if reason is not None:
-                        changes = {**changes, "state": MemoryState.QUARANTINED, "state_reason": reason}
+                        changes = changes.with_changes(state=MemoryState.QUARANTINED, state_reason=reason)
                         self._count("write_quarantined")
             return await self.inner.update(memory_id, user_id, changes)
 
@@ -573,7 +575,9 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         out: list[Memory] = []
         offset = 0
         while True:
-            page = await self.inner.list(user_id, limit=MAX_LIST_LIMIT, offset=offset, states=states)
+            page = await self.inner.list(
+                ListQuery(user_id=user_id, limit=MAX_LIST_LIMIT, offset=offset, states=tuple(states or ()))
+            )
             out.extend(page.memories)
             offset += page.rows
             if not page.rows or offset >= page.total:
@@ -602,7 +606,7 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             }  # fmt: skip
             if current.state != MemoryState.QUARANTINED:  # a release is the operator's decision
                 changes = await self._rescreened(current, changes, f"on restore from {current.state.value}")
-            return await self.inner.update(memory_id, user_id, changes)
+            return await self.inner.update(memory_id, user_id, MemoryChanges(**changes))
 
     async def _rescreened(self, memory: Memory, changes: dict[str, Any], when: str) -> dict[str, Any]:
         """``changes`` that make ``memory`` active, or, when its text is injection-shaped
@@ -658,7 +662,7 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
                     "on unmerge",
                 )
                 with contextlib.suppress(MemoryNotFound):
-                    originals.append(await self.inner.update(original.id, user_id, changes))
+                    originals.append(await self.inner.update(original.id, user_id, MemoryChanges(**changes)))
             if not originals:  # every one deleted behind this decorator meanwhile: keep the merged copy
                 raise StateConflict(f"the originals of memory {memory_id} are gone: the merged memory is kept")
             await self.inner.forget(memory_id, user_id)
@@ -744,8 +748,8 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             await self.inner.update(
                 m.id,
                 user_id,
-                {"state": MemoryState.CONSOLIDATED, "merged_into": merged.id,
-                 "state_reason": "consolidated: near-duplicate"},
+                MemoryChanges(state=MemoryState.CONSOLIDATED, merged_into=merged.id,
+                              state_reason="consolidated: near-duplicate"),
             )  # fmt: skip
         return merged
 

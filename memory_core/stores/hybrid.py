@@ -81,7 +81,18 @@ from ..retrieval.held_vectors import cosine, unit_vector
 from ..retrieval.lexical import BM25Corpus, tokenize
 from ..retrieval.timeparse import temporal_intent
 from ..sanitize import require_user_id
-from ..types import Memory, MemoryType, RetrieveOptions, ScoredMemory, as_float32, passes_floor, utcnow
+from ..types import (
+    ListQuery,
+    Memory,
+    MemoryChanges,
+    MemoryScope,
+    MemoryType,
+    RetrieveOptions,
+    ScoredMemory,
+    as_float32,
+    passes_floor,
+    utcnow,
+)
 from .base import MAX_LIST_LIMIT, MAX_RETRIEVE_LIMIT, StoreDecorator
 from .user_index import Timeline, UserIndex, UserIndexes, content_key
 
@@ -334,7 +345,7 @@ class HybridStore(StoreDecorator):
         queued meanwhile, and hold it."""
         offset = 0
         while True:
-            page = await self.inner.list(user_id, limit=MAX_LIST_LIMIT, offset=offset)
+            page = await self.inner.list(ListQuery(user_id=user_id, limit=MAX_LIST_LIMIT, offset=offset))
             for m in page.memories:
                 if m.user_id == user_id:
                     ui.put(m, self._represents(m.content))
@@ -361,7 +372,7 @@ class HybridStore(StoreDecorator):
             self._apply(memory.user_id, "add", memory)
         return stored
 
-    async def update(self, memory_id: str, user_id: str, changes: dict[str, Any]) -> Memory:
+    async def update(self, memory_id: str, user_id: str, changes: MemoryChanges) -> Memory:
         updated = await self.inner.update(memory_id, user_id, changes)
         self._apply(user_id, "add", updated)
         return updated
@@ -372,11 +383,11 @@ class HybridStore(StoreDecorator):
         finally:
             self._apply(user_id, "remove", memory_id)
 
-    async def forget_by_scope(self, user_id, project_id=None, types=None) -> int:
+    async def forget_by_scope(self, scope: MemoryScope) -> int:
         try:
-            return await self.inner.forget_by_scope(user_id, project_id=project_id, types=types)
+            return await self.inner.forget_by_scope(scope)
         finally:
-            self._apply(user_id, "scope", (project_id, _types_or_none(types)))
+            self._apply(scope.user_id, "scope", (scope.project_id, _types_or_none(scope.types)))
 
     # ------------------------------------------------------------------ reads of a loaded user
     def _served(self, user_id: str) -> UserIndex | None:

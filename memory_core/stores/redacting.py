@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from ..config import RedactionSettings
 from ..errors import StoreClosed
 from ..redaction import Redactor, redact_changes, redact_memories, withheld
-from ..types import Memory, WriteOutcome, WriteResult
+from ..types import Memory, MemoryChanges, WriteOutcome, WriteResult
 from .base import StoreDecorator
 
 
@@ -68,7 +67,7 @@ class RedactingStore(StoreDecorator, passthrough_writes=True):
         """See ``MemoryStore.store_many``."""
         return [r.memory for r in await self.write(memories)]
 
-    async def update(self, memory_id: str, user_id: str, changes: dict[str, Any]) -> Memory:
+    async def update(self, memory_id: str, user_id: str, changes: MemoryChanges) -> Memory:
         """``inner.update`` with new ``content`` redacted (``redaction.redact_changes``)."""
         if self.closed:
             raise StoreClosed(f"{self.name} store is closed")

@@ -108,3 +108,55 @@ def test_a_shard_asks_for_a_sliver_of_the_pools_custom_resources_and_none_of_ray
     assert shard_resources(assigned) == {"memory_router_cpu": SHARD_RESOURCE_SLIVER}
     assert shard_resources({"CPU": 1.0}) == {}  # one machine, no custom resource: nothing to follow
     assert 0 < SHARD_RESOURCE_SLIVER < 0.01
+
+
+async def test_the_shard_and_the_client_take_the_typed_values_and_hand_them_over_as_they_are():
+    """``StoreShard`` and ``StorePoolClient`` are copies of the contract too: ``list``,
+    ``forget_by_scope`` and ``update`` take ``ListQuery``/``MemoryScope``/``MemoryChanges``, and
+    the client sends that very value (it pickles) to the shard of its user."""
+    from deployments.store_pool import StorePoolClient, StoreShard
+    from memory_core.stores.sharding import shard_for
+    from memory_core.types import ListQuery, ListResult, MemoryChanges, MemoryScope
+    from tests.memory_core.stores.test_contract_types import TYPED, contract_params
+
+    shard_class = StoreShard.__ray_metadata__.modified_class  # the class behind Ray's actor wrapper
+    for kind in (shard_class, StorePoolClient):
+        assert {name: contract_params(getattr(kind, name)) for name in TYPED} == TYPED, kind
+
+    calls = []
+
+    class Method:
+        def __init__(self, index, name):
+            self.index, self.name = index, name
+
+        async def remote(self, *args, request_id):
+            calls.append((self.index, self.name, args))
+            return {"list": ListResult(memories=[], total=0), "forget_by_scope": 0}.get(self.name)
+
+    class Shard:
+        def __init__(self, index):
+            for name in TYPED:
+                setattr(self, name, Method(index, name))
+
+    shards = [Shard(i) for i in range(4)]
+
+    class ShardHandles:
+        async def remote(self):
+            return shards
+
+    class Handle:
+        shard_handles = ShardHandles()
+
+    client = StorePoolClient(Handle())
+    query = ListQuery(user_id="alice", project_id="atlas", limit=3)
+    scope = MemoryScope(user_id="bob", types=["episodic"])
+    changes = MemoryChanges(project_id=None)
+    await client.list(query)
+    await client.forget_by_scope(scope)
+    await client.update("0" * 32, "carol", changes)
+    assert calls == [
+        (shard_for("alice", 4), "list", (query,)),
+        (shard_for("bob", 4), "forget_by_scope", (scope,)),
+        (shard_for("carol", 4), "update", ("0" * 32, "carol", changes)),
+    ]
+    assert calls[0][2][0] is query and calls[2][2][2].as_dict() == {"project_id": None}

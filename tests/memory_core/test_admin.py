@@ -13,7 +13,7 @@ from memory_core.admin import ADMIN_CONCURRENCY, MAX_USERS_PAGE, service_stats, 
 from memory_core.errors import InvalidInput
 from memory_core.stores import InMemoryStore
 from memory_core.testing.fake_embed import DIM, CountingEmbed
-from memory_core.types import EVERYONE, Memory, MemoryState, MemoryType
+from memory_core.types import EVERYONE, Memory, MemoryChanges, MemoryState, MemoryType
 
 
 class CallCounter:
@@ -57,7 +57,7 @@ async def seeded(tmp_path, users: int) -> tuple[CallCounter, KeyRegistry]:
             Memory(user_id=f"user-{i:05d}", content=f"I went hiking on day {i}", type=MemoryType.EPISODIC)
         )
     old = await store.store(Memory(user_id="user-00000", content="my locker code was 1"))
-    await store.update(old.id, "user-00000", {"state": MemoryState.SUPERSEDED})
+    await store.update(old.id, "user-00000", MemoryChanges(state=MemoryState.SUPERSEDED))
     registry.create("user-00001", "user")
     registry.create("admin", "admin")  # a key's user is a user seen
     return CallCounter(store), registry

@@ -10,7 +10,7 @@ from memory_core.migration import export_user, import_lines
 from memory_core.sanitize import is_scoped_to, scoped_memory_id
 from memory_core.stores import InMemoryStore
 from memory_core.testing.fake_embed import DIM, CountingEmbed
-from memory_core.types import Memory
+from memory_core.types import ListQuery, Memory
 
 LEGACY = "0123456789abcdef0123456789abcdef"  # an id from before owner tags (plain hex)
 
@@ -58,18 +58,18 @@ async def test_the_answer_is_identical_whether_or_not_another_user_holds_the_id(
     assert report_held.imported == 3 and report_held.failed == []
     assert [(r.line, r.id) for r in report_held.renamed] == [(1, victim_id), (2, LEGACY)]
     assert all(is_scoped_to(r.new_id, "attacker") for r in report_held.renamed)
-    stored_held = sorted((m.id, m.content) for m in (await held.list("attacker")).memories)
-    stored_empty = sorted((m.id, m.content) for m in (await empty.list("attacker")).memories)
+    stored_held = sorted((m.id, m.content) for m in (await held.list(ListQuery(user_id="attacker"))).memories)
+    stored_empty = sorted((m.id, m.content) for m in (await empty.list(ListQuery(user_id="attacker"))).memories)
     assert stored_held == stored_empty
     # the victim's memories are untouched
-    assert {m.id for m in (await held.list("victim")).memories} == {victim_id, LEGACY}
+    assert {m.id for m in (await held.list(ListQuery(user_id="victim"))).memories} == {victim_id, LEGACY}
     assert (await held.get(victim_id, "victim")).content == f"victim's memory {victim_id}"
     # idempotent: importing again changes nothing, and says the same in both worlds
     again_held = await import_lines(held, lines, user_id="attacker")
     again_empty = await import_lines(empty, lines, user_id="attacker")
     assert again_held.model_dump() == again_empty.model_dump()
     assert again_held.imported == 0 and again_held.skipped_duplicates == 3
-    assert (await held.list("attacker")).total == 3
+    assert (await held.list(ListQuery(user_id="attacker"))).total == 3
 
 
 async def test_a_users_own_export_keeps_its_ids_when_reimported():
@@ -80,7 +80,7 @@ async def test_a_users_own_export_keeps_its_ids_when_reimported():
         await store.forget(m.id, "alice")
     report = await import_lines(store, exported, user_id="alice")
     assert report.imported == 3 and report.renamed == [] and report.failed == []
-    assert {m.id for m in (await store.list("alice")).memories} == {m.id for m in mine}
+    assert {m.id for m in (await store.list(ListQuery(user_id="alice"))).memories} == {m.id for m in mine}
     assert (await import_lines(store, exported, user_id="alice")).skipped_duplicates == 3
 
 

@@ -20,7 +20,7 @@ from memory_core.stores import InMemoryStore
 from memory_core.stores._records import from_ms, to_ms
 from memory_core.stores.base import to_millis
 from memory_core.testing.fake_embed import DIM, CountingEmbed
-from memory_core.types import Memory
+from memory_core.types import ListQuery, Memory, MemoryChanges
 
 MIN_UTC = datetime.min.replace(tzinfo=UTC)
 MAX_UTC = datetime.max.replace(tzinfo=UTC)
@@ -116,8 +116,8 @@ async def test_a_store_refuses_an_instant_outside_utc_in_every_field(field):
     if field in ("valid_to", "expires_at"):  # the updatable ones
         late = datetime(9999, 12, 31, 23, 59, tzinfo=timezone(-timedelta(hours=1)))
         with pytest.raises(InvalidInput, match=f"^{field}: "):
-            await store.update(kept.id, "alice", {field: late})
-    assert [m.id for m in (await store.list("alice")).memories] == [kept.id]
+            await store.update(kept.id, "alice", MemoryChanges(**{field: late}))
+    assert [m.id for m in (await store.list(ListQuery(user_id="alice"))).memories] == [kept.id]
     offset = datetime(2024, 5, 1, 12, tzinfo=timezone(timedelta(hours=5, minutes=30)))
     stored = await store.store(Memory(user_id="alice", content="y", **{field: offset}))
     assert getattr(stored, field) == offset and getattr(stored, field).tzinfo is UTC  # the same instant, in UTC

@@ -23,7 +23,7 @@ from memory_core.migration import (
 )
 from memory_core.sanitize import is_scoped_to, scoped_memory_id
 from memory_core.stores import InMemoryStore
-from memory_core.types import Memory, MemoryType
+from memory_core.types import ListQuery, Memory, MemoryType
 from tests.ids import tid
 
 
@@ -150,7 +150,7 @@ async def test_export_then_import_is_idempotent():
 
     again = await import_lines(dst, iter(lines), user_id="alice")
     assert again.imported == 0 and again.skipped_duplicates == 23 and again.failed == [] and again.renamed == []
-    stored = (await dst.list("alice", limit=100)).memories
+    stored = (await dst.list(ListQuery(user_id="alice", limit=100))).memories
     assert {m.id for m in stored} == {m.id for m in mems}
     by_id = {m.id: m for m in mems}
     for m in stored:
@@ -164,7 +164,7 @@ async def test_export_then_import_is_idempotent():
             orig.access_count,
         )
         assert m.embedding_identity == "identity-B" and len(m.embedding) == 16
-    assert (await dst.list("bob", limit=10)).total == 0
+    assert (await dst.list(ListQuery(user_id="bob", limit=10))).total == 0
 
 
 async def test_import_id_of_another_user_is_renamed_whether_or_not_it_is_held():
@@ -190,15 +190,17 @@ async def test_import_id_of_another_user_is_renamed_whether_or_not_it_is_held():
     ]
     for store in (held, empty):
         assert [(await store.get(i, "alice")).content for i in new_ids] == ["mine", "mine too"]
-        assert (await store.list("alice")).total == 2
+        assert (await store.list(ListQuery(user_id="alice"))).total == 2
     assert (await held.get(bobs.id, "bob")).content == "bob's"
     assert (await held.get(tid("shared"), "bob")).content == "bob's shared"
-    assert (await held.list("bob")).total == 2
+    assert (await held.list(ListQuery(user_id="bob"))).total == 2
     # re-importing changes nothing and says the same thing again
     again = await import_lines(held, lines, user_id="alice")
     assert again.imported == 0 and again.skipped_duplicates == 2 and again.failed == []
     assert again.renamed == report.renamed
-    assert (await held.list("alice")).total == 2 and (await held.list("bob")).total == 2
+    assert (await held.list(ListQuery(user_id="alice"))).total == 2 and (
+        await held.list(ListQuery(user_id="bob"))
+    ).total == 2
 
 
 # ---------------------------------------------------------------- migration
@@ -206,7 +208,7 @@ async def test_migrate_reembeds_everything_and_is_rerunnable():
     src = old_store()
     alice = await _fill(src, "alice", 1200)  # more than one page
     bob = await _fill(src, "bob", 7)
-    before = {m.id: m.model_dump() for m in (await src.list("alice", limit=1000)).memories}
+    before = {m.id: m.model_dump() for m in (await src.list(ListQuery(user_id="alice", limit=1000))).memories}
 
     calls: list[int] = []
     new_embed = fake_embed(16, calls)
@@ -229,8 +231,8 @@ async def test_migrate_reembeds_everything_and_is_rerunnable():
         assert np.allclose(got.embedding, new_embed.vec(m.content))
 
     # the old store is untouched
-    after = {m.id: m.model_dump() for m in (await src.list("alice", limit=1000)).memories}
-    assert after == before and (await src.list("alice", limit=1)).total == 1200
+    after = {m.id: m.model_dump() for m in (await src.list(ListQuery(user_id="alice", limit=1000))).memories}
+    assert after == before and (await src.list(ListQuery(user_id="alice", limit=1))).total == 1200
 
     # rerun: nothing re-embedded, everything skipped
     calls.clear()
@@ -246,7 +248,7 @@ async def test_migrate_resumes_after_partial_run():
         await dst.store(m.model_copy(update={"embedding": None, "embedding_identity": None}))
     report = await migrate(src, dst, ["carol"])
     assert report.users[0].migrated == 18 and report.users[0].skipped_existing == 12
-    assert (await dst.list("carol", limit=1)).total == 30
+    assert (await dst.list(ListQuery(user_id="carol", limit=1))).total == 30
 
 
 async def test_migrate_count_check_fails_when_target_has_extra():
@@ -311,7 +313,7 @@ async def test_migrate_between_milvus_lite_collections(tmp_path):
         assert again.migrated == 0 and again.skipped_existing == 17
         got = await dst.get(mems[3].id, "alice")
         assert got.content == mems[3].content and np.allclose(got.embedding, new_embed.vec(mems[3].content), atol=1e-5)
-        assert (await src.list("alice", limit=1)).total == 15
+        assert (await src.list(ListQuery(user_id="alice", limit=1))).total == 15
     finally:
         await src.close()
         await dst.close()

@@ -17,7 +17,7 @@ from memory_core.errors import InvalidInput
 from memory_core.redaction import KINDS, MASK, Redactor, detect, sentence_spans
 from memory_core.stores import make_store
 from memory_core.stores.curating import CuratingStore
-from memory_core.types import WINDOW_CREATED_VIA, Memory, MemoryState, WriteOutcome
+from memory_core.types import WINDOW_CREATED_VIA, ListQuery, Memory, MemoryChanges, MemoryState, WriteOutcome
 
 AWS_ID = "AKIAIOSFODNN7EXAMPLE"  # AWS's documented example key id
 ALL = {kind: "mask" for kind in KINDS}
@@ -200,7 +200,7 @@ async def test_no_stored_memory_holds_a_detected_secret(policy):
     rows = load("all")
     for i, row in enumerate(rows):
         await store.write([Memory(user_id="alice", content=row["text"], metadata={"line": i})])
-    stored = (await store.list("alice", limit=1000, states=list(MemoryState))).memories
+    stored = (await store.list(ListQuery(user_id="alice", limit=1000, states=list(MemoryState)))).memories
     assert stored, "the ordinary facts are stored"
     for memory in stored:
         assert detect(memory.content) == [], memory.content
@@ -224,7 +224,7 @@ async def test_a_dropped_memory_is_not_stored_and_reported_without_its_content()
     assert [r.outcome for r in results] == [WriteOutcome.DROPPED, WriteOutcome.CREATED]
     assert results[0].memory.content == "[redacted]" and AWS_ID not in results[0].memory.model_dump_json()
     assert results[1].memory.content == "I live in Boston."
-    page = await store.list("alice")
+    page = await store.list(ListQuery(user_id="alice"))
     assert [m.content for m in page.memories] == ["I live in Boston."]
     (held,) = await store.get_many([results[1].memory.id], "alice")
     assert held.embedding is not None and list(held.embedding) == pytest.approx(_vector("I live in Boston."))
@@ -239,7 +239,7 @@ async def test_an_import_line_that_redaction_drops_is_reported_failed_not_import
     report = await import_lines(store, lines, user_id="alice")
     assert report.imported == 1 and report.skipped_duplicates == 0
     assert [(f.line, f.error) for f in report.failed] == [(1, DROPPED_LINE)]
-    assert [m.content for m in (await store.list("alice")).memories] == ["I live in Boston."]
+    assert [m.content for m in (await store.list(ListQuery(user_id="alice"))).memories] == ["I live in Boston."]
 
 
 async def test_a_window_memory_is_redacted():
@@ -253,10 +253,10 @@ async def test_patched_content_is_redacted_or_refused():
     events: list[str] = []
     store = _store(events)
     (written,) = await store.write([Memory(user_id="alice", content="I live in Boston.")])
-    updated = await store.update(written.memory.id, "alice", {"content": f"I live in Boston. Key {AWS_ID}."})
+    updated = await store.update(written.memory.id, "alice", MemoryChanges(content=f"I live in Boston. Key {AWS_ID}."))
     assert updated.content == "I live in Boston."
     with pytest.raises(InvalidInput):
-        await store.update(written.memory.id, "alice", {"content": "the wifi password is hunter2"})
+        await store.update(written.memory.id, "alice", MemoryChanges(content="the wifi password is hunter2"))
     assert (await store.get(written.memory.id, "alice")).content == "I live in Boston."
 
 
@@ -274,7 +274,7 @@ async def test_without_curation_writes_are_redacted_too():
         ]
     )
     assert [r.outcome for r in results] == [WriteOutcome.DROPPED, WriteOutcome.CREATED]
-    assert [m.content for m in (await store.list("alice")).memories] == ["I live in Boston."]
+    assert [m.content for m in (await store.list(ListQuery(user_id="alice"))).memories] == ["I live in Boston."]
     with pytest.raises(InvalidInput):
-        await store.update(results[1].memory.id, "alice", {"content": f"key {AWS_ID}"})
+        await store.update(results[1].memory.id, "alice", MemoryChanges(content=f"key {AWS_ID}"))
     assert events.count("redaction:credentials:drop") == 2 and "redaction:card_number:drop" in events

@@ -24,7 +24,7 @@ from memory_core.migration import MigrationError, check_export_end, open_export
 from memory_core.stores import InMemoryStore
 from memory_core.testing.fake_embed import DIM, CountingEmbed
 from memory_core.testing.net import free_port
-from memory_core.types import Memory
+from memory_core.types import ListQuery, Memory
 
 PAGE = 2
 
@@ -37,10 +37,10 @@ class FailingStore:
         self.inner = InMemoryStore(embed=CountingEmbed(), dimension=DIM)
         self.fail_at = fail_at
 
-    async def list(self, user_id, types=None, project_id=None, limit=50, offset=0, states=None):
-        if self.fail_at is not None and offset // PAGE + 1 >= self.fail_at:
+    async def list(self, query: ListQuery):
+        if self.fail_at is not None and query.offset // PAGE + 1 >= self.fail_at:
             raise StoreUnavailable("milvus store unavailable: the shard is restarting")
-        return await self.inner.list(user_id, types=types, project_id=project_id, limit=limit, offset=offset)
+        return await self.inner.list(query)
 
 
 def app_of(store: FailingStore) -> FastAPI:

@@ -19,7 +19,7 @@ from memory_core.errors import StoreUnavailable
 from memory_core.sanitize import RequestContext
 from memory_core.stores import InMemoryStore
 from memory_core.testing.fake_embed import DIM, CountingEmbed
-from memory_core.types import Memory, MemoryType
+from memory_core.types import ListQuery, Memory, MemoryType
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 CONFIG = {
@@ -148,7 +148,7 @@ async def test_skip_reasons_are_counted_and_the_body_is_unchanged(store, request
     assert [name for name, _ in metrics.counts] == ["memory_skipped"]
     assert metrics.counts[0][1]["reason"] == reason
     remembered = await pipeline(store).remember(prepared, {"choices": [{"message": {"content": "ok"}}]})
-    assert remembered == [] and (await store.list("alice")).total == 1
+    assert remembered == [] and (await store.list(ListQuery(user_id="alice"))).total == 1
 
 
 async def test_remember_stores_the_statements_with_provenance_and_without_the_block(store):
@@ -179,7 +179,7 @@ async def test_a_question_alone_is_not_stored_and_the_skip_is_counted(store):
     prepared = await p.prepare(body("What is my locker code?"), ctx())
     assert await p.remember(prepared, {"choices": [{"message": {"content": "I don't know."}}]}) == []
     assert ("memory_extraction", {"outcome": "skipped_question", "decision": "default"}) in metrics.counts
-    assert (await store.list("alice")).total == 0
+    assert (await store.list(ListQuery(user_id="alice"))).total == 0
 
 
 async def test_store_failures_never_fail_the_chat():

@@ -19,7 +19,7 @@ from memory_core.sanitize import RequestContext
 from memory_core.stores.curating import CuratingStore
 from memory_core.stores.hybrid import HybridStore
 from memory_core.stores.inmemory import InMemoryStore
-from memory_core.types import Memory, MemoryState, MemoryType
+from memory_core.types import ListQuery, Memory, MemoryState, MemoryType
 
 
 def completion(text: str) -> dict:
@@ -145,7 +145,7 @@ async def test_no_opinion_keeps_the_rules_and_events_never_ask(embed):
     store = curated(embed, model)
     await store.write([Memory(user_id="u", content=OLD)])
     await store.write([Memory(user_id="u", content=NEW)])
-    assert (await store.list("u", states=[MemoryState.ACTIVE])).total == 2
+    assert (await store.list(ListQuery(user_id="u", states=[MemoryState.ACTIVE]))).total == 2
     calls = len(model.bodies)
     await store.write([Memory(user_id="u", content="Yesterday I went to a jazz concert.", type=MemoryType.EPISODIC)])
     assert len(model.bodies) == calls
@@ -261,5 +261,5 @@ async def test_the_write_limit_counts_every_memory_a_turn_stores_and_refuses_a_t
     assert len(await _turn(pipeline, "peanuts, Zanzibar, French")) == 3
     assert asked == [("alice", 3)]
     assert await _turn(pipeline, "the same again") == []  # 3 more do not fit in the 1 left
-    assert asked[-1] == ("alice", 3) and (await store.list("alice")).total == 3
+    assert asked[-1] == ("alice", 3) and (await store.list(ListQuery(user_id="alice"))).total == 3
     assert ("memory_extraction", {"outcome": "skipped_rate_limited", "decision": "default"}) in metrics.counts

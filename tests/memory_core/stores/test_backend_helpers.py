@@ -11,7 +11,7 @@ from memory_core.errors import StoreUnavailable
 from memory_core.stores.milvus import MilvusStore, _filter, milvus_literal
 from memory_core.stores.qdrant import point_id, qdrant_filter
 from memory_core.stores.valkey import ValkeyStore, _query_filter, tag_escape, tag_value
-from memory_core.types import MemoryType
+from memory_core.types import ListQuery, MemoryType
 
 
 def _unescape_milvus(literal: str) -> str:
@@ -185,7 +185,7 @@ async def test_backend_outage_is_store_unavailable_not_a_crash():
 
     store = Flaky(embed=None, dimension=4)
     with pytest.raises(StoreUnavailable, match="peer went away"):
-        await store.list("u")
+        await store.list(ListQuery(user_id="u"))
     await store.close()
 
 
@@ -195,7 +195,7 @@ async def test_valkey_unreachable_is_store_unavailable():
 
     store = ValkeyStore(url="valkey://127.0.0.1:1/0", prefix="x:", index="x", embed=None, dimension=4)
     with pytest.raises(StoreUnavailable):
-        await store.list("u")
+        await store.list(ListQuery(user_id="u"))
     await store.close()
 
 

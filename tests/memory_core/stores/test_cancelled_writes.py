@@ -13,7 +13,7 @@ from memory_core.config import MemoryStoreSettings
 from memory_core.stores.curating import WRITE_SLICE
 from memory_core.stores.factory import make_store
 from memory_core.testing.fake_embed import CountingEmbed
-from memory_core.types import Memory
+from memory_core.types import ListQuery, Memory
 
 N = 3 * WRITE_SLICE + 5
 
@@ -43,7 +43,7 @@ async def test_cancelled_while_planning_writes_nothing():
     with pytest.raises(asyncio.CancelledError):
         await task
     store.inner.retrieve = inner_retrieve
-    assert (await store.list("plan")).total == 0
+    assert (await store.list(ListQuery(user_id="plan"))).total == 0
 
 
 async def test_cancelled_while_committing_writes_the_whole_batch():
@@ -65,4 +65,4 @@ async def test_cancelled_while_committing_writes_the_whole_batch():
     with pytest.raises(asyncio.CancelledError):
         await task
     assert slices == [WRITE_SLICE, WRITE_SLICE, WRITE_SLICE, 5]  # bounded slices, all of them
-    assert (await store.list("commit", limit=500)).total == N
+    assert (await store.list(ListQuery(user_id="commit", limit=500))).total == N

@@ -43,7 +43,16 @@ from memory_core.sanitize import MAX_CONTENT_BYTES
 from memory_core.stores import make_store
 from memory_core.stores.base import StoreDecorator
 from memory_core.testing.fake_embed import DIM, CountingEmbed, fake_vector
-from memory_core.types import EVERYONE, Memory, MemoryState, MemoryType, RetrieveOptions
+from memory_core.types import (
+    EVERYONE,
+    ListQuery,
+    Memory,
+    MemoryChanges,
+    MemoryScope,
+    MemoryState,
+    MemoryType,
+    RetrieveOptions,
+)
 from tests.conftest import MILVUS_PASSWORD_ENV
 from tests.ids import tid, tname, tnames
 
@@ -219,7 +228,7 @@ async def test_created_before_1970_roundtrips(store):
     assert m.created_at == when
     got = await store.get(m.id, "alice")
     assert got.created_at == when and got.updated_at == when
-    assert [x.created_at for x in (await store.list("alice")).memories] == [when]
+    assert [x.created_at for x in (await store.list(ListQuery(user_id="alice"))).memories] == [when]
 
 
 async def test_required_fields(store):
@@ -241,7 +250,7 @@ async def test_required_fields(store):
             await store.store_many([mem("alice", "fine", id="ok-1"), Memory(id=bad_id, user_id="alice", content="x")])
     with pytest.raises(InvalidInput):
         await store.store(mem("alice", "x", embedding=[1.0, 0.0]))  # wrong dimension
-    assert (await store.list("alice")).total == 0
+    assert (await store.list(ListQuery(user_id="alice"))).total == 0
 
 
 async def test_duplicate_id_keeps_original(store):
@@ -366,7 +375,7 @@ async def test_touch_never_recreates_deleted(store):
     await store.forget(m.id, "alice")
     await raw(store)._touch({m.id: 1}, datetime.now(UTC))
     assert await store.get_many([m.id], "alice") == []
-    assert (await store.list("alice")).total == 0
+    assert (await store.list(ListQuery(user_id="alice"))).total == 0
     assert await store.retrieve(Q(user_id="alice", query="soon gone", threshold=-1)) == []
 
 
@@ -375,7 +384,7 @@ async def test_retrieve_racing_delete_never_recreates(store):
     tasks = [store.retrieve(Q(user_id="alice", query=f"racing memory {i}", limit=10, threshold=-1)) for i in range(5)]
     tasks += [store.forget(m.id, "alice") for m in ms]
     await asyncio.gather(*tasks)
-    assert (await store.list("alice")).total == 0
+    assert (await store.list(ListQuery(user_id="alice"))).total == 0
     assert await store.get_many([m.id for m in ms], "alice") == []
 
 
@@ -385,7 +394,7 @@ async def test_retrieve_racing_delete_never_recreates(store):
 async def test_update_reembeds_and_keeps_created_at(store, rig):
     m = await store.store(mem("alice", "I live in Lisbon", project_id="p"))
     await asyncio.sleep(0.005)
-    u = await store.update(m.id, "alice", {"content": "I moved to Osaka", "importance": 0.9})
+    u = await store.update(m.id, "alice", MemoryChanges(content="I moved to Osaka", importance=0.9))
     assert u.created_at == m.created_at and u.updated_at > m.updated_at
     assert u.embedding == pytest.approx(fake_vector("I moved to Osaka"), abs=1e-6)
     got = await store.get(m.id, "alice")
@@ -394,7 +403,7 @@ async def test_update_reembeds_and_keeps_created_at(store, rig):
     res = await store.retrieve(Q(user_id="alice", query="I moved to Osaka", limit=1, threshold=0.99))
     assert [r.memory.id for r in res] == [m.id]
     calls = rig.embed.calls
-    u2 = await store.update(m.id, "alice", {"type": "episodic", "project_id": None})
+    u2 = await store.update(m.id, "alice", MemoryChanges(type="episodic", project_id=None))
     assert rig.embed.calls == calls  # no re-embedding without a content change
     assert u2.type == MemoryType.EPISODIC and u2.embedding == pytest.approx(u.embedding, abs=1e-6)
     assert (await store.get(m.id, "alice")).project_id is None
@@ -403,13 +412,13 @@ async def test_update_reembeds_and_keeps_created_at(store, rig):
 async def test_update_errors(store):
     m = await store.store(mem("alice", "x"))
     with pytest.raises(MemoryNotFound):
-        await store.update(m.id, "bob", {"content": "hijack"})
+        await store.update(m.id, "bob", MemoryChanges(content="hijack"))
     with pytest.raises(MemoryNotFound):
-        await store.update(tid("missing"), "alice", {"content": "y"})
+        await store.update(tid("missing"), "alice", MemoryChanges(content="y"))
     with pytest.raises(MemoryNotFound):
-        await store.update("missing", "alice", {"content": "y"})  # malformed: never found
+        await store.update("missing", "alice", MemoryChanges(content="y"))  # malformed: never found
     with pytest.raises(InvalidInput):
-        await store.update(m.id, "alice", {"user_id": "bob"})
+        await store.update(m.id, "alice", MemoryChanges(user_id="bob"))
     assert (await store.get(m.id, "alice")).content == "x"
 
 
@@ -435,25 +444,25 @@ async def test_list_newest_first_tiebreak_exact_total(store):
             )
         )
     expected = [mid for _, mid in sorted(ids, reverse=True)]
-    page1 = await store.list("alice", limit=5)
-    page2 = await store.list("alice", limit=5, offset=5)
-    page3 = await store.list("alice", limit=5, offset=10)
+    page1 = await store.list(ListQuery(user_id="alice", limit=5))
+    page2 = await store.list(ListQuery(user_id="alice", limit=5, offset=5))
+    page3 = await store.list(ListQuery(user_id="alice", limit=5, offset=10))
     assert page1.total == page2.total == page3.total == 12
     assert tnames(m.id for m in page1.memories + page2.memories + page3.memories) == expected
-    beyond = await store.list("alice", limit=5, offset=50)
+    beyond = await store.list(ListQuery(user_id="alice", limit=5, offset=50))
     assert beyond.memories == [] and beyond.total == 12
-    proj = await store.list("alice", project_id="p", limit=100)
+    proj = await store.list(ListQuery(user_id="alice", project_id="p", limit=100))
     assert proj.total == 6 and tnames(m.id for m in proj.memories) == [i for i in expected if int(i[1:]) % 2]
-    epi = await store.list("alice", types=[MemoryType.EPISODIC], limit=100)
+    epi = await store.list(ListQuery(user_id="alice", types=[MemoryType.EPISODIC], limit=100))
     assert epi.total == 4 and all(m.type == MemoryType.EPISODIC for m in epi.memories)
-    both = await store.list("alice", types=[MemoryType.EPISODIC], project_id="p", limit=100)
+    both = await store.list(ListQuery(user_id="alice", types=[MemoryType.EPISODIC], project_id="p", limit=100))
     assert tnames(m.id for m in both.memories) == [i for i in expected if int(i[1:]) % 6 == 3]
     with pytest.raises(InvalidInput):
-        await store.list("alice", limit=0)
+        await store.list(ListQuery(user_id="alice", limit=0))
     with pytest.raises(InvalidInput):
-        await store.list("alice", offset=-1)
+        await store.list(ListQuery(user_id="alice", offset=-1))
     with pytest.raises(InvalidInput):
-        await store.list("")
+        await store.list(ListQuery(user_id=""))
 
 
 # ---------------------------------------------------------------------- forget
@@ -483,17 +492,19 @@ async def test_forget_by_scope(store):
         await store.store(mem("alice", f"atlas epi {i}", project_id="atlas", type=MemoryType.EPISODIC))
         await store.store(mem("alice", f"free {i}"))
         await store.store(mem("bob", f"bob atlas {i}", project_id="atlas", type=MemoryType.PROCEDURAL))
-    assert await store.forget_by_scope("alice", project_id="nope") == 0
-    assert await store.forget_by_scope("alice", project_id="atlas", types=[MemoryType.EPISODIC]) == 3
-    assert (await store.list("alice", limit=100)).total == 6
-    assert await store.forget_by_scope("alice", project_id="atlas") == 3
-    assert await store.forget_by_scope("alice", types=[MemoryType.SEMANTIC]) == 3
-    assert (await store.list("alice")).total == 0
-    assert (await store.list("bob")).total == 3
-    assert await store.forget_by_scope("alice") == 0
+    assert await store.forget_by_scope(MemoryScope(user_id="alice", project_id="nope")) == 0
+    assert (
+        await store.forget_by_scope(MemoryScope(user_id="alice", project_id="atlas", types=[MemoryType.EPISODIC])) == 3
+    )
+    assert (await store.list(ListQuery(user_id="alice", limit=100))).total == 6
+    assert await store.forget_by_scope(MemoryScope(user_id="alice", project_id="atlas")) == 3
+    assert await store.forget_by_scope(MemoryScope(user_id="alice", types=[MemoryType.SEMANTIC])) == 3
+    assert (await store.list(ListQuery(user_id="alice"))).total == 0
+    assert (await store.list(ListQuery(user_id="bob"))).total == 3
+    assert await store.forget_by_scope(MemoryScope(user_id="alice")) == 0
     with pytest.raises(InvalidInput):
-        await store.forget_by_scope("")
-    assert (await store.list("bob")).total == 3
+        await store.forget_by_scope(MemoryScope(user_id=""))
+    assert (await store.list(ListQuery(user_id="bob"))).total == 3
 
 
 async def test_counts_by_state_and_type_for_one_user_and_for_everyone(store):
@@ -503,7 +514,7 @@ async def test_counts_by_state_and_type_for_one_user_and_for_everyone(store):
     assert empty.total == 0 and set(empty.by_state) == set(MemoryState) and set(empty.by_type) == set(MemoryType)
     new = await store.store(mem("alice", "my locker code is 4817"))
     old = await store.store(mem("alice", "my locker code was 1234", type=MemoryType.PROCEDURAL, project_id="gym"))
-    await store.update(old.id, "alice", {"state": MemoryState.SUPERSEDED, "superseded_by": new.id})
+    await store.update(old.id, "alice", MemoryChanges(state=MemoryState.SUPERSEDED, superseded_by=new.id))
     for i in range(3):
         await store.store(mem("bob", f"bob went hiking on day {i}", type=MemoryType.EPISODIC))
     await store.store(mem('user with spaces, and "quotes"', "a tricky owner id's memory"))
@@ -540,7 +551,7 @@ async def test_two_users_never_cross(store):
     for user, mine, theirs in (("alice", a, b), ("bob", b, a)):
         res = await store.retrieve(Q(user_id=user, query="apple banana", limit=10, threshold=-1))
         assert [r.memory.id for r in res] == [mine.id]
-        lst = await store.list(user, project_id="p")
+        lst = await store.list(ListQuery(user_id=user, project_id="p"))
         assert [m.id for m in lst.memories] == [mine.id] and lst.total == 1
         with pytest.raises(MemoryNotFound):
             await store.get(theirs.id, user)
@@ -550,10 +561,10 @@ async def test_two_users_never_cross(store):
     # case variants are other users; whitespace variants are refused (never aliased)
     for other in ("Alice", "ALICE"):
         assert await store.retrieve(Q(user_id=other, query="apple", threshold=-1)) == []
-        assert (await store.list(other)).total == 0
+        assert (await store.list(ListQuery(user_id=other))).total == 0
     for padded in (" alice", "alice "):
         with pytest.raises(InvalidInput):
-            await store.list(padded)
+            await store.list(ListQuery(user_id=padded))
 
 
 async def test_concurrent_interleaved_writes_land_with_owners(store):
@@ -561,7 +572,7 @@ async def test_concurrent_interleaved_writes_land_with_owners(store):
     jobs = [store.store(mem(users[i % 2], f"note {i} from {users[i % 2]}", id=f"cw{i:03d}")) for i in range(100)]
     await asyncio.gather(*jobs)
     for u in users:
-        lst = await store.list(u, limit=1000)
+        lst = await store.list(ListQuery(user_id=u, limit=1000))
         assert lst.total == 50
         assert all(m.user_id == u and m.content.endswith(f"from {u}") for m in lst.memories)
         assert set(tnames(m.id for m in lst.memories)) == {f"cw{i:03d}" for i in range(100) if users[i % 2] == u}
@@ -593,7 +604,7 @@ async def test_padded_or_invisible_user_ids_are_refused(store):
         with pytest.raises(InvalidInput):
             await store.store(mem(uid, "x"))
         with pytest.raises(InvalidInput):
-            await store.list(uid)
+            await store.list(ListQuery(user_id=uid))
 
 
 async def test_injection_looking_user_ids_are_literal(store):
@@ -607,18 +618,20 @@ async def test_injection_looking_user_ids_are_literal(store):
         assert [r.memory.id for r in res] == [own[uid].id], uid
         res = await store.retrieve(Q(user_id="victim", query="secret alpha", project_id=uid, limit=50, threshold=-1))
         assert res == [], uid
-        lst = await store.list(uid, limit=100)
+        lst = await store.list(ListQuery(user_id=uid, limit=100))
         assert [m.id for m in lst.memories] == [own[uid].id] and lst.total == 1, uid
-        assert (await store.list("victim", project_id=uid)).total == 0
+        assert (await store.list(ListQuery(user_id="victim", project_id=uid))).total == 0
         with pytest.raises(MemoryNotFound):
             await store.get(victim.id, uid)
-        assert await store.forget_by_scope(uid, project_id="proj") == 0
-        assert await store.forget_by_scope("victim", project_id=uid) == 0
+        assert await store.forget_by_scope(MemoryScope(user_id=uid, project_id="proj")) == 0
+        assert await store.forget_by_scope(MemoryScope(user_id="victim", project_id=uid)) == 0
     for uid in INJECTION_IDS:
-        assert await store.forget_by_scope(uid) == 1, uid
+        assert await store.forget_by_scope(MemoryScope(user_id=uid)) == 1, uid
     assert (await store.get(victim.id, "victim")).content == "victim secret alpha"
     assert (await store.get(victim2.id, "a")).content == "victim a secret alpha"
-    assert (await store.list("victim")).total == 1 and (await store.list("a")).total == 1
+    assert (await store.list(ListQuery(user_id="victim"))).total == 1 and (
+        await store.list(ListQuery(user_id="a"))
+    ).total == 1
 
 
 # ---------------------------------------------------------------------- store_many
@@ -645,9 +658,9 @@ async def test_store_many_happy_path(store, rig):
         got = await store.get(m.id, "alice")
         assert got.content == m.content and got.created_at == m.created_at and got.project_id == m.project_id
         assert got.embedding == pytest.approx(m.embedding, abs=1e-6)
-    lst = await store.list("alice", limit=100)
+    lst = await store.list(ListQuery(user_id="alice", limit=100))
     assert lst.total == 3 and set(tnames(m.id for m in lst.memories)) == {"b1", "b2", "b3"}
-    assert tnames(m.id for m in (await store.list("alice", project_id="p")).memories) == ["b1"]
+    assert tnames(m.id for m in (await store.list(ListQuery(user_id="alice", project_id="p"))).memories) == ["b1"]
     res = await store.retrieve(Q(user_id="alice", query="walrus tusks", limit=10, threshold=-1))
     assert set(tnames(r.memory.id for r in res)) == {"b1", "b2", "b3"}
     res = await store.retrieve(Q(user_id="alice", query="batch three: puffin beaks", limit=1, threshold=0.99))
@@ -657,7 +670,7 @@ async def test_store_many_happy_path(store, rig):
     )
     assert tnames(r.memory.id for r in hyb) == ["b1"]
     assert await store.store_many([]) == []
-    assert (await store.list("alice", limit=100)).total == 3
+    assert (await store.list(ListQuery(user_id="alice", limit=100))).total == 3
 
 
 async def test_store_many_duplicate_inside_batch(store, rig):
@@ -665,7 +678,7 @@ async def test_store_many_duplicate_inside_batch(store, rig):
     with pytest.raises(DuplicateMemory, match=tid("same")):
         await store.store_many(batch)
     assert rig.embed.calls == 0  # refused before any embedding work
-    assert (await store.list("alice")).total == 0
+    assert (await store.list(ListQuery(user_id="alice"))).total == 0
     assert await store.get_many([tid("same"), tid("other")], "alice") == []
 
 
@@ -684,7 +697,7 @@ async def test_store_many_duplicate_of_existing_writes_nothing(store):
         with pytest.raises(DuplicateMemory, match=tid(taken)):
             await store.store_many(batch)
         assert await store.get_many([tid("fresh-1"), tid("fresh-2")], "alice") == []
-        assert (await store.list("alice", limit=100)).total == 1
+        assert (await store.list(ListQuery(user_id="alice", limit=100))).total == 1
     assert (await store.get(tid("taken-a"), "alice")).content == "original alice"
     assert (await store.get(tid("taken-b"), "bob")).content == "original bob"
     with pytest.raises(MemoryNotFound):
@@ -705,7 +718,9 @@ async def test_store_many_rejects_mixed_and_invalid(store, rig):
     with pytest.raises(InvalidInput, match="at most 1000"):
         await store.store_many([mem("alice", f"n{i}", embedding=unit(0)) for i in range(1001)])
     assert rig.embed.calls == 0
-    assert (await store.list("alice")).total == 0 and (await store.list("bob")).total == 0
+    assert (await store.list(ListQuery(user_id="alice"))).total == 0 and (
+        await store.list(ListQuery(user_id="bob"))
+    ).total == 0
 
 
 async def test_store_many_concurrent_batches_sharing_an_id(store):
@@ -724,7 +739,7 @@ async def test_store_many_concurrent_batches_sharing_an_id(store):
     assert len(winners) == 1, results
     assert all(isinstance(r, DuplicateMemory) for r in results if isinstance(r, BaseException))
     for u, result in zip(("alice", "bob", "carol"), results, strict=True):
-        total = (await store.list(u, limit=100)).total
+        total = (await store.list(ListQuery(user_id=u, limit=100))).total
         assert total == (0 if isinstance(result, BaseException) else (1 if u == "carol" else 6)), u
 
 
@@ -732,7 +747,7 @@ async def test_store_many_large_batch(store, rig):
     batch = [mem("alice", f"bulk memory number {i}", id=f"bulk-{i:04d}") for i in range(300)]
     out = await store.store_many(batch)
     assert len(out) == 300 and rig.embed.calls == 1
-    lst = await store.list("alice", limit=1000)
+    lst = await store.list(ListQuery(user_id="alice", limit=1000))
     assert lst.total == 300 and {m.id for m in lst.memories} == {m.id for m in batch}
     res = await store.retrieve(Q(user_id="alice", query="bulk memory number 123", limit=300, threshold=0.99))
     assert "bulk-0123" in tnames(r.memory.id for r in res)  # (32-d hashed test vectors collide)
@@ -769,7 +784,7 @@ async def test_hybrid_retrieve_follows_writes(store, rig):
     await store.forget(tid("h-a"), "alice")
     got = await store.retrieve(q("alice", "zebra", limit=10))
     assert set(tnames(r.memory.id for r in got)) == {"h-b", "h-c", "h-d"}
-    assert await store.forget_by_scope("alice", project_id="p2") == 1
+    assert await store.forget_by_scope(MemoryScope(user_id="alice", project_id="p2")) == 1
     got = await store.retrieve(q("alice", "walrus", limit=10))
     assert set(tnames(r.memory.id for r in got)) == {"h-b", "h-c"}
     if rig.hybrid:
@@ -801,7 +816,7 @@ async def test_unicode_roundtrip_byte_exact(store):
         got = await store.get(mid, "ユーザー🙂")
         assert got.content.encode("utf-8") == text.encode("utf-8")
         assert got.user_id == "ユーザー🙂"
-    lst = await store.list("ユーザー🙂", limit=100)
+    lst = await store.list(ListQuery(user_id="ユーザー🙂", limit=100))
     assert sorted(m.content for m in lst.memories) == sorted(UNICODE)
     res = await store.retrieve(Q(user_id="ユーザー🙂", query=UNICODE[1], limit=1, threshold=0.99))
     assert res[0].memory.content == UNICODE[1]
@@ -814,9 +829,9 @@ async def test_content_size_limit(store):
     with pytest.raises(InvalidInput):
         await store.store(mem("alice", big + "a"))
     with pytest.raises(InvalidInput):
-        await store.update(m.id, "alice", {"content": big + "é"})
+        await store.update(m.id, "alice", MemoryChanges(content=big + "é"))
     assert (await store.get(m.id, "alice")).content == big
-    assert (await store.list("alice")).total == 1
+    assert (await store.list(ListQuery(user_id="alice"))).total == 1
 
 
 # ---------------------------------------------------------------------- lifecycle
@@ -839,10 +854,10 @@ async def test_closed_store_refuses_everything(rig):
         lambda: store.get(m.id, "alice"),
         lambda: store.get_many([m.id], "alice"),
         lambda: store.get_many([], "alice"),
-        lambda: store.update(m.id, "alice", {"content": "changed"}),
-        lambda: store.list("alice"),
+        lambda: store.update(m.id, "alice", MemoryChanges(content="changed")),
+        lambda: store.list(ListQuery(user_id="alice")),
         lambda: store.forget(m.id, "alice"),
-        lambda: store.forget_by_scope("alice"),
+        lambda: store.forget_by_scope(MemoryScope(user_id="alice")),
         lambda: store.check_connection(),
         lambda: store.store_many([mem("alice", "after close, batched")]),
         lambda: store.store_many([]),
@@ -897,7 +912,7 @@ async def test_store_racing_close_never_writes_after_close(rig):
     assert gate_embed.calls >= 0
     if rig.persistent:
         reopened = rig.open()
-        lst = await reopened.list("alice", limit=100)
+        lst = await reopened.list(ListQuery(user_id="alice", limit=100))
         assert {m.id for m in lst.memories} == stored
     else:
         assert set(backend._rows) == stored
@@ -915,7 +930,7 @@ async def test_restart_persistence(rig):
     assert got.content == "persist me 永続" and got.access_count == 1 and got.created_at == m.created_at
     res = await again.retrieve(Q(user_id="alice", query="persist me", threshold=0.5))
     assert [r.memory.id for r in res] == [m.id]
-    assert (await again.list("alice", project_id="p")).total == 1
+    assert (await again.list(ListQuery(user_id="alice", project_id="p"))).total == 1
     await again.close()
     wrong = rig.open(dimension=DIM * 2)
     with pytest.raises(ConfigError, match="dimension|dimensional"):
@@ -963,9 +978,9 @@ async def test_delete_after_cached_read(rig):
     # update and forget_by_scope invalidate too
     n = await store.store(mem("alice", "llamas are great"))
     assert [r.memory.id for r in await store.retrieve(q)] == [n.id]
-    await store.update(n.id, "alice", {"content": "alpacas are greater"})
+    await store.update(n.id, "alice", MemoryChanges(content="alpacas are greater"))
     assert [r.memory.content for r in await store.retrieve(q)] == ["alpacas are greater"]
-    await store.forget_by_scope("alice")
+    await store.forget_by_scope(MemoryScope(user_id="alice"))
     assert await store.retrieve(q) == []
 
 

@@ -31,7 +31,7 @@ from memory_core.errors import DuplicateMemory, InvalidInput, MemoryNotFound
 from memory_core.stores import make_store
 from memory_core.stores.base import StoreDecorator
 from memory_core.testing.fake_embed import DIM, CountingEmbed
-from memory_core.types import Memory, MemoryType, RetrieveOptions
+from memory_core.types import ListQuery, Memory, MemoryChanges, MemoryScope, MemoryType, RetrieveOptions
 from tests.conftest import MILVUS_PASSWORD_ENV
 
 BACKENDS = ["inmemory", "milvus", "qdrant", "valkey"]
@@ -217,7 +217,7 @@ async def test_crafted_ids_and_scopes_never_reach_another_users_rows(stores):
     for bad in ids:
         for call in (
             store.get(bad, A),
-            store.update(bad, A, {"content": "overwritten by attacker"}),
+            store.update(bad, A, MemoryChanges(content="overwritten by attacker")),
             store.forget(bad, A),
         ):
             with pytest.raises(MemoryNotFound):
@@ -236,7 +236,7 @@ async def test_crafted_ids_and_scopes_never_reach_another_users_rows(stores):
         )
     returned.append(await store.get_many(ids, A))
     for scope in CRAFTED_SCOPES:
-        returned.append(await store.list(A, project_id=scope, limit=100))
+        returned.append(await store.list(ListQuery(user_id=A, project_id=scope, limit=100)))
         returned.append(
             await store.retrieve(
                 RetrieveOptions(user_id=A, query="gardens", project_id=scope, hybrid=True, limit=10, threshold=-1)
@@ -247,13 +247,13 @@ async def test_crafted_ids_and_scopes_never_reach_another_users_rows(stores):
                 RetrieveOptions(user_id=A, query="gardens", project_id=scope, hybrid=False, limit=10, threshold=-1)
             )
         )
-        assert await store.forget_by_scope(A, project_id=scope) == 0
-        assert await store.forget_by_scope(A, project_id=scope, types=[MemoryType.SEMANTIC]) == 0
+        assert await store.forget_by_scope(MemoryScope(user_id=A, project_id=scope)) == 0
+        assert await store.forget_by_scope(MemoryScope(user_id=A, project_id=scope, types=[MemoryType.SEMANTIC])) == 0
         mv = await store.store(Memory(user_id=A, content="attacker scoped note", project_id=scope))
         returned.append(mv)
-        assert (await store.list(A, project_id=scope)).total == 1
-        assert await store.forget_by_scope(A, project_id=scope) == 1
-    returned.append(await store.list(A, limit=1000))
+        assert (await store.list(ListQuery(user_id=A, project_id=scope))).total == 1
+        assert await store.forget_by_scope(MemoryScope(user_id=A, project_id=scope)) == 1
+    returned.append(await store.list(ListQuery(user_id=A, limit=1000)))
     returned.append(
         await store.retrieve(
             RetrieveOptions(user_id=A, query="victim secret gardens", hybrid=True, limit=50, threshold=-1)
@@ -261,7 +261,7 @@ async def test_crafted_ids_and_scopes_never_reach_another_users_rows(stores):
     )
     assert_none_of_victims(returned)
 
-    await store.forget_by_scope(A)  # everything of the caller, nothing of anyone else
+    await store.forget_by_scope(MemoryScope(user_id=A))  # everything of the caller, nothing of anyone else
     backend._flush_access_now.set()
     for _ in range(200):
         if not backend._access_pending:

@@ -13,7 +13,7 @@ from memory_core.errors import DuplicateMemory, InvalidInput, MemoryNotFound, St
 from memory_core.retrieval.lexical import tokenize
 from memory_core.stores import InMemoryStore
 from memory_core.stores.hybrid import HybridStore
-from memory_core.types import Memory, MemoryType, RetrieveOptions
+from memory_core.types import ListQuery, Memory, MemoryChanges, MemoryScope, MemoryType, RetrieveOptions
 from tests.ids import tid, tname, tnames
 
 DIM = 256
@@ -88,7 +88,7 @@ async def test_index_follows_store_update_forget(inner):
     await put(h, "a", "my zebra collection")
     await put(h, "b", "a quiet evening")
     assert "a" in ids(await h.retrieve(opts(query="zebra", threshold=0.01)))  # builds the index
-    await h.update(tid("a"), "u1", {"content": "my giraffe collection"})
+    await h.update(tid("a"), "u1", MemoryChanges(content="my giraffe collection"))
     assert h.index.search("u1", "zebra") == []
     assert found(h, "u1", "giraffe") == ["a"]
     await put(h, "c", "zebra stripes everywhere")  # added to the loaded index
@@ -106,9 +106,9 @@ async def test_forget_by_scope_removes_from_index(inner):
     await put(h, "p2", "garden roses", project_id="p2")
     await put(h, "e", "garden shed", type=MemoryType.EPISODIC)
     await h.retrieve(opts(query="garden"))
-    assert await h.forget_by_scope("u1", project_id="p1") == 1
+    assert await h.forget_by_scope(MemoryScope(user_id="u1", project_id="p1")) == 1
     assert set(found(h, "u1", "garden")) == {"p2", "e"}
-    assert await h.forget_by_scope("u1", types=[MemoryType.EPISODIC]) == 1
+    assert await h.forget_by_scope(MemoryScope(user_id="u1", types=[MemoryType.EPISODIC])) == 1
     assert set(found(h, "u1", "garden")) == {"p2"}
     assert ids(await h.retrieve(opts(query="garden"))) == ["p2"]
 
@@ -135,7 +135,7 @@ async def test_without_held_records_a_deleted_or_changed_memory_is_never_returne
     await inner.forget(tid("a"), "u1")
     assert "a" not in ids(await h.retrieve(opts(query="volcano lair")))
     assert h.index.search("u1", "volcano") == []
-    await inner.update(tid("c"), "u1", {"content": "charlie delta"})
+    await inner.update(tid("c"), "u1", MemoryChanges(**{"content": "charlie delta"}))
     got = await h.retrieve(opts(query="alpha"))
     assert got and got[0].memory.content == "charlie delta"
     assert h.index.search("u1", "alpha") == [] and found(h, "u1", "charlie") == ["c"]
@@ -387,11 +387,11 @@ async def test_only_returned_memories_get_access_counts(inner):
         await put(h, f"m{i}", f"otter fact {i}" + " otter" * i)
     got = await h.retrieve(opts(query="otter", limit=2))
     assert len(got) == 2 and all(r.memory.access_count == 1 for r in got)
-    stored = {m.id: m for m in (await inner.list("u1", limit=10)).memories}
+    stored = {m.id: m for m in (await inner.list(ListQuery(user_id="u1", limit=10))).memories}
     for mid, m in stored.items():
         assert m.access_count == (1 if tname(mid) in ids(got) else 0), tname(mid)
     await h.retrieve(opts(query="otter", limit=2), touch=False)
-    stored2 = {m.id: m.access_count for m in (await inner.list("u1", limit=10)).memories}
+    stored2 = {m.id: m.access_count for m in (await inner.list(ListQuery(user_id="u1", limit=10))).memories}
     assert stored2 == {mid: m.access_count for mid, m in stored.items()}
 
 
@@ -625,7 +625,7 @@ async def test_update_through_the_decorator_ranks_like_a_fresh_index(cache_vecto
     for mid, text in (("a", "harbour ferry times"), ("b", "ferry"), ("c", "train times")):
         await put(h, mid, text)
     await h.retrieve(opts(query="ferry"))
-    await h.update(tid("b"), "u1", {"content": "ferry times harbour schedule"})
+    await h.update(tid("b"), "u1", MemoryChanges(content="ferry times harbour schedule"))
     got = await h.retrieve(opts(query="harbour ferry times", limit=3))
     fresh = HybridStore(inner, **plain(candidate_pool=1, cache_vectors=False))  # built from the store
     want = await fresh.retrieve(opts(query="harbour ferry times", limit=3))
@@ -648,7 +648,7 @@ async def test_held_record_moved_to_another_project_or_owned_by_another_user_is_
     await put(h, "c", "volcano", project_id="p")
     await put(h, "x", "volcano lair map", user="u2", project_id="p")
     await h.retrieve(opts(query="volcano", project_id="p"))
-    await h.update(tid("b"), "u1", {"project_id": "q"})
+    await h.update(tid("b"), "u1", MemoryChanges(**{"project_id": "q"}))
     got = await h.retrieve(opts(query="volcano lair map", limit=3, project_id="p"))
     assert ids(got) == ["a", "c"]
     assert all(r.memory.user_id == "u1" and r.memory.project_id == "p" for r in got)
@@ -659,7 +659,7 @@ async def test_a_vector_hit_without_a_held_vector_gets_it_back_when_loaded():
     h = HybridStore(inner, **plain())
     await put(h, "a", "volcano lair")
     await h.retrieve(opts(query="volcano"))
-    await inner.update(tid("a"), "u1", {"content": "volcano lair map"})  # behind the decorator
+    await inner.update(tid("a"), "u1", MemoryChanges(**{"content": "volcano lair map"}))  # behind the decorator
     ui = h.index.ready("u1")
     (hit,) = await inner.retrieve(opts(query="volcano lair map", hybrid=False, limit=1))
     h._reconcile(ui, hit.memory)  # as a vector hit does: its record carries no vector

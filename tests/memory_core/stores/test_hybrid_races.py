@@ -7,6 +7,7 @@ import pytest
 
 from memory_core.stores import InMemoryStore
 from memory_core.stores.hybrid import HybridStore
+from memory_core.types import MemoryChanges
 from tests.ids import tid, tname
 from tests.memory_core.stores.test_hybrid import DIM, _turn, fake_embed, fake_vector, found, ids, opts, plain, put
 
@@ -81,7 +82,7 @@ async def _update_during_a_winner_read(**kw) -> HybridStore:
     inner.before.set()
     task = asyncio.ensure_future(h.retrieve(opts(query="volcano lair map", limit=1)))
     await asyncio.wait_for(inner.read.wait(), 3)  # the winner "a" was read with its old content
-    await h.update(tid("a"), "u1", {"content": "penguin colony"})  # through the decorator, done
+    await h.update(tid("a"), "u1", MemoryChanges(content="penguin colony"))  # through the decorator, done
     inner.after.set()
     await asyncio.wait_for(task, 3)
     return h

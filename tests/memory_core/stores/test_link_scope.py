@@ -37,7 +37,7 @@ from memory_core.errors import InvalidInput, MemoryNotFound, StateConflict
 from memory_core.stores import make_store
 from memory_core.stores.curating import MAX_CHAIN, CuratingStore
 from memory_core.testing.fake_embed import DIM
-from memory_core.types import Memory, MemoryState, MemoryType, RetrieveOptions, utcnow
+from memory_core.types import Memory, MemoryChanges, MemoryState, MemoryType, RetrieveOptions, utcnow
 from tests.memory_core.stores.test_conformance import BACKENDS, HYBRID_RIGS, Rig, raw, rig_id, unit
 
 RIGS = [(b, c, False) for b in BACKENDS for c in (False, True)] + [(b, c, True) for b, c in HYBRID_RIGS]
@@ -159,29 +159,29 @@ async def test_superseded_by_in_search_keeps_the_callers_scope(curated):
 
     # the case: the newer member of the chain moved to project q
     old, new = await supersede(s, u["proj"])
-    await s.update(new, u["proj"], {"project_id": "q"})
+    await s.update(new, u["proj"], MemoryChanges(project_id="q"))
     await cells.check("project: search in p not answered from q", lambda: search(s, u["proj"], project_id="p"), [])
     await cells.check("project: search in q (the match is in p)", lambda: search(s, u["proj"], project_id="q"), [])
     await cells.check("project: unscoped search follows", lambda: search(s, u["proj"]), [(new, old)])
 
     old, new = await supersede(s, u["noproj"])
-    await s.update(new, u["noproj"], {"project_id": None})
+    await s.update(new, u["noproj"], MemoryChanges(project_id=None))
     await cells.check("project: search in p not answered from no project",
                       lambda: search(s, u["noproj"], project_id="p"), [])  # fmt: skip
 
     old, new = await supersede(s, u["type"])
-    await s.update(new, u["type"], {"type": MemoryType.PROCEDURAL})
+    await s.update(new, u["type"], MemoryChanges(type=MemoryType.PROCEDURAL))
     await cells.check("type: semantic search not answered with a procedural memory",
                       lambda: search(s, u["type"], project_id="p", types=(MemoryType.SEMANTIC,)), [])  # fmt: skip
     await cells.check("type: no type asked follows", lambda: search(s, u["type"], project_id="p"), [(new, old)])
 
     old, new = await supersede(s, u["state"])
-    edited = await s.update(new, u["state"], {"content": INJECTION})  # screened: quarantined
+    edited = await s.update(new, u["state"], MemoryChanges(content=INJECTION))  # screened: quarantined
     assert edited.state == MemoryState.QUARANTINED
     await cells.check("state: never answered with a quarantined memory", lambda: search(s, u["state"]), [])
 
     old, new = await supersede(s, u["expiry"])
-    await s.update(new, u["expiry"], {"expires_at": utcnow() - timedelta(minutes=1)})
+    await s.update(new, u["expiry"], MemoryChanges(expires_at=utcnow() - timedelta(minutes=1)))
     await cells.check("expiry: never answered with an expired memory", lambda: search(s, u["expiry"]), [])
 
     old, new = await supersede(s, u["asked"])
@@ -247,22 +247,22 @@ async def test_merged_into_in_search_keeps_the_callers_scope(curated):
                       lambda: merged_hits(s, u["base"], project_id="p"), [(merged, True)])  # fmt: skip
 
     originals, merged = await consolidate(s, u["proj"])
-    await s.update(merged, u["proj"], {"project_id": "q"})
+    await s.update(merged, u["proj"], MemoryChanges(project_id="q"))
     await cells.check("project: search in p not answered from q", lambda: search(s, u["proj"], project_id="p"), [])
     await cells.check("project: unscoped search follows", lambda: merged_hits(s, u["proj"]), [(merged, True)])
 
     originals, merged = await consolidate(s, u["type"])
-    await s.update(merged, u["type"], {"type": MemoryType.EPISODIC})
+    await s.update(merged, u["type"], MemoryChanges(type=MemoryType.EPISODIC))
     await cells.check("type: semantic search not answered with an episodic memory",
                       lambda: search(s, u["type"], types=(MemoryType.SEMANTIC,)), [])  # fmt: skip
 
     originals, merged = await consolidate(s, u["state"])
-    edited = await s.update(merged, u["state"], {"content": INJECTION})
+    edited = await s.update(merged, u["state"], MemoryChanges(content=INJECTION))
     assert edited.state == MemoryState.QUARANTINED
     await cells.check("state: never answered with a quarantined memory", lambda: search(s, u["state"]), [])
 
     originals, merged = await consolidate(s, u["expiry"])
-    await s.update(merged, u["expiry"], {"expires_at": utcnow() - timedelta(minutes=1)})
+    await s.update(merged, u["expiry"], MemoryChanges(expires_at=utcnow() - timedelta(minutes=1)))
     await cells.check("expiry: never answered with an expired memory", lambda: search(s, u["expiry"]), [])
 
     others = Memory(user_id=u["other"], content=TWIN, project_id="p", embedding=AWAY)
@@ -282,7 +282,7 @@ async def test_history_lists_only_the_callers_memories(curated):
     u = users("alice", "bob", "moved")
 
     old, new = await supersede(s, u["moved"])
-    await s.update(new, u["moved"], {"project_id": "q"})
+    await s.update(new, u["moved"], MemoryChanges(project_id="q"))
     await cells.check("project: history is the owner's, across projects",
                       lambda: _ids(s.history(old, u["moved"])), sorted([old, new]))  # fmt: skip
     await cells.raises("user: another user's id", lambda: s.history(old, u["bob"]), MemoryNotFound)
@@ -354,7 +354,7 @@ async def test_unmerge_touches_only_the_callers_merged_originals(curated):
 
     # an original moved to another project while merged
     originals, merged = await consolidate(s, u["moved"])
-    await s.update(originals[0], u["moved"], {"project_id": "q"})
+    await s.update(originals[0], u["moved"], MemoryChanges(project_id="q"))
     await cells.raises("project: an original in another project", lambda: s.unmerge(merged, u["moved"], "p"),
                        InvalidInput)  # fmt: skip
     await cells.check("project: nothing changed by the refusal", lambda: state_of(s, originals[0], u["moved"]),
@@ -386,7 +386,7 @@ async def test_restore_stays_with_the_caller_and_ends_the_link(curated):
     u = users("alice", "bob", "merged")
 
     old, new = await supersede(s, u["alice"])
-    await s.update(new, u["alice"], {"project_id": "q"})
+    await s.update(new, u["alice"], MemoryChanges(project_id="q"))
     await cells.raises("user: another user restores it", lambda: s.restore(old, u["bob"]), MemoryNotFound)
     await cells.check("user: untouched", lambda: state_of(s, old, u["alice"]), ("superseded", "p"))
     await cells.check("link: before, a search in p answers nothing", lambda: search(s, u["alice"], project_id="p"), [])

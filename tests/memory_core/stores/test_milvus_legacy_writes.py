@@ -12,7 +12,7 @@ import pytest
 
 from memory_core.stores.milvus import MilvusStore
 from memory_core.testing.fake_embed import DIM, CountingEmbed
-from memory_core.types import Memory
+from memory_core.types import Memory, MemoryChanges
 
 
 class LegacyClient:
@@ -127,7 +127,7 @@ async def test_replacing_a_held_row_deletes_then_inserts(tmp_path):
     store, client = legacy_store(tmp_path)
     m = await store.store(Memory(user_id="u", content="before"))
     client.events.clear()
-    await store.update(m.id, "u", {"content": "after"})
+    await store.update(m.id, "u", MemoryChanges(content="after"))
     assert ids_held(client) == [m.id]
     assert [r["content"] for r in client.rows] == ["after"]
     assert [e for e in client.events if e.startswith(("delete", "insert"))] == ["delete:1", "insert:1"]

@@ -8,7 +8,7 @@ from memory_core.config import MemoryStoreSettings
 from memory_core.stores import InMemoryStore
 from memory_core.stores.hybrid import HybridStore
 from memory_core.testing.fake_embed import DIM, CountingEmbed
-from memory_core.types import Memory, RetrieveOptions
+from memory_core.types import Memory, MemoryChanges, RetrieveOptions
 from tests.ids import tid
 
 
@@ -19,7 +19,7 @@ async def test_queries_use_embed_query_and_documents_use_embed(hybrid):
     if hybrid:
         store = HybridStore(store)
     await store.store(Memory(id=tid("a"), user_id="u", content="the spare key hangs behind the blue door"))
-    await store.update(tid("a"), "u", {"content": "the spare key hangs behind the red door"})
+    await store.update(tid("a"), "u", MemoryChanges(content="the spare key hangs behind the red door"))
     assert (documents.calls, queries.calls) == (2, 0)
     (hit,) = await store.retrieve(RetrieveOptions(user_id="u", query="spare key door", hybrid=hybrid))
     assert hit.memory.id == tid("a")

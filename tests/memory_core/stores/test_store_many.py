@@ -16,7 +16,7 @@ from memory_core.stores.base import WRITE_METHODS, MemoryStore, StoreDecorator
 from memory_core.stores.cache import CachingStore
 from memory_core.stores.hybrid import HybridStore
 from memory_core.testing.fake_embed import DIM, CountingEmbed
-from memory_core.types import Memory
+from memory_core.types import ListQuery, Memory, MemoryScope
 from tests.ids import tid, tnames
 
 # public contract methods that do not change which memories exist or what they contain
@@ -112,7 +112,7 @@ async def test_no_embedder_refuses_batch_without_vectors():
     s = InMemoryStore(embed=None, dimension=DIM)
     with pytest.raises(InvalidInput, match="embedder"):
         await s.store_many([mem("u", "needs a vector")])
-    assert (await s.list("u")).total == 0
+    assert (await s.list(ListQuery(user_id="u"))).total == 0
     await s.close()
 
 
@@ -150,8 +150,8 @@ def test_decorator_missing_a_write_override_is_refused():
             async def forget(self, memory_id, user_id):
                 await self.inner.forget(memory_id, user_id)
 
-            async def forget_by_scope(self, user_id, project_id=None, types=None):
-                return await self.inner.forget_by_scope(user_id, project_id=project_id, types=types)
+            async def forget_by_scope(self, scope):
+                return await self.inner.forget_by_scope(scope)
 
     class Passthrough(StoreDecorator, passthrough_writes=True):
         pass
@@ -195,12 +195,12 @@ async def test_valkey_insert_many_is_all_or_nothing(valkey_server):
             await s._insert_many(batch)  # what a racing writer would meet
         assert tnames(m.id for m in await s.get_many([tid("v1"), tid("v2"), tid("v3")], "u")) == ["v2"]
         assert (await s.get(tid("v2"), "u")).content == first.content
-        assert (await s.list("u")).total == 1
+        assert (await s.list(ListQuery(user_id="u"))).total == 1
         fresh = [s._normalise(m) for m in (b.model_copy(update={"id": tid(f"w{i}")}) for i, b in enumerate(batch))]
         await s._insert_many(fresh)
-        lst = await s.list("u", limit=10)
+        lst = await s.list(ListQuery(user_id="u", limit=10))
         assert lst.total == 4 and set(tnames(m.id for m in lst.memories)) == {"v2", "w0", "w1", "w2"}
         assert (await s.get(tid("w1"), "u")).content == "two"
     finally:
-        await s.forget_by_scope("u")
+        await s.forget_by_scope(MemoryScope(user_id="u"))
         await s.close()

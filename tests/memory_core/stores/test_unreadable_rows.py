@@ -17,7 +17,7 @@ import pytest
 from memory_core.errors import MemoryNotFound
 from memory_core.migration import export_user
 from memory_core.stores import _records
-from memory_core.types import Memory, MemoryState
+from memory_core.types import ListQuery, Memory, MemoryScope, MemoryState
 from tests.ids import tid
 from tests.memory_core.stores.test_conformance import Q, mem, raw, rig  # noqa: F401 (rig: a fixture)
 
@@ -51,14 +51,14 @@ async def test_reads_survive_an_unreadable_row_which_stays_deletable(rig):  # no
     second = await _odd(store, "odd-accessed", "my favourite tea is odder still", last_accessed=AFTER_YEAR_9999)
     odd = {first, second}
 
-    page = await store.list("alice")
+    page = await store.list(ListQuery(user_id="alice"))
     assert page.total == 4 and {m.id for m in page.memories} == {m.id for m in good}
     assert set(page.unreadable) == odd
     assert _records.UNREADABLE_ROWS[raw(store).name] > skipped  # counted
     # a pager that advances by ``rows`` sees every row once, readable or not
     seen, unreadable, offset = [], [], 0
     while True:
-        one = await store.list("alice", limit=1, offset=offset)
+        one = await store.list(ListQuery(user_id="alice", limit=1, offset=offset))
         seen += [m.id for m in one.memories]
         unreadable += one.unreadable
         offset += one.rows
@@ -66,7 +66,7 @@ async def test_reads_survive_an_unreadable_row_which_stays_deletable(rig):  # no
             break
     assert sorted(seen) == sorted(m.id for m in good) and set(unreadable) == odd
     # the admin views count memories with ``list(limit=1)``: they still answer, counting them
-    assert (await store.list("alice", limit=1, states=[MemoryState.ACTIVE])).total == 4
+    assert (await store.list(ListQuery(user_id="alice", limit=1, states=[MemoryState.ACTIVE]))).total == 4
 
     hits = await store.retrieve(Q(user_id="alice", query="my favourite tea", threshold=-1, limit=10))
     assert {h.memory.id for h in hits} == {m.id for m in good}
@@ -82,11 +82,11 @@ async def test_reads_survive_an_unreadable_row_which_stays_deletable(rig):  # no
     with pytest.raises(MemoryNotFound):  # another user cannot delete it
         await store.forget(first, "bob")
     await store.forget(first, "alice")  # by id
-    page = await store.list("alice")
+    page = await store.list(ListQuery(user_id="alice"))
     assert page.total == 3 and page.unreadable == [second]
-    assert await store.forget_by_scope("alice") == 3  # by scope
-    assert (await store.list("alice")).total == 0
-    assert (await store.list("bob")).total == 1
+    assert await store.forget_by_scope(MemoryScope(user_id="alice")) == 3  # by scope
+    assert (await store.list(ListQuery(user_id="alice"))).total == 0
+    assert (await store.list(ListQuery(user_id="bob"))).total == 1
 
 
 async def test_a_row_with_values_of_the_wrong_kind_is_skipped_too(rig):  # noqa: F811
@@ -106,9 +106,9 @@ async def test_a_row_with_values_of_the_wrong_kind_is_skipped_too(rig):  # noqa:
         )
     else:
         await backend._conn.hset(backend._key(bad.id), mapping={"memory_type": "gossip", "created_at": "soon"})
-    page = await store.list("alice")
+    page = await store.list(ListQuery(user_id="alice"))
     assert [m.id for m in page.memories] == [good.id] and page.unreadable == [bad.id] and page.total == 2
     hits = await store.retrieve(Q(user_id="alice", query="my favourite tea", threshold=-1))
     assert [h.memory.id for h in hits] == [good.id]
     await store.forget(bad.id, "alice")
-    assert (await store.list("alice")).unreadable == []
+    assert (await store.list(ListQuery(user_id="alice"))).unreadable == []

@@ -12,7 +12,7 @@ from memory_core.retrieval.lexical import BM25Corpus
 from memory_core.stores import InMemoryStore, make_store
 from memory_core.stores.hybrid import HybridStore
 from memory_core.stores.user_index import UserIndex, UserIndexes
-from memory_core.types import Memory, MemoryType, RetrieveOptions
+from memory_core.types import Memory, MemoryChanges, MemoryType, RetrieveOptions
 from tests.ids import tid
 from tests.memory_core.stores.test_hybrid import DIM, fake_embed, ids, opts, plain, put
 
@@ -60,7 +60,7 @@ async def test_held_access_counts_follow_record_access_and_updates():
     await put(h, "a", "volcano lair map")
     await h.retrieve(opts(query="volcano"))
     await h.record_access([tid("a"), tid("a")], "u1")  # one access, as the store counts it
-    await h.update(tid("a"), "u1", {"importance": 0.9})  # the store's record lags its access log
+    await h.update(tid("a"), "u1", MemoryChanges(importance=0.9))  # the store's record lags its access log
     held = await h.get(tid("a"), "u1")
     h.index.drop_user("u1")
     stored = await h.get(tid("a"), "u1")  # not loaded: from the store, with its pending accesses
