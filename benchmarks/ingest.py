@@ -133,7 +133,7 @@ def main(
                 api, timings = api_rate(client, texts[used : used + n], batch, c, user, one=a == "one")
                 used += n
                 ratios[a, c].append(api / raw)
-                table.add_row(
+                row = (
                     str(r + 1),
                     a,
                     str(c),
@@ -144,6 +144,8 @@ def main(
                     f"{statistics.median(t.get('write', 0) for t in timings):.0f}",
                     f"{timings[-1].get('write', 0):.0f}",
                 )
+                console.print(" | ".join(row))  # as measured: a long run that is stopped keeps its rows
+                table.add_row(*row)
     console.print(table)
     for a, c in cases:
         console.print(
