@@ -420,7 +420,7 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         # the rules' verdicts on every candidate in one CPU hand-off (the first duplicate or
         # refinement ends the loop below; the rest were cheap to judge anyway)
         verdicts = await self._cpu.run(self._verdicts, candidates, memory) if candidates else []
-        for (old, cos), rules in zip(candidates, verdicts, strict=True):
+        for (old, _), rules in zip(candidates, verdicts, strict=True):
             verdict, by = rules, "rules"
             if verdict == Verdict.COMPATIBLE and self._asks_model(memory, llm_calls):
                 llm_calls += 1
