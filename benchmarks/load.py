@@ -51,7 +51,7 @@ from benchmarks.ingest import model_rate, server_timings
 from memory_core.chat.extract import extract_turn
 
 app = typer.Typer(add_completion=False)
-console = Console()
+console = Console(width=200)
 
 
 def percentile(values: list[float], q: float) -> float:
