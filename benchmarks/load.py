@@ -1,17 +1,32 @@
-"""Bounded load on a running memory-router over loopback: N concurrent users, each chatting
-and writing memories for a fixed duration, then a check that no acknowledged write was lost.
+"""Bounded load on a running memory-router over loopback: N concurrent users chatting for a
+fixed duration, against the model's own rate measured in the same run, then a check that no
+acknowledged write was lost.
 
-Each simulated user loops until the deadline over: a chat completion that states a fact
-(``POST /v1/chat/completions``: memory retrieval, injection, auto-store), one memory written
-through ``POST /v1/memory`` (its id recorded when answered 201), and a search every third
-round. After the run every acknowledged write is read back (``GET /v1/memory/{id}``): a
-write answered 2xx and absent afterwards is a *lost write*. Stops by itself.
+(a) **the model alone**: the bundled all-MiniLM-L6-v2 encoding the workload's sentences in
+    batches (``benchmarks.ingest.model_rate``: this process, all cores, the service idle).
+    A chat turn costs the service one embedding for its query plus one per memory the turn
+    leaves (its statements, and every few turns a conversation window): the benchmark counts
+    them per turn with the service's own extraction rule (``chat.extract.extract_turn`` on
+    the messages sent and the answer received), plus the memories written through the API.
+    The **chat-turn ceiling** = model sentences/s ÷ embeddings per chat turn.
+(b) **the service**: each simulated user holds a conversation (``--workload chat``, the
+    default): every turn a question, about one turn in three with a fact stated before it
+    ("I started learning the cello in March. Any tips for practising scales?"), the last
+    turns of the conversation sent as history (answers cut to 300 characters), memory
+    retrieval, injection and auto-store on; every fourth turn the user also saves a note
+    through ``POST /v1/memory`` (its id recorded when answered 201). ``--workload supersede``
+    is the earlier pattern, labelled: every turn a fact that supersedes the previous one
+    ("my locker number n is 1000+n"), a memory written and a search every third round.
 
-Prints, per N: requests/s, latency p50/p95/p99 (ms) by request kind and overall, the error
-rate (non-2xx answers and transport errors; 429 from backpressure counted apart), the status
+After each run every acknowledged write is read back (``GET /v1/memory/{id}``): a write
+answered 2xx and absent afterwards is a *lost write*. Stops by itself.
+
+Prints, per N: chat turns/s and their ratio to the ceiling (goal at N = 32: ≥ 0.5 with p95
+≤ 1 s), requests/s, latency p50/p95/p99 (ms) by request kind and overall, the error rate
+(non-2xx answers and transport errors; 429 from backpressure counted apart), the status
 counts, and lost writes.
 
-    python -m benchmarks.load --url http://127.0.0.1:8000 --users 1,8,32 --duration 30
+    python -m benchmarks.load --url http://127.0.0.1:8000 --users 1,8,32,128 --duration 30
 
 Measured figures are in the README ("Measured"). Compare runs as ratios in one session: the
 machine's speed drifts.
@@ -20,6 +35,7 @@ machine's speed drifts.
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 import uuid
 from collections import Counter
@@ -31,8 +47,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks.ingest import model_rate, server_timings
+from memory_core.chat.extract import extract_turn
+
 app = typer.Typer(add_completion=False)
-console = Console()
+console = Console(width=200)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -55,10 +74,22 @@ class LoadResult:
     acknowledged: list[tuple[str, str]] = field(default_factory=list)  # (user, memory id)
     lost: int = 0
     transport_errors: int = 0
+    turns: int = 0  # chat turns sent
+    drain_s: float = 0.0  # after the deadline, until every user's marker write was acknowledged
+    embeddings: int = 0  # embeddings those turns and the notes cost the service
+    texts: list[str] = field(default_factory=list)  # what was embedded (a sample, for the model alone)
+    server_ms: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # kind → Server-Timing step → ms
 
     @property
     def requests(self) -> int:
         return sum(len(v) for v in self.latencies_ms.values())
+
+    @property
+    def sustained(self) -> float:
+        """Chat turns/s counting the drain: the turns' auto-stores run after their answers, so
+        a run ends when the writes queued behind them are done."""
+        total = self.seconds + self.drain_s
+        return self.turns / total if total else 0.0
 
     @property
     def errors(self) -> int:
@@ -70,6 +101,11 @@ class LoadResult:
         return {
             "users": self.users,
             "seconds": round(self.seconds, 1),
+            "chat_turns": self.turns,
+            "drain_s": round(self.drain_s, 1),
+            "answered_turns_per_s": round(self.turns / self.seconds, 2) if self.seconds else 0.0,
+            "turns_per_s": round(self.sustained, 2),
+            "embeddings_per_turn": round(self.embeddings / max(1, self.turns), 3),
             "requests": self.requests,
             "rps": round(self.requests / self.seconds, 1) if self.seconds else 0.0,
             "p50_ms": round(percentile(every, 50), 1),
@@ -89,6 +125,10 @@ class LoadResult:
                 }
                 for k, v in sorted(self.latencies_ms.items())
             },
+            "server_timing_p50_ms": {
+                kind: {step: round(percentile(v, 50), 1) for step, v in sorted(steps.items())}
+                for kind, steps in sorted(self.server_ms.items())
+            },
             "statuses": dict(sorted(self.statuses.items())),
         }
 
@@ -103,26 +143,139 @@ async def _timed(result: LoadResult, kind: str, request: Awaitable[httpx.Respons
         return None
     result.latencies_ms.setdefault(kind, []).append((time.perf_counter() - started) * 1000)
     result.statuses[response.status_code] += 1
+    steps = result.server_ms.setdefault(kind, {})
+    for step, seconds_ms in server_timings(response.headers.get("server-timing", "")).items():
+        steps.setdefault(step, []).append(seconds_ms)
     return response
 
 
-async def _user(client: httpx.AsyncClient, user_id: str, deadline: float, result: LoadResult) -> None:
+FACTS = (
+    "I started learning the cello in {month}.",
+    "My sister {name} lives in {city} now.",
+    "I work as a {job} at a small firm.",
+    "My dog {name} is allergic to chicken.",
+    "I moved to {city} last {month}.",
+    "I prefer window seats on long flights.",
+    "My favourite cuisine is {cuisine}.",
+    "I run about {n} kilometres every weekend.",
+    "I am vegetarian since {month}.",
+    "My daughter {name} starts school in {month}.",
+    "I drive a {n}-year-old hatchback.",
+    "I am allergic to penicillin.",
+)
+QUESTIONS = (
+    "Any tips for practising scales?",
+    "What should I cook tonight with leftover rice?",
+    "Can you suggest a weekend trip near {city}?",
+    "How do I ask my manager for a raise?",
+    "What is a good gift for my sister?",
+    "Which vaccines does a dog need each year?",
+    "How long should I rest between runs?",
+    "What should I pack for a week in {city}?",
+    "Where do I keep my passport?",
+    "Can you recommend a {cuisine} recipe for four?",
+    "How can I sleep better before a flight?",
+    "What was I learning again?",
+)
+SLOTS = {
+    "month": ("March", "April", "June", "September", "November"),
+    "name": ("Ana", "Kenji", "Priya", "Tom", "Lena"),
+    "city": ("Denver", "Lisbon", "Osaka", "Toronto", "Nairobi"),
+    "job": ("nurse", "data engineer", "teacher", "carpenter", "lawyer"),
+    "cuisine": ("Thai", "Ethiopian", "Mexican", "Greek", "Korean"),
+    "n": ("5", "8", "12", "15", "21"),
+}
+HISTORY_MESSAGES = 6
+"""Earlier messages a client sends with each turn (three exchanges)."""
+ANSWER_CHARS = 300
+"""Characters of each earlier answer kept in the history (the echo upstream repeats its input)."""
+NOTE_EVERY = 4
+"""Every NOTE_EVERY-th turn the user also saves a note through ``POST /v1/memory``."""
+
+
+def _fill(template: str, rng: random.Random) -> str:
+    return template.format(**{k: rng.choice(v) for k, v in SLOTS.items()})
+
+
+def chat_turn_text(rng: random.Random) -> str:
+    """One user turn of the ``chat`` workload: a question, about one in three after a fact."""
+    question = _fill(rng.choice(QUESTIONS), rng)
+    if rng.random() < 1 / 3:
+        return f"{_fill(rng.choice(FACTS), rng)} {question}"
+    return question
+
+
+def embeddings_of_turn(messages: list[dict], answer: str, texts: list[str] | None = None) -> int:
+    """Embeddings the service spends on one chat turn: the query, and one per memory the
+    service's auto-store extracts from ``messages`` (as sent) and ``answer`` (default
+    extraction settings: statements, and a window every third user turn). The embedded
+    texts are appended to ``texts`` when given."""
+    memories = [m.content for m in extract_turn(messages, answer).memories]
+    if texts is not None:
+        texts.append(str(messages[-1]["content"]))
+        texts.extend(memories)
+    return 1 + len(memories)
+
+
+def _answer_text(response: httpx.Response | None) -> str:
+    if response is None or response.status_code != 200:
+        return ""
+    try:
+        return str(response.json()["choices"][0]["message"]["content"] or "")
+    except (ValueError, KeyError, IndexError, TypeError):
+        return ""
+
+
+async def _note(client: httpx.AsyncClient, headers: dict, content: str, result: LoadResult, user_id: str) -> None:
+    body = {"memories": [{"content": content}]}
+    r = await _timed(result, "write", client.post("/v1/memory", json=body, headers=headers))
+    result.embeddings += 1
+    result.texts.append(content)
+    if r is not None and r.status_code == 201:
+        result.acknowledged.extend((user_id, m["id"]) for m in r.json()["memories"])
+
+
+async def _chat_user(client: httpx.AsyncClient, user_id: str, deadline: float, result: LoadResult) -> None:
+    """The ``chat`` workload of one user (module docstring) until ``deadline``."""
+    headers = {"x-authz-user-id": user_id}
+    rng = random.Random(user_id)
+    history: list[dict] = []
+    n = 0
+    while time.monotonic() < deadline:
+        n += 1
+        text = chat_turn_text(rng)
+        messages = [*history[-HISTORY_MESSAGES:], {"role": "user", "content": text}]
+        chat = {"model": "assistant", "messages": messages}
+        r = await _timed(result, "chat", client.post("/v1/chat/completions", json=chat, headers=headers))
+        answer = _answer_text(r)[:ANSWER_CHARS]
+        result.turns += 1
+        result.embeddings += embeddings_of_turn(messages, answer, result.texts)
+        history = [*messages, {"role": "assistant", "content": answer}]
+        if n % NOTE_EVERY == 0:
+            await _note(client, headers, f"Note {n} of {user_id}: {_fill(rng.choice(FACTS), rng)}", result, user_id)
+
+
+async def _supersede_user(client: httpx.AsyncClient, user_id: str, deadline: float, result: LoadResult) -> None:
+    """The ``supersede`` workload (the earlier one): every chat states a fact superseding the
+    last ("my locker number n is 1000+n"), one memory written per round, a search every third."""
     headers = {"x-authz-user-id": user_id}
     n = 0
     while time.monotonic() < deadline:
         n += 1
-        chat = {
-            "model": "assistant",
-            "messages": [{"role": "user", "content": f"Please remember: my locker number {n} is {1000 + n}."}],
-        }
-        await _timed(result, "chat", client.post("/v1/chat/completions", json=chat, headers=headers))
-        body = {"memories": [{"content": f"Load fact {n} of {user_id}: the blue key opens door {n}."}]}
-        r = await _timed(result, "write", client.post("/v1/memory", json=body, headers=headers))
-        if r is not None and r.status_code == 201:
-            result.acknowledged.extend((user_id, m["id"]) for m in r.json()["memories"])
+        messages = [{"role": "user", "content": f"Please remember: my locker number {n} is {1000 + n}."}]
+        chat = {"model": "assistant", "messages": messages}
+        r = await _timed(result, "chat", client.post("/v1/chat/completions", json=chat, headers=headers))
+        result.turns += 1
+        result.embeddings += embeddings_of_turn(messages, _answer_text(r), result.texts)
+        await _note(client, headers, f"Load fact {n} of {user_id}: the blue key opens door {n}.", result, user_id)
         if n % 3 == 0:
             query = {"query": f"which door does the blue key open {n}", "limit": 5}
             await _timed(result, "search", client.post("/v1/memory/search", json=query, headers=headers))
+            result.embeddings += 1
+            result.texts.append(query["query"])
+
+
+WORKLOADS = {"chat": _chat_user, "supersede": _supersede_user}
 
 
 async def _lost_writes(client: httpx.AsyncClient, acknowledged: list[tuple[str, str]]) -> int:
@@ -146,10 +299,19 @@ async def _lost_writes(client: httpx.AsyncClient, acknowledged: list[tuple[str, 
 
 
 async def run_load(
-    url: str, users: int, duration_s: float, *, timeout_s: float = 60.0, cleanup: bool = True
+    url: str,
+    users: int,
+    duration_s: float,
+    *,
+    workload: str = "chat",
+    timeout_s: float = 60.0,
+    cleanup: bool = True,
 ) -> LoadResult:
-    """``users`` concurrent simulated users against ``url`` for ``duration_s`` seconds, then the
-    lost-write check (and, with ``cleanup``, the users' memories deleted)."""
+    """``users`` concurrent simulated users of ``workload`` (``WORKLOADS``: ``chat`` or
+    ``supersede``) against ``url`` for ``duration_s`` seconds, then the lost-write check (and,
+    with ``cleanup``, the users' memories deleted). Raises ``KeyError`` for an unknown
+    workload."""
+    user_loop = WORKLOADS[workload]
     run = uuid.uuid4().hex[:8]
     ids = [f"load-{run}-{i}" for i in range(users)]
     limits = httpx.Limits(max_connections=users + 16, max_keepalive_connections=users + 16)
@@ -157,8 +319,14 @@ async def run_load(
         started = time.monotonic()
         deadline = started + duration_s
         result = LoadResult(users=users, seconds=0.0)
-        await asyncio.gather(*(_user(client, u, deadline, result) for u in ids))
+        await asyncio.gather(*(user_loop(client, u, deadline, result) for u in ids))
         result.seconds = time.monotonic() - started
+        # one marker write per user, queued behind that user's pending auto-stores (the
+        # Embedder's queue and the user's write lock are first come, first served)
+        await asyncio.gather(
+            *(_note(client, {"x-authz-user-id": u}, f"Marker of {u}: the run ended.", result, u) for u in ids)
+        )
+        result.drain_s = time.monotonic() - started - result.seconds
         result.lost = await _lost_writes(client, result.acknowledged)
         if cleanup:
             for u in ids:
@@ -170,22 +338,51 @@ async def run_load(
     return result
 
 
+def model_alone(texts: list[str], batch: int, most: int = 2048) -> float:
+    """Sentences/s of the bundled model alone on up to ``most`` of ``texts`` (an even sample,
+    in batches of ``batch``: ``benchmarks.ingest.model_rate``)."""
+    step = max(1, len(texts) // most)
+    return model_rate(texts[::step][:most], batch)
+
+
 @app.command()
 def main(
     url: str = typer.Option("http://127.0.0.1:8000", help="base URL of the running service"),
-    users: str = typer.Option("1,8,32", help="comma-separated numbers of concurrent users, one run each"),
+    users: str = typer.Option("1,8,32,128", help="comma-separated numbers of concurrent users, one run each"),
     duration: float = typer.Option(30.0, min=1.0, help="seconds of load per run"),
+    workload: str = typer.Option("chat", help="chat (a question, sometimes a fact) or supersede (the earlier one)"),
+    model_batch: int = typer.Option(32, min=1, max=256, help="batch size of the model-alone measurement"),
     keep: bool = typer.Option(False, help="keep the memories written (default: delete them after each run)"),
 ) -> None:
-    """Run the load for each N in ``--users`` and print the figures."""
-    table = Table("users", "req/s", "p50 ms", "p95 ms", "p99 ms", "error rate", "5xx", "429", "acked writes", "lost")
+    """Run the load for each N in ``--users``, then the model alone on the texts the runs
+    embedded (the service idle), and print the figures against the chat-turn ceiling."""
+    if workload not in WORKLOADS:
+        raise typer.BadParameter(f"--workload: one of {sorted(WORKLOADS)}")
+    results = []
     for n in [int(x) for x in users.split(",") if x.strip()]:
-        result = asyncio.run(run_load(url, n, duration, cleanup=not keep))
+        result = asyncio.run(run_load(url, n, duration, workload=workload, cleanup=not keep))
+        console.print(result.as_dict())
+        results.append(result)
+    texts = [t for r in results for t in r.texts]
+    rate = model_alone(texts, model_batch)
+    per_turn = sum(r.embeddings for r in results) / max(1, sum(r.turns for r in results))
+    ceiling = rate / per_turn
+    console.print(
+        f"model alone: {rate:.1f} sentences/s (batches of {model_batch}, {min(len(texts), 2048)} of the "
+        f"texts embedded); {per_turn:.2f} embeddings per chat turn → ceiling {ceiling:.1f} chat turns/s"
+    )
+    table = Table(
+        "users", "turns/s", "/ ceiling", "emb/turn", "req/s", "chat p50", "chat p95", "p95 ms", "p99 ms",
+        "error rate", "5xx", "429", "acked writes", "lost", title=f"workload {workload}",
+    )  # fmt: skip
+    for result in results:
         d = result.as_dict()
-        console.print(d)
+        chat = d["by_kind"].get("chat", {})
         table.add_row(
-            str(n), str(d["rps"]), str(d["p50_ms"]), str(d["p95_ms"]), str(d["p99_ms"]), str(d["error_rate"]),
-            str(d["server_errors_5xx"]), str(d["rejected_429"]), str(d["acknowledged_writes"]), str(d["lost_writes"]),
+            str(d["users"]), str(d["turns_per_s"]), f"{d['turns_per_s'] / ceiling:.2f}", str(d["embeddings_per_turn"]),
+            str(d["rps"]), str(chat.get("p50_ms", "")), str(chat.get("p95_ms", "")), str(d["p95_ms"]),
+            str(d["p99_ms"]), str(d["error_rate"]), str(d["server_errors_5xx"]), str(d["rejected_429"]),
+            str(d["acknowledged_writes"]), str(d["lost_writes"]),
         )  # fmt: skip
     console.print(table)
 

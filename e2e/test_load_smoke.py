@@ -1,6 +1,7 @@
 """A short bounded load on the running service (the CI-sized run of ``benchmarks/load.py``):
-8 concurrent users chatting, writing and searching for a few seconds; no 5xx, no error, and
-every acknowledged write is there afterwards."""
+8 concurrent users chatting (the ``chat`` workload: a note saved through the API every fourth
+turn, a marker write per user at the end) for a few seconds; no 5xx, no error, and every
+acknowledged write is there afterwards."""
 
 from __future__ import annotations
 

@@ -370,14 +370,17 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         vectors = await self.inner.embed_documents([m.content for m in batch if m.embedding is None])
         it = iter(vectors)
         batch = [m if m.embedding is not None else m.model_copy(update={"embedding": next(it)}) for m in batch]
-        # the index's terms of these texts, computed off the loop (the index and the
-        # candidate searches below then read them from the tokenizer's cache)
-        await self._cpu.run(pretokenize, [m.content for m in batch])
+        batch = [self._with_retention(m) for m in batch]
+        # one hand-off to the CPU pool for the whole batch (on a loaded host every hand-off
+        # waits for a worker thread to be scheduled): its screening, and the index's terms of
+        # its texts (the index and the candidate searches below read them from the
+        # tokenizer's cache)
+        reasons = await self._cpu.run(self._screened_and_tokenized, batch)
         async with self._locks[user_id]:
             self._dirty[user_id] = None
             plan = _BatchPlan()
             # cancellable here (between memories): nothing is written while planning
-            results = [await self._plan_one(m, plan) for m in batch]
+            results = [await self._plan_one(m, plan, reason) for m, reason in zip(batch, reasons, strict=True)]
             await _uncancellable(self._commit(plan, user_id))
             final = [self._final(r, plan) for r in results]
         done = iter(final)  # the dropped memories' results in their places
@@ -431,20 +434,41 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         reason = screen_window(content) if created_via == WINDOW_CREATED_VIA else screen(content)
         return None if reason is None else f"screening: {reason}"
 
-    async def _plan_one(self, memory: Memory, plan: _BatchPlan) -> WriteResult:
-        """Decide what writing ``memory`` does and record it in ``plan`` (nothing is written
-        here): the candidates are the stored memories and the batch's earlier new ones."""
-        memory = self._with_retention(memory)
-        if memory.state == MemoryState.ACTIVE:
-            reason = await self._cpu.run(self._screening_reason, memory.content, memory.created_via)
-            if reason is not None:
-                quarantined = memory.model_copy(update={"state": MemoryState.QUARANTINED, "state_reason": reason})
-                plan.new[quarantined.id] = quarantined
-                return WriteResult(memory=quarantined, outcome=WriteOutcome.QUARANTINED)
+    def _screened_and_tokenized(self, batch: Sequence[Memory]) -> list[str | None]:
+        """``_screening_reasons(batch)``, after putting the batch's texts' index terms in the
+        tokenizer's cache (``lexical.pretokenize``). Pure CPU: runs on the pool."""
+        pretokenize([m.content for m in batch])
+        return self._screening_reasons(batch)
+
+    def _screening_reasons(self, batch: Sequence[Memory]) -> list[str | None]:
+        """``_screening_reason`` of each memory of ``batch`` that is ``active`` (None for the
+        others): pure CPU, run on ``_cpu``."""
+        return [
+            self._screening_reason(m.content, m.created_via) if m.state == MemoryState.ACTIVE else None for m in batch
+        ]
+
+    def _verdicts(self, candidates: Sequence[tuple[Memory, float]], new: Memory) -> list[Verdict]:
+        """The rules' verdict (``_verdict``) on ``new`` against each ``(old, cosine)`` of
+        ``candidates``, in order: pure CPU, run on ``_cpu`` as one call per memory written."""
+        return [self._verdict(old, new, cos) for old, cos in candidates]
+
+    async def _plan_one(self, memory: Memory, plan: _BatchPlan, reason: str | None) -> WriteResult:
+        """Decide what writing ``memory`` (its retention set) does and record it in ``plan``
+        (nothing is written here): the candidates are the stored memories and the batch's
+        earlier new ones. ``reason``: its screening reason (``_screening_reasons``), None when
+        it passed or is not active."""
+        if reason is not None:
+            quarantined = memory.model_copy(update={"state": MemoryState.QUARANTINED, "state_reason": reason})
+            plan.new[quarantined.id] = quarantined
+            return WriteResult(memory=quarantined, outcome=WriteOutcome.QUARANTINED)
         superseded: list[tuple[Memory, str]] = []
         llm_calls = 0
-        for old, cos in await self._candidates(memory, plan):
-            verdict, by = await self._cpu.run(self._verdict, old, memory, cos), "rules"
+        candidates = await self._candidates(memory, plan)
+        # the rules' verdicts on every candidate in one CPU hand-off (the first duplicate or
+        # refinement ends the loop below; the rest were cheap to judge anyway)
+        verdicts = await self._cpu.run(self._verdicts, candidates, memory) if candidates else []
+        for (old, _), rules in zip(candidates, verdicts, strict=True):
+            verdict, by = rules, "rules"
             if verdict == Verdict.COMPATIBLE and self._asks_model(memory, llm_calls):
                 llm_calls += 1
                 opinion = await self._llm_judge.judge(old.content, memory.content)  # type: ignore[union-attr]

@@ -431,3 +431,24 @@ async def test_a_slow_rule_for_one_user_does_not_hold_up_another_users_read(embe
     assert released == [True]  # Bob's read finished while Alice's rule was still blocked
     assert result.outcome == WriteOutcome.CREATED
     await store.close()
+
+
+async def test_a_write_hands_its_cpu_work_to_the_pool_in_a_bounded_number_of_calls(embed):
+    """Each hand-off to the CPU pool waits for a worker thread to be scheduled: a batch costs
+    one call for validation, one for redaction, one for screening and tokenizing and one per
+    memory for the rules' verdicts on all its candidates, whatever the number of candidates
+    (was one per candidate)."""
+    store = build(embed, candidates=8, candidate_min_cosine=0.0)
+    await store.write([fact(f"My cousin number {i} lives in Lisbon and plays the cello.") for i in range(10)])
+    calls = []
+    run = store._cpu.run
+
+    async def counted(fn, *args, **kwargs):
+        calls.append(getattr(fn, "__name__", repr(fn)))
+        return await run(fn, *args, **kwargs)
+
+    store._cpu.run = counted  # type: ignore[method-assign]
+    batch = [fact(f"My aunt number {i} lives in Porto and plays the violin.") for i in range(3)]
+    results = await store.write(batch)
+    assert [r.outcome for r in results] == [WriteOutcome.CREATED] * 3
+    assert sorted(calls) == sorted(["_validated", "redact_memories", "_screened_and_tokenized"] + ["_verdicts"] * 3), calls
