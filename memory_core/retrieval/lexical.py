@@ -18,8 +18,8 @@ possessive ``'s``, English stop words are dropped and the rest are Snowball-stem
 bigrams (the usual dictionary-free CJK indexing: Chinese "北京大学" → 北 京 大 学 北京 京大 大学);
 Thai, Lao, Myanmar and Khmer, also written without spaces, are indexed the same way.
 
-Memory: one posting map per loaded user; ``LexicalIndex`` keeps at most ``max_users`` users (LRU)
-and calls ``on_evict(user_id)`` when it drops one.
+Memory: one posting map per loaded user (``memory_core.stores.user_index.UserIndexes`` holds
+them, at most ``max_users`` users, LRU).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import math
 import re
 import threading
 import unicodedata
-from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -310,80 +310,3 @@ def _passes(doc: _Doc, project_id: str | None, types: set | None, states: set | 
         and (not types or doc.type in types)
         and (not states or doc.state in states)
     )
-
-
-class LexicalIndex:
-    """Per-user BM25 corpora with an LRU bound on how many users are held.
-
-    A user is *loaded* once ``load_user`` (or the first ``add``) created their corpus; callers
-    that build lazily check ``has_user`` first. ``search`` of a user that is not loaded returns
-    ``[]``. Not thread-safe (one event loop; no awaits inside).
-
-    Args:
-        max_users: most users kept (≥ 1); the least recently used is dropped beyond that.
-        k1, b: BM25 parameters (see module docstring).
-        on_evict: called with the user id of a dropped corpus.
-    """
-
-    def __init__(
-        self,
-        max_users: int = 1024,
-        k1: float = DEFAULT_K1,
-        b: float = DEFAULT_B,
-        on_evict: Callable[[str], None] | None = None,
-    ):
-        if max_users < 1:
-            raise ValueError("max_users must be ≥ 1")
-        BM25Corpus(k1, b)  # validates
-        self.max_users, self.k1, self.b = max_users, k1, b
-        self._users: OrderedDict[str, BM25Corpus] = OrderedDict()
-        self._on_evict = on_evict
-
-    def __len__(self) -> int:
-        return len(self._users)
-
-    def has_user(self, user_id: str) -> bool:
-        return user_id in self._users
-
-    def corpus(self, user_id: str) -> BM25Corpus | None:
-        """The user's corpus (marks it recently used) or ``None`` when not loaded."""
-        c = self._users.get(user_id)
-        if c is not None:
-            self._users.move_to_end(user_id)
-        return c
-
-    def load_user(self, user_id: str, corpus: BM25Corpus | None = None) -> BM25Corpus:
-        """Install ``corpus`` (or an empty one) as ``user_id``'s, replacing any; evicts LRU users."""
-        corpus = corpus if corpus is not None else BM25Corpus(self.k1, self.b)
-        self._users[user_id] = corpus
-        self._users.move_to_end(user_id)
-        while len(self._users) > self.max_users:
-            evicted, _ = self._users.popitem(last=False)
-            if self._on_evict is not None:
-                self._on_evict(evicted)
-        return corpus
-
-    def drop_user(self, user_id: str) -> None:
-        if self._users.pop(user_id, None) is not None and self._on_evict is not None:
-            self._on_evict(user_id)
-
-    def add(self, user_id: str, memory_id: str, text: str, **kwargs) -> None:
-        """Index (or re-index) one memory; loads an empty corpus for a new user. ``kwargs``:
-        ``project_id``, ``type``, ``attrs`` (see ``BM25Corpus.add``)."""
-        corpus = self.corpus(user_id) or self.load_user(user_id)
-        corpus.add(memory_id, text, **kwargs)
-
-    update = add
-
-    def remove(self, user_id: str, memory_id: str) -> bool:
-        corpus = self._users.get(user_id)
-        return corpus.remove(memory_id) if corpus is not None else False
-
-    def search(
-        self, user_id: str, query: str, limit: int = 10, project_id: str | None = None, types=None
-    ) -> list[tuple[str, float]]:
-        """Top ``limit`` ``(memory_id, bm25_score)`` of ``user_id`` for ``query``, best first."""
-        corpus = self.corpus(user_id)
-        if corpus is None or limit <= 0:
-            return []
-        return corpus.search(query, limit, project_id, types)

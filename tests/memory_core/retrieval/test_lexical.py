@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from memory_core.retrieval.lexical import BM25Corpus, LexicalIndex, tokenize
+from memory_core.retrieval.lexical import BM25Corpus, tokenize
 
 
 def test_tokenize_english_stop_words_stemming_possessive():
@@ -96,24 +96,6 @@ def test_filters_and_remove_where():
     assert {i for i, _ in c.search("garden", project_id="p2", types=["semantic"])} == set()
     assert sorted(c.remove_where(types=["episodic"])) == ["b", "c"]
     assert [i for i, _ in c.search("garden")] == ["a"]
-
-
-def test_lexical_index_per_user_and_lru_eviction():
-    evicted = []
-    idx = LexicalIndex(max_users=2, on_evict=evicted.append)
-    idx.add("u1", "m1", "alpine hiking trip")
-    idx.add("u2", "m2", "alpine skiing")
-    assert [i for i, _ in idx.search("u1", "alpine")] == ["m1"]
-    assert [i for i, _ in idx.search("u2", "alpine")] == ["m2"]
-    assert idx.search("nobody", "alpine") == []
-    idx.corpus("u1")  # u1 is now most recently used
-    idx.add("u3", "m3", "alpine lakes")
-    assert evicted == ["u2"]
-    assert not idx.has_user("u2") and idx.has_user("u1") and idx.has_user("u3")
-    assert idx.remove("u1", "m1") is True
-    assert idx.search("u1", "alpine") == []
-    with pytest.raises(ValueError):
-        LexicalIndex(max_users=0)
 
 
 def test_search_limit_and_tie_order():

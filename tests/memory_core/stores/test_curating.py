@@ -451,4 +451,6 @@ async def test_a_write_hands_its_cpu_work_to_the_pool_in_a_bounded_number_of_cal
     batch = [fact(f"My aunt number {i} lives in Porto and plays the violin.") for i in range(3)]
     results = await store.write(batch)
     assert [r.outcome for r in results] == [WriteOutcome.CREATED] * 3
-    assert sorted(calls) == sorted(["_validated", "redact_memories", "_screened_and_tokenized"] + ["_verdicts"] * 3), calls
+    assert sorted(calls) == sorted(["_validated", "redact_memories", "_screened_and_tokenized"] + ["_verdicts"] * 3), (
+        calls
+    )
