@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import os
 import random
 import statistics
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -98,6 +100,11 @@ async def fill_to(db: Path, total: int, have: int, rng: np.random.Generator, per
     finally:
         await store.close()
     return time.monotonic() - started
+
+
+def fill_in_process(db: Path, total: int, have: int, seed: int, per_user: int) -> float:
+    """``fill_to`` run to completion in this (child) process; seconds spent."""
+    return asyncio.run(fill_to(db, total, have, np.random.default_rng(seed), per_user))
 
 
 def edit_for(work: Path):
@@ -188,13 +195,15 @@ def main(
         questions += [q["question"] for q in sample.get("qa", []) if q.get("question")]
     texts = texts[:MANY]
     random.Random(7).shuffle(questions)
-    rng = np.random.default_rng(7)
     results: dict[int, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="full-service-") as tmp:
         work = Path(tmp)
         have = 0
         for i, total in enumerate(wanted):
-            filled = asyncio.run(fill_to(work / "memory.db", total - MANY - 1, have, rng, filler_per_user))
+            # in a process of its own: Milvus Lite holds the file's lock until its process exits
+            with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+                job = pool.submit(fill_in_process, work / "memory.db", total - MANY - 1, have, i, filler_per_user)
+                filled = job.result()
             have = max(have, total - MANY - 1)
             console.print(f"total {total}: filled in {filled:.0f} s")
             with started_service(edit_for(work)) as url:
