@@ -68,6 +68,7 @@ from .sanitize import (
     require_user_id,
     scoped_memory_id,
 )
+from .stores.base import list_pages
 from .types import IMPORT_CREATED_VIA, ListQuery, Memory, MemoryType, WriteOutcome
 
 log = logging.getLogger(__name__)
@@ -341,17 +342,12 @@ async def export_user(store, user_id: str, *, page_size: int = PAGE_SIZE) -> Asy
     (then no end line is yielded)."""
     seen: set[str] = set()
     unreadable: set[str] = set()
-    offset = 0
-    while True:
-        page = await store.list(ListQuery(user_id=user_id, limit=page_size, offset=offset))
+    async for page in list_pages(store, ListQuery(user_id=user_id, limit=page_size)):
         unreadable.update(page.unreadable)
         for memory in page.memories:
             if memory.id not in seen:
                 seen.add(memory.id)
                 yield memory_to_export_line(memory) + "\n"
-        offset += page.rows
-        if not page.rows or offset >= page.total:
-            break
     yield export_end_line(len(seen), unreadable - seen) + "\n"
 
 
@@ -380,14 +376,10 @@ async def open_export(store, user_id: str, *, page_size: int = PAGE_SIZE) -> Asy
 
 async def _all_memories(store, user_id: str, page_size: int = PAGE_SIZE) -> list[Memory]:
     out: dict[str, Memory] = {}
-    offset = 0
-    while True:
-        page = await store.list(ListQuery(user_id=user_id, limit=page_size, offset=offset))
+    async for page in list_pages(store, ListQuery(user_id=user_id, limit=page_size)):
         for m in page.memories:
             out.setdefault(m.id, m)
-        offset += len(page.memories)
-        if not page.rows or offset >= page.total:
-            return list(out.values())
+    return list(out.values())
 
 
 # --------------------------------------------------------------------------- import

@@ -16,7 +16,7 @@ import logging
 import math
 from abc import ABC, abstractmethod
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
@@ -750,6 +750,22 @@ class MemoryStore(ABC):
         """Release the backend; called once, after in-flight operations drained (also
         when ``_open`` never ran or failed)."""
         return None
+
+
+async def list_pages(store: Any, query: ListQuery) -> AsyncIterator[ListResult]:
+    """Every page of ``store.list`` for ``query`` from ``query.offset`` on, in order: the one
+    page loop of the project. Each next offset is this page's plus ``ListResult.rows`` (the
+    rows it read, unreadable ones included, so a page of undecodable rows still moves on);
+    stops after an empty page or once the offset reaches the page's ``total``. Concurrent
+    writes may shift the pages: a caller that must not see a memory twice keeps the ids
+    it saw. Raises what ``store.list`` raises."""
+    offset = query.offset
+    while True:
+        page = await store.list(query.model_copy(update={"offset": offset}))
+        yield page
+        offset += page.rows
+        if not page.rows or offset >= page.total:
+            return
 
 
 def candidate_count(options: RetrieveOptions, cap: int) -> int:

@@ -83,7 +83,7 @@ from ..types import (
     WriteOutcome,
     WriteResult,
 )
-from .base import MAX_BATCH, MAX_LIST_LIMIT, MAX_RETRIEVE_LIMIT, StoreDecorator, utcnow
+from .base import MAX_BATCH, MAX_LIST_LIMIT, MAX_RETRIEVE_LIMIT, StoreDecorator, list_pages, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -597,15 +597,10 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
     # ------------------------------------------------------------------ lifecycle operations
     async def _all(self, user_id: str, states: Sequence[MemoryState] | None = None) -> list[Memory]:
         out: list[Memory] = []
-        offset = 0
-        while True:
-            page = await self.inner.list(
-                ListQuery(user_id=user_id, limit=MAX_LIST_LIMIT, offset=offset, states=tuple(states or ()))
-            )
+        query = ListQuery(user_id=user_id, limit=MAX_LIST_LIMIT, states=tuple(states or ()))
+        async for page in list_pages(self.inner, query):
             out.extend(page.memories)
-            offset += page.rows
-            if not page.rows or offset >= page.total:
-                return out
+        return out
 
     async def history(self, memory_id: str, user_id: str) -> list[Memory]:
         """The versions of the fact ``memory_id`` holds, oldest first (``curation.consolidate.

@@ -93,7 +93,7 @@ from ..types import (
     passes_floor,
     utcnow,
 )
-from .base import MAX_LIST_LIMIT, MAX_RETRIEVE_LIMIT, StoreDecorator
+from .base import MAX_LIST_LIMIT, MAX_RETRIEVE_LIMIT, StoreDecorator, list_pages
 from .user_index import Timeline, UserIndex, UserIndexes, content_key
 
 _D = RetrievalSettings()  # constructor defaults = the configuration defaults
@@ -343,15 +343,10 @@ class HybridStore(StoreDecorator):
     async def _build(self, user_id: str, ui: UserIndex) -> UserIndex:
         """Fill ``ui`` from ``inner.list`` (pages of ``MAX_LIST_LIMIT``), replay the writes
         queued meanwhile, and hold it."""
-        offset = 0
-        while True:
-            page = await self.inner.list(ListQuery(user_id=user_id, limit=MAX_LIST_LIMIT, offset=offset))
+        async for page in list_pages(self.inner, ListQuery(user_id=user_id, limit=MAX_LIST_LIMIT)):
             for m in page.memories:
                 if m.user_id == user_id:
                     ui.put(m, self._represents(m.content))
-            offset += page.rows
-            if not page.rows or offset >= page.total:
-                break
         queued, ui.building = ui.building or [], None
         for op, arg in queued:
             ui.apply(op, arg, self._represents)
