@@ -414,12 +414,7 @@ class MemoryStore(ABC):
         Raises ``InvalidInput`` (empty user id, limit ≤ 0), ``StoreClosed``.
         """
         async with self._op():
-            require_user_id(options.user_id)
-            check_project_id(options.project_id)
-            if not (0 < options.limit <= MAX_RETRIEVE_LIMIT):
-                raise InvalidInput(f"limit must be in 1..{MAX_RETRIEVE_LIMIT}")
-            if not math.isfinite(options.threshold):
-                raise InvalidInput("threshold must be a finite number")
+            check_retrieve_options(options)
             if options.query and not self.represents(options.query):
                 return []  # its vector means nothing: no vector search on it
             vector = await self._query_vector(options)
@@ -750,6 +745,18 @@ class MemoryStore(ABC):
         """Release the backend; called once, after in-flight operations drained (also
         when ``_open`` never ran or failed)."""
         return None
+
+
+def check_retrieve_options(options: RetrieveOptions) -> None:
+    """The rules of a retrieve's options, for every store and decorator that answers one:
+    a non-empty user id, a valid ``project_id``, ``limit`` in 1..``MAX_RETRIEVE_LIMIT``, a
+    finite ``threshold``. Raises ``InvalidInput`` naming the rule."""
+    require_user_id(options.user_id)
+    check_project_id(options.project_id)
+    if not (0 < options.limit <= MAX_RETRIEVE_LIMIT):
+        raise InvalidInput(f"limit must be in 1..{MAX_RETRIEVE_LIMIT}")
+    if not math.isfinite(options.threshold):
+        raise InvalidInput("threshold must be a finite number")
 
 
 async def list_pages(store: Any, query: ListQuery) -> AsyncIterator[ListResult]:

@@ -66,7 +66,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import itertools
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -93,7 +92,7 @@ from ..types import (
     passes_floor,
     utcnow,
 )
-from .base import MAX_LIST_LIMIT, MAX_RETRIEVE_LIMIT, StoreDecorator, list_pages
+from .base import MAX_LIST_LIMIT, StoreDecorator, check_retrieve_options, list_pages
 from .user_index import Timeline, UserIndex, UserIndexes, content_key
 
 _D = RetrievalSettings()  # constructor defaults = the configuration defaults
@@ -434,11 +433,7 @@ class HybridStore(StoreDecorator):
             return await self.inner.retrieve(options, touch=touch)
         if self.closed:  # as MemoryStore.retrieve: a closed store refuses before validating
             raise StoreClosed(f"{self.name} store is closed")
-        require_user_id(options.user_id)
-        if not (0 < options.limit <= MAX_RETRIEVE_LIMIT):
-            raise InvalidInput(f"limit must be in 1..{MAX_RETRIEVE_LIMIT}")
-        if not math.isfinite(options.threshold):
-            raise InvalidInput("threshold must be a finite number")
+        check_retrieve_options(options)
         user_id = options.user_id
         results = await self._ranked(options)
         if results and touch:
