@@ -31,11 +31,12 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from .. import linear_re
 from ..curation.judge import strip_lead_in
 from ..sanitize import MAX_CONTENT_BYTES, is_visible
 from ..types import Memory, MemoryType
 from .inject import content_text, strip_memory_block
-from .routing import is_greeting
+from .routing import is_greeting, is_punctuation_only
 from .tokens import jaccard, word_tokens
 
 QUOTE_JACCARD = 0.8
@@ -151,12 +152,92 @@ _ASSISTANT_BEHAVIOUR = re.compile(
     r"remind|suggest|recommend)\b",
     re.IGNORECASE,
 )
-_IMPERATIVE_START = re.compile(
-    r"^\s*(please\s+)?(write|tell|give|show|make|create|draft|summari[sz]e|translate|explain|list|find|book|"
-    r"help|generate|compose|describe|compare|calculate|check|fix|send|plan|suggest|recommend|can you|could you|"
-    r"would you|let'?s)\b",
-    re.IGNORECASE,
+_S = linear_re.SPACE
+_W = linear_re.WORD
+_REQUEST_VERBS = (
+    "explain|summari[sz]e|translate|describe|compare|calculate|generate|compose|recommend|suggest|rephrase|"
+    "rewrite|reword|paraphrase|proofread|brainstorm|define|elaborate|recap"
 )
+"""English verbs that open a one-off request to the assistant whatever follows ("Explain
+recursion", "Compare Python and Go")."""
+_REQUEST_VERBS_WITH_OBJECT = (
+    "write|teach|quiz|create|draft|outline|convert|tell|give|show|make|list|find|book|help|check|fix|send|plan|"
+    "share|name|play|draw|sing|guess|continue|imagine|pretend|act|look|search|sort|rank|count|estimate|predict|"
+    "solve|recite|spell|review|edit|analy[sz]e|read|remind|quote|pick|choose|debug"
+)
+"""English verbs that are also nouns or adjectives: a request only when an object, a question
+word or a particle follows (``_REQUEST_OBJECT``)."""
+_REQUEST_OBJECT = (
+    "me|us|him|her|them|it|this|that|these|those|my|our|your|you|a|an|the|some|any|one|two|three|four|five|six|"
+    "seven|eight|nine|ten|few|several|all|each|every|more|another|how|what|why|where|when|who|which|whether|if|as|"
+    "up|out|with|about|on|for|to|like|ideas?|something|anything|[0-9]+"
+)
+"""What follows a request verb, in lower case: an object, a question word or a particle. A
+noun right after the verb reads as a statement ("Share prices fell", "Play is important",
+"Show jumping is my hobby"), and so do a capitalised name ("Find My iPhone found…",
+"Imagine Dragons is my favourite band") and words glued to the verb ("Write-ups",
+"Check-in")."""
+_REQUEST_START = linear_re.compile(
+    rf"^{_S}*(?i:(?:please|pls|kindly){_S}+)?"
+    rf"(?:(?i:(?:i{_S}*(?:'d|would){_S}+like|i{_S}+(?:want|need)){_S}+you{_S}+to){_S}+{_W}|"
+    rf"(?i:(?:can|could|would|will){_S}+you|let'?s){_S}+{_W}|"
+    rf"(?i:{_REQUEST_VERBS}){_S}+(?:{_W}|['\"‘“«])|"
+    rf"(?i:{_REQUEST_VERBS_WITH_OBJECT}){_S}+(?:(?:{_REQUEST_OBJECT})(?:{linear_re.NOT_WORD}|$)|['\"‘“«]))"
+)
+"""RE2: a one-off request to the assistant in English, by its first words (verbs in any
+case, the word after a two-way verb in lower case)."""
+_REQUEST_START_OTHER = linear_re.compile(
+    # es, fr, de, it, pt, nl, ru, pl, ar: imperatives at the start of the sentence
+    rf"^{_S}*(?:por favor,?{_S}+|s'il te plaît,?{_S}+|bitte,?{_S}+|per favore,?{_S}+|пожалуйста,?{_S}+)?"
+    r"(?:dime|cu[ée]ntame|escr[ií]be(?:me)?|expl[ií]ca(?:me)?|dame|hazme|mu[ée]strame|comp[áa]rte(?:me)?|"
+    r"recomi[ée]nda(?:me)?|sugi[ée]re(?:me)?|traduce|res[úu]me(?:me)?|enumera|descr[ií]be(?:me)?|ay[úu]dame|"
+    r"dibuja|calcula|genera|"
+    r"dis-moi|raconte(?:-moi)?|[ée]cris(?:-moi)?|explique(?:-moi)?|donne(?:-moi)?|fais(?:-moi)?|montre(?:-moi)?|"
+    r"recommande(?:-moi)?|sugg[èe]re(?:-moi)?|traduis|r[ée]sume(?:-moi)?|d[ée]cris(?:-moi)?|aide-moi|dessine|"
+    r"erz[äa]hl(?:e)?|schreib(?:e)?|erkl[äa]r(?:e)?|gib|zeig(?:e)?|sag(?:e)?|empfiehl|[üu]bersetz(?:e)?|"
+    r"beschreib(?:e)?|hilf|zeichne|berechne|nenne|"
+    r"dimmi|raccontami|racconta|scrivi(?:mi)?|spiega(?:mi)?|dammi|fammi|mostrami|consigliami|suggerisci(?:mi)?|"
+    r"traduci|riassumi|descrivi(?:mi)?|aiutami|disegna|calcola|elenca|"
+    r"diga(?:-me)?|me diga|conte(?:-me)?|me conte|escreva|explique|me explique|d[êe]-me|me d[êe]|mostre(?:-me)?|"
+    r"recomende|sugira|traduza|resuma|descreva|ajude-me|me ajude|desenhe|calcule|liste|"
+    r"vertel|schrijf|leg uit|geef|laat (?:me|zien)|"
+    r"расскажи(?:те)?|напиши(?:те)?|объясни(?:те)?|дай(?:те)?|покажи(?:те)?|поделись|посоветуй(?:те)?|"
+    r"предложи(?:те)?|переведи(?:те)?|опиши(?:те)?|помоги(?:те)?|нарисуй|посчитай|перечисли|назови|придумай|"
+    r"opowiedz|napisz|wyja[śs]nij|wyt[łl]umacz|daj|poka[żz]|podaj|pole[ćc]|zaproponuj|przet[łl]umacz|opisz|"
+    r"pom[óo][żz]|narysuj|oblicz|wymie[ńn]|stre[śs][ćc]|"
+    r"أخبرني|اخبرني|اكتب|اشرح|أعطني|اعطني|أرني|ترجم|لخص|صف|ساعدني|اقترح)"
+    r"(?:[^\p{L}\p{N}\p{M}_'-]|$)"
+    # zh: a request opening (please, help me, tell me, give me) or a verb with a measure word
+    r"|^(?:请|請|麻烦|麻煩|帮我|幫我|给我|給我|告诉我|告訴我|为我|為我|替我)"
+    r"|^(?:写|寫|讲|講|说|說|推荐|推薦|介绍|介紹|列出|列举|列舉|总结|總結|解释|解釋|翻译|翻譯|描述|画|畫|编|編|想)"
+    r"(?:一|个|個|几|幾|些|首|篇|段|封|份|本|道|下)",
+    linear_re.IGNORECASE,
+)
+"""RE2: one-off requests in other languages, by the sentence's first words."""
+_REQUEST_END = linear_re.compile(
+    # ja, ko, tr, hi: the imperative ends the sentence
+    r"(?:て|てください|て下さい|てくれ|てくれる|てちょうだい|ください|下さい|なさい|"
+    r"줘|줘요|주세요|주십시오|줄래|줄래요|해봐|봐요|"
+    r"anlat|yaz|açıkla|göster|öner|çevir|özetle|söyle|anlatır mısın|"
+    r"बताओ|बताइए|बताइये|लिखो|लिखिए|समझाओ|समझाइए|दिखाओ|दीजिए)"
+    rf"{_S}*[.!。！?？]*{_S}*$",
+    linear_re.IGNORECASE,
+)
+"""RE2: requests in languages whose imperative ends the sentence (Japanese, Korean, Turkish,
+Hindi)."""
+
+
+def is_request(sentence: str) -> bool:
+    """Whether ``sentence`` is a one-off request to the assistant ("Share a surprising fact
+    about Chile", "Tell me a joke", "I want you to write a limerick", "Dime un chiste",
+    "给我讲个笑话", "詩を書いて", "시를 써 줘"), by its first (or, for Japanese, Korean, Turkish
+    and Hindi, its last) words. Statements that open with the same word as a noun ("Share
+    prices fell", "Show jumping is my hobby") are not requests. Linear (RE2)."""
+    return bool(
+        _REQUEST_START.search(sentence) or _REQUEST_START_OTHER.search(sentence) or _REQUEST_END.search(sentence)
+    )
+
+
 _REFUSAL = re.compile(
     r"^\s*(i'?d rather not|i would rather not|i don'?t want to (talk|say|share)|none of your business|"
     r"no comment|not telling|skip (it|that)|never ?mind|nevermind|forget it)\b",
@@ -176,7 +257,7 @@ _TIME_WORDS = re.compile(
 MIN_STATEMENT_WORDS = 3
 """A sentence with fewer words (and no digit) is too short to state a fact ("why?", "lol")."""
 
-SKIP_REASONS = ("empty", "question", "greeting", "refusal", "request", "too_short")
+SKIP_REASONS = ("empty", "punctuation", "question", "greeting", "refusal", "request", "too_short")
 """Every reason a sentence (and a turn that states nothing) is skipped for."""
 
 
@@ -196,6 +277,8 @@ def classify_sentence(sentence: str) -> MemoryType | str:
     s = sentence.strip()
     if not s or not is_visible(s):
         return "empty"
+    if is_punctuation_only(s):
+        return "punctuation"
     if is_greeting(s):
         return "greeting"
     if _REFUSAL.match(s):
@@ -208,11 +291,47 @@ def classify_sentence(sentence: str) -> MemoryType | str:
         return "too_short"
     if _STANDING.search(s) and (_ASSISTANT_BEHAVIOUR.search(s) or re.search(r"\b(call|name|address)\b", s, re.I)):
         return MemoryType.PROCEDURAL
-    if _IMPERATIVE_START.match(s):
+    if is_request(s):
         return "request"
     if _TIME_WORDS.search(s) and _PAST_EVENT.search(s):
         return MemoryType.EPISODIC
     return MemoryType.SEMANTIC
+
+
+_NO_SPACE_AFTER = frozenset("。！？｡")
+"""Sentence ends of scripts written without spaces between sentences."""
+
+
+def _unspaced(ch: str) -> bool:
+    """Whether ``ch`` is of a script written without spaces between words and sentences
+    (Han, Hiragana, Katakana, Thai, Lao, Khmer, Myanmar, full-width forms)."""
+    o = ord(ch)
+    return (
+        0x3000 <= o <= 0x9FFF  # CJK punctuation, kana, CJK unified ideographs (and extension A)
+        or 0xF900 <= o <= 0xFAFF  # CJK compatibility ideographs
+        or 0xFF00 <= o <= 0xFFEF  # half- and full-width forms
+        or 0x0E00 <= o <= 0x0EFF  # Thai, Lao
+        or 0x1780 <= o <= 0x17FF  # Khmer
+        or 0x1000 <= o <= 0x109F  # Myanmar
+        or 0x20000 <= o <= 0x3FFFF  # CJK extensions B–H
+    )
+
+
+def join_sentences(sentences: Sequence[str]) -> str:
+    """``sentences`` joined as their script writes them: no space after a CJK full stop
+    ("我住在上海。" + "我的猫叫咪咪。" → "我住在上海。我的猫叫咪咪。", whatever follows it) or
+    between two characters of unspaced scripts (``_unspaced``: Chinese, Japanese, Thai…),
+    one space elsewhere (Latin, Cyrillic, Korean, Arabic…)."""
+    out: list[str] = []
+    for sentence in sentences:
+        if not sentence:
+            continue
+        if out:
+            left = out[-1][-1]
+            if not (left in _NO_SPACE_AFTER or (_unspaced(left) and _unspaced(sentence[0]))):
+                out.append(" ")
+        out.append(sentence)
+    return "".join(out)
 
 
 @dataclass
@@ -295,7 +414,7 @@ def extract_turn(
             first_reason = kind
     for kind in (MemoryType.SEMANTIC, MemoryType.PROCEDURAL, MemoryType.EPISODIC):
         if kind in kept:
-            text = truncate_utf8(" ".join(kept[kind]), MAX_CONTENT_BYTES)
+            text = truncate_utf8(join_sentences(kept[kind]), MAX_CONTENT_BYTES)
             metadata = {}
             if kind == MemoryType.EPISODIC:
                 when = _TIME_WORDS.search(text)

@@ -196,7 +196,7 @@ class MemoryPipeline:
         ``conversation``; ``created_via`` ``auto_store`` (statements) or ``auto_store_window``.
         Returns the write results (``[]`` when nothing was stored). Never raises: failures
         and skip reasons are counted (``memory_extraction{outcome}``, ``memory_store_errors``)."""
-        if prepared.skipped not in (None, "error", "greeting"):
+        if prepared.skipped not in (None, "error", "greeting", "punctuation"):
             return []
         if not prepared.policy.auto_store or not prepared.user_id:
             return []

@@ -24,6 +24,7 @@ SKIP_REASONS = (
     "plugin_disabled",
     "not_user_turn",
     "empty_message",
+    "punctuation",
     "greeting",
 )
 """Every value ``skip_reason`` may return, in the order they are checked."""
@@ -316,6 +317,217 @@ GREETING_PHRASES = frozenset(
         "잘가",
         "안녕히 가세요",
         "안녕히 계세요",
+        # negatives and declines (the whole message is "no")
+        "no",
+        "nope",
+        "nah",
+        "no thanks",
+        "no thank you",
+        "not really",
+        "not now",
+        "not yet",
+        "no way",
+        "never mind",
+        "nevermind",
+        "nvm",
+        "no need",
+        "i m good",
+        "im good",
+        "all good",
+        "no worries",
+        # small talk
+        "what s up",
+        "whats up",
+        "wassup",
+        "wazzup",
+        "how are you",
+        "how are u",
+        "how r u",
+        "how are you doing",
+        "how s it going",
+        "how is it going",
+        "how have you been",
+        "what s new",
+        "how do you do",
+        "and you",
+        # acknowledgements and reactions
+        "right",
+        "exactly",
+        "of course",
+        "absolutely",
+        "definitely",
+        "certainly",
+        "agreed",
+        "me too",
+        "same",
+        "same here",
+        "i see",
+        "oh",
+        "ah",
+        "oh ok",
+        "ah ok",
+        "hmm",
+        "hm",
+        "mhm",
+        "uh huh",
+        "wow",
+        "makes sense",
+        "fair enough",
+        "sounds great",
+        "that s fine",
+        "that s great",
+        "thats fine",
+        "sure thing",
+        "sorry",
+        "oops",
+        "my bad",
+        "interesting",
+        "true",
+        "indeed",
+        "maybe",
+        "good to know",
+        "nice one",
+        "brilliant",
+        # es, pt, fr, de, it, nl
+        "no gracias",
+        "sí",
+        "si",
+        "vale",
+        "claro",
+        "de acuerdo",
+        "qué tal",
+        "que tal",
+        "nada",
+        "perfecto",
+        "bueno",
+        "genial",
+        "não",
+        "nao",
+        "sim",
+        "valeu",
+        "beleza",
+        "tudo bem",
+        "tudo bom",
+        "não obrigado",
+        "não obrigada",
+        "certo",
+        "non",
+        "non merci",
+        "oui",
+        "d accord",
+        "ça va",
+        "ca va",
+        "pas de souci",
+        "pas de problème",
+        "bien sûr",
+        "parfait",
+        "super",
+        "nein",
+        "nein danke",
+        "ja",
+        "genau",
+        "alles klar",
+        "wie geht s",
+        "wie geht es dir",
+        "kein problem",
+        "stimmt",
+        "gut",
+        "prima",
+        "no grazie",
+        "sì",
+        "va bene",
+        "come stai",
+        "nessun problema",
+        "perfetto",
+        "nee",
+        "ja hoor",
+        "dank je",
+        "dank je wel",
+        "bedankt",
+        # ru, pl, tr, ar, hi
+        "нет",
+        "да",
+        "спасибо",
+        "большое спасибо",
+        "привет",
+        "здравствуйте",
+        "хорошо",
+        "ладно",
+        "понятно",
+        "как дела",
+        "пока",
+        "окей",
+        "nie",
+        "tak",
+        "dzięki",
+        "dziękuję",
+        "cześć",
+        "dobrze",
+        "jasne",
+        "hayır",
+        "evet",
+        "teşekkürler",
+        "teşekkür ederim",
+        "sağ ol",
+        "merhaba",
+        "tamam",
+        "nasılsın",
+        "لا",
+        "نعم",
+        "شكرا",
+        "مرحبا",
+        "حسنا",
+        "नहीं",
+        "हाँ",
+        "हां",
+        "धन्यवाद",
+        "शुक्रिया",
+        "नमस्ते",
+        "ठीक है",
+        # zh, ja, ko: negatives, small talk, acknowledgements
+        "不",
+        "不是",
+        "不用",
+        "不用了",
+        "不要",
+        "没有",
+        "没事",
+        "对",
+        "对的",
+        "是的",
+        "是",
+        "行",
+        "可以",
+        "你好吗",
+        "最近怎么样",
+        "怎么样",
+        "哦",
+        "噢",
+        "嗯嗯",
+        "いいえ",
+        "いや",
+        "うん",
+        "ううん",
+        "そう",
+        "そうです",
+        "そうですね",
+        "なるほど",
+        "元気",
+        "元気ですか",
+        "大丈夫",
+        "わかった",
+        "わかりました",
+        "아니요",
+        "아니",
+        "아뇨",
+        "응",
+        "그래",
+        "맞아",
+        "맞아요",
+        "잘 지내",
+        "잘 지내요",
+        "괜찮아",
+        "괜찮아요",
     }
 )
 """Short greetings/acknowledgements (normalized: lower case, punctuation removed)."""
@@ -324,12 +536,20 @@ _GREETING_MAX_PHRASE_WORDS = max(len(p.split()) for p in GREETING_PHRASES)
 _GREETING_MAX_PHRASE_CHARS = max(len(p) for p in GREETING_PHRASES)
 
 
+def _emoji_mark(ch: str) -> bool:
+    """Variation selectors (U+FE00–FE0F, U+E0100–E01EF) and emoji modifiers that follow an
+    emoji; other combining marks are parts of letters (Devanagari's virama and vowel signs)."""
+    o = ord(ch)
+    return 0xFE00 <= o <= 0xFE0F or 0xE0100 <= o <= 0xE01EF or 0x1F3FB <= o <= 0x1F3FF
+
+
 def _normalize_greeting(text: str) -> str:
-    # punctuation, symbols (emoji), marks (variation selectors), format chars (ZWJ) → space
+    # NFC, case folded; punctuation, symbols (emoji), emoji marks, enclosing marks (keycaps),
+    # format and control chars (ZWJ) → space
     out = []
-    for ch in text.casefold():
+    for ch in unicodedata.normalize("NFC", text).casefold():
         cat = unicodedata.category(ch)
-        out.append(" " if cat[0] in "PSZ" or cat in ("Cf", "Mn", "Me", "Cc") else ch)
+        out.append(" " if cat[0] in "PSZ" or cat in ("Cf", "Me", "Cc") or _emoji_mark(ch) else ch)
     return " ".join("".join(out).split())
 
 
@@ -345,17 +565,35 @@ def _greeting_token(token: str) -> bool:
     return ok[n]
 
 
+def is_punctuation_only(text: str) -> bool:
+    """Whether ``text`` holds punctuation and nothing else that is visible ("???", "...",
+    "!?", "。。。", "¿?"): every character is punctuation (Unicode category ``P*``), a
+    separator or whitespace, a control or format character, and at least one is punctuation.
+    Such a message asks nothing memory could answer and states nothing. Emoji are symbols, not
+    punctuation: "👍" is an acknowledgement (``is_greeting``)."""
+    seen = False
+    for ch in text:
+        cat = unicodedata.category(ch)
+        if cat[0] == "P":
+            seen = True
+        elif not (cat[0] == "Z" or cat in ("Cc", "Cf") or ch.isspace()):
+            return False
+    return seen
+
+
 def is_greeting(text: str) -> bool:
-    """Whether ``text`` is only a short greeting/acknowledgement ("hi", "Thanks!", "ok 👍",
-    "good morning", "你好", "ありがとう", "안녕하세요"): after removing punctuation, emoji and
+    """Whether ``text`` is only a short greeting, acknowledgement, negative or bit of small
+    talk ("hi", "Thanks!", "ok 👍", "No", "Nope, all good", "What's up?", "good morning",
+    "你好", "不用了", "ありがとう", "안녕하세요", "Нет"): after removing punctuation, emoji and
     case it has at most ``GREETING_MAX_WORDS`` words, all covered by ``GREETING_PHRASES``. An
-    emoji-only message ("👍") is an acknowledgement too. Empty/whitespace text is not a
-    greeting. "hi, what's my locker code?" is not one."""
-    if not text or not text.strip():
+    emoji-only message ("👍") is an acknowledgement too; a message of punctuation only is not
+    a greeting (``is_punctuation_only``). Empty/whitespace text is not a greeting. "hi,
+    what's my locker code?" and "No, I moved to Berlin" are not ones."""
+    if not text or not text.strip() or is_punctuation_only(text):
         return False
     norm = _normalize_greeting(text)
     if not norm:
-        return True  # only emoji/punctuation: "👍", "🙏", "!!"
+        return True  # only emoji (with or without punctuation): "👍", "🙏", "ok!! 👍"
     words = norm.split()
     if len(words) > GREETING_MAX_WORDS:
         return False
@@ -392,8 +630,9 @@ def skip_reason(
     (``policy.enabled`` is false), ``not_user_turn`` (the request ends with a tool result or
     assistant message — a tool-call loop continuing a turn that already had its memories;
     injecting again would rewrite an earlier user message and store one memory per step),
-    ``empty_message`` (blank last user message),
-    ``greeting`` (only a short greeting/acknowledgement, see ``is_greeting``).
+    ``empty_message`` (blank last user message), ``punctuation`` (only punctuation, see
+    ``is_punctuation_only``), ``greeting`` (only a short greeting, acknowledgement, negative
+    or small talk, see ``is_greeting``).
     """
     mem = config.memory
     if memory_disabled:
@@ -410,6 +649,8 @@ def skip_reason(
         return "not_user_turn"
     if not last_user_message or not last_user_message.strip():
         return "empty_message"
+    if is_punctuation_only(last_user_message):
+        return "punctuation"
     if is_greeting(last_user_message):
         return "greeting"
     return None

@@ -230,19 +230,50 @@ class Statement:
 
 
 _S = linear_re.SPACE
+_LEAD_IN_WORDS = (
+    # en
+    "remember|note|please note|keep in mind|don'?t forget|do not forget|fyi|for the record|just so you know|"
+    "heads up|btw|by the way|for your information|"
+    # es, fr, de, it, pt, nl
+    "recuerda|recuerde|ten en cuenta|tenga en cuenta|para que (?:lo )?sepas|para tu informaci[óo]n|por cierto|"
+    "rappelle-toi|souviens-toi|retiens|note bien|pour info|pour information|pour ton information|au fait|"
+    "n'oublie pas|"
+    "merk dir|merke dir|denk daran|denke daran|zur info|zur information|nur damit du es wei[ßs]t|[üu]brigens|"
+    "vergiss nicht|"
+    "ricorda|ricordati|tieni presente|tieni a mente|per tua informazione|per info|a proposito|non dimenticare|"
+    "lembre-se(?: de)?|lembra|lembre|tenha em mente|para constar|s[óo] para voc[êe] saber|para sua informa[çc][ãa]o|"
+    "ali[áa]s|n[ãa]o esque[çc]a|"
+    "onthoud|ter info|ter informatie|vergeet niet|"
+    # ru, pl, tr
+    "запомни|запомните|имей в виду|имейте в виду|к сведению|для справки|кстати|на заметку|не забудь|"
+    "zapami[ęe]taj|pami[ęe]taj|miej na uwadze|dla informacji|do wiadomo[śs]ci|przy okazji|nie zapomnij|"
+    "unutma|hat[ıi]rla|bilgin olsun|ak[ıi]nda olsun"
+)
+"""Lead-ins in scripts that separate words: followed by a separator or a space."""
+_LEAD_IN_CJK = (
+    "请记住|请记得|記住|记住|請記住|請記得|记得|記得|请注意|請注意|备注|備註|顺便说一下|順便說一下|顺便说|順便說|"
+    "提醒一下|告诉你|告訴你|"
+    "覚えておいてください|覚えておいて|覚えといて|覚えてて|メモして|ちなみに|参考までに|念のため|"
+    "기억해 ?주세요|기억해 ?줘|기억해 ?둬|기억해|참고로|알아 ?둬|메모해 ?줘"
+)
+"""Lead-ins in Chinese, Japanese and Korean: the separator may be nothing ("请记住我对花生过敏")."""
+_LEAD_IN_CONNECTOR = "that|this|que|qu'|che|dass|что|że|ki"
+_LEAD_IN_SEPARATOR = rf"(?:{_S}*[:,\-：，、]{_S}*|{_S}+)"
 _LEAD_IN = linear_re.compile(
-    rf"^{_S}*(?:(?:please{_S}+)?(?:remember|note|keep in mind|don'?t forget|do not forget|fyi|for the record|"
-    rf"just so you know|heads up)(?:{_S}+(?:this|that))?{_S}*[:,-]?{_S}*)+",
+    rf"^{_S}*(?:(?:please{_S}+)?(?:{_LEAD_IN_WORDS})(?:{_S}+(?:{_LEAD_IN_CONNECTOR}))?{_LEAD_IN_SEPARATOR}"
+    rf"|(?:{_LEAD_IN_CJK})(?:{_S}*[:,\-：，、]?{_S}*))+",
     linear_re.IGNORECASE,
 )
 """RE2: the whitespace around the separator can be split many ways, which Python's ``re``
-tries one by one."""
+tries one by one. A Latin-script lead-in must end in a separator or a space ("Notebooks are
+cheap" keeps its "Note")."""
 
 
 def strip_lead_in(text: str) -> str:
     """``text`` without a leading "remember:"-style phrase ("Please remember that", "FYI,",
-    "Note:"): words addressed to the assistant, not part of the fact. Extraction stores the
-    fact without them and the judge compares facts without them."""
+    "Note:", "请记住：", "覚えておいて、", "참고로,", "Recuerda que", "Запомни:"): words
+    addressed to the assistant, not part of the fact. Extraction stores the fact without them
+    and the judge compares facts without them."""
     return _LEAD_IN.sub("", text, count=1)
 
 

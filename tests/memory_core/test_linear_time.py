@@ -21,10 +21,18 @@ from datetime import UTC, datetime
 
 import pytest
 
-from memory_core.chat.extract import classify_sentence, clean_turn_text, extract_turn, remove_quoted, strip_think
+from memory_core.chat.extract import (
+    classify_sentence,
+    clean_turn_text,
+    extract_turn,
+    is_request,
+    join_sentences,
+    remove_quoted,
+    strip_think,
+)
 from memory_core.chat.gate import HeuristicGate
 from memory_core.chat.inject import format_memory_block, render_memory_text, strip_memory_block
-from memory_core.chat.routing import is_greeting
+from memory_core.chat.routing import is_greeting, is_punctuation_only
 from memory_core.chat.tokens import count_cjk, estimate_tokens, word_tokens
 from memory_core.config import ReflectionSettings
 from memory_core.curation.consolidate import merged_content, plan_groups
@@ -120,6 +128,9 @@ RULES: dict[str, Rule] = {
     "remove_quoted(memory)": Rule(lambda t: remove_quoted(_FACT + " " + _FACT, [_memory(t)])),
     "remove_quoted(both)": Rule(lambda t: remove_quoted(t, [_memory(t), _memory(t[::-1])])),
     "is_greeting": Rule(is_greeting, CHAT_MAX_BYTES),
+    "is_punctuation_only": Rule(is_punctuation_only, CHAT_MAX_BYTES),
+    "is_request": Rule(is_request, CHAT_MAX_BYTES),
+    "join_sentences": Rule(lambda t: join_sentences(t.split(".")), CHAT_MAX_BYTES),
     # the curation judge: the adversarial text old, new, and both
     "judge(old)": Rule(lambda t: judge(t, "My code is a1b2 now, I moved to Paris.")),
     "judge(new)": Rule(lambda t: judge("My code is a1b2 and I live in Boston.", t)),

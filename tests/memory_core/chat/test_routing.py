@@ -357,6 +357,7 @@ def test_skip_reasons_tuple():
         "plugin_disabled",
         "not_user_turn",
         "greeting",
+        "punctuation",
         "empty_message",
     }
 
