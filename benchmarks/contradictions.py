@@ -2,14 +2,17 @@
 ``old``, print the confusion matrix.
 
 Data: JSON lines ``{"old", "new", "label"}``, label one of ``supersedes`` | ``compatible`` |
-``duplicate`` (default ``../shared/data/contradictions_dev.jsonl``).
+``duplicate`` | ``refinement`` (default ``../shared/data/contradictions_dev.jsonl``; the
+project's own set of 417 pairs in six languages is ``tests/supersession_set/labelled.jsonl``,
+with ``split``, ``lang`` and ``kind``: ``--split holdout`` measures the half no rule was
+written from, and prints no holdout pair, only counts).
 
 For each pair a fresh user writes ``old`` then ``new`` (type ``semantic``, the API's default),
 and the observed verdict is read back:
 
 - ``supersedes``: ``old`` is ``superseded`` (and ``superseded_by`` is the new record);
-- ``duplicate``: the second write was ``reinforced``/``refined`` into one record (one active
-  record holds the fact);
+- ``duplicate``: the second write ``reinforced`` the old record (one active record holds the
+  fact); ``refinement``: it ``refined`` it (the old record took the richer text);
 - ``compatible``: both stay ``active`` as two records.
 
 Printed: the confusion matrix (rows: label, columns: observed), precision and recall of
@@ -54,7 +57,7 @@ from memory_core.config import CurationSettings, MemoryStoreSettings  # noqa: E4
 from memory_core.stores import make_store  # noqa: E402
 from memory_core.types import Memory, MemoryState, MemoryType, WriteOutcome  # noqa: E402
 
-LABELS = ("supersedes", "compatible", "duplicate")
+LABELS = ("supersedes", "compatible", "duplicate", "refinement")
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "contradictions_dev.jsonl"
 GRID_CANDIDATE = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
 GRID_DEDUP = (0.85, 0.88, 0.9, 0.92, 0.95, 1.0)
@@ -68,17 +71,31 @@ class Pair:
     old: str
     new: str
     label: str
+    lang: str = ""
+    kind: str = ""
+    split: str = ""
 
 
-def load_pairs(path: Path) -> list[Pair]:
-    """The labelled pairs of a JSON-lines file; raises ``ValueError`` on an unknown label."""
+def load_pairs(path: Path, split: str | None = None) -> list[Pair]:
+    """The labelled pairs of a JSON-lines file (only those of ``split`` when given); raises
+    ``ValueError`` on an unknown label."""
     pairs = []
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.strip():
             row = json.loads(line)
             if row["label"] not in LABELS:
                 raise ValueError(f"unknown label {row['label']!r}")
-            pairs.append(Pair(row["old"], row["new"], row["label"]))
+            if split is None or row.get("split") == split:
+                pairs.append(
+                    Pair(
+                        row["old"],
+                        row["new"],
+                        row["label"],
+                        row.get("lang", ""),
+                        row.get("kind", ""),
+                        row.get("split", ""),
+                    )
+                )
     return pairs
 
 
@@ -122,13 +139,30 @@ class Figures:
         for a in LABELS:
             table.add_row(a, *(str(self.matrix[a][b]) for b in LABELS))
         console.print(table)
-        dup_total = sum(self.matrix["duplicate"].values())
-        dup_one = self.matrix["duplicate"]["duplicate"]
+        one = ("duplicate", "refinement")
+        same_total = sum(sum(self.matrix[a].values()) for a in one)
+        same_one = sum(self.matrix[a][b] for a in one for b in one)
         console.print(
             f"supersedes precision {self.precision:.3f}  recall {self.recall:.3f}  "
             f"accuracy {self.accuracy:.3f}  compatible pairs that lost old: {self.compatible_lost}  "
-            f"duplicate pairs kept as one record: {dup_one}/{dup_total}"
+            f"duplicate/refinement pairs kept as one record: {same_one}/{same_total}"
         )
+
+
+def by_group(pairs: list[Pair], rows: list[tuple[str, str]], key: str) -> None:
+    """``supersedes`` recall and the compatible pairs lost, per ``lang`` or ``kind``."""
+    table = Table(title=f"per {key}")
+    for col in (key, "supersedes caught", "said supersedes wrongly", "compatible lost"):
+        table.add_column(col)
+    groups = sorted({getattr(p, key) for p in pairs})
+    for g in groups:
+        sel = [(p.label, o) for p, (_, o) in zip(pairs, rows, strict=True) if getattr(p, key) == g]
+        caught = sum(a == "supersedes" == o for a, o in sel)
+        total = sum(a == "supersedes" for a, _ in sel)
+        wrong = sum(o == "supersedes" != a for a, o in sel)
+        lost = sum(a == "compatible" and o == "supersedes" for a, o in sel)
+        table.add_row(g or "-", f"{caught}/{total}", str(wrong), str(lost))
+    console.print(table)
 
 
 def observed_of(old_state: str, second_outcome: str) -> str:
@@ -136,7 +170,9 @@ def observed_of(old_state: str, second_outcome: str) -> str:
     write's outcome (``created`` | ``reinforced`` | ``refined`` | ``quarantined``)."""
     if old_state == MemoryState.SUPERSEDED.value:
         return "supersedes"
-    if second_outcome in (WriteOutcome.REINFORCED.value, WriteOutcome.REFINED.value):
+    if second_outcome == WriteOutcome.REFINED.value:
+        return "refinement"
+    if second_outcome == WriteOutcome.REINFORCED.value:
         return "duplicate"
     return "compatible"
 
@@ -217,16 +253,16 @@ def main(
     data: Path = typer.Option(DEFAULT_DATA, help="labelled pairs (JSON lines)"),
     loo: bool = typer.Option(False, help="in process: choose the cosine constants by leave-one-out"),
     api_key: str = typer.Option(None, help="sent as Authorization: Bearer (API mode)"),
+    split: str = typer.Option(None, help="only the pairs of this split (dev | holdout)"),
 ) -> None:
-    pairs = load_pairs(data)
+    pairs = load_pairs(data, split)
+    show_misses = split != "holdout"
     console.print(f"{len(pairs)} pairs: " + ", ".join(f"{a} {sum(p.label == a for p in pairs)}" for a in LABELS))
     if url:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         rows = asyncio.run(run_api(url, pairs, headers))
         Figures.of(rows).show(f"through the API at {url}")
-        misses = [(p, o) for p, (_, o) in zip(pairs, rows, strict=True) if o != p.label]
-        for p, o in misses:
-            console.print(f"  {p.label} → {o}: {p.old!r} / {p.new!r}", markup=False)
+        report(pairs, rows, show_misses)
         return
     from locomo_offline import EmbedCache
 
@@ -237,9 +273,19 @@ def main(
         return
     rows = asyncio.run(run_local(pairs, CurationSettings(), cache.embed))
     Figures.of(rows).show("in process, default CurationSettings")
-    for p, (_, o) in zip(pairs, rows, strict=True):
-        if o != p.label:
-            console.print(f"  {p.label} → {o}: {p.old!r} / {p.new!r}", markup=False)
+    report(pairs, rows, show_misses)
+
+
+def report(pairs: list[Pair], rows: list[tuple[str, str]], show_misses: bool) -> None:
+    """Per language and kind (when the data has them), then each miss unless ``show_misses``
+    is false (the holdout's pairs are never printed: reading them would spoil it)."""
+    for key in ("lang", "kind"):
+        if any(getattr(p, key) for p in pairs):
+            by_group(pairs, rows, key)
+    if show_misses:
+        for p, (_, o) in zip(pairs, rows, strict=True):
+            if o != p.label:
+                console.print(f"  {p.label} → {o}: {p.old!r} / {p.new!r}", markup=False)
 
 
 if __name__ == "__main__":
