@@ -108,7 +108,8 @@ class MemoryPipeline:
 
     async def prepare(self, body: dict[str, Any], context: RequestContext) -> PreparedChat:
         """Steps 2–7 for a validated chat body and the request's ``context`` (its headers,
-        parsed and checked once at the edge: ``sanitize.request_context``). Never raises for
+        normalised once at the edge and read by ``sanitize.request_context``; the decision
+        rules read ``context.headers`` as they are). Never raises for
         store/embedder failures (the request then goes out without memory, outcome
         ``error``)."""
         messages = body.get("messages") or []
