@@ -67,14 +67,14 @@ MANY = 600
 async def fill_to(db: Path, total: int, have: int, rng: np.random.Generator, per_user: int) -> float:
     """Add filler rows to the application's collection in ``db`` until it holds ``total``
     rows besides the measured users' (``have`` filler rows so far). Returns seconds spent."""
+    from memory_core.config import MilvusSettings
     from memory_core.stores.milvus import MilvusStore
 
     if total <= have:
         return 0.0
     identity = compute_identity(EmbeddingSettings(model="bundled:all-MiniLM-L6-v2"))
     store = MilvusStore(
-        uri=str(db),
-        collection=physical_name("agentic_memory", identity.collection_suffix),
+        MilvusSettings(uri=str(db), collection=physical_name("agentic_memory", identity.collection_suffix)),
         embed=None,
         dimension=DIM,
         identity=identity.digest,

@@ -14,12 +14,14 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Discriminator,
     Field,
     Tag,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -259,13 +261,17 @@ class CacheSettings(ValkeyConnectionSettings):
     prefix: str = "memcache:"
 
 
-def _operator_patterns(patterns: list[str], field: str) -> list[str]:
+def _operator_patterns(patterns: list[str], info: ValidationInfo) -> list[str]:
     """``patterns`` unchanged when RE2 compiles each (``linear_re.compile_operator``: an
     operator's pattern reads caller text, so it runs on the linear-time engine). Raises
-    ``ValueError`` naming ``field[i]``."""
+    ``ValueError`` naming ``<field>[i]``."""
     for i, p in enumerate(patterns):
-        compile_operator(p, field=f"{field}[{i}]")
+        compile_operator(p, field=f"{info.field_name}[{i}]")
     return patterns
+
+
+OperatorPatterns = Annotated[list[str], AfterValidator(_operator_patterns)]
+"""Operator regexes that read caller text: each must compile on RE2 (``_operator_patterns``)."""
 
 
 class ReflectionSettings(_Strict):
@@ -277,13 +283,8 @@ class ReflectionSettings(_Strict):
     max_inject_tokens: int = Field(default=2048, gt=0)
     recency_half_life_days: float = Field(default=30.0, gt=0)
     dedup_threshold: float = Field(default=0.90, gt=0, le=1)
-    block_patterns: list[str] = Field(default_factory=list)
+    block_patterns: OperatorPatterns = Field(default_factory=list)
     exact_token_count: bool = False
-
-    @field_validator("block_patterns")
-    @classmethod
-    def _compile(cls, patterns: list[str]) -> list[str]:
-        return _operator_patterns(patterns, "block_patterns")
 
 
 class ReflectionOverride(_Strict):
@@ -294,12 +295,8 @@ class ReflectionOverride(_Strict):
     max_inject_tokens: int | None = Field(default=None, gt=0)
     recency_half_life_days: float | None = Field(default=None, gt=0)
     dedup_threshold: float | None = Field(default=None, gt=0, le=1)
-    block_patterns: list[str] | None = None
+    block_patterns: OperatorPatterns | None = None
     exact_token_count: bool | None = None
-
-    _check_patterns = field_validator("block_patterns")(
-        lambda cls, v: v if v is None else ReflectionSettings._compile.__func__(cls, v)  # type: ignore[attr-defined]
-    )
 
 
 class RetrievalSettings(_Strict):
@@ -780,13 +777,8 @@ class MatchRules(_Strict):
 
     models: list[str] = Field(default_factory=list)
     keywords: list[str] = Field(default_factory=list)
-    regex: list[str] = Field(default_factory=list)
+    regex: OperatorPatterns = Field(default_factory=list)
     headers: dict[str, str] = Field(default_factory=dict)
-
-    @field_validator("regex")
-    @classmethod
-    def _compile(cls, patterns: list[str]) -> list[str]:
-        return _operator_patterns(patterns, "regex")
 
 
 class Decision(_Strict):

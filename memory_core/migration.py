@@ -38,6 +38,7 @@ import json
 import logging
 import sys
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -440,82 +441,130 @@ async def import_lines(
     Raises ``StoreClosed`` / ``StoreUnavailable`` (the import stops; lines already stored stay,
     and rerunning the import is safe).
     """
-    report = ImportReport()
-    sem = asyncio.Semaphore(max(1, concurrency))
+    importer = _LineImporter(store, ImportReport(), on_progress, asyncio.Semaphore(max(1, concurrency)))
     tasks: set[asyncio.Task] = set()
-
-    def progress() -> None:
-        if on_progress is not None:
-            on_progress(report)
-
-    def renamed(number: int, parsed: ParsedLine, held_by: str | None = None) -> None:
-        new_id = held_by or parsed.memory.id
-        if parsed.given_id is not None and parsed.given_id != new_id:
-            report.renamed.append(ImportRenamed(line=number, id=parsed.given_id, new_id=new_id))
-
-    async def one(number: int, parsed: ParsedLine) -> None:
-        memory = parsed.memory
-        try:
-            ids = [memory.id] + ([parsed.given_id] if parsed.given_id not in (None, memory.id) else [])
-            held = await store.get_many(ids, memory.user_id)  # the user's own memories only
-            if held:
-                report.skipped_duplicates += 1
-                renamed(number, parsed, held[0].id)
-            else:
-                (result,) = await store.write([memory])
-                # a fact the user already held: merged into that record (curation), which a
-                # repeat leaves as it is
-                if result.outcome == WriteOutcome.DROPPED:  # nothing was stored: not imported
-                    report.failed.append(ImportFailure(line=number, error=DROPPED_LINE))
-                else:
-                    if result.outcome == WriteOutcome.REINFORCED:
-                        report.skipped_duplicates += 1
-                    else:
-                        report.imported += 1
-                    renamed(number, parsed, result.memory.id)
-        except DuplicateMemory:
-            # written meanwhile by this user (a concurrent import), or the astronomically
-            # unlikely collision of two scoped ids: either way not this line's doing
-            if await store.get_many([memory.id], memory.user_id):
-                report.skipped_duplicates += 1
-                renamed(number, parsed)
-            else:
-                report.failed.append(ImportFailure(line=number, error="id conflict: import the line without its id"))
-        except _FATAL:
-            raise
-        except MemoryError_ as e:
-            report.failed.append(ImportFailure(line=number, error=str(e)))
-        finally:
-            sem.release()
-        progress()
-
     try:
-        number = 0
-        async for raw in _aiter(lines):
-            number += 1
-            if not raw.strip() or export_end(raw) is not None:  # the end line is no memory
+        async for number, raw in _memory_lines(lines):
+            parsed = importer.parse(number, raw, user_id=user_id, created_by=created_by)
+            if parsed is None:
                 continue
-            try:
-                parsed = parse_import_line(raw, user_id=user_id, created_by=created_by)
-            except InvalidInput as e:
-                report.failed.append(ImportFailure(line=number, error=str(e)))
-                progress()
-                continue
-            await sem.acquire()
-            task = asyncio.create_task(one(number, parsed))
+            await importer.slots.acquire()  # released by store_line
+            task = asyncio.create_task(importer.store_line(number, parsed))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
-            # surface fatal errors early
-            for t in [t for t in tasks if t.done() and t.exception() is not None]:
-                raise t.exception()  # type: ignore[misc]
+            _raise_fatal(tasks)  # surface fatal errors early
         if tasks:
             await asyncio.gather(*tasks)
     finally:
         for t in tasks:
             t.cancel()
-    report.failed.sort(key=lambda f: f.line)
-    report.renamed.sort(key=lambda r: r.line)
-    return report
+    return importer.finished()
+
+
+async def _memory_lines(lines: Iterable[str] | AsyncIterable[str]) -> AsyncIterator[tuple[int, str]]:
+    """``(1-based position, line)`` of each line that may hold a memory: blank lines and an
+    export's end line (``export_end``) are skipped, but counted in the positions."""
+    number = 0
+    async for raw in _aiter(lines):
+        number += 1
+        if raw.strip() and export_end(raw) is None:
+            yield number, raw
+
+
+def _raise_fatal(tasks: set[asyncio.Task]) -> None:
+    """Raise the exception of the first finished task that failed (a ``_FATAL`` error: the
+    line tasks catch every other)."""
+    for t in [t for t in tasks if t.done() and t.exception() is not None]:
+        raise t.exception()  # type: ignore[misc]
+
+
+@dataclass
+class _LineImporter:
+    """The state of one ``import_lines`` call: the ``store``, the ``report`` so far, the
+    ``on_progress`` callback (after each line) and ``slots``, the bound on memories stored at
+    once (acquired before ``store_line``, which releases it)."""
+
+    store: Any
+    report: ImportReport
+    on_progress: Callable[[ImportReport], None] | None
+    slots: asyncio.Semaphore
+
+    def progress(self) -> None:
+        """Tell ``on_progress`` the report so far."""
+        if self.on_progress is not None:
+            self.on_progress(self.report)
+
+    def parse(self, number: int, raw: str, *, user_id: str | None, created_by: str | None) -> ParsedLine | None:
+        """Line ``number`` parsed (``parse_import_line``); ``None`` when it is bad (then in
+        ``failed``, with the reason)."""
+        try:
+            return parse_import_line(raw, user_id=user_id, created_by=created_by)
+        except InvalidInput as e:
+            self.report.failed.append(ImportFailure(line=number, error=str(e)))
+            self.progress()
+            return None
+
+    def note_renamed(self, number: int, parsed: ParsedLine, held_by: str | None = None) -> None:
+        """List line ``number`` in ``renamed`` when the id it gave is not the id its memory is
+        held under (``held_by``, by default the line's ``import_id``)."""
+        new_id = held_by or parsed.memory.id
+        if parsed.given_id is not None and parsed.given_id != new_id:
+            self.report.renamed.append(ImportRenamed(line=number, id=parsed.given_id, new_id=new_id))
+
+    async def store_line(self, number: int, parsed: ParsedLine) -> None:
+        """Store line ``number``'s memory (``write_line``) and count its outcome; a
+        ``DuplicateMemory`` is resolved by ``written_meanwhile``, another ``MemoryError_`` is
+        a ``failed`` line, a ``_FATAL`` error propagates. Releases a slot; reports progress."""
+        try:
+            await self.write_line(number, parsed)
+        except DuplicateMemory:
+            await self.written_meanwhile(number, parsed)
+        except _FATAL:
+            raise
+        except MemoryError_ as e:
+            self.report.failed.append(ImportFailure(line=number, error=str(e)))
+        finally:
+            self.slots.release()
+        self.progress()
+
+    async def write_line(self, number: int, parsed: ParsedLine) -> None:
+        """A memory the user holds under the line's id or its ``import_id`` is a skipped
+        duplicate; else it is written (``store.write``, curation when ``store`` curates): a
+        fact the user already held is merged into that record (``reinforced``: a skipped
+        duplicate, which a repeat leaves as it is), one redaction drops whole is ``failed``
+        (``DROPPED_LINE``), anything else imported."""
+        memory = parsed.memory
+        ids = [memory.id] + ([parsed.given_id] if parsed.given_id not in (None, memory.id) else [])
+        held = await self.store.get_many(ids, memory.user_id)  # the user's own memories only
+        if held:
+            self.report.skipped_duplicates += 1
+            self.note_renamed(number, parsed, held[0].id)
+            return
+        (result,) = await self.store.write([memory])
+        if result.outcome == WriteOutcome.DROPPED:  # nothing was stored: not imported
+            self.report.failed.append(ImportFailure(line=number, error=DROPPED_LINE))
+            return
+        if result.outcome == WriteOutcome.REINFORCED:
+            self.report.skipped_duplicates += 1
+        else:
+            self.report.imported += 1
+        self.note_renamed(number, parsed, result.memory.id)
+
+    async def written_meanwhile(self, number: int, parsed: ParsedLine) -> None:
+        """After a ``DuplicateMemory``: written meanwhile by this user (a concurrent import):
+        a skipped duplicate; else the astronomically unlikely collision of two scoped ids: a
+        ``failed`` line. Either way not this line's doing."""
+        if await self.store.get_many([parsed.memory.id], parsed.memory.user_id):
+            self.report.skipped_duplicates += 1
+            self.note_renamed(number, parsed)
+        else:
+            self.report.failed.append(ImportFailure(line=number, error="id conflict: import the line without its id"))
+
+    def finished(self) -> ImportReport:
+        """The report, ``failed`` and ``renamed`` sorted by line."""
+        self.report.failed.sort(key=lambda f: f.line)
+        self.report.renamed.sort(key=lambda r: r.line)
+        return self.report
 
 
 # --------------------------------------------------------------------------- migration

@@ -369,8 +369,9 @@ _TRUE_VALUES = frozenset({"true", "1", "yes"})
 
 
 def normalize_headers(items: Iterable[tuple[str, str]]) -> dict[str, str]:
-    """Request headers as one ``{lower-case name: value}`` dict, the single place headers
-    are interpreted. Values of ``CONTROLLED_HEADERS`` are decoded as UTF-8 (HTTP stacks hand
+    """Request headers as one ``{lower-case name: value}`` dict; the HTTP edge calls it once
+    per request (``deployments.http.caller.read_caller``) and everything after reads its
+    result. Values of ``CONTROLLED_HEADERS`` are decoded as UTF-8 (HTTP stacks hand
     header bytes over as latin-1). Raises ``InvalidInput`` when a controlled header appears
     more than once (a gateway that appends its authenticated ``x-authz-user-id`` instead of
     replacing the client's must not let the client choose) or is not valid UTF-8. For other
@@ -391,13 +392,13 @@ def normalize_headers(items: Iterable[tuple[str, str]]) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class RequestContext:
-    """Who asks and in which scope: a request's headers, parsed and checked once at the edge
-    (``request_context``).
+    """Who asks and in which scope: a chat request's normalised headers read once at the
+    edge (``request_context``).
 
-    ``user_id``: the caller (``None``: no identity; chat then runs without memory);
-    ``project_id``/``conversation_id``: the scope of the memories read and written;
+    ``user_id``: the authenticated caller (``None``: no identity; chat then runs without
+    memory); ``project_id``/``conversation_id``: the scope of the memories read and written;
     ``memory_disabled``: ``x-disable-router-memory`` was set; ``headers``: every header by
-    lower-case name (for the decisions' header match rules).
+    lower-case name (``normalize_headers``; for the decisions' header match rules).
     """
 
     user_id: str | None = None
@@ -407,17 +408,14 @@ class RequestContext:
     headers: Mapping[str, str] = field(default_factory=dict)
 
 
-def request_context(items: Iterable[tuple[str, str]]) -> RequestContext:
-    """The one interpretation of a request's headers: ``normalize_headers``, then the memory
-    headers checked by the REST rules (``x-authz-user-id``, when present, the owner id rule;
-    ``x-project-id``/``x-conversation-id`` the project and conversation id rules, at most 256
-    characters) and ``x-disable-router-memory`` read as a flag. An empty value counts as
+def request_context(headers: Mapping[str, str], user_id: str | None = None) -> RequestContext:
+    """The memory scope of a request from its normalised ``headers`` (``normalize_headers``)
+    and ``user_id``, the caller that ``access.Authenticator.identify`` established (it
+    applied the owner id rule; ``None`` without identity): ``x-project-id`` and
+    ``x-conversation-id`` checked by the project and conversation id rules (at most 256
+    characters), ``x-disable-router-memory`` read as a flag. An empty value counts as
     absent; values are never stripped (a padded id is refused, not aliased). Raises
     ``InvalidInput`` naming the header."""
-    headers = normalize_headers(items)
-    user_id = headers.get(USER_HEADER) or None
-    if user_id is not None:
-        require_user_id(user_id, USER_HEADER)
     project_id = check_project_id(headers.get(PROJECT_HEADER) or None, PROJECT_HEADER)
     conversation_id = check_conversation_id(headers.get(CONVERSATION_HEADER) or None, CONVERSATION_HEADER)
     disabled = (headers.get(DISABLE_HEADER) or "").strip().lower() in _TRUE_VALUES

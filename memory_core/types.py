@@ -38,8 +38,10 @@ from .sanitize import (
 
 
 def utcnow() -> datetime:
-    """Current time, timezone-aware UTC."""
-    return datetime.now(UTC)
+    """Current time, timezone-aware UTC, at millisecond precision (``to_millis``): the
+    precision every backend stores, so a record a store returns from ``store``/``update``
+    equals what any backend returns for it later. The one clock of the package."""
+    return to_millis(datetime.now(UTC))
 
 
 IMPORT_CREATED_VIA = "import"

@@ -1,66 +1,24 @@
-"""A request's identity and headers, interpreted once at the HTTP edge.
-
-``identify`` establishes the caller (``memory_core.access.Authenticator``: a trusted
-gateway's ``x-authz-user-id``/``x-authz-role``, or an API key); ``request_context`` turns the
-headers into the typed ``memory_core.sanitize.RequestContext`` with that caller (the rules
-live in ``sanitize``). In ``api_key`` mode the client's identity headers are dropped before
-anything reads them."""
+"""The HTTP edge's header rules other than identity (that is ``caller.read_caller``):
+the browser rules every state-changing request meets (``BrowserGuard``), the headers never
+forwarded upstream (``forward_exclusions``) and the OpenAPI parameters of the headers the
+service reads (``CALLER_HEADERS``, ``CHAT_HEADERS``)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Collection
 
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memory_core import sanitize
-from memory_core.access import (
-    AUTHORIZATION_HEADER,
-    UNSAFE_METHODS,
-    Authenticator,
-    Principal,
-    check_body_type,
-    check_same_origin,
-)
+from memory_core.access import AUTHORIZATION_HEADER, UNSAFE_METHODS, Authenticator, check_body_type, check_same_origin
 from memory_core.errors import MemoryError_
-from memory_core.sanitize import GATEWAY_SECRET_HEADER, ROLE_HEADER, USER_HEADER, RequestContext, parse_origin
+from memory_core.sanitize import ROLE_HEADER, USER_HEADER, parse_origin
 
 from .errors import memory_error
 
-IDENTITY_HEADERS = frozenset({USER_HEADER, ROLE_HEADER, GATEWAY_SECRET_HEADER})
 JSON_LINES_PATHS = frozenset({"/v1/memory/import"})
 """The routes whose body is JSON lines (``access.check_body_type``)."""
-
-
-def _items(request: Request, auth: Authenticator) -> list[tuple[str, str]]:
-    """The request's headers; without the client's identity headers in ``api_key`` mode."""
-    items = list(request.headers.items())
-    if auth.api_key_mode:
-        items = [(k, v) for k, v in items if k.lower() not in IDENTITY_HEADERS]
-    return items
-
-
-def identify(request: Request, auth: Authenticator) -> Principal | None:
-    """The caller of ``request`` (``Authenticator.identify``), ``None`` without identity.
-    Raises ``InvalidApiKey`` (401), ``UntrustedIdentity`` (403) or ``InvalidInput`` (400)."""
-    headers = sanitize.normalize_headers(_items(request, auth))
-    peer = request.client.host if request.client else None
-    return auth.identify(headers, peer)
-
-
-def request_context(request: Request, auth: Authenticator, principal: Principal | None) -> RequestContext:
-    """The request's ``RequestContext`` (``sanitize.request_context``) whose ``user_id`` is
-    ``principal``'s. Raises ``InvalidInput`` (400) for a repeated or malformed memory header."""
-    context = sanitize.request_context(_items(request, auth))
-    return dataclasses.replace(context, user_id=principal.user_id if principal else None)
-
-
-def admit_anonymous(request: Request, auth: Authenticator) -> None:
-    """``Authenticator.admit_anonymous`` for ``request`` (no identity): 401 when the policy
-    ``access.anonymous`` does not let it through, 429 beyond its rate limit."""
-    headers = sanitize.normalize_headers(_items(request, auth))
-    auth.admit_anonymous(headers, request.client.host if request.client else None)
 
 
 def _first(value: str | None) -> str | None:
@@ -130,6 +88,7 @@ def forward_exclusions(auth: Authenticator) -> frozenset[str]:
 
 
 def _header(name: str, description: str) -> dict:
+    """The OpenAPI parameter object of an optional string header ``name``."""
     return {"name": name, "in": "header", "required": False, "schema": {"type": "string"}, "description": description}
 
 

@@ -108,19 +108,31 @@ class MemoryPipeline:
 
     async def prepare(self, body: dict[str, Any], context: RequestContext) -> PreparedChat:
         """Steps 2–7 for a validated chat body and the request's ``context`` (its headers,
-        parsed and checked once at the edge: ``sanitize.request_context``). Never raises for
+        normalised once at the edge and read by ``sanitize.request_context``; the decision
+        rules read ``context.headers`` as they are). Never raises for
         store/embedder failures (the request then goes out without memory, outcome
         ``error``)."""
+        prepared, reason = self._decide(body, context)
+        if reason is not None:
+            prepared.skipped = reason
+            self.metrics.count("memory_skipped", {"reason": reason, "decision": prepared.policy.decision_name or ""})
+            return prepared
+        await self._retrieve_and_inject(prepared)
+        return prepared
+
+    def _decide(self, body: dict[str, Any], context: RequestContext) -> tuple[PreparedChat, str | None]:
+        """Steps 2–3: the matched decision's policy for ``body`` and ``context``, as a
+        ``PreparedChat`` of the unchanged body, and why memory is skipped (``skip_reason``;
+        ``None``: it runs)."""
         messages = body.get("messages") or []
         user_text = last_user_text(messages)
         model = body.get("model")
         decision = select_decision(self.config, model=model, last_user_message=user_text, headers=context.headers)
         policy = effective_policy(self.config, decision)
-        user_id = context.user_id
         prepared = PreparedChat(
             body=body,
             policy=policy,
-            user_id=user_id,
+            user_id=context.user_id,
             project_id=context.project_id,
             conversation_id=context.conversation_id,
             user_text=user_text,
@@ -130,24 +142,26 @@ class MemoryPipeline:
             self.config,
             policy,
             model=model,
-            user_id=user_id,
+            user_id=context.user_id,
             memory_disabled=context.memory_disabled,
             last_user_message=user_text,
             last_role=last_role,
         )
-        if reason is not None:
-            prepared.skipped = reason
-            self.metrics.count("memory_skipped", {"reason": reason, "decision": policy.decision_name or ""})
-            return prepared
+        return prepared, reason
+
+    async def _retrieve_and_inject(self, prepared: PreparedChat) -> None:
+        """Steps 4–7 on ``prepared`` (memory runs: it has a user): retrieve with the last user
+        message, then the reflection gate and injection on the CPU pool; sets ``injected``,
+        ``body`` and ``timings_ms``, or ``skipped = "error"`` when the store or embedder
+        fails (counted; the request then goes out without memory)."""
+        policy, user_id = prepared.policy, prepared.user_id
         assert user_id is not None  # else skip_reason says "no_user"
         started = time.perf_counter()
-        backend = self.config.memory.backend
-        query = user_text[:MAX_QUERY_CHARS]
         try:
             candidates = await self._store.retrieve(
                 RetrieveOptions(
                     user_id=user_id,
-                    query=query,  # embedded by the store, overlapping its lexical search
+                    query=prepared.user_text[:MAX_QUERY_CHARS],  # embedded by the store, overlapping its lexical search
                     project_id=prepared.project_id,
                     # over-fetch: the gate's dedup may drop near-copies that would otherwise
                     # crowd distinct memories out of the limit
@@ -160,33 +174,42 @@ class MemoryPipeline:
             )
             t_retrieve = time.perf_counter()
             drops: dict[str, int] = {}
-            injected, new_body = await self._cpu.run(_gate_and_inject, body, candidates, policy, self._now(), drops)
+            prepared.injected, prepared.body = await self._cpu.run(
+                _gate_and_inject, prepared.body, candidates, policy, self._now(), drops
+            )
         except Exception as e:  # memory must never fail the chat (steps 4–7)
             log.warning("memory retrieval failed for decision %s: %r", policy.decision_name, e)
             prepared.skipped = "error"
             self.metrics.count("memory_retrieval_errors", {"decision": policy.decision_name or ""})
-            self.metrics.count("llm_memory_retrieval_total", {"backend": backend, "status": "error"})
-            return prepared
-        prepared.injected, prepared.body = injected, new_body
+            self.metrics.count("llm_memory_retrieval_total", {"backend": self.config.memory.backend, "status": "error"})
+            return
         t_done = time.perf_counter()
         prepared.timings_ms = {
             "retrieve": (t_retrieve - started) * 1000,  # query embedding included
             "gate_inject": (t_done - t_retrieve) * 1000,
         }
-        self.metrics.count("memory_injected_total", {"decision": policy.decision_name or ""})
-        self.metrics.observe("memory_injected_count", float(len(prepared.injected)), {})
-        self.metrics.observe("memory_overhead_ms", (t_done - started) * 1000, {})
+        self._count_injection(prepared, t_retrieve - started, t_done - started, drops)
+
+    def _count_injection(
+        self, prepared: PreparedChat, retrieve_s: float, total_s: float, drops: dict[str, int]
+    ) -> None:
+        """The metrics of a request memory ran for: injected count and tokens, the overhead
+        (``total_s``), the retrieval's latency (``retrieve_s``) and hit or miss by backend,
+        and the gate's drops by reason."""
+        injected, backend = prepared.injected, self.config.memory.backend
+        self.metrics.count("memory_injected_total", {"decision": prepared.policy.decision_name or ""})
+        self.metrics.observe("memory_injected_count", float(len(injected)), {})
+        self.metrics.observe("memory_overhead_ms", total_s * 1000, {})
         by_backend = {"backend": backend}
         status = "hit" if injected else "miss"
         self.metrics.count("llm_memory_retrieval_total", {"backend": backend, "status": status})
-        self.metrics.observe("llm_memory_retrieval_latency_seconds", t_retrieve - started, by_backend)
+        self.metrics.observe("llm_memory_retrieval_latency_seconds", retrieve_s, by_backend)
         self.metrics.observe("llm_memory_retrieval_results", float(len(injected)), by_backend)
         if injected:
             tokens = sum(estimate_tokens(m.content) for m in injected)
             self.metrics.observe("llm_memory_injected_tokens", float(tokens), by_backend)
         for reason, n in drops.items():
             self.metrics.count("llm_memory_gate_drops_total", {"reason": reason}, n)
-        return prepared
 
     async def remember(self, prepared: PreparedChat, response: Mapping[str, Any]) -> list[WriteResult]:
         """Step 10, when the policy auto-stores: what the turn states becomes memories

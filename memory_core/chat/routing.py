@@ -39,13 +39,10 @@ def _compiled(pattern: str) -> linear_re.Pattern:
     return linear_re.compile_operator(pattern, field="regex")
 
 
-def _lower_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
-    return {str(k).lower(): v for k, v in (headers or {}).items()}
-
-
 def rules_match(rules: MatchRules, *, model: str | None, last_user_message: str, headers: Mapping[str, str]) -> bool:
-    """Whether every non-empty rule of ``rules`` holds (see ``MatchRules``). ``headers`` must
-    already have lower-case names (``select_decision`` does this once)."""
+    """Whether every non-empty rule of ``rules`` holds (see ``MatchRules``). ``headers``: by
+    lower-case name, as ``sanitize.normalize_headers`` returns them (a rule's header name is
+    matched case-insensitively)."""
     if rules.models and model not in rules.models:
         return False
     text = last_user_message or ""
@@ -69,10 +66,11 @@ def select_decision(
     ``models`` exact model name; ``keywords`` any, case-insensitive substring of the last user
     message; ``regex`` any RE2 ``search`` on it (linear time); ``headers`` each named header (name
     case-insensitive) equal to the value. A decision without rules matches every request (a
-    default). ``None`` when no decision matches (or there are none)."""
-    lowered = _lower_headers(headers)
+    default). ``None`` when no decision matches (or there are none). ``headers``: the
+    request's, normalised at the edge (``sanitize.normalize_headers``: lower-case names),
+    read as they are."""
     for decision in config.routing.decisions:
-        if rules_match(decision.match, model=model, last_user_message=last_user_message, headers=lowered):
+        if rules_match(decision.match, model=model, last_user_message=last_user_message, headers=headers):
             return decision
     return None
 

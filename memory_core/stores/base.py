@@ -62,9 +62,9 @@ from ..types import (
     check_lifecycle,
     passes_floor,
     to_millis,
+    utcnow,
 )
 from ..types import MAX_LIST_LIMIT as MAX_LIST_LIMIT  # re-exported: the decorators page by it
-from ..types import utcnow as _utcnow
 
 log = logging.getLogger(__name__)
 
@@ -74,12 +74,6 @@ EmbedFn = Callable[[list[str]], Awaitable[list[list[float]]]]
 MAX_RETRIEVE_LIMIT = 1000
 MAX_BATCH = 1000
 """Most memories one ``store_many`` call accepts."""
-
-
-def utcnow() -> datetime:
-    """Current UTC time at millisecond precision, so a record returned by ``store``/``update``
-    equals what any backend returns for it later."""
-    return to_millis(_utcnow())
 
 
 @runtime_checkable

@@ -102,27 +102,7 @@ def _backend(
 
         m = settings.milvus
         name = physical_name(m.collection, collection_suffix)
-        tls = {
-            "secure": m.secure,
-            "server_pem_path": m.server_pem_path,
-            "server_name": m.server_name,
-            "ca_pem_path": m.ca_pem_path,
-            "client_pem_path": m.client_pem_path,
-            "client_key_path": m.client_key_path,
-        }
-        store = MilvusStore(
-            uri=m.uri,
-            collection=name,
-            token_env=m.token_env,
-            user=m.user,
-            password_env=m.password_env,
-            settings_key="global.stores.memory.milvus",
-            db_name=m.db_name,
-            tls=tls,
-            num_partitions=m.num_partitions,
-            consistency=m.consistency,
-            **common,
-        )
+        store = MilvusStore(m.model_copy(update={"collection": name}), **common)
     elif backend == "qdrant":
         from .qdrant import QdrantStore
 

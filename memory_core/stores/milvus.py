@@ -56,7 +56,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import is_milvus_lite
+from ..config import MilvusSettings, is_milvus_lite
 from ..errors import ConfigError, StoreUnavailable
 from ..types import ListResult, Memory, MemoryCounts, MemoryState, MemoryType, RetrieveOptions, ScoredMemory
 from ._records import (
@@ -114,6 +114,8 @@ _NULLABLE_VARCHAR = (
     "state_reason",
 )
 _NULLABLE_INT64 = ("last_accessed", "valid_from", "valid_to", "expires_at")
+TLS_OPTIONS = ("secure", "server_pem_path", "server_name", "ca_pem_path", "client_pem_path", "client_key_path")
+"""The ``MilvusSettings`` fields passed to ``pymilvus.MilvusClient`` as they are (when set)."""
 
 
 def milvus_literal(value: str) -> str:
@@ -175,27 +177,93 @@ def _is_transient(exc: BaseException) -> bool:
     return False
 
 
-def _to_row(memory: Memory, nullable: bool = True) -> dict[str, Any]:
-    """The Milvus row of ``memory``; without ``nullable`` (a collection whose fields are not
-    nullable) ``None`` values are written as the sentinels (module docstring)."""
-    row = {**record_fields(memory), _VECTOR_FIELD: [float(x) for x in memory.embedding or []]}
-    if not nullable:
-        _fill_nulls(row)
-    return row
+def _to_row(memory: Memory) -> dict[str, Any]:
+    """The Milvus row of ``memory`` (every record field, the vector as floats), ``None``
+    values as they are (``NullableLayout``)."""
+    return {**record_fields(memory), _VECTOR_FIELD: [float(x) for x in memory.embedding or []]}
 
 
-def _fill_nulls(row: dict[str, Any]) -> None:
-    """Make ``row`` fit a collection of a server before Milvus 2.5, in place: ``None`` in the
-    nullable fields becomes their sentinels, and ``merged_from`` (a list) is wrapped as
-    ``{"ids": [...]}`` (such a server stores only objects in JSON fields)."""
-    if isinstance(row.get("merged_from"), list):
-        row["merged_from"] = {"ids": row["merged_from"]}
-    for name in _NULLABLE_VARCHAR:
-        if row.get(name) is None:
-            row[name] = ""
-    for name in _NULLABLE_INT64:
-        if row.get(name) is None:
-            row[name] = NULL_MS
+class NullableLayout:
+    """How rows are written to a collection with nullable fields (Milvus 2.5+, Milvus Lite):
+    ``None`` stored as null, and every write, new rows or replacements, is one upsert
+    (idempotent, so a retried call is harmless)."""
+
+    nullable = True
+
+    def fit(self, row: dict[str, Any]) -> dict[str, Any]:
+        """``row`` as this layout stores it (here: unchanged)."""
+        return row
+
+    def row(self, memory: Memory) -> dict[str, Any]:
+        """The row of ``memory`` in this layout."""
+        return self.fit(_to_row(memory))
+
+    def replace(self, client: MilvusClient, name: str, rows: list[dict[str, Any]]) -> None:
+        """Write ``rows`` (whole records) in place of the records of the same ids."""
+        client.upsert(name, rows)
+
+    def add(self, client: MilvusClient, name: str, rows: list[dict[str, Any]], *, first_attempt: bool) -> None:
+        """Write ``rows`` whose ids are new (nobody else holds them), unless an earlier attempt
+        of this same write (``first_attempt`` False) landed them, with the same content."""
+        client.upsert(name, rows)
+
+
+class SentinelLayout(NullableLayout):
+    """How rows are written to a collection of a server before Milvus 2.5 (no nullable
+    fields; Milvus 2.3.5 measured).
+
+    Rows: ``None`` in the nullable fields becomes their sentinels, and ``merged_from`` (a
+    list) is wrapped as ``{"ids": [...]}`` (such a server stores only objects in JSON fields).
+
+    No upsert: Milvus 2.3.5 upserts rows of a partition-key collection into a partition other
+    than the one its partition-key filter reads (measured: rows upserted for ``user_id`` "u"
+    were found by ``id in [...]`` but not by ``user_id == "u"``; inserted rows were). So a
+    replacement deletes the ids, then inserts the rows. An insert after a delete of the same
+    primary keys is a known fault of Milvus 2.x (milvus-io/milvus#21446): on such a server
+    replacements (updates, access counts) keep that risk; see README "Stores".
+
+    New rows are inserted, with no delete: a delete of ids followed by their insert lost
+    whole batches on Milvus 2.3.5 (a 1,000,000-row load ended with 898,000 rows, no error
+    returned). A retry first asks (a Strong ``id in [...]`` query) which ids an earlier
+    attempt landed and inserts only the others. An earlier attempt whose insert had not yet
+    been assigned a timestamp when this query ran (a client timeout while the server still
+    works on it) is not seen, and its rows can end up stored twice."""
+
+    nullable = False
+
+    def fit(self, row: dict[str, Any]) -> dict[str, Any]:
+        """``row`` with the sentinels and the wrapped ``merged_from``, in place."""
+        if isinstance(row.get("merged_from"), list):
+            row["merged_from"] = {"ids": row["merged_from"]}
+        for name in _NULLABLE_VARCHAR:
+            if row.get(name) is None:
+                row[name] = ""
+        for name in _NULLABLE_INT64:
+            if row.get(name) is None:
+                row[name] = NULL_MS
+        return row
+
+    def replace(self, client: MilvusClient, name: str, rows: list[dict[str, Any]]) -> None:
+        """Delete the rows' ids, then insert the rows (see the class)."""
+        client.delete(name, filter=_ids_filter([str(r["id"]) for r in rows]))
+        client.insert(name, rows)
+
+    def add(self, client: MilvusClient, name: str, rows: list[dict[str, Any]], *, first_attempt: bool) -> None:
+        """Insert ``rows``; on a retry only those whose ids no earlier attempt landed (see the
+        class)."""
+        if not first_attempt:
+            held = client.query(
+                name, filter=_ids_filter([str(r["id"]) for r in rows]), output_fields=["id"], consistency_level="Strong"
+            )
+            landed = {str(r["id"]) for r in held}
+            rows = [r for r in rows if str(r["id"]) not in landed]
+        if rows:
+            client.insert(name, rows)
+
+
+def layout_of(nullable: bool) -> NullableLayout:
+    """The layout of a collection that declares nullable fields (``nullable``) or not."""
+    return NullableLayout() if nullable else SentinelLayout()
 
 
 def _from_row(row: dict[str, Any]) -> Memory:
@@ -217,26 +285,24 @@ class MilvusStore(MemoryStore):
     """Milvus / Milvus Lite store.
 
     Args:
-        uri: Milvus Lite file path (``./data/memory.db``) or server URL.
-        collection: collection name (created when absent, with the layout above).
+        settings: ``config.MilvusSettings``: ``uri`` (Milvus Lite file path or server URL),
+            ``collection`` (created when absent, with the layout above), the credentials
+            (``token_env``, or ``user`` with ``password_env``: environment variables),
+            ``db_name`` (server database; ignored by Milvus Lite), the TLS options (only
+            those set are passed to ``pymilvus.MilvusClient``), ``num_partitions``
+            (partitions of the ``user_id`` partition key when this store creates the
+            collection on a server; ``None``: the server's default) and ``consistency``: the
+            consistency level of every read (``Strong``, ``Session``, ``Bounded``,
+            ``Eventually``); ``None``: the collection's own level (``Strong`` for the
+            collections this store creates). ``Strong`` waits on every read for the server's
+            newest time tick, whatever the data. ``Session`` is meant to read this process's
+            own writes without that wait, but on Milvus 2.3.5 it did not see deletes at once
+            (a forgotten memory was still returned), so it is not the default; choose it only
+            on a server where the conformance suite passes with it (README "Stores").
         token: a literal token, for programs that hold one (the configuration never gives
             one: ``token_env``).
-        token_env: environment variable holding the token (``user:password`` or an API key).
-        user, password_env: a user and the environment variable holding its password.
-        settings_key: the configuration key of these settings, named in errors.
-        db_name: server database (ignored by Milvus Lite).
-        tls: ``pymilvus.MilvusClient`` TLS keyword arguments (``secure``,
-            ``server_pem_path``, ``server_name``, ``ca_pem_path``, ``client_pem_path``,
-            ``client_key_path``); only those set are passed.
-        num_partitions: partitions of the ``user_id`` partition key when this store creates
-            the collection on a server (``None``: the server's default).
-        consistency: the consistency level of every read (``Strong``, ``Session``,
-            ``Bounded``, ``Eventually``); ``None``: the collection's own level (``Strong`` for
-            the collections this store creates). ``Strong`` waits on every read for the
-            server's newest time tick, whatever the data. ``Session`` is meant to read this
-            process's own writes without that wait, but on Milvus 2.3.5 it did not see deletes
-            at once (a forgotten memory was still returned), so it is not the default; choose
-            it only on a server where the conformance suite passes with it (README "Stores").
+        settings_key: the configuration key of ``settings``, named in errors.
+
         retries: attempts per call on transient errors (≥ 1); ``backoff_s`` is the first
             pause, doubled each retry.
         flush_every: flush (seal the growing segment so the HNSW index covers it) after
@@ -268,18 +334,10 @@ class MilvusStore(MemoryStore):
 
     def __init__(
         self,
+        settings: MilvusSettings,
         *,
-        uri: str,
-        collection: str,
         token: str | None = None,
-        token_env: str | None = None,
-        user: str | None = None,
-        password_env: str | None = None,
         settings_key: str = "global.stores.memory.milvus",
-        db_name: str | None = None,
-        tls: dict[str, Any] | None = None,
-        num_partitions: int | None = None,
-        consistency: str | None = None,
         retries: int = 3,
         backoff_s: float = 0.05,
         flush_every: int | None = None,
@@ -288,11 +346,12 @@ class MilvusStore(MemoryStore):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.uri = uri
-        self.collection = collection
+        self.settings = settings
+        self.uri = settings.uri
+        self.collection = settings.collection
         self._retries = max(1, retries)
         self._backoff_s = backoff_s
-        lite = is_milvus_lite(uri)
+        lite = is_milvus_lite(settings.uri)
         self._flush_every = (1000 if lite else 0) if flush_every is None else max(0, flush_every)
         self._flush_idle_s = (0.5 if lite else 0.0) if flush_idle_s is None else max(0.0, float(flush_idle_s))
         self._flush_idle_min_rows = (100 if lite else 1) if flush_idle_min_rows is None else max(1, flush_idle_min_rows)
@@ -302,17 +361,13 @@ class MilvusStore(MemoryStore):
         self.flush_count = 0  # flushes done (any trigger); idle_flush_count: by the idle timer
         self.idle_flush_count = 0
         self._token = token
-        self._token_env = token_env
-        self._user = user
-        self._password_env = password_env
         self._settings_key = settings_key
-        self._db_name = db_name
-        self._tls = {k: v for k, v in (tls or {}).items() if v}
-        self._num_partitions = num_partitions
+        self._tls = {name: getattr(settings, name) for name in TLS_OPTIONS if getattr(settings, name)}
         self._lite = lite
-        self._nullable = True  # whether the collection in use has nullable fields (set by _prepare)
+        self._layout: NullableLayout = NullableLayout()  # the collection in use's (set once by _prepare)
         # reads name their consistency level when one is configured (else the collection's
         # own level, Strong for the collections this store creates)
+        consistency = settings.consistency
         self._read_level: dict[str, Any] = {} if consistency is None else {"consistency_level": consistency}
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="milvus")
         self._client: MilvusClient | None = None
@@ -329,7 +384,7 @@ class MilvusStore(MemoryStore):
         if self._client is None:
             token = self._credential()
             self._client = await loop.run_in_executor(
-                self._executor, self._connect, self.uri, token, self._db_name, self._tls, self._settings_key
+                self._executor, self._connect, self.uri, token, self.settings.db_name, self._tls, self._settings_key
             )
         await loop.run_in_executor(self._executor, self._prepare)
 
@@ -337,10 +392,11 @@ class MilvusStore(MemoryStore):
         """The token to connect with: from ``token_env``, else ``user:<password_env>``, else
         the literal ``token``. Raises ``ConfigError`` naming the key and the variable when
         the variable is unset."""
-        if self._token_env:
-            return secret_from_env(self._token_env, f"{self._settings_key}.token_env")
-        if self._user and self._password_env:
-            return f"{self._user}:{secret_from_env(self._password_env, f'{self._settings_key}.password_env')}"
+        s = self.settings
+        if s.token_env:
+            return secret_from_env(s.token_env, f"{self._settings_key}.token_env")
+        if s.user and s.password_env:
+            return f"{s.user}:{secret_from_env(s.password_env, f'{self._settings_key}.password_env')}"
         return self._token
 
     # ------------------------------------------------------------------ sync (worker thread)
@@ -385,7 +441,7 @@ class MilvusStore(MemoryStore):
                 if not c.has_collection(self.collection):
                     self._create(self.collection)
                     self._copy_legacy(name, self.collection)
-        self._nullable = self._has_nullable(self.collection)
+        self._layout = layout_of(self._has_nullable(self.collection))
         # a collection reopened from disk (or released) must be loaded before search;
         # loading a loaded collection is a no-op
         c.load_collection(self.collection)
@@ -430,7 +486,7 @@ class MilvusStore(MemoryStore):
         c = self._conn
         c.load_collection(legacy)
         legacy_fields = [f for f in _SCALAR_FIELDS if f not in LIFECYCLE_FIELDS] + [_VECTOR_FIELD]
-        nullable = self._has_nullable(target)
+        layout = layout_of(self._has_nullable(target))
         it = c.query_iterator(legacy, batch_size=1000, filter='id != ""', output_fields=legacy_fields)
         copied = 0
         try:
@@ -443,10 +499,9 @@ class MilvusStore(MemoryStore):
                     row = dict(r)
                     row.update(lifecycle_fields(memory_from_fields(row)))
                     row[_VECTOR_FIELD] = [float(x) for x in row[_VECTOR_FIELD]]
-                    if not nullable:
-                        _fill_nulls(row)
-                    rows.append(row)
-                self._write_rows(rows, target, nullable, replaces=False)
+                    rows.append(layout.fit(row))
+                # as a retry: a start after a failed copy finds rows already there
+                layout.add(c, target, rows, first_attempt=False)
                 copied += len(rows)
         finally:
             it.close()
@@ -502,8 +557,8 @@ class MilvusStore(MemoryStore):
             params={"M": 16, "efConstruction": 200},
         )
         extra: dict[str, Any] = {}
-        if self._num_partitions and not self._lite:
-            extra["num_partitions"] = self._num_partitions
+        if self.settings.num_partitions and not self._lite:
+            extra["num_partitions"] = self.settings.num_partitions
         c.create_collection(name, schema=s, index_params=index, consistency_level="Strong", **extra)
 
     # ------------------------------------------------------------------ plumbing
@@ -525,63 +580,21 @@ class MilvusStore(MemoryStore):
                 delay *= 2
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _write_rows(
-        self,
-        rows: list[dict[str, Any]],
-        collection: str | None = None,
-        modern: bool | None = None,
-        *,
-        replaces: bool = True,
-    ) -> None:
-        """Write ``rows`` (whole records) into ``collection`` (default: the one in use);
-        idempotent, so a retried call is harmless.
-
-        ``replaces`` True: the rows replace records of the same ids. Upsert, except on a
-        server before Milvus 2.5 (a collection without nullable fields, ``modern`` False):
-        Milvus 2.3.5 upserts rows of a partition-key collection into a partition other than
-        the one its partition-key filter reads (measured: rows upserted for ``user_id`` "u"
-        were found by ``id in [...]`` but not by ``user_id == "u"``; inserted rows were), so
-        there the ids are deleted, then the rows inserted. An insert after a delete of the
-        same primary keys is a known fault of Milvus 2.x (milvus-io/milvus#21446): on such a
-        server this path (updates, access counts) keeps that risk; see README "Stores".
-
-        ``replaces`` False: the rows are new (nobody else holds their ids) unless an earlier
-        attempt of this same write landed, with the same content. Upsert on a modern server;
-        before 2.5, a Strong ``id in [...]`` query finds the ids already held and only the
-        other rows are inserted, with no delete: a delete of ids followed by their insert
-        lost whole batches on Milvus 2.3.5 (a 1,000,000-row load ended with 898,000 rows, no
-        error returned). An earlier attempt whose insert had not yet been assigned a
-        timestamp when this query ran (a client timeout while the server still works on it)
-        is not seen, and its rows can end up stored twice."""
-        name = collection or self.collection
-        if modern if modern is not None else self._nullable:
-            self._conn.upsert(name, rows)
-            return
-        if replaces:
-            self._conn.delete(name, filter=_ids_filter([str(r["id"]) for r in rows]))
-            self._conn.insert(name, rows)
-            return
-        ids = [str(r["id"]) for r in rows]
-        held = self._conn.query(name, filter=_ids_filter(ids), output_fields=["id"], consistency_level="Strong")
-        landed = {str(r["id"]) for r in held}
-        missing = [r for r in rows if str(r["id"]) not in landed]
-        if missing:
-            self._conn.insert(name, missing)
+    def _replace_rows(self, rows: list[dict[str, Any]]) -> None:
+        """Write ``rows`` (whole records) in place of the records of the same ids in the
+        collection in use, as its layout does (``NullableLayout.replace``); idempotent."""
+        self._layout.replace(self._conn, self.collection, rows)
 
     async def _write_new_rows(self, rows: list[dict[str, Any]]) -> None:
-        """Write rows whose ids are new (the base checked no record holds them): the first
-        attempt inserts (upserts on a modern server); a retry inserts only what an earlier
-        attempt did not land (``_write_rows(replaces=False)``), so it stays idempotent.
-        Raises ``StoreUnavailable`` like ``_call``."""
+        """Write rows whose ids are new (the base checked no record holds them) as the
+        collection's layout does (``NullableLayout.add``); a retry is told it is one, so it
+        stays idempotent. Raises ``StoreUnavailable`` like ``_call``."""
         attempts = 0
 
         def write_new_rows() -> None:
             nonlocal attempts
             attempts += 1
-            if attempts == 1 and not self._nullable:
-                self._conn.insert(self.collection, rows)
-            else:
-                self._write_rows(rows, replaces=False)
+            self._layout.add(self._conn, self.collection, rows, first_attempt=attempts == 1)
 
         await self._call(write_new_rows)
 
@@ -701,18 +714,18 @@ class MilvusStore(MemoryStore):
                 self._idle_task = None
 
     async def _insert(self, memory: Memory) -> None:
-        await self._write_new_rows([_to_row(memory, self._nullable)])
+        await self._write_new_rows([self._layout.row(memory)])
         await self._wrote(1)
 
     async def _insert_many(self, memories: list[Memory]) -> None:
         # one write per ≤ 1000 rows (idempotent under retries, like _insert)
         for start in range(0, len(memories), 1000):
-            rows = [_to_row(m, self._nullable) for m in memories[start : start + 1000]]
+            rows = [self._layout.row(m) for m in memories[start : start + 1000]]
             await self._write_new_rows(rows)
             await self._wrote(len(rows))
 
     async def _replace(self, memory: Memory) -> None:
-        await self._call(self._write_rows, [_to_row(memory, self._nullable)])
+        await self._call(self._replace_rows, [self._layout.row(memory)])
         await self._wrote(1)
 
     async def _get_many(self, memory_ids: list[str], user_id: str | None = None) -> list[Memory]:
@@ -758,9 +771,8 @@ class MilvusStore(MemoryStore):
             r["access_count"] = int(r.get("access_count") or 0) + increments.get(str(r["id"]), 0)
             r["last_accessed"] = stamp
             r[_VECTOR_FIELD] = [float(x) for x in r[_VECTOR_FIELD]]
-            if not self._nullable:
-                _fill_nulls(r)
-        await self._call(self._write_rows, rows)
+            self._layout.fit(r)
+        await self._call(self._replace_rows, rows)
         await self._wrote(len(rows))
 
     async def _list(self, user_id, types, project_id, limit, offset, states) -> ListResult:

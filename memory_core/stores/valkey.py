@@ -54,12 +54,10 @@ import numpy as np
 from ..errors import ConfigError, DuplicateMemory, StoreUnavailable
 from ..types import ListResult, Memory, MemoryCounts, MemoryState, MemoryType, RetrieveOptions, ScoredMemory
 from ._records import (
-    LIFECYCLE_FIELDS,
     decode_rows,
-    from_ms,
-    lifecycle_fields,
-    lifecycle_from_fields,
+    memory_from_fields,
     newest_first,
+    record_fields,
     to_ms,
 )
 from .base import MemoryStore, candidate_count
@@ -237,67 +235,32 @@ class ValkeyStore(MemoryStore):
         return f"{self.prefix}u:{user_id}"
 
     def _fields(self, memory: Memory) -> dict[str, Any]:
-        f: dict[str, Any] = {
-            "id": memory.id,
-            "user_id": memory.user_id,
-            "user_tag": tag_value(memory.user_id),
-            "memory_type": memory.type.value,
-            "content": memory.content,
-            "source": memory.source,
-            "created_via": memory.created_via,
-            "created_at": to_ms(memory.created_at),
-            "updated_at": to_ms(memory.updated_at),
-            "access_count": int(memory.access_count),
-            "importance": repr(float(memory.importance)),
-            "metadata": json.dumps(memory.metadata or {}, ensure_ascii=False),
-            "embedding": np.asarray(memory.embedding, dtype="<f4").tobytes(),
-        }
-        lifecycle = lifecycle_fields(memory)
-        f["state"] = lifecycle.pop("state")
-        f["merged_from"] = json.dumps(lifecycle.pop("merged_from"))
-        optional = {
-            "project_id": memory.project_id,
-            "conversation_id": memory.conversation_id,
-            "created_by_user_id": memory.created_by_user_id,
-            "last_accessed": to_ms(memory.last_accessed),
-            "embedding_identity": memory.embedding_identity,
-            **lifecycle,
-        }
-        f.update({k: v for k, v in optional.items() if v is not None})
+        """The record HASH of ``memory``: the shared record (``_records.record_fields``)
+        without its ``None`` fields, ``metadata`` and ``merged_from`` as JSON, ``importance``
+        as ``repr`` of the float, the vector as little-endian float32 bytes, and the TAG
+        fields the index filters on (``user_tag``, ``project_tag``: ``tag_value``)."""
+        record = record_fields(memory)
+        f: dict[str, Any] = {k: v for k, v in record.items() if v is not None}
+        f["importance"] = repr(record["importance"])
+        f["metadata"] = json.dumps(record["metadata"], ensure_ascii=False)
+        f["merged_from"] = json.dumps(record["merged_from"])
+        f["embedding"] = np.asarray(memory.embedding, dtype="<f4").tobytes()
+        f["user_tag"] = tag_value(memory.user_id)
         if memory.project_id is not None:
             f["project_tag"] = tag_value(memory.project_id)
         return f
 
     @staticmethod
     def _memory(h: dict[bytes, bytes]) -> Memory:
-        g = {k.decode(): v for k, v in h.items()}
-        vec = g.get("embedding")
-        return Memory(
-            id=_s(g["id"]),
-            user_id=_s(g["user_id"]),
-            project_id=_s(g.get("project_id")),
-            type=MemoryType(_s(g["memory_type"])),
-            content=_s(g["content"]),
-            source=_s(g.get("source")) or "api",
-            created_via=_s(g.get("created_via")) or "api",
-            conversation_id=_s(g.get("conversation_id")),
-            created_by_user_id=_s(g.get("created_by_user_id")),
-            created_at=from_ms(_s(g.get("created_at"))),
-            updated_at=from_ms(_s(g.get("updated_at"))),
-            last_accessed=from_ms(_s(g.get("last_accessed"))),
-            access_count=int(_s(g.get("access_count")) or 0),
-            importance=float(_s(g.get("importance")) or 0.5),
-            metadata=json.loads(_s(g.get("metadata")) or "{}"),
-            embedding=np.frombuffer(vec, dtype="<f4").astype(float).tolist() if vec is not None else None,
-            embedding_identity=_s(g.get("embedding_identity")),
-            **lifecycle_from_fields(
-                {
-                    **{k: _s(g.get(k)) for k in LIFECYCLE_FIELDS if k != "merged_from"},
-                    "merged_from": json.loads(_s(g.get("merged_from")) or "[]"),
-                    "created_at": _s(g.get("created_at")),
-                }
-            ),
-        )
+        """The ``Memory`` of a record HASH (``_fields``' inverse, through
+        ``_records.memory_from_fields``); an empty ``importance`` reads as the default."""
+        fields: dict[str, Any] = {k.decode(): _s(v) for k, v in h.items() if k != b"embedding"}
+        fields["metadata"] = json.loads(fields.get("metadata") or "{}")
+        fields["merged_from"] = json.loads(fields.get("merged_from") or "[]")
+        if not fields.get("importance"):
+            fields.pop("importance", None)
+        vector = h.get(b"embedding")
+        return memory_from_fields(fields, np.frombuffer(vector, dtype="<f4") if vector is not None else None)
 
     # ------------------------------------------------------------------ open
     async def _open(self) -> None:

@@ -295,6 +295,7 @@ def test_migrate_command_reembeds_into_new_collection(tmp_path, local_encoder, b
 
     import yaml
 
+    from memory_core.config import MilvusSettings
     from memory_core.embedding import compute_identity
     from memory_core.stores.milvus import MilvusStore
     from memory_core.types import Memory
@@ -306,7 +307,10 @@ def test_migrate_command_reembeds_into_new_collection(tmp_path, local_encoder, b
 
     async def seed():
         store = MilvusStore(
-            uri=str(db), collection=f"agentic_memory__{'a' * 12}", embed=fake_embed(8), dimension=8, identity=old_digest
+            MilvusSettings(uri=str(db), collection=f"agentic_memory__{'a' * 12}"),
+            embed=fake_embed(8),
+            dimension=8,
+            identity=old_digest,
         )
         for i in range(5):
             await store.store(Memory(id=tid(f"m{i}"), content=f"alice likes topic {i}", user_id="alice"))
@@ -342,7 +346,10 @@ def test_migrate_command_reembeds_into_new_collection(tmp_path, local_encoder, b
 
     async def check():
         store = MilvusStore(
-            uri=str(db), collection=f"agentic_memory__{new.short}", embed=None, dimension=384, identity=new.digest
+            MilvusSettings(uri=str(db), collection=f"agentic_memory__{new.short}"),
+            embed=None,
+            dimension=384,
+            identity=new.digest,
         )
         got = await store.get(tid("m3"), "alice")
         await store.close()

@@ -52,6 +52,7 @@ from memory_core.sanitize import (
     clean_content,
     is_memory_id,
     is_visible,
+    normalize_headers,
     request_context,
 )
 from memory_core.types import Memory, MemoryType, ScoredMemory
@@ -156,7 +157,11 @@ RULES: dict[str, Rule] = {
     "check_label": Rule(_swallow(lambda t: check_label(t, "source"))),
     "is_memory_id": Rule(is_memory_id),
     "request_context": Rule(
-        _swallow(lambda t: request_context([("x-authz-user-id", t[:256]), ("x-project-id", t), ("x-other", t)]))
+        _swallow(
+            lambda t: request_context(
+                normalize_headers([("x-authz-user-id", t[:256]), ("x-project-id", t), ("x-other", t)])
+            )
+        )
     ),
     # tokens, gate, injection
     "estimate_tokens": Rule(estimate_tokens, CHAT_MAX_BYTES),

@@ -285,21 +285,20 @@ def test_load_user_ids(tmp_path):
 async def test_migrate_between_milvus_lite_collections(tmp_path):
     """Same Milvus Lite file, one collection per identity (the layout the service uses)."""
     pytest.importorskip("milvus_lite")
+    from memory_core.config import MilvusSettings
     from memory_core.stores.factory import physical_name
     from memory_core.stores.milvus import MilvusStore
 
     uri = str(tmp_path / "memory.db")
     src = MilvusStore(
-        uri=uri,
-        collection=physical_name("agentic_memory", "aaaaaaaaaaaa"),
+        MilvusSettings(uri=uri, collection=physical_name("agentic_memory", "aaaaaaaaaaaa")),
         embed=fake_embed(8),
         dimension=8,
         identity="identity-A",
     )
     new_embed = fake_embed(16)
     dst = MilvusStore(
-        uri=uri,
-        collection=physical_name("agentic_memory", "bbbbbbbbbbbb"),
+        MilvusSettings(uri=uri, collection=physical_name("agentic_memory", "bbbbbbbbbbbb")),
         embed=new_embed,
         dimension=16,
         identity="identity-B",

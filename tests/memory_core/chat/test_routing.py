@@ -15,7 +15,7 @@ from memory_core.chat.routing import (
     skip_reason,
 )
 from memory_core.config import ReflectionSettings, load_config
-from memory_core.sanitize import request_context
+from memory_core.sanitize import normalize_headers, request_context
 
 
 def cfg(memory: dict | None = None, decisions: list | None = None):
@@ -42,7 +42,8 @@ DECISIONS = [
 
 
 def pick(config, model=None, text="", headers=None):
-    d = select_decision(config, model=model, last_user_message=text, headers=headers or {})
+    # the headers as the edge hands them on: normalised once (lower-case names)
+    d = select_decision(config, model=model, last_user_message=text, headers=normalize_headers((headers or {}).items()))
     return d.name if d else None
 
 
@@ -231,7 +232,7 @@ def test_policy_is_frozen():
 def _skip(config=None, policy=None, *, model="m", user_id="u1", headers=None, text="what is my locker code?"):
     config = config or cfg()
     policy = policy or effective_policy(config, None)
-    disabled = request_context((headers or {}).items()).memory_disabled  # the header, read at the edge
+    disabled = request_context(normalize_headers((headers or {}).items())).memory_disabled  # read at the edge
     return skip_reason(config, policy, model=model, user_id=user_id, memory_disabled=disabled, last_user_message=text)
 
 

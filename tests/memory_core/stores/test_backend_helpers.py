@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 
+from memory_core.config import MilvusSettings
 from memory_core.errors import StoreUnavailable
 from memory_core.stores.milvus import MilvusStore, _filter, milvus_literal
 from memory_core.stores.qdrant import point_id, qdrant_filter
@@ -137,7 +138,11 @@ def test_valkey_index_dimension(info, dim):
 
 async def test_milvus_retries_transient_errors_with_backoff(tmp_path):
     store = MilvusStore(
-        uri=str(tmp_path / "never.db"), collection="c", embed=None, dimension=4, retries=3, backoff_s=0.001
+        MilvusSettings(uri=str(tmp_path / "never.db"), collection="c"),
+        embed=None,
+        dimension=4,
+        retries=3,
+        backoff_s=0.001,
     )
     calls = []
 

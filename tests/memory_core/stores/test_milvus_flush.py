@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 
+from memory_core.config import MilvusSettings
 from memory_core.stores.milvus import MilvusStore
 from memory_core.testing.fake_embed import DIM, CountingEmbed
 from memory_core.types import Memory, RetrieveOptions
@@ -60,7 +61,9 @@ class FakeClient:
 
 def fake_store(tmp_path, **kw) -> tuple[MilvusStore, FakeClient]:
     kw.setdefault("flush_idle_min_rows", 1)
-    store = MilvusStore(uri=str(tmp_path / "fake.db"), collection="c", embed=CountingEmbed(), dimension=DIM, **kw)
+    store = MilvusStore(
+        MilvusSettings(uri=str(tmp_path / "fake.db"), collection="c"), embed=CountingEmbed(), dimension=DIM, **kw
+    )
     client = FakeClient()
     store._client = client
     store._opened = True  # the fake needs no collection
@@ -68,11 +71,13 @@ def fake_store(tmp_path, **kw) -> tuple[MilvusStore, FakeClient]:
 
 
 def test_defaults_lite_and_server(tmp_path):
-    lite = MilvusStore(uri=str(tmp_path / "m.db"), collection="c", embed=None, dimension=DIM)
-    server = MilvusStore(uri="http://milvus:19530", collection="c", embed=None, dimension=DIM)
+    lite = MilvusStore(MilvusSettings(uri=str(tmp_path / "m.db"), collection="c"), embed=None, dimension=DIM)
+    server = MilvusStore(MilvusSettings(uri="http://milvus:19530", collection="c"), embed=None, dimension=DIM)
     assert (lite._flush_every, lite._flush_idle_s) == (1000, 0.5)
     assert (server._flush_every, server._flush_idle_s) == (0, 0.0)
-    custom = MilvusStore(uri="http://milvus:19530", collection="c", embed=None, dimension=DIM, flush_idle_s=2)
+    custom = MilvusStore(
+        MilvusSettings(uri="http://milvus:19530", collection="c"), embed=None, dimension=DIM, flush_idle_s=2
+    )
     assert custom._flush_idle_s == 2.0
 
 
@@ -164,8 +169,7 @@ async def test_store_many_is_one_lookup_and_one_upsert_per_1000(tmp_path):
 async def test_milvus_lite_flushes_after_idle(tmp_path):
     embed = CountingEmbed()
     store = MilvusStore(
-        uri=str(tmp_path / "lite.db"),
-        collection="idle",
+        MilvusSettings(uri=str(tmp_path / "lite.db"), collection="idle"),
         embed=embed,
         dimension=DIM,
         flush_every=10_000,
@@ -219,5 +223,8 @@ async def test_idle_flush_waits_for_min_rows(tmp_path):
 
 def test_lite_default_min_rows(tmp_path):
     assert (
-        MilvusStore(uri=str(tmp_path / "m.db"), collection="c", embed=None, dimension=DIM)._flush_idle_min_rows == 100
+        MilvusStore(
+            MilvusSettings(uri=str(tmp_path / "m.db"), collection="c"), embed=None, dimension=DIM
+        )._flush_idle_min_rows
+        == 100
     )

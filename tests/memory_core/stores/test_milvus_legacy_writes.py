@@ -10,7 +10,8 @@ import re
 
 import pytest
 
-from memory_core.stores.milvus import MilvusStore
+from memory_core.config import MilvusSettings
+from memory_core.stores.milvus import MilvusStore, SentinelLayout
 from memory_core.testing.fake_embed import DIM, CountingEmbed
 from memory_core.types import Memory, MemoryChanges
 
@@ -64,11 +65,13 @@ class LegacyClient:
 
 
 def legacy_store(tmp_path) -> tuple[MilvusStore, LegacyClient]:
-    store = MilvusStore(uri="http://milvus:19530", collection="c", embed=CountingEmbed(), dimension=DIM, backoff_s=0.0)
+    store = MilvusStore(
+        MilvusSettings(uri="http://milvus:19530", collection="c"), embed=CountingEmbed(), dimension=DIM, backoff_s=0.0
+    )
     client = LegacyClient()
     store._client = client
     store._opened = True  # the fake needs no collection
-    store._nullable = False  # what _prepare finds on Milvus 2.3.5
+    store._layout = SentinelLayout()  # what _prepare finds on Milvus 2.3.5
     return store, client
 
 
@@ -116,9 +119,8 @@ async def test_a_retry_inserts_only_the_rows_that_had_not_landed(tmp_path):
     stored = await store.store_many(memories[:2])  # as if an earlier attempt landed half
     rows_before = len(client.rows)
     client.events.clear()
-    from memory_core.stores.milvus import _to_row
-
-    await store._call(store._write_rows, [_to_row(m, False) for m in (*stored, *memories[2:])], replaces=False)
+    rows = [store._layout.row(m) for m in (*stored, *memories[2:])]
+    await store._call(store._layout.add, client, store.collection, rows, first_attempt=False)
     assert client.events == ["query", "insert:2"]
     assert len(client.rows) == rows_before + 2 and len(set(ids_held(client))) == 4
 

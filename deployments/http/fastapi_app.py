@@ -1,0 +1,22 @@
+"""The one FastAPI application of the ingress: its error handlers, middleware and OpenAPI
+document. The route groups (``routes``) register their routes on ``app``; ``MemoryIngress``
+(``@serve.ingress(app)``) binds them to the replica."""
+
+from __future__ import annotations
+
+import functools
+
+from fastapi import FastAPI
+
+from .errors import DOCUMENTED_ERRORS, install_error_handlers
+from .headers import BrowserGuard
+from .limits import BodyLimit, ConfiguredLimits
+from .openapi import openapi_document
+
+app = FastAPI(title="memory-router", version="0.1.0", responses=DOCUMENTED_ERRORS)
+install_error_handlers(app)
+REQUEST_LIMITS = ConfiguredLimits()
+"""This replica's ``global.limits`` (set by ``MemoryIngress.__init__``), read by ``BodyLimit``."""
+app.add_middleware(BodyLimit, limits=REQUEST_LIMITS)  # inside the browser guard below
+app.add_middleware(BrowserGuard)  # same origin and a JSON body type for every state-changing request
+app.openapi = functools.partial(openapi_document, app)  # type: ignore[method-assign]

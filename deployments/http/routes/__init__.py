@@ -1,0 +1,29 @@
+"""The ingress's routes in groups, one mixin class each, assembled in
+``ingress.MemoryIngress`` (as ``ray.serve.llm``'s ingress assembles its route mixins):
+
+- ``chat.ChatRoutes``: ``/v1/chat/completions``, ``/v1/models``;
+- ``memory.MemoryRoutes``: the ``/v1/memory`` REST API;
+- ``admin.AdminRoutes``: ``/v1/me`` and the ``/v1/admin`` operator routes;
+- ``service.ServiceRoutes``: ``/v1/embeddings``, ``/health``, ``/ui``.
+
+Each module registers its routes on ``fastapi_app.app`` when imported; ``@serve.ingress``
+then binds every route whose method belongs to a class of ``MemoryIngress``'s MRO. They are
+imported here in the order the routes are matched and documented. ``base.IngressBase`` holds
+the shared state and the caller checks.
+"""
+
+from .chat import ChatRoutes  # isort: split
+
+from .memory import MemoryRoutes  # isort: split
+
+from .admin import AdminRoutes  # isort: split
+
+from .service import ServiceRoutes
+
+__all__ = ["AdminRoutes", "ChatRoutes", "MemoryRoutes", "ServiceRoutes"]
+
+# Last, and on purpose: ``ingress`` (which imports this package) applies ``@serve.ingress``,
+# which gives each route method its ``self`` dependency. A replica unpickles the application's
+# routes by reference, importing these modules, not necessarily ``ingress``: importing it
+# from here makes every import of a route group bind the routes the same way.
+from .. import ingress as _ingress  # noqa: F401

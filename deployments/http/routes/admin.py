@@ -1,0 +1,62 @@
+"""``AdminRoutes``: who the caller is (``/v1/me``) and the operator routes under
+``/v1/admin`` (users, statistics, API keys), admin only. New admin routes go here."""
+
+from fastapi import Query, Request
+
+from memory_core.admin import DEFAULT_USERS_PAGE, MAX_USERS_PAGE, service_stats, users_page
+
+from ..fastapi_app import app
+from ..schemas import CreatedKeyOut, CreateKeyRequest, KeysOut, MeOut, RevokedOut, StatsOut, UsersOut
+from .base import IngressBase, OwnerQuery
+
+
+class AdminRoutes(IngressBase):
+    """The identity and operator routes."""
+
+    @app.get("/v1/me", response_model=MeOut)
+    async def me(self, request: Request) -> dict:
+        """Who the service takes the caller for: user id, role and the access mode."""
+        principal = self._caller(request)
+        return {"user_id": principal.user_id, "role": principal.role.value, "mode": self.auth.settings.mode}
+
+    @app.get("/v1/admin/users", response_model=UsersOut)
+    async def admin_users(
+        self,
+        request: Request,
+        limit: int = Query(DEFAULT_USERS_PAGE, gt=0, le=MAX_USERS_PAGE),
+        offset: int = Query(0, ge=0),
+    ) -> dict:
+        """One page of the users the service has seen (wrote memories or hold a key), sorted
+        by id, with the number of their memories (every state) and active keys, and ``total``
+        (every user seen); admin only. Counts the page's users only (``admin.users_page``)."""
+        self._admin(request, "listing users")
+        return await users_page(self.store, self.registry, limit, offset)
+
+    @app.get("/v1/admin/stats", response_model=StatsOut)
+    async def admin_stats(self, request: Request) -> dict:
+        """Totals: users seen, every memory by state and by type, active keys; admin only.
+        One aggregate store call whatever the number of users (``admin.service_stats``)."""
+        self._admin(request, "service statistics")
+        return await service_stats(self.store, self.registry)
+
+    @app.post("/v1/admin/keys", status_code=201, response_model=CreatedKeyOut)
+    async def create_key(self, body: CreateKeyRequest, request: Request) -> dict:
+        """A new API key for ``user_id`` with ``role``; the key is in this answer only (the
+        service keeps its SHA-256). Admin only."""
+        self._admin(request, "creating API keys")
+        key, record = self.registry.create(body.user_id, body.role, body.name)
+        return {"key": key, **record.public()}
+
+    @app.get("/v1/admin/keys", response_model=KeysOut)
+    async def list_keys(self, request: Request, owner: OwnerQuery = None) -> dict:
+        """Every API key (of ``user_id`` when given), revoked ones included, never the key
+        itself. Admin only."""
+        self._admin(request, "listing API keys")
+        return {"keys": [k.public() for k in self.registry.keys(owner)]}
+
+    @app.delete("/v1/admin/keys/{key_id}", response_model=RevokedOut)
+    async def revoke_key(self, key_id: str, request: Request) -> dict:
+        """Revoke a key: from now on it is answered 401. Admin only; 404 for an unknown id."""
+        self._admin(request, "revoking API keys")
+        record = self.registry.revoke(key_id)
+        return {"revoked": record.key_id, "revoked_at": record.revoked_at}
