@@ -22,8 +22,8 @@ from .service import ServiceRoutes
 
 __all__ = ["AdminRoutes", "ChatRoutes", "MemoryRoutes", "ServiceRoutes"]
 
-# Last, and on purpose: ``ingress`` (which imports this package) applies ``@serve.ingress``,
-# which gives each route method its ``self`` dependency. A replica unpickles the application's
-# routes by reference, importing these modules, not necessarily ``ingress``: importing it
-# from here makes every import of a route group bind the routes the same way.
-from .. import ingress as _ingress  # noqa: F401
+# Last, and on purpose: the assembled class and its ``@serve.ingress`` binding (see
+# ``assembly``), so that importing any route group binds every route.
+from .assembly import MemoryIngress
+
+__all__ += ["MemoryIngress"]

@@ -1,0 +1,73 @@
+"""``MemoryIngress`` assembled from the route groups and bound by ``@serve.ingress``.
+
+The binding lives in this package, not in a module above it, on purpose: ``@serve.ingress``
+gives each route method its ``self`` dependency, and a Serve replica unpickles the routes by
+reference, importing a route module (``chat``, ``memory``…) and so this package first, not
+necessarily ``deployments.http.ingress``. The package's ``__init__`` imports this module
+last, so every import of a route group binds the routes the same way (without it the routes
+of such a replica answered 400: ``self`` read as a required query parameter).
+``deployments.http.ingress`` re-exports the class.
+"""
+
+import asyncio
+import os
+
+from ray import serve
+
+from memory_core.access import Authenticator, KeyRegistry, WriteRateLimiter
+from memory_core.chat.metrics import decision_values
+from memory_core.chat.pipeline import MemoryPipeline
+from memory_core.config import RouterConfig
+from memory_core.curation.llm import http_complete
+
+from ...metrics import RayMetrics
+from ...store_pool import StorePoolClient
+from ...upstream import UpstreamRouter
+from ..fastapi_app import REQUEST_LIMITS, app
+from .admin import AdminRoutes
+from .chat import ChatRoutes
+from .memory import MemoryRoutes
+from .service import ServiceRoutes
+
+__all__ = ["REQUEST_LIMITS", "MemoryIngress", "app"]
+
+
+@serve.deployment
+@serve.ingress(app)
+class MemoryIngress(ChatRoutes, MemoryRoutes, AdminRoutes, ServiceRoutes):
+    """Args: ``config`` (the validated config document), handles of ``Embedder``, ``StorePool``,
+    (when ``global.upstream`` has no URL) ``EchoUpstream`` and (with curation on) the
+    ``Consolidator`` loop. Each decision's requests go to its upstream (``UpstreamRouter``); a
+    missing API key variable fails the replica's start. The routes are those of its route
+    groups (``routes``); a new group is one more base class here.
+
+    Overload is refused, not queued without bound: each replica runs at most
+    ``max_ongoing_requests`` requests, and beyond ``max_queued_requests`` waiting in the
+    proxy's queue Ray Serve answers 429 with ``Retry-After`` (``backpressure_config``; the
+    defaults are ``deployments.app.DEPLOYMENT_OPTIONS``, which ``serve_config.yaml``
+    overrides)."""
+
+    def __init__(self, config: RouterConfig, embedder, store_pool, echo=None, consolidator=None):
+        self.config = config
+        self.embedder = embedder
+        self.store = StorePoolClient(store_pool)
+        self.store_pool = store_pool
+        self.upstreams = UpstreamRouter(config, echo)
+        self.consolidator = consolidator  # the background loop (deployed with the application)
+        self.metrics = RayMetrics(decision_values(config))
+        access = config.global_.access
+        self.registry = KeyRegistry(access.api_keys.path)
+        self.auth = Authenticator(access, self.registry, os.environ)
+        app.state.allowed_origins = frozenset(access.allowed_origins)  # read by headers.BrowserGuard
+        self.write_limit = WriteRateLimiter(access.write_rate_limit.limit, access.write_rate_limit.window_s)
+        self.limits = config.global_.limits
+        REQUEST_LIMITS.settings = self.limits
+        self._known_users: set[str] = set()
+        llm = self.config.memory.extraction.llm
+        complete = None
+        if llm.enabled:  # the LLM extractor: its own endpoint, or the application's upstream
+            complete = http_complete(llm) if llm.base_url else self._complete_upstream
+        self.pipeline = MemoryPipeline(
+            self.config, store=self.store, metrics=self.metrics, complete=complete, admit_write=self._admit_chat_write
+        )
+        self._background: set[asyncio.Task] = set()
