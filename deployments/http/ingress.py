@@ -63,6 +63,7 @@ from .headers import (
     request_context,
 )
 from .limits import BodyLimit, ConfiguredLimits
+from .mcp_server import McpEndpoint
 from .openai_schema import ChatCompletionRequest
 from .schemas import (
     MAX_EMBEDDING_INPUTS,
@@ -273,6 +274,7 @@ class MemoryIngress:
             self.config, store=self.store, metrics=self.metrics, complete=complete, admit_write=self._admit_chat_write
         )
         self._background: set[asyncio.Task] = set()
+        self.mcp = McpEndpoint(self)  # the MCP server at /mcp (its tools call the REST routes' methods)
 
     # ------------------------------------------------------------------ identity and access
     def _caller(self, request: Request) -> Principal:
@@ -869,3 +871,11 @@ class MemoryIngress:
         """The memory review page (``deployments/http/ui``): static HTML and JavaScript that sign
         in with an API key and call this API; answered with its Content-Security-Policy."""
         return review_page_response()
+
+    # ------------------------------------------------------------------ the MCP server
+    @app.api_route("/mcp", methods=["GET", "POST", "DELETE"], include_in_schema=False)
+    async def mcp_transport(self, request: Request) -> Response:
+        """MCP over streamable HTTP (``mcp_server``; README "MCP server"): the caller is
+        identified first, as for every memory route (401 without identity)."""
+        self._caller(request)
+        return await self.mcp.answer(request)
