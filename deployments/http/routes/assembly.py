@@ -24,8 +24,10 @@ from ...metrics import RayMetrics
 from ...store_pool import StorePoolClient
 from ...upstream import UpstreamRouter
 from ..fastapi_app import REQUEST_LIMITS, app
+from ..mcp_server import McpEndpoint
 from .admin import AdminRoutes
 from .chat import ChatRoutes
+from .mcp import McpRoutes
 from .memory import MemoryRoutes
 from .service import ServiceRoutes
 
@@ -34,7 +36,7 @@ __all__ = ["REQUEST_LIMITS", "MemoryIngress", "app"]
 
 @serve.deployment
 @serve.ingress(app)
-class MemoryIngress(ChatRoutes, MemoryRoutes, AdminRoutes, ServiceRoutes):
+class MemoryIngress(ChatRoutes, MemoryRoutes, AdminRoutes, ServiceRoutes, McpRoutes):
     """Args: ``config`` (the validated config document), handles of ``Embedder``, ``StorePool``,
     (when ``global.upstream`` has no URL) ``EchoUpstream`` and (with curation on) the
     ``Consolidator`` loop. Each decision's requests go to its upstream (``UpstreamRouter``); a
@@ -71,3 +73,4 @@ class MemoryIngress(ChatRoutes, MemoryRoutes, AdminRoutes, ServiceRoutes):
             self.config, store=self.store, metrics=self.metrics, complete=complete, admit_write=self._admit_chat_write
         )
         self._background: set[asyncio.Task] = set()
+        self.mcp = McpEndpoint(self)  # the MCP server at /mcp (its tools call the REST routes' methods)

@@ -121,6 +121,7 @@ class IngressBase:
     pipeline: MemoryPipeline
     _known_users: set[str]
     _background: set[asyncio.Task]
+    mcp: Any  # mcp_server.McpEndpoint (routes.mcp)
 
     # ------------------------------------------------------------------ identity and access
     def _caller(self, request: Request) -> Principal:
