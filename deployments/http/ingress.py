@@ -44,6 +44,7 @@ from memory_core.errors import (
 )
 from memory_core.migration import ImportReport, count_import_lines, import_lines, open_export
 from memory_core.sanitize import check_json_text, check_project_id, is_memory_id
+from memory_core.tracing import annotate, carrying_trace, setup_tracing, traced
 from memory_core.types import ListQuery, Memory, MemoryScope, MemoryState, MemoryType, RetrieveOptions
 
 from .. import sse
@@ -90,6 +91,7 @@ from .schemas import (
     UsersOut,
 )
 from .streaming import close_quietly, relay
+from .tracing import ChatTracing, chat_attributes
 from .ui import review_page_response
 
 log = logging.getLogger("ray.serve")
@@ -99,6 +101,7 @@ REQUEST_LIMITS = ConfiguredLimits()
 """This replica's ``global.limits`` (set by ``MemoryIngress.__init__``), read by ``BodyLimit``."""
 app.add_middleware(BodyLimit, limits=REQUEST_LIMITS)  # inside the browser guard below
 app.add_middleware(BrowserGuard)  # same origin and a JSON body type for every state-changing request
+app.add_middleware(ChatTracing)  # outermost: a chat request's root span (memory_core.tracing; no-op when off)
 
 
 _SSE_EVENT_SCHEMA = {
@@ -251,6 +254,7 @@ class MemoryIngress:
 
     def __init__(self, config: RouterConfig, embedder, store_pool, echo=None, consolidator=None):
         self.config = config
+        setup_tracing(config.global_.tracing, "ingress")  # once per process; off without an OTLP endpoint
         self.embedder = embedder
         self.store = StorePoolClient(store_pool)
         self.store_pool = store_pool
@@ -349,7 +353,8 @@ class MemoryIngress:
         context when that request is cancelled (a client closing its connection, e.g. right
         after a stream's ``[DONE]``), which would cancel the store call. The request id stays
         (``request_log.context_carrying_request_id``)."""
-        task = asyncio.get_running_loop().create_task(coro, context=context_carrying_request_id())
+        context = carrying_trace(context_carrying_request_id())  # and the request's trace: span "auto_store"
+        task = asyncio.get_running_loop().create_task(traced("auto_store", coro), context=context)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
@@ -402,6 +407,7 @@ class MemoryIngress:
         if principal is None:
             admit_anonymous(request, self.auth)  # 401 in api_key mode or by access.anonymous, 429 beyond its limit
         prepared = await self.pipeline.prepare(raw, context)
+        annotate(chat_attributes(prepared))  # on the chat span (deployments.http.tracing)
         route = self.upstreams.route(prepared.policy.decision_name)
         body = route.body(prepared.body)
         forwarded = forward_request_headers(request.headers.items(), forward_exclusions(self.auth))
