@@ -178,7 +178,7 @@ class StoreShard:
         started = time.perf_counter()
         outcome = "ok"
         try:
-            with remote_span(f"shard.{operation}", trace, self._by_backend):
+            with remote_span(f"shard.{operation}", trace, {"memory.backend": self._backend}):
                 return await call
         except asyncio.CancelledError:  # the caller went away (StorePoolClient: ray.cancel)
             outcome = "cancelled"
