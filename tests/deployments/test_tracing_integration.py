@@ -146,3 +146,18 @@ def test_a_chat_without_traceparent_starts_its_own_trace(url, receiver):
     (root,) = roots
     assert root.parent_span_id == "" and root.trace_id != CLIENT_TRACE
     assert trace_of(receiver, root.trace_id, {"retrieve", "shard.retrieve", "forward"})
+
+
+def test_a_streamed_chat_is_one_trace_with_the_stored_turn_after_the_stream(url, receiver, upstream_server):
+    trace_id, parent = "5bf92f3577b34da6a3ce929d0e0e4737", "10f067aa0ba902b8"
+    tag = uuid.uuid4().hex
+    headers = {"x-authz-user-id": "traced-stream", "x-test-tag": tag, "traceparent": f"00-{trace_id}-{parent}-01"}
+    body = {"model": "assistant", "stream": True, "messages": [{"role": "user", "content": "My cat is called Miso."}]}
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, headers=headers, timeout=60) as r:
+        assert r.status_code == 200 and "[DONE]" in r.read().decode()
+    spans = trace_of(receiver, trace_id, {"chat", "forward", "auto_store", "store", "shard.write"})
+    one = {s.name: s for s in spans}
+    assert one["chat"].parent_span_id == parent and one["forward"].attributes["upstream.streamed"] is True
+    assert parent_name(spans, one["auto_store"]) == "chat" and parent_name(spans, one["forward"]) == "chat"
+    (seen,) = upstream_server.received(tag)
+    assert dict(seen["headers"])["traceparent"] == f"00-{trace_id}-{one['forward'].span_id}-01"
