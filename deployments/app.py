@@ -118,8 +118,9 @@ def build_application(
             settings.embedding.remote.base_url if settings.embedding.remote else "?",
         )
     o = deployment_options(overrides)
-    embedder = Embedder.options(**o["Embedder"]).bind(settings.embedding, identity)
-    store_pool = StorePool.options(**o["StorePool"]).bind(settings, identity, embedder)
+    tracing = config.global_.tracing  # OpenTelemetry: each process sets it up (memory_core.tracing)
+    embedder = Embedder.options(**o["Embedder"]).bind(settings.embedding, identity, tracing=tracing)
+    store_pool = StorePool.options(**o["StorePool"]).bind(settings, identity, embedder, tracing=tracing)
     echo = EchoUpstream.options(**o["EchoUpstream"]).bind() if not config.global_.upstream.base_url else None
     consolidator = Consolidator.options(**o["Consolidator"]).bind(store_pool) if settings.curation.enabled else None
     return MemoryIngress.options(**o["MemoryIngress"]).bind(config, embedder, store_pool, echo, consolidator)

@@ -64,6 +64,7 @@ from memory_core.embedding import (
     open_local_encoder,
 )
 from memory_core.errors import EmbeddingUnavailable, InvalidInput, MemoryError_
+from memory_core.tracing import Carrier, TracingSettings, carrier_kwargs, remote_span, setup_tracing
 
 from .metrics import RayMetrics
 
@@ -159,7 +160,7 @@ async def embed_through(embedder, texts: list[str]) -> EmbedResponse:
     (503 + ``Retry-After``); an error of the Embedder's own (a ``MemoryError_``, e.g.
     ``InvalidInput``) reaches the caller as itself."""
     try:
-        return await embedder.embed.remote(texts)
+        return await embedder.embed.remote(texts, **carrier_kwargs())  # the caller's span, when tracing is on
     except MemoryError_:
         raise
     except RayError as e:
@@ -183,11 +184,19 @@ class Embedder:
         identity: the application's ``ModelIdentity``; startup fails with
             ``EmbeddingIdentityMismatch`` when the model files give another one.
         num_threads: torch threads (default: assigned CPUs, or all cores when 0).
+        tracing: ``global.tracing`` (default off).
 
     Raises ``ConfigError`` (model missing / unloadable) at construction.
     """
 
-    def __init__(self, settings: EmbeddingSettings, identity: ModelIdentity, num_threads: int | None = None):
+    def __init__(
+        self,
+        settings: EmbeddingSettings,
+        identity: ModelIdentity,
+        num_threads: int | None = None,
+        tracing: TracingSettings | None = None,
+    ):
+        setup_tracing(tracing or TracingSettings(), "embedder")
         self.settings = settings
         self.encoder: Encoder
         if self.settings.remote is not None:
@@ -245,10 +254,15 @@ class Embedder:
         return await self.encode_batch_async([it.text for it in items], [it.count for it in items])
 
     # ------------------------------------------------------------------ public
-    async def embed(self, texts: list[str]) -> EmbedResponse:
+    async def embed(self, texts: list[str], trace: Carrier | None = None) -> EmbedResponse:
         """Embed ``texts`` (list of n strings) → ``EmbedResponse``. Raises ``InvalidInput`` when ``texts`` is not a list of strings; ``EmbeddingUnavailable``
-        from a remote endpoint.
+        from a remote endpoint. With the caller's ``trace`` carrier (tracing on): span
+        ``embed`` (``embedding.texts``: the count; batch wait included) in its trace.
         """
+        with remote_span("embed", trace, {"embedding.texts": len(texts) if isinstance(texts, list) else 0}):
+            return await self._embed_texts(texts)
+
+    async def _embed_texts(self, texts: list[str]) -> EmbedResponse:
         if isinstance(texts, str) or not isinstance(texts, (list, tuple)) or not all(isinstance(t, str) for t in texts):
             raise InvalidInput("texts must be a list of strings")
         if sum(len(t) for t in texts) < INLINE_TOKENIZE_CHARS:

@@ -41,6 +41,7 @@ from memory_core.errors import (
 )
 from memory_core.stores.curating import ConsolidationReport, CuratingStore
 from memory_core.stores.sharding import shard_for
+from memory_core.tracing import Carrier, TracingSettings, carrier_kwargs, remote_span, setup_tracing
 from memory_core.types import (
     EVERYONE,
     Everyone,
@@ -115,12 +116,16 @@ class StoreShard:
 
     Args: ``settings`` (``global.stores.memory``), ``identity`` (the application's embedding
     model identity: its digest tags the vectors, its ``collection_suffix`` names the
-    collection), ``embedder`` (the Embedder deployment handle).
+    collection), ``embedder`` (the Embedder deployment handle), ``tracing``
+    (``global.tracing``; default off).
     """
 
-    def __init__(self, settings: MemoryStoreSettings, identity: ModelIdentity, embedder):
+    def __init__(
+        self, settings: MemoryStoreSettings, identity: ModelIdentity, embedder, tracing: TracingSettings | None = None
+    ):
         from memory_core.stores.factory import make_store
 
+        setup_tracing(tracing or TracingSettings(), "store_shard")
         self._embedder = embedder
         self._identity = identity
         self._log = json_lines_logger("memory_router.store_shard")
@@ -163,16 +168,18 @@ class StoreShard:
             self._metrics.count("llm_memory_cache_total", {**self._by_backend, "event": event})
             self._metrics.count("memory_cache_events", {"event": event})
 
-    async def _timed(self, operation: str, call: Awaitable[T], request_id: str) -> T:
+    async def _timed(self, operation: str, call: Awaitable[T], request_id: str, trace: Carrier | None = None) -> T:
         """Awaits ``call``, observing its time in ``llm_memory_store_latency_seconds`` and
         writing one ``store_call`` log line (``request_log.log_event``) with the caller's
         ``request_id``, the operation, its outcome (``ok``, ``cancelled`` or the error's code)
         and time. A cancelled call (its caller went away) is counted in
-        ``memory_store_cancelled{operation}``."""
+        ``memory_store_cancelled{operation}``. With the caller's ``trace`` carrier (tracing
+        on), inside span ``shard.<operation>`` of the caller's trace."""
         started = time.perf_counter()
         outcome = "ok"
         try:
-            return await call
+            with remote_span(f"shard.{operation}", trace, {"memory.backend": self._backend}):
+                return await call
         except asyncio.CancelledError:  # the caller went away (StorePoolClient: ray.cancel)
             outcome = "cancelled"
             self._metrics.count("memory_store_cancelled", {"operation": operation})
@@ -208,41 +215,53 @@ class StoreShard:
         return result.embeddings
 
     # ------------------------------------------------------------------ the store contract
-    async def store(self, memory: Memory, request_id: str = "") -> Memory:
-        return await self._timed("store", self._store.store(memory), request_id)
+    async def store(self, memory: Memory, request_id: str = "", trace: Carrier | None = None) -> Memory:
+        return await self._timed("store", self._store.store(memory), request_id, trace)
 
-    async def store_many(self, memories: list[Memory], request_id: str = "") -> list[Memory]:
-        return await self._timed("store_many", self._store.store_many(memories), request_id)
+    async def store_many(
+        self, memories: list[Memory], request_id: str = "", trace: Carrier | None = None
+    ) -> list[Memory]:
+        return await self._timed("store_many", self._store.store_many(memories), request_id, trace)
 
-    async def write(self, memories: list[Memory], request_id: str = "") -> list[WriteResult]:
-        return await self._timed("write", self._store.write(memories), request_id)
+    async def write(
+        self, memories: list[Memory], request_id: str = "", trace: Carrier | None = None
+    ) -> list[WriteResult]:
+        return await self._timed("write", self._store.write(memories), request_id, trace)
 
-    async def retrieve(self, options: RetrieveOptions, request_id: str = "") -> list[ScoredMemory]:
-        return await self._timed("retrieve", self._store.retrieve(options), request_id)
+    async def retrieve(
+        self, options: RetrieveOptions, request_id: str = "", trace: Carrier | None = None
+    ) -> list[ScoredMemory]:
+        return await self._timed("retrieve", self._store.retrieve(options), request_id, trace)
 
-    async def record_access(self, memory_ids: list[str], user_id: str, request_id: str = "") -> datetime:
-        return await self._timed("record_access", self._store.record_access(memory_ids, user_id), request_id)
+    async def record_access(
+        self, memory_ids: list[str], user_id: str, request_id: str = "", trace: Carrier | None = None
+    ) -> datetime:
+        return await self._timed("record_access", self._store.record_access(memory_ids, user_id), request_id, trace)
 
-    async def get(self, memory_id: str, user_id: str, request_id: str = "") -> Memory:
-        return await self._timed("get", self._store.get(memory_id, user_id), request_id)
+    async def get(self, memory_id: str, user_id: str, request_id: str = "", trace: Carrier | None = None) -> Memory:
+        return await self._timed("get", self._store.get(memory_id, user_id), request_id, trace)
 
-    async def get_many(self, memory_ids: list[str], user_id: str, request_id: str = "") -> list[Memory]:
-        return await self._timed("get_many", self._store.get_many(memory_ids, user_id), request_id)
+    async def get_many(
+        self, memory_ids: list[str], user_id: str, request_id: str = "", trace: Carrier | None = None
+    ) -> list[Memory]:
+        return await self._timed("get_many", self._store.get_many(memory_ids, user_id), request_id, trace)
 
-    async def update(self, memory_id: str, user_id: str, changes: MemoryChanges, request_id: str = "") -> Memory:
-        return await self._timed("update", self._store.update(memory_id, user_id, changes), request_id)
+    async def update(
+        self, memory_id: str, user_id: str, changes: MemoryChanges, request_id: str = "", trace: Carrier | None = None
+    ) -> Memory:
+        return await self._timed("update", self._store.update(memory_id, user_id, changes), request_id, trace)
 
-    async def list(self, query: ListQuery, request_id: str = "") -> ListResult:
-        return await self._timed("list", self._store.list(query), request_id)
+    async def list(self, query: ListQuery, request_id: str = "", trace: Carrier | None = None) -> ListResult:
+        return await self._timed("list", self._store.list(query), request_id, trace)
 
-    async def forget(self, memory_id: str, user_id: str, request_id: str = "") -> None:
-        await self._timed("forget", self._store.forget(memory_id, user_id), request_id)
+    async def forget(self, memory_id: str, user_id: str, request_id: str = "", trace: Carrier | None = None) -> None:
+        await self._timed("forget", self._store.forget(memory_id, user_id), request_id, trace)
 
-    async def forget_by_scope(self, scope: MemoryScope, request_id: str = "") -> int:
-        return await self._timed("forget_by_scope", self._store.forget_by_scope(scope), request_id)
+    async def forget_by_scope(self, scope: MemoryScope, request_id: str = "", trace: Carrier | None = None) -> int:
+        return await self._timed("forget_by_scope", self._store.forget_by_scope(scope), request_id, trace)
 
-    async def counts(self, owner: str | Everyone, request_id: str = "") -> MemoryCounts:
-        return await self._timed("counts", self._store.counts(owner), request_id)
+    async def counts(self, owner: str | Everyone, request_id: str = "", trace: Carrier | None = None) -> MemoryCounts:
+        return await self._timed("counts", self._store.counts(owner), request_id, trace)
 
     async def check_connection(self) -> bool:
         return await self._store.check_connection()
@@ -253,19 +272,28 @@ class StoreShard:
             raise InvalidInput("memory curation is disabled (global.stores.memory.curation.enabled: false)")
         return self._store
 
-    async def history(self, memory_id: str, user_id: str, request_id: str = "") -> list[Memory]:
-        return await self._timed("history", self._curating().history(memory_id, user_id), request_id)
+    async def history(
+        self, memory_id: str, user_id: str, request_id: str = "", trace: Carrier | None = None
+    ) -> list[Memory]:
+        return await self._timed("history", self._curating().history(memory_id, user_id), request_id, trace)
 
-    async def restore(self, memory_id: str, user_id: str, request_id: str = "") -> Memory:
-        return await self._timed("restore", self._curating().restore(memory_id, user_id), request_id)
+    async def restore(self, memory_id: str, user_id: str, request_id: str = "", trace: Carrier | None = None) -> Memory:
+        return await self._timed("restore", self._curating().restore(memory_id, user_id), request_id, trace)
 
     async def unmerge(
-        self, memory_id: str, user_id: str, project_id: str | None = None, request_id: str = ""
+        self,
+        memory_id: str,
+        user_id: str,
+        project_id: str | None = None,
+        request_id: str = "",
+        trace: Carrier | None = None,
     ) -> list[Memory]:
-        return await self._timed("unmerge", self._curating().unmerge(memory_id, user_id, project_id), request_id)
+        return await self._timed("unmerge", self._curating().unmerge(memory_id, user_id, project_id), request_id, trace)
 
-    async def consolidate(self, user_id: str, request_id: str = "") -> ConsolidationReport:
-        return await self._timed("consolidate", self._curating().consolidate(user_id), request_id)
+    async def consolidate(
+        self, user_id: str, request_id: str = "", trace: Carrier | None = None
+    ) -> ConsolidationReport:
+        return await self._timed("consolidate", self._curating().consolidate(user_id), request_id, trace)
 
     def take_dirty_users(self, limit: int) -> list[str]:
         """Users with writes since their last consolidation pass (the consolidation loop's
@@ -312,10 +340,14 @@ class StorePool:
     """Owns the shards (options: ``deployments.app.DEPLOYMENT_OPTIONS``; its health check
     runs every 5 s). Args: ``settings`` (``global.stores.memory``), ``identity`` (the
     application's embedding model identity: vectors of two models never share a collection)
-    and the ``Embedder`` handle (used when a memory arrives without a vector)."""
+    and the ``Embedder`` handle (used when a memory arrives without a vector); ``tracing``
+    (``global.tracing``, handed to the shards; default off)."""
 
-    def __init__(self, settings: MemoryStoreSettings, identity: ModelIdentity, embedder):
-        key = hashlib.sha256(f"{settings.model_dump_json()}|{identity.digest}".encode()).hexdigest()[:12]
+    def __init__(
+        self, settings: MemoryStoreSettings, identity: ModelIdentity, embedder, tracing: TracingSettings | None = None
+    ):
+        traced_as = (tracing or TracingSettings()).model_dump_json()
+        key = hashlib.sha256(f"{settings.model_dump_json()}|{identity.digest}|{traced_as}".encode()).hexdigest()[:12]
         # the shards start on this replica's node (soft: after a node loss a shard restarts
         # elsewhere) and ask for a sliver of the custom resources this replica was given, so a
         # Serve config's placement of the StorePool (a worker group's custom resource) places
@@ -327,7 +359,7 @@ class StorePool:
         self.shards = [
             StoreShard.options(
                 name=f"memory-store-{key}-{i}", get_if_exists=True, scheduling_strategy=near, resources=resources
-            ).remote(settings, identity, embedder)
+            ).remote(settings, identity, embedder, tracing)
             for i in range(settings.pool.shards)
         ]
         # fail the replica (and `serve run`) at start on a bad store configuration
@@ -399,9 +431,10 @@ class StorePoolClient:
         (Serve cancels a request whose client disconnected), the shard's call is cancelled too
         (``ray.cancel``): no shard works for a caller who has gone."""
         request_id = current_request_id()
+        trace = carrier_kwargs()  # the current span's W3C carrier, when tracing is on
 
         async def call(shard: Any) -> Any:
-            ref = getattr(shard, method).remote(*args, request_id=request_id)
+            ref = getattr(shard, method).remote(*args, request_id=request_id, **trace)
             try:
                 return await ref
             except asyncio.CancelledError:

@@ -30,9 +30,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httpx
+from opentelemetry.trace import SpanKind
 
 from memory_core.config import RouterConfig, UpstreamSettings
 from memory_core.sanitize import CONTROLLED_HEADERS
+from memory_core.tracing import span, with_trace_headers
 
 from .sse import Event, EventReader
 
@@ -223,7 +225,8 @@ class HttpUpstream:
         )
 
     def _request(self, method: str, path: str, headers: Headers, body: dict[str, Any] | None) -> httpx.Request:
-        out = [(k, v) for k, v in headers if not (self._auth and k == "authorization")]
+        # with tracing on, the client's traceparent is replaced by the forward span's
+        out = [(k, v) for k, v in with_trace_headers(headers) if not (self._auth and k == "authorization")]
         if self._auth:
             out.append(("authorization", self._auth))
         content = None
@@ -251,19 +254,25 @@ class HttpUpstream:
     async def chat(self, body: dict[str, Any], headers: Headers) -> UpstreamReply:
         """``POST /chat/completions`` with ``body`` and the forwarded ``headers``
         (``forward_request_headers``); the whole answer, whatever its status. Raises
-        ``UpstreamError`` (502/504) when there is no answer."""
-        return await self._whole(self._request("POST", "/chat/completions", headers, body))
+        ``UpstreamError`` (502/504) when there is no answer. Span ``forward``."""
+        with span("forward", {"upstream.streamed": False}, kind=SpanKind.CLIENT) as forwarding:
+            reply = await self._whole(self._request("POST", "/chat/completions", headers, body))
+            forwarding.set_attribute("http.response.status_code", reply.status_code)
+            return reply
 
     async def stream(self, body: dict[str, Any], headers: Headers) -> UpstreamReply | UpstreamStream:
         """``POST /chat/completions`` for a streamed answer: an open ``UpstreamStream`` once
         the upstream answered 200 with ``text/event-stream``; any other answer (an error
         status, or JSON from a server that does not stream) is read whole and returned as an
-        ``UpstreamReply``. Raises ``UpstreamError`` when there is no answer."""
-        request = self._request("POST", "/chat/completions", headers, body)
-        try:
-            response = await self._client.send(request, stream=True)
-        except httpx.HTTPError as e:
-            raise _transport_error(e, "answer", self._timeout_s) from e
+        ``UpstreamReply``. Raises ``UpstreamError`` when there is no answer. Span ``forward``
+        (until the answer's headers: the stream's relay is in the ``chat`` span)."""
+        with span("forward", {"upstream.streamed": True}, kind=SpanKind.CLIENT) as forwarding:
+            request = self._request("POST", "/chat/completions", headers, body)
+            try:
+                response = await self._client.send(request, stream=True)
+            except httpx.HTTPError as e:
+                raise _transport_error(e, "answer", self._timeout_s) from e
+            forwarding.set_attribute("http.response.status_code", response.status_code)
         media_type = response.headers.get("content-type", "")
         if response.status_code == 200 and media_type.startswith("text/event-stream"):
             return _HttpStream(response, self._timeout_s)
@@ -314,7 +323,8 @@ class EchoClient:
         self._handle = handle
 
     async def chat(self, body: dict[str, Any], headers: Headers) -> UpstreamReply:
-        answer = await self._handle.chat.remote(body)
+        with span("forward", {"upstream.streamed": False, "upstream.echo": True}, kind=SpanKind.CLIENT):
+            answer = await self._handle.chat.remote(body)
         return UpstreamReply(200, json.dumps(answer, ensure_ascii=False).encode(), "application/json")
 
     async def stream(self, body: dict[str, Any], headers: Headers) -> UpstreamStream:

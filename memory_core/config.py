@@ -29,6 +29,7 @@ from pydantic import (
 from .errors import ConfigError
 from .linear_re import compile_operator
 from .sanitize import parse_origin
+from .tracing import TracingSettings
 
 DEFAULT_SIMILARITY_THRESHOLD = 0.425
 """Cosine floor calibrated for all-MiniLM-L6-v2 (see README "Calibrating the threshold" and
@@ -730,6 +731,7 @@ class GlobalSettings(_Strict):
     upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
     access: AccessSettings = Field(default_factory=AccessSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
+    tracing: TracingSettings = Field(default_factory=TracingSettings)  # OpenTelemetry (memory_core.tracing)
 
 
 class MemoryPluginConfiguration(_Strict):

@@ -16,6 +16,7 @@ Functions run here must be pure or thread-safe (no asyncio objects, no shared mu
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -41,9 +42,12 @@ class CpuPool:
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name)
 
     async def run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
-        """``fn(*args, **kwargs)`` on a worker thread, awaited without blocking the loop."""
+        """``fn(*args, **kwargs)`` on a worker thread, awaited without blocking the loop; it
+        runs in a copy of the caller's ``contextvars`` context (as ``asyncio.to_thread``), so
+        a span it opens is a child of the caller's (``memory_core.tracing``)."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+        context = contextvars.copy_context()
+        return await loop.run_in_executor(self._executor, functools.partial(context.run, fn, *args, **kwargs))
 
     def close(self) -> None:
         """Stop the worker threads (without waiting for them)."""

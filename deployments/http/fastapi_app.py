@@ -12,6 +12,7 @@ from .errors import DOCUMENTED_ERRORS, install_error_handlers
 from .headers import BrowserGuard
 from .limits import BodyLimit, ConfiguredLimits
 from .openapi import openapi_document
+from .tracing import ChatTracing
 
 app = FastAPI(title="memory-router", version="0.1.0", responses=DOCUMENTED_ERRORS)
 install_error_handlers(app)
@@ -19,4 +20,5 @@ REQUEST_LIMITS = ConfiguredLimits()
 """This replica's ``global.limits`` (set by ``MemoryIngress.__init__``), read by ``BodyLimit``."""
 app.add_middleware(BodyLimit, limits=REQUEST_LIMITS)  # inside the browser guard below
 app.add_middleware(BrowserGuard)  # same origin and a JSON body type for every state-changing request
+app.add_middleware(ChatTracing)  # outermost: a chat request's root span (memory_core.tracing; no-op when off)
 app.openapi = functools.partial(openapi_document, app)  # type: ignore[method-assign]

@@ -23,8 +23,9 @@ from ..cpu_pool import CpuPool
 from ..curation.llm import Complete, LLMUnusable
 from ..sanitize import RequestContext, new_memory_id
 from ..stores.base import Store
+from ..tracing import span, traced
 from ..types import WINDOW_CREATED_VIA, Memory, RetrieveOptions, ScoredMemory, WriteResult, utcnow
-from .extract import extract_turn
+from .extract import ExtractedMemory, TurnExtraction, extract_turn
 from .gate import select_gate
 from .inject import content_text, inject_memories, last_user_text
 from .llm_extract import llm_extract
@@ -158,19 +159,26 @@ class MemoryPipeline:
         assert user_id is not None  # else skip_reason says "no_user"
         started = time.perf_counter()
         try:
-            candidates = await self._store.retrieve(
-                RetrieveOptions(
-                    user_id=user_id,
-                    query=prepared.user_text[:MAX_QUERY_CHARS],  # embedded by the store, overlapping its lexical search
-                    project_id=prepared.project_id,
-                    # over-fetch: the gate's dedup may drop near-copies that would otherwise
-                    # crowd distinct memories out of the limit
-                    limit=min(policy.retrieval_limit * OVERFETCH, 100),
-                    threshold=policy.similarity_threshold,
-                    hybrid=policy.hybrid,
-                    lexical_weight=policy.lexical_weight,
-                    temporal_boost=policy.temporal_boost,
-                )
+            candidates = await traced(  # span "retrieve" (the store pool carries it to the shard)
+                "retrieve",
+                self._store.retrieve(
+                    RetrieveOptions(
+                        user_id=user_id,
+                        query=prepared.user_text[
+                            :MAX_QUERY_CHARS
+                        ],  # embedded by the store, overlapping its lexical search
+                        project_id=prepared.project_id,
+                        # over-fetch: the gate's dedup may drop near-copies that would otherwise
+                        # crowd distinct memories out of the limit
+                        limit=min(policy.retrieval_limit * OVERFETCH, 100),
+                        threshold=policy.similarity_threshold,
+                        hybrid=policy.hybrid,
+                        lexical_weight=policy.lexical_weight,
+                        temporal_boost=policy.temporal_boost,
+                    )
+                ),
+                {"memory.backend": self.config.memory.backend},
+                result_attributes=lambda found: {"memory.candidates": len(found)},
             )
             t_retrieve = time.perf_counter()
             drops: dict[str, int] = {}
@@ -226,13 +234,17 @@ class MemoryPipeline:
         settings = self.config.memory.extraction
         messages = prepared.body.get("messages") or []
         answer = _assistant_text(response)
-        extraction = await self._cpu.run(
-            extract_turn,
-            messages,
-            answer,
-            prepared.injected,
-            window_turns=settings.window_turns,
-            window_every=settings.window_every,
+        extraction = await traced(
+            "extract",
+            self._cpu.run(
+                extract_turn,
+                messages,
+                answer,
+                prepared.injected,
+                window_turns=settings.window_turns,
+                window_every=settings.window_every,
+            ),
+            result_attributes=_extracted,
         )
         decision = prepared.policy.decision_name or ""
         statements = [m for m in extraction.memories if not m.window]
@@ -240,7 +252,7 @@ class MemoryPipeline:
         if settings.llm.enabled and self._complete is not None:
             model = settings.llm.model or str(prepared.body.get("model") or "")
             try:
-                statements = await llm_extract(self._complete, messages, answer, model)
+                statements = await traced("extract.llm", llm_extract(self._complete, messages, answer, model))
                 via = "llm_extract"
                 if not statements:
                     self.metrics.count("memory_extraction", {"outcome": "skipped_llm_nothing", "decision": decision})
@@ -249,33 +261,19 @@ class MemoryPipeline:
                 self.metrics.count("memory_extraction", {"outcome": "llm_error", "decision": decision})
         if via == "auto_store" and extraction.skipped is not None:
             self.metrics.count("memory_extraction", {"outcome": f"skipped_{extraction.skipped}", "decision": decision})
-        kept = statements + [m for m in extraction.memories if m.window]
-        memories = [
-            Memory(
-                id=new_memory_id(prepared.user_id),
-                type=m.type,
-                content=m.content,
-                user_id=prepared.user_id,
-                project_id=prepared.project_id,
-                source="conversation",
-                created_via=WINDOW_CREATED_VIA if m.window else via,
-                conversation_id=prepared.conversation_id,
-                created_by_user_id=prepared.user_id,
-                metadata={**m.metadata, "decision": decision, "model": prepared.body.get("model")},
-            )
-            for m in kept
-        ]
-        for m in kept:
-            self.metrics.count(
-                "memory_extraction", {"outcome": "window" if m.window else m.type.value, "decision": decision}
-            )
+        memories = self._turn_memories(prepared, statements + [m for m in extraction.memories if m.window], via)
         if not memories:
             return []
         if self._admit_write is not None and not self._admit_write(prepared.user_id, len(memories)):
             self.metrics.count("memory_extraction", {"outcome": "skipped_rate_limited", "decision": decision})
             return []
         try:
-            results = await self._store.write(memories)
+            results = await traced(
+                "store",
+                self._store.write(memories),
+                {"memory.backend": self.config.memory.backend},
+                result_attributes=_written,
+            )
         except Exception as e:
             log.warning("auto-store failed: %r", e)
             self.metrics.count("memory_store_errors", {"decision": decision})
@@ -285,6 +283,33 @@ class MemoryPipeline:
         self.metrics.count("memory_auto_stored_total", {"decision": decision})
         return results
 
+    def _turn_memories(self, prepared: PreparedChat, kept: list[ExtractedMemory], via: str) -> list[Memory]:
+        """The memories a turn leaves (``kept``: its statements, then its window), owned by the
+        caller in the request's project and conversation, ``created_via`` ``via`` (a window:
+        ``auto_store_window``); each counted in ``memory_extraction{outcome}``."""
+        decision = prepared.policy.decision_name or ""
+        assert prepared.user_id is not None
+        out = []
+        for m in kept:
+            self.metrics.count(
+                "memory_extraction", {"outcome": "window" if m.window else m.type.value, "decision": decision}
+            )
+            out.append(
+                Memory(
+                    id=new_memory_id(prepared.user_id),
+                    type=m.type,
+                    content=m.content,
+                    user_id=prepared.user_id,
+                    project_id=prepared.project_id,
+                    source="conversation",
+                    created_via=WINDOW_CREATED_VIA if m.window else via,
+                    conversation_id=prepared.conversation_id,
+                    created_by_user_id=prepared.user_id,
+                    metadata={**m.metadata, "decision": decision, "model": prepared.body.get("model")},
+                )
+            )
+        return out
+
 
 def _gate_and_inject(
     body: dict[str, Any], candidates: list[ScoredMemory], policy: MemoryPolicy, now: datetime, drops: dict[str, int]
@@ -292,15 +317,36 @@ def _gate_and_inject(
     """Steps 6–7: the memories the reflection gate keeps of ``candidates`` (at most
     ``policy.retrieval_limit``; what it drops counted by reason in ``drops``) and ``body``
     with them injected (``body`` itself when none is kept; it is never mutated)."""
-    kept = select_gate(policy.reflection).apply(candidates, policy.reflection, now, drops)
-    injected = [c.memory for c in kept[: policy.retrieval_limit]]
-    if len(kept) > len(injected):
-        drops["limit"] = len(kept) - len(injected)
+    with span("gate", {"memory.candidates": len(candidates)}) as gated:
+        kept = select_gate(policy.reflection).apply(candidates, policy.reflection, now, drops)
+        injected = [c.memory for c in kept[: policy.retrieval_limit]]
+        if len(kept) > len(injected):
+            drops["limit"] = len(kept) - len(injected)
+        gated.set_attributes({"memory.kept": len(injected), **{f"memory.dropped.{r}": n for r, n in drops.items()}})
     if not injected:
         return injected, body
-    new_body = dict(body)
-    new_body["messages"] = inject_memories(body.get("messages") or [], injected, policy.placement)
+    with span("inject", {"memory.injected": len(injected), "memory.placement": policy.placement}):
+        new_body = dict(body)
+        new_body["messages"] = inject_memories(body.get("messages") or [], injected, policy.placement)
     return injected, new_body
+
+
+def _extracted(extraction: TurnExtraction) -> dict[str, int | str]:
+    """Span attributes of a turn's extraction: ``memory.extracted`` (count) and
+    ``memory.skipped`` (the reason, when the turn stated nothing)."""
+    out: dict[str, int | str] = {"memory.extracted": len(extraction.memories)}
+    if extraction.skipped:
+        out["memory.skipped"] = extraction.skipped
+    return out
+
+
+def _written(results: list[WriteResult]) -> dict[str, int]:
+    """Span attributes of a write: ``memory.stored`` and ``memory.writes.<outcome>`` counts."""
+    out = {"memory.stored": len(results)}
+    for r in results:
+        key = f"memory.writes.{r.outcome.value}"
+        out[key] = out.get(key, 0) + 1
+    return out
 
 
 def _assistant_text(response: Mapping[str, Any]) -> str:

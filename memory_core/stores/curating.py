@@ -70,6 +70,7 @@ from ..redaction import Redactor, redact_changes, redact_memories, withheld
 from ..retrieval.held_vectors import cosine, unit_vector
 from ..retrieval.lexical import pretokenize
 from ..sanitize import MAX_CONTENT_BYTES, new_memory_id, require_user_id
+from ..tracing import span
 from ..types import (
     IMPORT_CREATED_VIA,
     WINDOW_CREATED_VIA,
@@ -380,7 +381,8 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             self._dirty[user_id] = None
             plan = _BatchPlan()
             # cancellable here (between memories): nothing is written while planning
-            results = [await self._plan_one(m, plan, reason) for m, reason in zip(batch, reasons, strict=True)]
+            with span("curate", {"memory.batch": len(batch)}):  # the judge's decisions, before the commit
+                results = [await self._plan_one(m, plan, reason) for m, reason in zip(batch, reasons, strict=True)]
             await _uncancellable(self._commit(plan, user_id))
             final = [self._final(r, plan) for r in results]
         done = iter(final)  # the dropped memories' results in their places

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from memory_core.chat.pipeline import PreparedChat
 from memory_core.errors import InvalidInput
 from memory_core.sanitize import check_json_text
+from memory_core.tracing import annotate, carrying_trace, traced
 
 from ... import sse
 from ...request_log import context_carrying_request_id
@@ -26,6 +27,7 @@ from ..openai_schema import ChatCompletionRequest
 from ..openapi import CHAT_PATH, CHAT_SCHEMA, SSE_EVENT_SCHEMA
 from ..schemas import ModelsOut
 from ..streaming import close_quietly, relay
+from ..tracing import chat_attributes
 from .base import IngressBase, parse_json_body, server_timing, with_headers
 
 log = logging.getLogger("ray.serve")
@@ -65,7 +67,8 @@ class ChatRoutes(IngressBase):
         context when that request is cancelled (a client closing its connection, e.g. right
         after a stream's ``[DONE]``), which would cancel the store call. The request id stays
         (``request_log.context_carrying_request_id``)."""
-        task = asyncio.get_running_loop().create_task(coro, context=context_carrying_request_id())
+        context = carrying_trace(context_carrying_request_id())  # and the request's trace: span "auto_store"
+        task = asyncio.get_running_loop().create_task(traced("auto_store", coro), context=context)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
@@ -117,6 +120,7 @@ class ChatRoutes(IngressBase):
         if caller.principal is None:
             admit_anonymous(caller, self.auth)  # 401 in api_key mode or by access.anonymous, 429 beyond its limit
         prepared = await self.pipeline.prepare(raw, context)
+        annotate(chat_attributes(prepared))  # on the chat span (deployments.http.tracing)
         route = self.upstreams.route(prepared.policy.decision_name)
         body = route.body(prepared.body)
         forwarded = forward_request_headers(request.headers.items(), forward_exclusions(self.auth))

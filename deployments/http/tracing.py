@@ -1,0 +1,80 @@
+"""The chat request's root span (``memory_core.tracing``) at the HTTP edge.
+
+``ChatTracing`` (pure ASGI middleware, outermost) opens the ``chat`` span (kind SERVER) for
+each ``POST /v1/chat/completions``, with the client's W3C ``traceparent``/``tracestate`` as its
+parent when it sends one (else a new trace), and keeps it open until the response's last
+byte (a stream's whole relay). Its attributes: ``http.request.method``, ``http.route``,
+``http.response.status_code``, and what memory did (``chat_attributes``, added by the
+route). Every other path, and every request when tracing is off, passes through untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from opentelemetry.trace import Status, StatusCode
+
+from memory_core.chat.pipeline import PreparedChat
+from memory_core.tracing import remote_span, tracing_enabled, user_attributes
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+ASGIApp = Callable[[Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]]
+CHAT_PATH = "/v1/chat/completions"
+
+
+def _trace_headers(scope: Scope) -> dict[str, str]:
+    """The request's ``traceparent``/``tracestate`` headers (latin-1), first of each."""
+    out: dict[str, str] = {}
+    for name, value in scope.get("headers") or []:
+        key = name.decode("latin-1").lower()
+        if key in ("traceparent", "tracestate") and key not in out:
+            out[key] = value.decode("latin-1")
+    return out
+
+
+class ChatTracing:
+    """ASGI middleware: the ``chat`` span around each chat completions request (module
+    docstring); the status code of the response is set on it, and a 5xx marks it as an
+    error."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive, send) -> None:
+        if (
+            scope.get("type") != "http"
+            or scope.get("method") != "POST"
+            or scope.get("path") != CHAT_PATH
+            or not tracing_enabled()
+        ):
+            await self.app(scope, receive, send)
+            return
+        attributes = {"http.request.method": "POST", "http.route": CHAT_PATH}
+        with remote_span("chat", _trace_headers(scope), attributes, new_trace=True) as root:
+
+            async def send_traced(message: Message) -> None:
+                if message.get("type") == "http.response.start":
+                    status = int(message.get("status", 0))
+                    root.set_attribute("http.response.status_code", status)
+                    if status >= 500:
+                        root.set_attribute("error.type", str(status))
+                        root.set_status(Status(StatusCode.ERROR))
+                await send(message)
+
+            await self.app(scope, receive, send_traced)
+
+
+def chat_attributes(prepared: PreparedChat) -> dict[str, Any]:
+    """What memory did for a chat request, as span attributes: ``memory.decision``,
+    ``memory.injected`` (count), ``memory.skipped`` (the reason, when skipped) and, with
+    ``tracing.record_user_ids``, ``enduser.id``. Never text or memory ids."""
+    out: dict[str, Any] = {
+        "memory.decision": prepared.policy.decision_name or "",
+        "memory.injected": len(prepared.injected),
+    }
+    if prepared.skipped:
+        out["memory.skipped"] = prepared.skipped
+    out.update(user_attributes(prepared.user_id))
+    return out
