@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import time
+from datetime import datetime
 from enum import Enum
 from typing import Annotated, Any, TypeVar
 
@@ -42,6 +43,7 @@ from memory_core.errors import (
     RequestTooLarge,
     Unauthenticated,
 )
+from memory_core.events import CHAT_ACTOR, set_actor, user_actor
 from memory_core.migration import ImportReport, count_import_lines, import_lines, open_export
 from memory_core.sanitize import check_json_text, check_project_id, is_memory_id
 from memory_core.types import ListQuery, Memory, MemoryScope, MemoryState, MemoryType, RetrieveOptions
@@ -53,6 +55,7 @@ from ..request_log import context_carrying_request_id
 from ..store_pool import StorePoolClient
 from ..upstream import UpstreamError, UpstreamReply, UpstreamRouter, forward_request_headers
 from .errors import DOCUMENTED_ERRORS, UPSTREAM_ERRORS, error_response, install_error_handlers
+from .event_feed import DEFAULT_FEED_PAGE, MAX_FEED_PAGE, EventsOut, feed_page, open_feed
 from .headers import (
     CALLER_HEADERS,
     CHAT_HEADERS,
@@ -249,7 +252,7 @@ class MemoryIngress:
     defaults are ``deployments.app.DEPLOYMENT_OPTIONS``, which ``serve_config.yaml``
     overrides)."""
 
-    def __init__(self, config: RouterConfig, embedder, store_pool, echo=None, consolidator=None):
+    def __init__(self, config: RouterConfig, embedder, store_pool, echo=None, consolidator=None, webhooks=None):
         self.config = config
         self.embedder = embedder
         self.store = StorePoolClient(store_pool)
@@ -273,6 +276,8 @@ class MemoryIngress:
             self.config, store=self.store, metrics=self.metrics, complete=complete, admit_write=self._admit_chat_write
         )
         self._background: set[asyncio.Task] = set()
+        self.events = open_feed(config)  # the lifecycle event feed (deployments/http/event_feed.py)
+        self.webhooks = webhooks  # the WebhookDispatcher (deployed when webhooks are configured)
 
     # ------------------------------------------------------------------ identity and access
     def _caller(self, request: Request) -> Principal:
@@ -281,6 +286,7 @@ class MemoryIngress:
         if principal is None:
             how = "an API key (Authorization: Bearer)" if self.auth.api_key_mode else "the x-authz-user-id header"
             raise Unauthenticated(f"missing caller identity: send {how}")
+        set_actor(user_actor(principal.user_id, admin=principal.is_admin))  # the actor of the events recorded
         return principal
 
     def _caller_or_anonymous(self, request: Request) -> Principal | None:
@@ -349,7 +355,9 @@ class MemoryIngress:
         context when that request is cancelled (a client closing its connection, e.g. right
         after a stream's ``[DONE]``), which would cancel the store call. The request id stays
         (``request_log.context_carrying_request_id``)."""
-        task = asyncio.get_running_loop().create_task(coro, context=context_carrying_request_id())
+        context = context_carrying_request_id()
+        context.run(set_actor, CHAT_ACTOR)  # the auto-store's lifecycle events are the chat's
+        task = asyncio.get_running_loop().create_task(coro, context=context)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
@@ -747,6 +755,20 @@ class MemoryIngress:
         originals = await self.store.unmerge(path_memory_id(memory_id), user_id, project_id)
         return {"memories": [m.public() for m in originals]}
 
+    @app.get("/v1/memory/{memory_id}/events", response_model=EventsOut)
+    async def memory_events(
+        self,
+        memory_id: str,
+        request: Request,
+        cursor: str | None = Query(None),
+        limit: int = Query(DEFAULT_FEED_PAGE, gt=0, le=MAX_FEED_PAGE),
+        owner: OwnerQuery = None,
+    ) -> dict:
+        """The lifecycle events of the memory ``memory_id`` of ``user_id`` (default: the
+        caller), oldest first, paginated (``event_feed``); deleted memories keep theirs."""
+        user_id = self._owner(request, owner)
+        return feed_page(self.events, user_id=user_id, memory_id=path_memory_id(memory_id), cursor=cursor, limit=limit)
+
     @app.get("/v1/memory/{memory_id}", response_model=MemoryOut)
     async def get_memory(self, memory_id: str, request: Request, owner: OwnerQuery = None) -> dict:
         user_id = self._owner(request, owner)
@@ -795,6 +817,22 @@ class MemoryIngress:
         One aggregate store call whatever the number of users (``admin.service_stats``)."""
         self._admin(request, "service statistics")
         return await service_stats(self.store, self.registry)
+
+    @app.get("/v1/admin/events", response_model=EventsOut)
+    async def admin_events(
+        self,
+        request: Request,
+        user_id: str | None = Query(None, min_length=1),
+        kind: list[str] | None = Query(None, description="event kinds (default: every kind)"),
+        since: datetime | None = Query(None, description="ISO 8601; inclusive"),
+        until: datetime | None = Query(None, description="ISO 8601; exclusive"),
+        cursor: str | None = Query(None, description="next_cursor of the previous page"),
+        limit: int = Query(DEFAULT_FEED_PAGE, gt=0, le=MAX_FEED_PAGE),
+    ) -> dict:
+        """The lifecycle event feed of every user (``user_id``: one user's), oldest first,
+        filtered by kind and time, paginated by ``cursor``; admin only (``event_feed``)."""
+        self._admin(request, "reading the event feed")
+        return feed_page(self.events, user_id=user_id, kinds=kind, since=since, until=until, cursor=cursor, limit=limit)
 
     @app.post("/v1/admin/keys", status_code=201, response_model=CreatedKeyOut)
     async def create_key(self, body: CreateKeyRequest, request: Request) -> dict:
