@@ -32,6 +32,7 @@ from .echo import EchoUpstream
 from .embedder import DEFAULT_USER_CONFIG, Embedder
 from .http.ingress import MemoryIngress
 from .store_pool import StorePool
+from .webhooks import WebhookDispatcher
 
 log = logging.getLogger("ray.serve")
 
@@ -60,6 +61,7 @@ DEPLOYMENT_OPTIONS: dict[str, dict[str, Any]] = {
         "ray_actor_options": {"num_cpus": 0},
         "user_config": {"enabled": True, "interval_s": 60.0, "max_users_per_pass": 100},
     },
+    "WebhookDispatcher": {"num_replicas": 1, "ray_actor_options": {"num_cpus": 0}},  # one delivery loop
 }
 """Default options of each deployment (``serve.deployment`` keyword arguments)."""
 
@@ -123,4 +125,6 @@ def build_application(
     store_pool = StorePool.options(**o["StorePool"]).bind(settings, identity, embedder, tracing=tracing)
     echo = EchoUpstream.options(**o["EchoUpstream"]).bind() if not config.global_.upstream.base_url else None
     consolidator = Consolidator.options(**o["Consolidator"]).bind(store_pool) if settings.curation.enabled else None
-    return MemoryIngress.options(**o["MemoryIngress"]).bind(config, embedder, store_pool, echo, consolidator)
+    events = settings.events
+    webhooks = WebhookDispatcher.options(**o["WebhookDispatcher"]).bind(events) if events.webhooks else None
+    return MemoryIngress.options(**o["MemoryIngress"]).bind(config, embedder, store_pool, echo, consolidator, webhooks)

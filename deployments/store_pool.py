@@ -39,7 +39,9 @@ from memory_core.errors import (
     MemoryError_,
     StoreUnavailable,
 )
+from memory_core.events import EventLog, acting_as, current_actor
 from memory_core.stores.curating import ConsolidationReport, CuratingStore
+from memory_core.stores.recording import EventRecordingStore
 from memory_core.stores.sharding import shard_for
 from memory_core.tracing import Carrier, TracingSettings, carrier_kwargs, remote_span, setup_tracing
 from memory_core.types import (
@@ -70,8 +72,13 @@ SHARD_METRICS = (
     "memory_cache_events",
     "memory_redactions",
     "memory_store_cancelled",
+    "memory_events_appended",
 )
 """The metrics a store shard reports."""
+_ACTOR_METHODS = frozenset(
+    {"store", "store_many", "write", "update", "forget", "forget_by_scope", "restore", "unmerge", "consolidate"}
+)
+"""The shard methods ``StoreShard.as_actor`` runs (the writes)."""
 _CONSOLIDATION_EVENT = {
     "consolidation_group": "group",
     "expired_purged": "expired",
@@ -151,6 +158,12 @@ class StoreShard:
             collection_suffix=identity.collection_suffix,
             on_event=self._on_event,
         )
+        if settings.events.enabled:  # lifecycle events (memory_core.stores.recording), outermost
+            self._store = EventRecordingStore(
+                self._store,
+                EventLog(settings.events.path),
+                on_append=lambda outcome, n: self._metrics.count("memory_events_appended", {"outcome": outcome}, n),
+            )
 
     def _on_event(self, event: str) -> None:
         """Counts one store event (``CACHE_EVENTS``, ``CURATION_EVENTS``, ``REDACTION_EVENTS``)
@@ -268,6 +281,8 @@ class StoreShard:
 
     # ------------------------------------------------------------------ the lifecycle (curation)
     def _curating(self) -> CuratingStore:
+        if isinstance(self._store, EventRecordingStore) and self._store.curating:
+            return self._store  # type: ignore[return-value]  # the same lifecycle methods, recorded
         if not isinstance(self._store, CuratingStore):
             raise InvalidInput("memory curation is disabled (global.stores.memory.curation.enabled: false)")
         return self._store
@@ -299,7 +314,18 @@ class StoreShard:
         """Users with writes since their last consolidation pass (the consolidation loop's
         work list); ``[]`` when curation is off."""
         store = self._store
-        return store.take_dirty_users(limit) if isinstance(store, CuratingStore) else []
+        return store.take_dirty_users(limit) if isinstance(store, (CuratingStore, EventRecordingStore)) else []
+
+    async def as_actor(
+        self, actor: str, method: str, *args: Any, request_id: str = "", trace: Carrier | None = None
+    ) -> Any:
+        """``method(*args)`` with ``actor`` as the actor of the lifecycle events it records
+        (``events.acting_as``; ``StorePoolClient`` sends the caller's this way), in the
+        caller's trace (``trace``)."""
+        if method not in _ACTOR_METHODS:
+            raise InvalidInput(f"{method} is not a store operation")
+        with acting_as(actor):
+            return await getattr(self, method)(*args, request_id=request_id, trace=trace)
 
     async def open(self) -> None:
         """Connect and create or check the collection now, so a misconfiguration (e.g. an
@@ -433,8 +459,13 @@ class StorePoolClient:
         request_id = current_request_id()
         trace = carrier_kwargs()  # the current span's W3C carrier, when tracing is on
 
+        actor = current_actor()  # the caller's, for the events the call records
+
         async def call(shard: Any) -> Any:
-            ref = getattr(shard, method).remote(*args, request_id=request_id, **trace)
+            if actor is not None and method in _ACTOR_METHODS:
+                ref = shard.as_actor.remote(actor, method, *args, request_id=request_id, **trace)
+            else:
+                ref = getattr(shard, method).remote(*args, request_id=request_id, **trace)
             try:
                 return await ref
             except asyncio.CancelledError:

@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from .errors import ConfigError
+from .event_settings import EventsSettings
 from .linear_re import compile_operator
 from .sanitize import parse_origin
 from .tracing import TracingSettings
@@ -497,6 +498,7 @@ class MemoryStoreSettings(_Strict):
     curation: CurationSettings = Field(default_factory=CurationSettings)
     redaction: RedactionSettings = Field(default_factory=RedactionSettings)
     extraction: ExtractionSettings = Field(default_factory=ExtractionSettings)
+    events: EventsSettings = Field(default_factory=EventsSettings)  # lifecycle events, webhooks
     disabled_decisions: list[str] = Field(default_factory=list)
     disabled_models: list[str] = Field(default_factory=list)
 

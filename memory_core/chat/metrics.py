@@ -259,6 +259,14 @@ METRICS: tuple[MetricSpec, ...] = (
         {"outcome": PASS_OUTCOMES},
     ),
     MetricSpec("memory_consolidation_groups", "counter", "Near-duplicate groups merged (Consolidator)"),
+    # ---- lifecycle events and webhooks (memory_core.events, memory_core.webhooks)
+    MetricSpec("memory_events_appended", "counter", "Lifecycle events appended to the log", {"outcome": PASS_OUTCOMES}),
+    MetricSpec(
+        "memory_webhook_deliveries",
+        "counter",
+        "Webhook delivery attempts (WebhookDispatcher)",
+        {"outcome": frozenset({"delivered", "retry", "failed"})},
+    ),
     MetricSpec("memory_consolidation_expired", "counter", "Expired memories purged (Consolidator)"),
     MetricSpec(
         "memory_consolidation_pass_seconds",

@@ -215,6 +215,7 @@ class ConsolidationReport:
     consolidated: int = 0
     expired: int = 0
     seconds: float = 0.0
+    expired_ids: list[str] = field(default_factory=list)
 
 
 class CuratingStore(StoreDecorator, passthrough_writes=True):
@@ -691,13 +692,22 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
 
     async def purge_expired(self, user_id: str) -> int:
         """Delete the user's memories whose ``expires_at`` has passed; returns how many."""
+        return len(await self.purge_expired_ids(user_id))
+
+    async def purge_expired_ids(self, user_id: str) -> list[str]:
+        """``purge_expired``, returning the ids deleted."""
         now = self._now()
         expired = [m for m in await self._all(user_id) if m.expired(now)]
         for m in expired:
             with contextlib.suppress(MemoryNotFound):
                 await self.inner.forget(m.id, user_id)
         self._count("expired_purged", len(expired))
-        return len(expired)
+        return [m.id for m in expired]
+
+    def user_lock(self, user_id: str) -> asyncio.Lock:
+        """The lock this store holds over ``user_id``'s curated writes (a caller that must
+        see the user's memories unchanged between two calls holds it)."""
+        return self._locks[user_id]
 
     def take_dirty_users(self, limit: int) -> list[str]:
         """Up to ``limit`` users with writes since their last consolidation pass (oldest
@@ -718,7 +728,8 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         report = ConsolidationReport(user_id=require_user_id(user_id))
         s = self.settings.consolidation
         async with self._locks[user_id]:
-            report.expired = await self.purge_expired(user_id)
+            report.expired_ids = await self.purge_expired_ids(user_id)
+            report.expired = len(report.expired_ids)
             active = (await self._all(user_id, [MemoryState.ACTIVE]))[: s.max_memories]
             report.examined = len(active)
             vectors = {

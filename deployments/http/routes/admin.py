@@ -1,10 +1,14 @@
 """``AdminRoutes``: who the caller is (``/v1/me``) and the operator routes under
 ``/v1/admin`` (users, statistics, API keys), admin only. New admin routes go here."""
 
+import asyncio
+from datetime import datetime
+
 from fastapi import Query, Request
 
 from memory_core.admin import DEFAULT_USERS_PAGE, MAX_USERS_PAGE, service_stats, users_page
 
+from ..event_feed import DEFAULT_FEED_PAGE, MAX_FEED_PAGE, EventsOut, feed_page
 from ..fastapi_app import app
 from ..schemas import CreatedKeyOut, CreateKeyRequest, KeysOut, MeOut, RevokedOut, StatsOut, UsersOut
 from .base import IngressBase, OwnerQuery
@@ -38,6 +42,25 @@ class AdminRoutes(IngressBase):
         One aggregate store call whatever the number of users (``admin.service_stats``)."""
         self._admin(request, "service statistics")
         return await service_stats(self.store, self.registry)
+
+    @app.get("/v1/admin/events", response_model=EventsOut)
+    async def admin_events(
+        self,
+        request: Request,
+        user_id: str | None = Query(None, min_length=1),
+        kind: list[str] | None = Query(None, description="event kinds (default: every kind)"),
+        since: datetime | None = Query(None, description="ISO 8601; inclusive"),
+        until: datetime | None = Query(None, description="ISO 8601; exclusive"),
+        cursor: str | None = Query(None, description="next_cursor of the previous page"),
+        limit: int = Query(DEFAULT_FEED_PAGE, gt=0, le=MAX_FEED_PAGE),
+    ) -> dict:
+        """The lifecycle event feed of every user (``user_id``: one user's), oldest first,
+        filtered by kind and time, paginated by ``cursor``; admin only (``event_feed``). The
+        feed's SQLite read runs off the event loop."""
+        self._admin(request, "reading the event feed")
+        return await asyncio.to_thread(
+            feed_page, self.events, user_id=user_id, kinds=kind, since=since, until=until, cursor=cursor, limit=limit
+        )
 
     @app.post("/v1/admin/keys", status_code=201, response_model=CreatedKeyOut)
     async def create_key(self, body: CreateKeyRequest, request: Request) -> dict:

@@ -24,6 +24,7 @@ from memory_core.tracing import setup_tracing
 from ...metrics import RayMetrics
 from ...store_pool import StorePoolClient
 from ...upstream import UpstreamRouter
+from ..event_feed import open_feed
 from ..fastapi_app import REQUEST_LIMITS, app
 from ..mcp_server import McpEndpoint
 from .admin import AdminRoutes
@@ -50,7 +51,7 @@ class MemoryIngress(ChatRoutes, MemoryRoutes, AdminRoutes, ServiceRoutes, McpRou
     defaults are ``deployments.app.DEPLOYMENT_OPTIONS``, which ``serve_config.yaml``
     overrides)."""
 
-    def __init__(self, config: RouterConfig, embedder, store_pool, echo=None, consolidator=None):
+    def __init__(self, config: RouterConfig, embedder, store_pool, echo=None, consolidator=None, webhooks=None):
         self.config = config
         setup_tracing(config.global_.tracing, "ingress")  # once per process; off without an OTLP endpoint
         self.embedder = embedder
@@ -75,4 +76,6 @@ class MemoryIngress(ChatRoutes, MemoryRoutes, AdminRoutes, ServiceRoutes, McpRou
             self.config, store=self.store, metrics=self.metrics, complete=complete, admit_write=self._admit_chat_write
         )
         self._background: set[asyncio.Task] = set()
+        self.events = open_feed(config)  # the lifecycle event feed (deployments/http/event_feed.py)
+        self.webhooks = webhooks  # the WebhookDispatcher (deployed when webhooks are configured)
         self.mcp = McpEndpoint(self)  # the MCP server at /mcp (its tools call the REST routes' methods)

@@ -19,6 +19,7 @@ from memory_core.access import Authenticator, KeyRegistry, Principal, WriteRateL
 from memory_core.chat.pipeline import MemoryPipeline
 from memory_core.config import LimitsSettings, RouterConfig
 from memory_core.errors import InvalidInput, MemoryNotFound, Unauthenticated
+from memory_core.events import EventLog, set_actor, user_actor
 from memory_core.sanitize import is_memory_id
 from memory_core.types import MemoryState, MemoryType
 
@@ -121,6 +122,8 @@ class IngressBase:
     pipeline: MemoryPipeline
     _known_users: set[str]
     _background: set[asyncio.Task]
+    events: EventLog | None  # the lifecycle event feed (event_feed.open_feed)
+    webhooks: Any  # the WebhookDispatcher handle, when webhooks are configured
     mcp: Any  # mcp_server.McpEndpoint (routes.mcp)
 
     # ------------------------------------------------------------------ identity and access
@@ -130,6 +133,7 @@ class IngressBase:
         if principal is None:
             how = "an API key (Authorization: Bearer)" if self.auth.api_key_mode else "the x-authz-user-id header"
             raise Unauthenticated(f"missing caller identity: send {how}")
+        set_actor(user_actor(principal.user_id, admin=principal.is_admin))  # the actor of the events recorded
         return principal
 
     def _caller_or_anonymous(self, request: Request) -> Principal | None:

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from memory_core.chat.pipeline import PreparedChat
 from memory_core.errors import InvalidInput
+from memory_core.events import CHAT_ACTOR, set_actor
 from memory_core.sanitize import check_json_text
 from memory_core.tracing import annotate, carrying_trace, traced
 
@@ -68,6 +69,7 @@ class ChatRoutes(IngressBase):
         after a stream's ``[DONE]``), which would cancel the store call. The request id stays
         (``request_log.context_carrying_request_id``)."""
         context = carrying_trace(context_carrying_request_id())  # and the request's trace: span "auto_store"
+        context.run(set_actor, CHAT_ACTOR)  # the auto-store's lifecycle events are the chat's
         task = asyncio.get_running_loop().create_task(traced("auto_store", coro), context=context)
         self._background.add(task)
         task.add_done_callback(self._background.discard)

@@ -3,6 +3,7 @@ delete memories, delete by scope, export and import (JSONL), and the lifecycle (
 consolidation on demand, restore, unmerge). Every route acts on the memories of one owner
 (``IngressBase._owner``: the caller, or another user for an admin)."""
 
+import asyncio
 import dataclasses
 import time
 
@@ -14,6 +15,7 @@ from memory_core.migration import ImportReport, count_import_lines, import_lines
 from memory_core.sanitize import check_project_id
 from memory_core.types import ListQuery, Memory, MemoryScope, MemoryState, RetrieveOptions
 
+from ..event_feed import DEFAULT_FEED_PAGE, MAX_FEED_PAGE, EventsOut, feed_page
 from ..fastapi_app import app
 from ..schemas import (
     NO_SIMILARITY_FLOOR,
@@ -267,6 +269,23 @@ class MemoryRoutes(IngressBase):
         check_project_id(project_id)
         originals = await self.store.unmerge(path_memory_id(memory_id), user_id, project_id)
         return {"memories": [m.public() for m in originals]}
+
+    @app.get("/v1/memory/{memory_id}/events", response_model=EventsOut)
+    async def memory_events(
+        self,
+        memory_id: str,
+        request: Request,
+        cursor: str | None = Query(None),
+        limit: int = Query(DEFAULT_FEED_PAGE, gt=0, le=MAX_FEED_PAGE),
+        owner: OwnerQuery = None,
+    ) -> dict:
+        """The lifecycle events of the memory ``memory_id`` of ``user_id`` (default: the
+        caller), oldest first, paginated (``event_feed``); deleted memories keep theirs. The
+        feed's SQLite read runs off the event loop."""
+        user_id = self._owner(request, owner)
+        return await asyncio.to_thread(
+            feed_page, self.events, user_id=user_id, memory_id=path_memory_id(memory_id), cursor=cursor, limit=limit
+        )
 
     @app.get("/v1/memory/{memory_id}", response_model=MemoryOut)
     async def get_memory(self, memory_id: str, request: Request, owner: OwnerQuery = None) -> dict:
