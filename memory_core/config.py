@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from .audit import AuditSettings
 from .errors import ConfigError
 from .linear_re import compile_operator
 from .sanitize import parse_origin
@@ -733,6 +734,7 @@ class GlobalSettings(_Strict):
     upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
     access: AccessSettings = Field(default_factory=AccessSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
+    audit: AuditSettings = Field(default_factory=AuditSettings)  # the audit log (memory_core.audit)
 
 
 class MemoryPluginConfiguration(_Strict):
