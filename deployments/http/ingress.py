@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import time
+from datetime import datetime
 from enum import Enum
 from typing import Annotated, Any, TypeVar
 
@@ -32,6 +33,7 @@ from ray import serve
 
 from memory_core.access import Authenticator, KeyRegistry, Principal, WriteRateLimiter
 from memory_core.admin import DEFAULT_USERS_PAGE, MAX_USERS_PAGE, service_stats, users_page
+from memory_core.audit import DEFAULT_AUDIT_PAGE, MAX_AUDIT_PAGE, AuditLog, AuditQuery
 from memory_core.chat.metrics import decision_values
 from memory_core.chat.pipeline import MemoryPipeline, PreparedChat
 from memory_core.config import RouterConfig
@@ -52,6 +54,7 @@ from ..metrics import RayMetrics
 from ..request_log import context_carrying_request_id
 from ..store_pool import StorePoolClient
 from ..upstream import UpstreamError, UpstreamReply, UpstreamRouter, forward_request_headers
+from .audit_hook import AuditHook, AuditPageOut, AuditRecorder
 from .errors import DOCUMENTED_ERRORS, UPSTREAM_ERRORS, error_response, install_error_handlers
 from .headers import (
     CALLER_HEADERS,
@@ -99,6 +102,7 @@ REQUEST_LIMITS = ConfiguredLimits()
 """This replica's ``global.limits`` (set by ``MemoryIngress.__init__``), read by ``BodyLimit``."""
 app.add_middleware(BodyLimit, limits=REQUEST_LIMITS)  # inside the browser guard below
 app.add_middleware(BrowserGuard)  # same origin and a JSON body type for every state-changing request
+app.add_middleware(AuditHook)  # outermost: appends audited requests' entries after their answer (audit_hook)
 
 
 _SSE_EVENT_SCHEMA = {
@@ -260,6 +264,8 @@ class MemoryIngress:
         access = config.global_.access
         self.registry = KeyRegistry(access.api_keys.path)
         self.auth = Authenticator(access, self.registry, os.environ)
+        self.audit = AuditRecorder(AuditLog(config.global_.audit.path), self.auth, self.metrics)
+        app.state.audit = self.audit  # read by audit_hook.AuditHook
         app.state.allowed_origins = frozenset(access.allowed_origins)  # read by headers.BrowserGuard
         self.write_limit = WriteRateLimiter(access.write_rate_limit.limit, access.write_rate_limit.window_s)
         self.limits = config.global_.limits
@@ -281,6 +287,7 @@ class MemoryIngress:
         if principal is None:
             how = "an API key (Authorization: Bearer)" if self.auth.api_key_mode else "the x-authz-user-id header"
             raise Unauthenticated(f"missing caller identity: send {how}")
+        self.audit.bind(request, principal)  # 503 for an audited request while the audit log fails
         return principal
 
     def _caller_or_anonymous(self, request: Request) -> Principal | None:
@@ -300,6 +307,7 @@ class MemoryIngress:
     def _admin(self, request: Request, action: str) -> Principal:
         """The caller, who must be an admin (403 otherwise)."""
         principal = self._caller(request)
+        self.audit.bind(request, principal, admin_only=True)
         principal.require_admin(action)
         return principal
 
@@ -802,6 +810,7 @@ class MemoryIngress:
         service keeps its SHA-256). Admin only."""
         self._admin(request, "creating API keys")
         key, record = self.registry.create(body.user_id, body.role, body.name)
+        self.audit.note(request, target_user_id=record.user_id, target=record.key_id)
         return {"key": key, **record.public()}
 
     @app.get("/v1/admin/keys", response_model=KeysOut)
@@ -816,7 +825,28 @@ class MemoryIngress:
         """Revoke a key: from now on it is answered 401. Admin only; 404 for an unknown id."""
         self._admin(request, "revoking API keys")
         record = self.registry.revoke(key_id)
+        self.audit.note(request, target_user_id=record.user_id)
         return {"revoked": record.key_id, "revoked_at": record.revoked_at}
+
+    @app.get("/v1/admin/audit", response_model=AuditPageOut)
+    async def admin_audit(
+        self,
+        request: Request,
+        actor: str | None = Query(None, min_length=1, max_length=256, description="the actor's user id"),
+        target_user: str | None = Query(None, min_length=1, max_length=256),
+        action: str | None = Query(None, min_length=1, max_length=128, description="e.g. admin.keys.create"),
+        since: datetime | None = Query(None, description="ISO 8601, inclusive (no offset: UTC)"),
+        until: datetime | None = Query(None, description="ISO 8601, exclusive (no offset: UTC)"),
+        cursor: int | None = Query(None, gt=0, description="next_cursor of the previous page"),
+        limit: int = Query(DEFAULT_AUDIT_PAGE, gt=0, le=MAX_AUDIT_PAGE),
+    ) -> dict:
+        """The audit log (``memory_core.audit``), newest first, filtered; admin only, and
+        itself audited (``admin.audit.read``)."""
+        self._admin(request, "reading the audit log")
+        query = AuditQuery(
+            actor=actor, target_user=target_user, action=action, since=since, until=until, cursor=cursor, limit=limit
+        )
+        return (await asyncio.to_thread(self.audit.log.query, query)).model_dump(mode="json")
 
     # ------------------------------------------------------------------ embeddings, health
     @app.post("/v1/embeddings", responses={200: {"model": EmbeddingsOut}})
