@@ -68,9 +68,17 @@ class Actor(BaseModel):
     key_id: str | None = None
 
 
+MAX_SEQUENCE = 2**63 - 1
+"""SQLite's largest integer: the largest cursor."""
+
+
 def _utc(value: datetime) -> datetime:
-    """``value`` in UTC; a naive datetime is taken as UTC."""
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    """``value`` in UTC; a naive datetime is taken as UTC. Raises ``ValueError`` for a time
+    that has no UTC equivalent (year 1 or 9999 shifted past the calendar)."""
+    try:
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except OverflowError as e:
+        raise ValueError(f"{value.isoformat()} is outside the UTC calendar") from e
 
 
 def _stored_time(value: datetime) -> str:
@@ -116,7 +124,7 @@ class AuditQuery(BaseModel):
     user id), ``target_user`` (``target_user_id``), ``action`` (exact name), ``since``
     (inclusive) and ``until`` (exclusive; naive datetimes are UTC); ``cursor``: the
     ``next_cursor`` of the previous page (entries with a smaller sequence); ``limit``: 1 to
-    ``MAX_AUDIT_PAGE``."""
+    ``MAX_AUDIT_PAGE``. Raises ``pydantic.ValidationError`` for values out of these bounds."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -125,8 +133,13 @@ class AuditQuery(BaseModel):
     action: str | None = Field(default=None, min_length=1, max_length=128)
     since: datetime | None = None
     until: datetime | None = None
-    cursor: int | None = Field(default=None, gt=0)
+    cursor: int | None = Field(default=None, gt=0, le=MAX_SEQUENCE)
     limit: int = Field(default=DEFAULT_AUDIT_PAGE, gt=0, le=MAX_AUDIT_PAGE)
+
+    @field_validator("since", "until")
+    @classmethod
+    def _in_utc(cls, value: datetime | None) -> datetime | None:
+        return None if value is None else _utc(value)
 
 
 class AuditPage(BaseModel):

@@ -39,8 +39,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memory_core.access import Authenticator, Principal
 from memory_core.audit import Actor, AuditEntry, AuditLog
-from memory_core.errors import AuditUnavailable, MemoryError_
-from memory_core.sanitize import is_memory_id
+from memory_core.errors import AuditUnavailable, InvalidInput, MemoryError_
+from memory_core.sanitize import is_memory_id, require_user_id
 
 from ..request_log import current_request_id
 from .headers import identify, route_path
@@ -54,6 +54,7 @@ STATE_KEY = "audit"
 """Where a request's ``AuditNote`` lives in its ASGI scope's ``state``."""
 MAX_ERROR_BODY = 4096
 """Bytes of an error answer read for its ``error.code``."""
+MAX_ADDRESS_CHARS = 64
 RECOVERY_PROBE_S = 1.0
 """Seconds between checks of a failing audit log."""
 
@@ -174,11 +175,20 @@ def path_target(scope: Scope) -> str | None:
 
 
 def _address(value: str | None) -> str | None:
-    if not value:
+    if not value or len(value) > MAX_ADDRESS_CHARS:
         return None
     try:
         return str(ipaddress.ip_address(value.strip()))
     except ValueError:
+        return None
+
+
+def _valid_user_id(value: str | None) -> str | None:
+    """``value`` when it meets the owner id rule (else ``None``: a malformed id the route
+    refuses with 400 is not copied into the log)."""
+    try:
+        return require_user_id(value)
+    except InvalidInput:
         return None
 
 
@@ -188,7 +198,7 @@ def client_address(scope: Scope, auth: Authenticator) -> tuple[str | None, str |
     from the right, skipping trusted hops) when the peer is one of them, else the peer.
     A forwarded address from an untrusted peer is never taken."""
     client = scope.get("client")
-    peer = str(client[0])[:64] if client else None
+    peer = str(client[0])[:MAX_ADDRESS_CHARS] if client else None
     if peer is None or not auth.trusted_peer(peer):
         return peer, peer
     forwarded = ",".join(Request(scope).headers.getlist("x-forwarded-for"))
@@ -289,7 +299,7 @@ class AuditRecorder:
         if principal is None or not is_audited(scope, note):
             return None
         requested = _requested_owner(scope)
-        target_user = note.target_user_id or (requested if requested != principal.user_id else None)
+        target_user = note.target_user_id or (_valid_user_id(requested) if requested != principal.user_id else None)
         client, peer = client_address(scope, self.auth)
         return AuditEntry(
             time=datetime.now(UTC),
@@ -355,10 +365,21 @@ class AuditHook:
         try:
             await self.app(scope, receive, sending)
         except Exception:  # not a cancellation: the client left, nothing more runs
-            entry = recorder.entry_for(scope, 500, "internal_error")
-            if entry is not None:
-                await recorder.record(entry)
+            await _record(recorder, scope, 500, "internal_error")
             raise
-        entry = recorder.entry_for(scope, status, _error_code(bytes(error_body)) if status >= 400 else None)
-        if entry is not None:
-            await recorder.record(entry)
+        await _record(recorder, scope, status, _error_code(bytes(error_body)) if status >= 400 else None)
+
+
+async def _record(recorder: AuditRecorder, scope: Scope, status: int, error_code: str | None) -> None:
+    """The request's entry appended (``AuditRecorder.record``), if it is audited. An entry
+    that cannot even be built (a bug: every field is bounded before) is counted and logged
+    like a failed append, never raised: the answer is out."""
+    try:
+        entry = recorder.entry_for(scope, status, error_code)
+    except Exception:
+        if recorder.metrics is not None:
+            recorder.metrics.count("memory_audit_append_failures")
+        log.exception("audit entry of %s %s not built", scope.get("method"), route_path(scope)[:200])
+        return
+    if entry is not None:
+        await recorder.record(entry)

@@ -33,7 +33,7 @@ from ray import serve
 
 from memory_core.access import Authenticator, KeyRegistry, Principal, WriteRateLimiter
 from memory_core.admin import DEFAULT_USERS_PAGE, MAX_USERS_PAGE, service_stats, users_page
-from memory_core.audit import DEFAULT_AUDIT_PAGE, MAX_AUDIT_PAGE, AuditLog, AuditQuery
+from memory_core.audit import DEFAULT_AUDIT_PAGE, MAX_AUDIT_PAGE, MAX_SEQUENCE, AuditLog, AuditQuery
 from memory_core.chat.metrics import decision_values
 from memory_core.chat.pipeline import MemoryPipeline, PreparedChat
 from memory_core.config import RouterConfig
@@ -837,15 +837,24 @@ class MemoryIngress:
         action: str | None = Query(None, min_length=1, max_length=128, description="e.g. admin.keys.create"),
         since: datetime | None = Query(None, description="ISO 8601, inclusive (no offset: UTC)"),
         until: datetime | None = Query(None, description="ISO 8601, exclusive (no offset: UTC)"),
-        cursor: int | None = Query(None, gt=0, description="next_cursor of the previous page"),
+        cursor: int | None = Query(None, gt=0, le=MAX_SEQUENCE, description="next_cursor of the previous page"),
         limit: int = Query(DEFAULT_AUDIT_PAGE, gt=0, le=MAX_AUDIT_PAGE),
     ) -> dict:
         """The audit log (``memory_core.audit``), newest first, filtered; admin only, and
         itself audited (``admin.audit.read``)."""
         self._admin(request, "reading the audit log")
-        query = AuditQuery(
-            actor=actor, target_user=target_user, action=action, since=since, until=until, cursor=cursor, limit=limit
-        )
+        try:
+            query = AuditQuery(
+                actor=actor,
+                target_user=target_user,
+                action=action,
+                since=since,
+                until=until,
+                cursor=cursor,
+                limit=limit,
+            )
+        except ValidationError as e:
+            raise InvalidInput(f"audit query: {e.errors()[0]['msg']}") from e
         return (await asyncio.to_thread(self.audit.log.query, query)).model_dump(mode="json")
 
     # ------------------------------------------------------------------ embeddings, health

@@ -231,6 +231,13 @@ def test_reading_the_log_filters_and_pages_with_a_cursor(rig):
     assert [e["action"] for e in by_target["entries"]] == ["memory.list"]
     assert rig.call("admin", "GET", "/v1/admin/audit", params={"limit": 501}).status_code == 400
     assert rig.call("admin", "GET", "/v1/admin/audit", params={"since": "yesterday"}).status_code == 400
+    for bad in (
+        {"cursor": str(2**64)},  # beyond SQLite's integers
+        {"since": "9999-12-31T23:00:00-05:00"},  # past the calendar in UTC
+        {"until": "0001-01-01T00:30:00+01:00"},
+    ):
+        answer = rig.call("admin", "GET", "/v1/admin/audit", params=bad)
+        assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_request", bad
 
 
 def test_after_a_failed_append_admin_actions_are_refused_before_they_run_until_the_log_recovers(
@@ -301,6 +308,27 @@ def test_the_client_address_comes_from_x_forwarded_for_only_through_a_trusted_pr
     through, around = rig.entries()
     assert (through.client_address, through.peer_address) == ("198.51.100.7", "127.0.0.1")
     assert (around.client_address, around.peer_address) == ("192.0.2.66", "192.0.2.66")
+
+
+def test_malformed_caller_values_are_refused_or_left_out_never_copied(rig):
+    long_scope = "fe80::1%" + "x" * 500  # an IPv6 address with a very long zone id
+    headers = {"authorization": f"Bearer {rig.keys['admin']}", "x-forwarded-for": long_scope}
+    bad_owner = rig.client(("127.0.0.1", 5000)).get("/v1/memory", params={"user_id": " x" * 300}, headers=headers)
+    assert bad_owner.status_code == 400
+    (entry,) = rig.entries()
+    assert (entry.action, entry.status, entry.target_user_id) == ("memory.list", 400, None)
+    assert (entry.client_address, entry.peer_address) == ("127.0.0.1", "127.0.0.1")
+
+
+def test_an_unexpected_error_is_recorded_as_a_500(rig, monkeypatch):
+    async def broken(owner):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(rig.instance.store, "counts", broken)
+    answer = rig.call("admin", "GET", "/v1/admin/stats")
+    assert answer.status_code == 500
+    (entry,) = rig.entries()
+    assert (entry.action, entry.status, entry.error_code) == ("admin.stats", 500, "internal_error")
 
 
 def test_every_memory_and_admin_route_has_an_audit_action():
