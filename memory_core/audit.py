@@ -143,7 +143,9 @@ class AuditQuery(BaseModel):
 
 
 class AuditPage(BaseModel):
-    """One page of entries, newest first, and ``next_cursor`` (``None`` on the last page)."""
+    """One page of entries, newest first, and ``next_cursor`` (pass it as the next query's
+    ``cursor``; ``None`` on the last page): ``AuditLog.query``'s answer and the body of
+    ``GET /v1/admin/audit``."""
 
     entries: list[AuditEntry]
     next_cursor: int | None = None

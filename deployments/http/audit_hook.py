@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -85,15 +84,9 @@ missing from it is still recorded, as ``route:<METHOD> <template>``."""
 
 
 class Counter(Protocol):
+    """Where failures are counted (``deployments.metrics.RayMetrics``; a recorder in tests)."""
+
     def count(self, name: str, tags: dict[str, str] | None = None, value: float = 1.0) -> None: ...
-
-
-class AuditPageOut(BaseModel):
-    """``GET /v1/admin/audit``: entries newest first and ``next_cursor`` (pass it as
-    ``cursor`` for the next page; ``null`` on the last)."""
-
-    entries: list[AuditEntry]
-    next_cursor: int | None = None
 
 
 @dataclass

@@ -33,7 +33,7 @@ from ray import serve
 
 from memory_core.access import Authenticator, KeyRegistry, Principal, WriteRateLimiter
 from memory_core.admin import DEFAULT_USERS_PAGE, MAX_USERS_PAGE, service_stats, users_page
-from memory_core.audit import DEFAULT_AUDIT_PAGE, MAX_AUDIT_PAGE, MAX_SEQUENCE, AuditLog, AuditQuery
+from memory_core.audit import DEFAULT_AUDIT_PAGE, MAX_AUDIT_PAGE, MAX_SEQUENCE, AuditLog, AuditPage, AuditQuery
 from memory_core.chat.metrics import decision_values
 from memory_core.chat.pipeline import MemoryPipeline, PreparedChat
 from memory_core.config import RouterConfig
@@ -54,7 +54,7 @@ from ..metrics import RayMetrics
 from ..request_log import context_carrying_request_id
 from ..store_pool import StorePoolClient
 from ..upstream import UpstreamError, UpstreamReply, UpstreamRouter, forward_request_headers
-from .audit_hook import AuditHook, AuditPageOut, AuditRecorder
+from .audit_hook import AuditHook, AuditRecorder
 from .errors import DOCUMENTED_ERRORS, UPSTREAM_ERRORS, error_response, install_error_handlers
 from .headers import (
     CALLER_HEADERS,
@@ -828,7 +828,7 @@ class MemoryIngress:
         self.audit.note(request, target_user_id=record.user_id)
         return {"revoked": record.key_id, "revoked_at": record.revoked_at}
 
-    @app.get("/v1/admin/audit", response_model=AuditPageOut)
+    @app.get("/v1/admin/audit", response_model=AuditPage)
     async def admin_audit(
         self,
         request: Request,

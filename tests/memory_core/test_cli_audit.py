@@ -16,6 +16,7 @@ from memory_core import cli
 from memory_core.cli import audit as audit_cli
 from memory_core.cli import common
 from memory_core.testing.net import free_port
+from tests.conftest import wait_until
 from tests.deployments.http.test_audit_hook import Rig
 
 runner = CliRunner(env={"COLUMNS": "250"})
@@ -60,8 +61,13 @@ def test_audit_lists_entries_newest_first_filtered_and_paged(served, monkeypatch
     assert [row.split()[1] for row in rows] == ["3", "2"]  # sequences, newest first
     assert "2 entries, more" in result.output
 
-    reads = rig.entries(action="admin.audit.read")  # the command's own reads are recorded
-    assert len(reads) == 3 and all(e.actor.user_id == "ops" for e in reads)
+    # the command's own reads are recorded, each appended just after its answer went out
+    def three_reads():
+        reads = rig.entries(action="admin.audit.read")
+        return reads if len(reads) == 3 else None
+
+    reads = wait_until(three_reads, 10, "the command's three reads in the log")
+    assert all(e.actor.user_id == "ops" for e in reads)
 
 
 def test_audit_needs_an_admin_key(served):
