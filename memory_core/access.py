@@ -30,7 +30,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
@@ -70,10 +70,15 @@ class Role(str, Enum):
 
 @dataclass(frozen=True)
 class Principal:
-    """An authenticated caller: ``user_id`` (the owner id rule of ``sanitize``) and ``role``."""
+    """An authenticated caller: ``user_id`` (the owner id rule of ``sanitize``) and ``role``;
+    for the audit log, how it authenticated (``credential``: ``api_key``, ``bootstrap_key``
+    or ``trusted_header``) and the public id of its API key (``key_id``), which take no part
+    in comparisons."""
 
     user_id: str
     role: Role = Role.USER
+    credential: str = field(default="trusted_header", compare=False)
+    key_id: str | None = field(default=None, compare=False)
 
     @property
     def is_admin(self) -> bool:
@@ -246,9 +251,9 @@ class KeyRegistry:
         """The principal of an active ``key``; ``None`` for an unknown or revoked key."""
         with self._lock:
             row = self._db.execute(
-                "SELECT user_id, role FROM api_keys WHERE digest = ? AND revoked_at IS NULL", (key_digest(key),)
+                "SELECT user_id, role, key_id FROM api_keys WHERE digest = ? AND revoked_at IS NULL", (key_digest(key),)
             ).fetchone()
-        return None if row is None else Principal(row[0], Role(row[1]))
+        return None if row is None else Principal(row[0], Role(row[1]), credential="api_key", key_id=row[2])
 
     def note_user(self, user_id: str) -> None:
         """Remember that ``user_id`` has memories (the admin user list)."""
@@ -402,7 +407,7 @@ class Authenticator:
                 return None
             key = parse_bearer(value)
             if self._admin_digest is not None and hmac.compare_digest(key_digest(key), self._admin_digest):
-                return Principal(self.settings.api_keys.admin_user_id, Role.ADMIN)
+                return Principal(self.settings.api_keys.admin_user_id, Role.ADMIN, credential="bootstrap_key")
             principal = self.registry.verify(key) if self.registry is not None else None
             if principal is None:
                 raise InvalidApiKey("unknown or revoked API key")

@@ -26,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from .audit import AuditSettings
 from .errors import ConfigError
 from .event_settings import EventsSettings
 from .linear_re import compile_operator
@@ -734,6 +735,7 @@ class GlobalSettings(_Strict):
     access: AccessSettings = Field(default_factory=AccessSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     tracing: TracingSettings = Field(default_factory=TracingSettings)  # OpenTelemetry (memory_core.tracing)
+    audit: AuditSettings = Field(default_factory=AuditSettings)  # the audit log (memory_core.audit)
 
 
 class MemoryPluginConfiguration(_Strict):

@@ -109,6 +109,13 @@ class UntrustedIdentity(Forbidden):
     code = "untrusted_identity"
 
 
+class AuditUnavailable(MemoryError_, RuntimeError):
+    """The audit log cannot be written or read (``memory_core.audit.AuditLog``): an admin
+    action or an access to another user's memories is refused rather than served unaudited."""
+
+    code = "audit_unavailable"
+
+
 class KeyNotFound(MemoryError_, KeyError):
     """No API key with that id."""
 
@@ -158,6 +165,7 @@ ERROR_CLASSES: tuple[type[MemoryError_], ...] = (
     KeyNotFound,
     RateLimited,
     RequestTooLarge,
+    AuditUnavailable,
 )
 """Every concrete error of memory_core (``deployments.http.errors.STATUS`` has a status for
 each; a test holds the two together)."""

@@ -40,12 +40,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from .clock import utcnow  # the package's one clock (millisecond precision)
 from .errors import InvalidInput
-
-
-def utcnow() -> datetime:
-    """Now, UTC (aware)."""
-    return datetime.now(UTC)
 
 
 class EventKind(str, Enum):

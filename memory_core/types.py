@@ -22,6 +22,8 @@ from pydantic import (
     model_validator,
 )
 
+from .clock import to_millis as to_millis  # re-exported: the package's one clock (clock.py)
+from .clock import utcnow as utcnow
 from .config import DEFAULT_LEXICAL_WEIGHT
 from .errors import InvalidInput
 from .sanitize import (
@@ -35,14 +37,6 @@ from .sanitize import (
     require_memory_id,
     require_user_id,
 )
-
-
-def utcnow() -> datetime:
-    """Current time, timezone-aware UTC, at millisecond precision (``to_millis``): the
-    precision every backend stores, so a record a store returns from ``store``/``update``
-    equals what any backend returns for it later. The one clock of the package."""
-    return to_millis(datetime.now(UTC))
-
 
 IMPORT_CREATED_VIA = "import"
 """``created_via`` of every memory an import writes for a user (``migration.parse_import_line``);
@@ -214,12 +208,6 @@ class RetrieveOptions(BaseModel):
 
 MAX_LIST_LIMIT = 1000
 """Most memories one ``ListQuery`` page asks for."""
-
-
-def to_millis(when: datetime) -> datetime:
-    """``when`` truncated to whole milliseconds (the precision every backend stores:
-    timestamps are persisted as epoch milliseconds)."""
-    return when.replace(microsecond=(when.microsecond // 1000) * 1000)
 
 
 LIFECYCLE_IDS = ("superseded_by", "merged_into", "merged_from", "state_reason")

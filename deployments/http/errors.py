@@ -20,6 +20,7 @@ from ray.exceptions import RayError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from memory_core.errors import (
+    AuditUnavailable,
     ConfigError,
     DuplicateMemory,
     EmbeddingIdentityMismatch,
@@ -65,6 +66,7 @@ STATUS: dict[type[MemoryError_], int] = {
     StoreClosed: 503,
     StoreUnavailable: 503,
     EmbeddingUnavailable: 503,
+    AuditUnavailable: 503,  # an audited request is refused while the audit log fails (fail closed)
     MigrationError: 500,
     ConfigError: 500,
 }
@@ -93,7 +95,7 @@ DOCUMENTED_ERRORS = {
             429,
             "Too many writes by this user or requests without identity from this address, or the ingress queue is full (Retry-After)",
         ),
-        (503, "A store shard or the embedder is unavailable for a moment (Retry-After)"),
+        (503, "A store shard, the embedder or the audit log is unavailable for a moment (Retry-After)"),
     )
 }
 """The error responses every operation declares in the OpenAPI document."""

@@ -269,6 +269,11 @@ METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec("memory_consolidation_expired", "counter", "Expired memories purged (Consolidator)"),
     MetricSpec(
+        "memory_audit_append_failures",
+        "counter",
+        "Audit entries not appended after the answer (logged at ERROR instead; memory_core.audit)",
+    ),
+    MetricSpec(
         "memory_consolidation_pass_seconds",
         "histogram",
         "Time of one user's consolidation pass, seconds",

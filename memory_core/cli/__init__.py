@@ -7,6 +7,7 @@ Commands, one module per group (each command: parse options, talk to the service
   ``POST /v1/memory/import`` in chunks);
 - ``admin``: ``consolidate`` (``POST /v1/memory/consolidate``, one user or ``--all``),
   ``stats`` (``GET /v1/admin/stats`` and ``/v1/admin/users``);
+- ``audit``: the audit log (``GET /v1/admin/audit``), newest first, filtered;
 - ``keys``: ``keys create|list|revoke`` (``/v1/admin/keys``, or ``--db``: the key database
   itself, for the first admin key);
 - ``replay``: ``replay-locomo`` (LoCoMo conversations into the service, ``--evaluate`` for
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import typer
 
-from . import admin, keys, memories, migrate, replay
+from . import admin, audit, keys, memories, migrate, replay
 
 app = typer.Typer(
     name="memory-router",
@@ -38,6 +39,7 @@ app.command("export")(memories.export_cmd)
 app.command("import")(memories.import_cmd)
 app.command("consolidate")(admin.consolidate_cmd)
 app.command("stats")(admin.stats_cmd)
+app.command("audit")(audit.audit_cmd)
 app.add_typer(keys.keys_app, name="keys")
 app.command("replay-locomo")(replay.replay_cmd)
 app.command("migrate")(migrate.migrate_cmd)

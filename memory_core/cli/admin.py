@@ -52,7 +52,8 @@ def _report(answer: Any) -> ConsolidationReport:
     ``CliError`` when it is not one."""
     from ..stores.curating import ConsolidationReport
 
-    names = [f.name for f in dataclasses.fields(ConsolidationReport)]
+    # every field the API answers with (``expired_ids`` stays in the shard: the events use it)
+    names = [f.name for f in dataclasses.fields(ConsolidationReport) if f.name != "expired_ids"]
     try:
         return ConsolidationReport(**{n: answer[n] for n in names})
     except (KeyError, TypeError) as e:

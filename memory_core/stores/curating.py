@@ -205,7 +205,8 @@ class _BatchPlan:
 @dataclass
 class ConsolidationReport:
     """One consolidation pass over a user: ``groups`` merged (``merged``: the new memories'
-    ids, ``consolidated``: how many originals they replaced), ``expired`` memories purged,
+    ids, ``consolidated``: how many originals they replaced), ``expired`` memories purged
+    (``expired_ids``: their ids, for the lifecycle events; not in the API's answer),
     ``examined`` active memories, ``seconds`` taken."""
 
     user_id: str

@@ -5,8 +5,11 @@ import asyncio
 from datetime import datetime
 
 from fastapi import Query, Request
+from pydantic import ValidationError
 
 from memory_core.admin import DEFAULT_USERS_PAGE, MAX_USERS_PAGE, service_stats, users_page
+from memory_core.audit import DEFAULT_AUDIT_PAGE, MAX_AUDIT_PAGE, MAX_SEQUENCE, AuditPage, AuditQuery
+from memory_core.errors import InvalidInput
 
 from ..event_feed import DEFAULT_FEED_PAGE, MAX_FEED_PAGE, EventsOut, feed_page
 from ..fastapi_app import app
@@ -62,12 +65,42 @@ class AdminRoutes(IngressBase):
             feed_page, self.events, user_id=user_id, kinds=kind, since=since, until=until, cursor=cursor, limit=limit
         )
 
+    @app.get("/v1/admin/audit", response_model=AuditPage)
+    async def admin_audit(
+        self,
+        request: Request,
+        actor: str | None = Query(None, min_length=1, max_length=256, description="the actor's user id"),
+        target_user: str | None = Query(None, min_length=1, max_length=256),
+        action: str | None = Query(None, min_length=1, max_length=128, description="e.g. admin.keys.create"),
+        since: datetime | None = Query(None, description="ISO 8601, inclusive (no offset: UTC)"),
+        until: datetime | None = Query(None, description="ISO 8601, exclusive (no offset: UTC)"),
+        cursor: int | None = Query(None, gt=0, le=MAX_SEQUENCE, description="next_cursor of the previous page"),
+        limit: int = Query(DEFAULT_AUDIT_PAGE, gt=0, le=MAX_AUDIT_PAGE),
+    ) -> dict:
+        """The audit log (``memory_core.audit``), newest first, filtered; admin only, and
+        itself audited (``admin.audit.read``)."""
+        self._admin(request, "reading the audit log")
+        try:
+            query = AuditQuery(
+                actor=actor,
+                target_user=target_user,
+                action=action,
+                since=since,
+                until=until,
+                cursor=cursor,
+                limit=limit,
+            )
+        except ValidationError as e:
+            raise InvalidInput(f"audit query: {e.errors()[0]['msg']}") from e
+        return (await asyncio.to_thread(self.audit.log.query, query)).model_dump(mode="json")
+
     @app.post("/v1/admin/keys", status_code=201, response_model=CreatedKeyOut)
     async def create_key(self, body: CreateKeyRequest, request: Request) -> dict:
         """A new API key for ``user_id`` with ``role``; the key is in this answer only (the
         service keeps its SHA-256). Admin only."""
         self._admin(request, "creating API keys")
         key, record = self.registry.create(body.user_id, body.role, body.name)
+        self.audit.note(request, target_user_id=record.user_id, target=record.key_id)
         return {"key": key, **record.public()}
 
     @app.get("/v1/admin/keys", response_model=KeysOut)
@@ -82,4 +115,5 @@ class AdminRoutes(IngressBase):
         """Revoke a key: from now on it is answered 401. Admin only; 404 for an unknown id."""
         self._admin(request, "revoking API keys")
         record = self.registry.revoke(key_id)
+        self.audit.note(request, target_user_id=record.user_id)
         return {"revoked": record.key_id, "revoked_at": record.revoked_at}

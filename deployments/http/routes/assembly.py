@@ -15,6 +15,7 @@ import os
 from ray import serve
 
 from memory_core.access import Authenticator, KeyRegistry, WriteRateLimiter
+from memory_core.audit import AuditLog
 from memory_core.chat.metrics import decision_values
 from memory_core.chat.pipeline import MemoryPipeline
 from memory_core.config import RouterConfig
@@ -24,6 +25,7 @@ from memory_core.tracing import setup_tracing
 from ...metrics import RayMetrics
 from ...store_pool import StorePoolClient
 from ...upstream import UpstreamRouter
+from ..audit_hook import AuditRecorder
 from ..event_feed import open_feed
 from ..fastapi_app import REQUEST_LIMITS, app
 from ..mcp_server import McpEndpoint
@@ -63,6 +65,8 @@ class MemoryIngress(ChatRoutes, MemoryRoutes, AdminRoutes, ServiceRoutes, McpRou
         access = config.global_.access
         self.registry = KeyRegistry(access.api_keys.path)
         self.auth = Authenticator(access, self.registry, os.environ)
+        self.audit = AuditRecorder(AuditLog(config.global_.audit.path), self.auth, self.metrics)
+        app.state.audit = self.audit  # read by audit_hook.AuditHook
         app.state.allowed_origins = frozenset(access.allowed_origins)  # read by headers.BrowserGuard
         self.write_limit = WriteRateLimiter(access.write_rate_limit.limit, access.write_rate_limit.window_s)
         self.limits = config.global_.limits

@@ -27,6 +27,7 @@ from ...embedder import EmbedResponse, embed_through
 from ...metrics import RayMetrics
 from ...store_pool import StorePoolClient
 from ...upstream import UpstreamRouter
+from ..audit_hook import AuditRecorder
 from ..caller import admit_anonymous, read_caller
 
 OwnerQuery = Annotated[
@@ -122,6 +123,7 @@ class IngressBase:
     pipeline: MemoryPipeline
     _known_users: set[str]
     _background: set[asyncio.Task]
+    audit: AuditRecorder  # the audit log of admin actions and cross-user access (audit_hook)
     events: EventLog | None  # the lifecycle event feed (event_feed.open_feed)
     webhooks: Any  # the WebhookDispatcher handle, when webhooks are configured
     mcp: Any  # mcp_server.McpEndpoint (routes.mcp)
@@ -134,6 +136,7 @@ class IngressBase:
             how = "an API key (Authorization: Bearer)" if self.auth.api_key_mode else "the x-authz-user-id header"
             raise Unauthenticated(f"missing caller identity: send {how}")
         set_actor(user_actor(principal.user_id, admin=principal.is_admin))  # the actor of the events recorded
+        self.audit.bind(request, principal)  # 503 for an audited request while the audit log fails
         return principal
 
     def _caller_or_anonymous(self, request: Request) -> Principal | None:
@@ -153,6 +156,7 @@ class IngressBase:
     def _admin(self, request: Request, action: str) -> Principal:
         """The caller, who must be an admin (403 otherwise)."""
         principal = self._caller(request)
+        self.audit.bind(request, principal, admin_only=True)
         principal.require_admin(action)
         return principal
 

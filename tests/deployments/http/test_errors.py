@@ -32,6 +32,7 @@ EXPECTED = {
     "UnsupportedMediaType": (415, "unsupported_media_type"),
     "RateLimited": (429, "rate_limited"),
     "RequestTooLarge": (413, "request_too_large"),
+    "AuditUnavailable": (503, "audit_unavailable"),
 }
 
 
