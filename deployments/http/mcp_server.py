@@ -221,13 +221,21 @@ def build_server(ingress: Any) -> MemoryMCPServer:
         ),
         version="0.1.0",
     )
-    read_only = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
-    writes = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+    _register_find_and_add(server, ingress)
+    _register_by_id(server, ingress)
+    _register_prompt_block(server, ingress)
+    return server
 
-    def tool(annotations: ToolAnnotations) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        return server.tool(annotations=annotations)
 
-    @tool(read_only)
+_READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
+_WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+_DESTROYS = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False)
+
+
+def _register_find_and_add(server: MemoryMCPServer, ingress: Any) -> None:
+    """The tools ``search_memories``, ``add_memory`` and ``list_memories`` on ``server``, acting through ``ingress``."""
+
+    @server.tool(annotations=_READ_ONLY)
     async def search_memories(
         query: Annotated[Text, Field(min_length=1, max_length=16384, description="What to look for, in words.")],
         ctx: Context,
@@ -257,7 +265,7 @@ def build_server(ingress: Any) -> MemoryMCPServer:
         )
         return _json(await ingress.search_memories(body=body, request=_http_request(ctx), owner=user_id))
 
-    @tool(writes)
+    @server.tool(annotations=_WRITES)
     async def add_memory(
         content: Annotated[Content, Field(min_length=1, description="The fact, preference or event, in words.")],
         ctx: Context,
@@ -278,7 +286,7 @@ def build_server(ingress: Any) -> MemoryMCPServer:
         body = CreateMemoriesRequest(memories=[memory])
         return _json(await ingress.create_memories(body=body, request=_http_request(ctx), owner=user_id))
 
-    @tool(read_only)
+    @server.tool(annotations=_READ_ONLY)
     async def list_memories(
         ctx: Context,
         limit: Annotated[int, Field(gt=0, le=1000, description="Page size.")] = 50,
@@ -301,12 +309,17 @@ def build_server(ingress: Any) -> MemoryMCPServer:
             owner=user_id,
         )
 
-    @tool(read_only)
+
+def _register_by_id(server: MemoryMCPServer, ingress: Any) -> None:
+    """The tools on one memory by id (``get_memory``, ``update_memory``, ``delete_memory``,
+    ``memory_history``) on ``server``, acting through ``ingress``."""
+
+    @server.tool(annotations=_READ_ONLY)
     async def get_memory(memory_id: MemoryId, ctx: Context, user_id: OwnerArgument = None) -> MemoryOut:
         """One memory of the user by id (as GET /v1/memory/{id})."""
         return await ingress.get_memory(memory_id=memory_id, request=_http_request(ctx), owner=user_id)
 
-    @tool(writes)
+    @server.tool(annotations=_WRITES)
     async def update_memory(
         memory_id: MemoryId,
         ctx: Context,
@@ -328,18 +341,22 @@ def build_server(ingress: Any) -> MemoryMCPServer:
         )
         return await ingress.update_memory(memory_id=memory_id, body=body, request=_http_request(ctx), owner=user_id)
 
-    @tool(ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False))
+    @server.tool(annotations=_DESTROYS)
     async def delete_memory(memory_id: MemoryId, ctx: Context, user_id: OwnerArgument = None) -> DeletedOut:
         """Delete one memory of the user for good (as DELETE /v1/memory/{id})."""
         return await ingress.delete_memory(memory_id=memory_id, request=_http_request(ctx), owner=user_id)
 
-    @tool(read_only)
+    @server.tool(annotations=_READ_ONLY)
     async def memory_history(memory_id: MemoryId, ctx: Context, user_id: OwnerArgument = None) -> MemoryListOut:
         """The versions of the fact a memory holds, oldest first: what it superseded or merged
         and what superseded or merged it, every state (as GET /v1/memory/{id}/history)."""
         return await ingress.memory_history(memory_id=memory_id, request=_http_request(ctx), owner=user_id)
 
-    @tool(read_only)
+
+def _register_prompt_block(server: MemoryMCPServer, ingress: Any) -> None:
+    """The tool ``memory_block_for_prompt`` on ``server``: what a chat would inject."""
+
+    @server.tool(annotations=_READ_ONLY)
     async def memory_block_for_prompt(
         prompt: Annotated[
             Text,
@@ -371,8 +388,6 @@ def build_server(ingress: Any) -> MemoryMCPServer:
             skipped=prepared.skipped,
             decision=prepared.policy.decision_name,
         )
-
-    return server
 
 
 # --------------------------------------------------------------------------- transport
