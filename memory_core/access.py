@@ -26,7 +26,6 @@ import hmac
 import ipaddress
 import math
 import secrets
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -51,6 +50,7 @@ from .errors import (
     UntrustedIdentity,
 )
 from .sanitize import GATEWAY_SECRET_HEADER, ROLE_HEADER, USER_HEADER, parse_origin, require_user_id
+from .sqlite_file import open_sqlite
 
 KEY_PREFIX = "mr_"
 """Every API key starts with this (secret scanners can recognise a leaked key)."""
@@ -183,12 +183,8 @@ class KeyRegistry:
 
     def __init__(self, path: str | Path):
         self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)
-        if self.path != ":memory:":
-            self._db.execute("PRAGMA journal_mode=WAL")
+        self._db = open_sqlite(self.path)
         self._db.executescript(_SCHEMA)
 
     def close(self) -> None:

@@ -31,6 +31,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .errors import AuditUnavailable
+from .sqlite_file import open_sqlite
 
 Credential = Literal["api_key", "bootstrap_key", "trusted_header"]
 """How an actor authenticated: an API key of the key registry, the bootstrap admin key
@@ -254,12 +255,7 @@ class AuditLog:
     def __init__(self, path: str | Path, timeout_s: float = 10.0):
         self.path = str(path)
         try:
-            if self.path != ":memory:":
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=timeout_s)
-            if self.path != ":memory:":
-                self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")  # an appended entry survives a power loss
+            self._db = open_sqlite(self.path, timeout_s=timeout_s, durable=True)  # survives a power loss
             self._db.executescript(_SCHEMA)
         except (OSError, sqlite3.Error) as e:
             raise AuditUnavailable(f"audit log {self.path} cannot be opened: {e}") from e

@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .clock import utcnow  # the package's one clock (millisecond precision)
 from .errors import InvalidInput
+from .sqlite_file import open_sqlite
 
 
 class EventKind(str, Enum):
@@ -263,13 +264,8 @@ class EventLog:
 
     def __init__(self, path: str | Path):
         self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)
-        if self.path != ":memory:":
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")  # an appended event survives a power cut
+        self._db = open_sqlite(self.path, durable=True)  # an appended event survives a power cut
         self._db.executescript(_SCHEMA)
 
     def close(self) -> None:

@@ -13,6 +13,8 @@ from memory_core.config import RouterConfig
 from memory_core.errors import InvalidInput
 from memory_core.events import EventKind, EventLog
 
+from .query_params import parse_enum_list
+
 DEFAULT_FEED_PAGE = 100
 MAX_FEED_PAGE = 1000
 
@@ -49,16 +51,8 @@ def open_feed(config: RouterConfig) -> EventLog | None:
 
 def parse_kinds(values: list[str] | None) -> list[EventKind] | None:
     """``?kind=a,b&kind=c`` → event kinds; absent → None. Raises ``InvalidInput`` for an
-    empty or unknown kind."""
-    if values is None:
-        return None
-    names = [v.strip() for part in values for v in part.split(",")]
-    try:
-        if not names or any(not n for n in names):
-            raise ValueError
-        return [EventKind(n) for n in names]
-    except ValueError:
-        raise InvalidInput(f"kind must be one of {[k.value for k in EventKind]}") from None
+    empty or unknown kind (``query_params.parse_enum_list``)."""
+    return parse_enum_list(values, EventKind, "kind")
 
 
 def feed_page(

@@ -9,8 +9,7 @@ types (``OwnerQuery`` among them).
 
 import asyncio
 import json
-from enum import Enum
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 from fastapi import Query, Request
 from fastapi.responses import Response
@@ -18,7 +17,7 @@ from fastapi.responses import Response
 from memory_core.access import Authenticator, KeyRegistry, Principal, WriteRateLimiter
 from memory_core.chat.pipeline import MemoryPipeline
 from memory_core.config import LimitsSettings, RouterConfig
-from memory_core.errors import InvalidInput, MemoryNotFound, Unauthenticated
+from memory_core.errors import MemoryNotFound, Unauthenticated
 from memory_core.events import EventLog, set_actor, user_actor
 from memory_core.sanitize import is_memory_id
 from memory_core.types import MemoryState, MemoryType
@@ -29,6 +28,7 @@ from ...store_pool import StorePoolClient
 from ...upstream import UpstreamRouter
 from ..audit_hook import AuditRecorder
 from ..caller import admit_anonymous, read_caller
+from ..query_params import parse_enum_list
 
 OwnerQuery = Annotated[
     str | None,
@@ -54,31 +54,14 @@ def path_memory_id(memory_id: str) -> str:
     return memory_id
 
 
-E = TypeVar("E", bound=Enum)
-
-
-def _parse_enum_list(values: list[str] | None, kind: type[E], field: str) -> list[E] | None:
-    """``?field=a,b&field=c`` → members of ``kind``; absent → None. An empty or unknown value
-    is an ``InvalidInput`` naming ``field``, never "no filter" (a typo must not widen a delete)."""
-    if values is None:
-        return None
-    names = [v.strip() for part in values for v in part.split(",")]
-    try:
-        if not names or any(not n for n in names):
-            raise ValueError
-        return [kind(n) for n in names]
-    except ValueError as e:
-        raise InvalidInput(f"{field} must be one of {[m.value for m in kind]}") from e
-
-
 def parse_states(values: list[str] | None) -> list[MemoryState] | None:
     """``?state=a,b&state=c`` → lifecycle states; absent → None (every state)."""
-    return _parse_enum_list(values, MemoryState, "state")
+    return parse_enum_list(values, MemoryState, "state")
 
 
 def parse_types(values: list[str] | None) -> list[MemoryType] | None:
     """``?type=a,b&type=c`` → memory types; absent → None (no filter)."""
-    return _parse_enum_list(values, MemoryType, "type")
+    return parse_enum_list(values, MemoryType, "type")
 
 
 def _no_constant(name: str) -> Any:
