@@ -29,6 +29,7 @@ import contextvars
 import ipaddress
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -332,19 +333,35 @@ def _error_code(body: bytes) -> str | None:
     return code if isinstance(code, str) else None
 
 
+_RECORDER: dict[str, AuditRecorder | None] = {"recorder": None}
+
+
+def configure_recorder(recorder: AuditRecorder | None) -> None:
+    """Make ``recorder`` this process's audit recorder, read by ``AuditHook`` (``None``:
+    nothing is recorded). Called by the ingress replica's constructor, as
+    ``limits.configure_limits`` is (why a module function: see there)."""
+    _RECORDER["recorder"] = recorder
+
+
+def configured_recorder() -> AuditRecorder | None:
+    """The recorder ``configure_recorder`` set (``None`` before)."""
+    return _RECORDER["recorder"]
+
+
 class AuditHook:
     """Plain ASGI middleware (answers pass through unbuffered; only the first
     ``MAX_ERROR_BODY`` bytes of an error answer are kept, for its code): after each request
-    the application's ``state.audit`` (an ``AuditRecorder``; none: nothing is recorded)
-    appends the request's entry when it is audited. An exception leaving the application is
-    recorded as a 500 ``internal_error`` and raised on; a cancelled request is not recorded."""
+    ``recorder()`` (default ``configured_recorder``: an ``AuditRecorder``, or ``None``:
+    nothing is recorded) appends the request's entry when it is audited. An exception leaving
+    the application is recorded as a 500 ``internal_error`` and raised on; a cancelled
+    request is not recorded."""
 
-    def __init__(self, app: ASGIApp):
+    def __init__(self, app: ASGIApp, recorder: Callable[[], AuditRecorder | None] = configured_recorder):
         self.app = app
+        self._recorder = recorder
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        owner = scope.get("app")
-        recorder: Any = getattr(owner.state, STATE_KEY, None) if owner is not None else None
+        recorder: Any = self._recorder()
         if scope["type"] != "http" or not isinstance(recorder, AuditRecorder):
             await self.app(scope, receive, send)
             return

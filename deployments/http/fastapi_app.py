@@ -11,15 +11,13 @@ from fastapi import FastAPI
 from .audit_hook import AuditHook
 from .errors import DOCUMENTED_ERRORS, install_error_handlers
 from .headers import BrowserGuard
-from .limits import BodyLimit, ConfiguredLimits
+from .limits import BodyLimit
 from .openapi import openapi_document
 from .tracing import ChatTracing
 
 app = FastAPI(title="memory-router", version="0.1.0", responses=DOCUMENTED_ERRORS)
 install_error_handlers(app)
-REQUEST_LIMITS = ConfiguredLimits()
-"""This replica's ``global.limits`` (set by ``MemoryIngress.__init__``), read by ``BodyLimit``."""
-app.add_middleware(BodyLimit, limits=REQUEST_LIMITS)  # inside the browser guard below
+app.add_middleware(BodyLimit)  # inside the browser guard below; limits.REQUEST_LIMITS (limits.configure_limits)
 app.add_middleware(BrowserGuard)  # same origin and a JSON body type for every state-changing request
 app.add_middleware(ChatTracing)  # a chat request's root span (memory_core.tracing; no-op when off)
 app.add_middleware(AuditHook)  # outermost: appends audited requests' entries after their answer (audit_hook)

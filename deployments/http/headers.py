@@ -5,7 +5,7 @@ service reads (``CALLER_HEADERS``, ``CHAT_HEADERS``)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -58,22 +58,37 @@ def check_browser_rules(request: Request, allowed_origins: Collection[str]) -> N
     check_body_type(request.method, headers.get("content-type"), route_path(request.scope) in JSON_LINES_PATHS)
 
 
+_ALLOWED_ORIGINS: dict[str, frozenset[str]] = {"origins": frozenset()}
+
+
+def configure_allowed_origins(origins: Collection[str]) -> None:
+    """Make ``origins`` (``access.allowed_origins``) this process's allowed cross-origin
+    origins, read by ``BrowserGuard``. Called by the ingress replica's constructor, as
+    ``limits.configure_limits`` is (why a module function: see there)."""
+    _ALLOWED_ORIGINS["origins"] = frozenset(origins)
+
+
+def configured_allowed_origins() -> frozenset[str]:
+    """The origins ``configure_allowed_origins`` set (none before)."""
+    return _ALLOWED_ORIGINS["origins"]
+
+
 class BrowserGuard:
     """Plain ASGI middleware (no response relay, so streamed answers pass untouched):
     ``check_browser_rules`` on every state-changing request before any route, its error in
-    the usual shape. The allowed origins are ``app.state.allowed_origins`` of the application
-    (set by the ingress from ``access.allowed_origins``; none when unset)."""
+    the usual shape. ``allowed_origins`` returns the origins allowed besides the service's own
+    (default: ``configured_allowed_origins``, set by the ingress from
+    ``access.allowed_origins``; none when unset)."""
 
-    def __init__(self, app: ASGIApp):
+    def __init__(self, app: ASGIApp, allowed_origins: Callable[[], Collection[str]] = configured_allowed_origins):
         self.app = app
+        self._allowed_origins = allowed_origins
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] in UNSAFE_METHODS:
             request = Request(scope)
-            owner = scope.get("app")
-            allowed = getattr(owner.state, "allowed_origins", ()) if owner is not None else ()
             try:
-                check_browser_rules(request, allowed)
+                check_browser_rules(request, self._allowed_origins())
             except MemoryError_ as e:
                 response = await memory_error(request, e)
                 await response(scope, receive, send)

@@ -13,7 +13,8 @@ The class and its ``@serve.ingress`` binding live in ``routes.assembly`` (why: s
 this module is the name the application builder and the tests import.
 """
 
-from .fastapi_app import REQUEST_LIMITS, app
+from .fastapi_app import app
+from .limits import REQUEST_LIMITS
 from .routes import MemoryIngress
 
 __all__ = ["REQUEST_LIMITS", "MemoryIngress", "app"]

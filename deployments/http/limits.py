@@ -76,12 +76,27 @@ class ConfiguredLimits:
         return self.settings
 
 
+REQUEST_LIMITS = ConfiguredLimits()
+"""This process's ``global.limits``, set by the ingress replica (``configure_limits``) and read
+by ``BodyLimit``."""
+
+
+def configure_limits(settings: LimitsSettings) -> None:
+    """Make ``settings`` this process's request limits (``REQUEST_LIMITS``). Called by the
+    ingress replica's constructor: a function of this module, so that the call reaches this
+    module's ``REQUEST_LIMITS`` in the replica's process. Ray Serve serves a pickled copy of
+    the FastAPI application and ships the deployment class by value: an object the
+    constructor reached through its own globals would be a copy that the served application's
+    middleware never reads."""
+    REQUEST_LIMITS.settings = settings
+
+
 class BodyLimit:
     """ASGI middleware bounding request bodies (see the module). ``limits`` returns the
-    current ``LimitsSettings`` (set when the ingress replica starts) or ``None`` before
-    that (then the defaults apply)."""
+    current ``LimitsSettings`` (default: ``REQUEST_LIMITS``, set when the ingress replica
+    starts) or ``None`` before that (then the defaults apply)."""
 
-    def __init__(self, app: ASGIApp, limits: Callable[[], LimitsSettings | None]):
+    def __init__(self, app: ASGIApp, limits: Callable[[], LimitsSettings | None] = REQUEST_LIMITS):
         self.app = app
         self._limits = limits
 

@@ -12,6 +12,7 @@ import pytest
 import uvicorn
 from typer.testing import CliRunner
 
+from deployments.http.audit_hook import configure_recorder
 from memory_core import cli
 from memory_core.cli import audit as audit_cli
 from memory_core.cli import common
@@ -38,7 +39,7 @@ def served(tmp_path, monkeypatch) -> Iterator[tuple[Rig, str]]:
     thread.join(timeout=10)
     rig.audit.close()
     rig.instance.registry.close()
-    del rig.app.state.audit
+    configure_recorder(None)
 
 
 def invoke(url: str, key: str, *args: str):

@@ -25,9 +25,11 @@ from memory_core.tracing import setup_tracing
 from ...metrics import RayMetrics
 from ...store_pool import StorePoolClient
 from ...upstream import UpstreamRouter
-from ..audit_hook import AuditRecorder
+from ..audit_hook import AuditRecorder, configure_recorder
 from ..event_feed import open_feed
-from ..fastapi_app import REQUEST_LIMITS, app
+from ..fastapi_app import app
+from ..headers import configure_allowed_origins
+from ..limits import REQUEST_LIMITS, configure_limits
 from ..mcp_server import McpEndpoint
 from .admin import AdminRoutes
 from .chat import ChatRoutes
@@ -66,11 +68,13 @@ class MemoryIngress(ChatRoutes, MemoryRoutes, AdminRoutes, ServiceRoutes, McpRou
         self.registry = KeyRegistry(access.api_keys.path)
         self.auth = Authenticator(access, self.registry, os.environ)
         self.audit = AuditRecorder(AuditLog(config.global_.audit.path), self.auth, self.metrics)
-        app.state.audit = self.audit  # read by audit_hook.AuditHook
-        app.state.allowed_origins = frozenset(access.allowed_origins)  # read by headers.BrowserGuard
+        # this process's middleware settings, through module functions (limits.configure_limits
+        # says why: the served application is a pickled copy of ``app``)
+        configure_recorder(self.audit)  # read by audit_hook.AuditHook
+        configure_allowed_origins(access.allowed_origins)  # read by headers.BrowserGuard
         self.write_limit = WriteRateLimiter(access.write_rate_limit.limit, access.write_rate_limit.window_s)
         self.limits = config.global_.limits
-        REQUEST_LIMITS.settings = self.limits
+        configure_limits(self.limits)  # read by limits.BodyLimit
         self._known_users: set[str] = set()
         llm = self.config.memory.extraction.llm
         complete = None

@@ -43,9 +43,10 @@ def app():
             Route("/v1/memory/import", write, methods=["POST"]),
             Route("/v1/chat/completions", stream, methods=["POST"]),
         ],
-        middleware=[Middleware(BrowserGuard)],
+        middleware=[Middleware(BrowserGuard, allowed_origins=lambda: allowed)],
     )
-    application.state.allowed_origins = frozenset({"https://review.example"})
+    allowed = {"https://review.example"}
+    application.state.allowed = allowed
     application.state.ran = ran
     return application
 
@@ -111,8 +112,8 @@ def test_origins_own_forwarded_and_allowed(app):
     assert client.get("/v1/memory", headers={"origin": "https://evil.example"}).status_code == 200
 
 
-def test_without_allowed_origins_in_the_state_none_are_allowed(app):
-    del app.state.allowed_origins
+def test_without_allowed_origins_none_are_allowed(app):
+    app.state.allowed.clear()
     r = TestClient(app).post("/v1/memory", content=b"{}", headers=JSON | {"origin": "https://review.example"})
     assert r.status_code == 403
 
