@@ -30,7 +30,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .errors import AuditUnavailable
+from .errors import AuditUnavailable, InvalidInput
+from .sanitize import check_instant
 from .sqlite_file import open_sqlite
 
 Credential = Literal["api_key", "bootstrap_key", "trusted_header"]
@@ -77,9 +78,9 @@ def _utc(value: datetime) -> datetime:
     """``value`` in UTC; a naive datetime is taken as UTC. Raises ``ValueError`` for a time
     that has no UTC equivalent (year 1 or 9999 shifted past the calendar)."""
     try:
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-    except OverflowError as e:
-        raise ValueError(f"{value.isoformat()} is outside the UTC calendar") from e
+        return check_instant(value)
+    except InvalidInput as e:
+        raise ValueError(str(e)) from None
 
 
 def _stored_time(value: datetime) -> str:

@@ -188,12 +188,16 @@ class DeliveryCounts:
     failed: int = 0
 
 
+MAX_SEQUENCE = 2**63 - 1
+"""The largest sequence SQLite's INTEGER holds."""
+
+
 def parse_cursor(cursor: str | None) -> int:
     """The sequence after which a page starts: ``cursor`` as ``EventPage.next_cursor`` gave
     it (a decimal sequence number), 0 for none. Raises ``InvalidInput``."""
     if cursor is None:
         return 0
-    if not (cursor.isascii() and cursor.isdigit()) or len(cursor) > 19:
+    if not (cursor.isascii() and cursor.isdigit()) or len(cursor) > 19 or int(cursor) > MAX_SEQUENCE:
         raise InvalidInput("cursor must be a next_cursor of an earlier page")
     return int(cursor)
 

@@ -19,7 +19,7 @@ import json
 import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import httpx
@@ -51,7 +51,7 @@ class Receiver:
     """A configured endpoint with its signing secret (read from the environment)."""
 
     endpoint: WebhookEndpoint
-    secret: str
+    secret: str = field(repr=False)  # never in a log line or a traceback's locals
 
     @property
     def key(self) -> str:

@@ -104,6 +104,11 @@ class AuditNote:
     admin_only: bool = False
     target_user_id: str | None = None
     target: str | None = None
+    requested_owner: str | None = None
+    """The owner a route was asked to act for, however it was asked (the ``user_id`` query
+    parameter, or an MCP tool's ``user_id`` argument in the JSON-RPC body)."""
+    tool_error: str | None = None
+    """The error code of a failed MCP tool call (answered with HTTP 200)."""
 
 
 def _note(scope: Scope) -> AuditNote:
@@ -112,6 +117,12 @@ def _note(scope: Scope) -> AuditNote:
     if not isinstance(note, AuditNote):
         note = state[STATE_KEY] = AuditNote()
     return note
+
+
+def note_tool_error(request: Request, code: str) -> None:
+    """Note ``code``, the API error code of an MCP tool call that failed, for the request's
+    audit entry (the transport answers a failed tool call with HTTP 200)."""
+    _note(request.scope).tool_error = code
 
 
 def _requested_owner(scope: Scope) -> str | None:
@@ -129,7 +140,7 @@ def is_audited(scope: Scope, note: AuditNote) -> bool:
     a ``user_id`` parameter naming another user than the caller."""
     if _is_admin_path(scope) or note.admin_only:
         return True
-    requested = _requested_owner(scope)
+    requested = note.requested_owner or _requested_owner(scope)
     return requested is not None and note.principal is not None and requested != note.principal.user_id
 
 
@@ -246,6 +257,14 @@ class AuditRecorder:
                 "are refused until it accepts writes again"
             )
 
+    def bind_owner(self, request: Request, principal: Principal, requested: str | None) -> None:
+        """Note that ``principal`` asked to act on the memories of ``requested`` (``None``:
+        their own), before the owner rule decides (a refused attempt is recorded too); for
+        another user, the entry names them. Raises ``AuditUnavailable`` (503) as ``bind``."""
+        if requested is not None and requested != principal.user_id:
+            _note(request.scope).requested_owner = requested
+        self.bind(request, principal)
+
     def probe(self) -> bool:
         """Check that the log can be written now (``AuditLog.check_writable``); sets and
         returns ``healthy``. Blocks for up to the log's lock timeout: call it off the loop."""
@@ -296,7 +315,7 @@ class AuditRecorder:
         principal = note.principal
         if principal is None or not is_audited(scope, note):
             return None
-        requested = _requested_owner(scope)
+        requested = note.requested_owner or _requested_owner(scope)
         target_user = note.target_user_id or (_valid_user_id(requested) if requested != principal.user_id else None)
         client, peer = client_address(scope, self.auth)
         return AuditEntry(
@@ -306,7 +325,7 @@ class AuditRecorder:
             target_user_id=target_user,
             target=note.target or path_target(scope),
             status=status,
-            error_code=error_code[:64] if error_code else None,
+            error_code=(error_code or note.tool_error or "")[:64] or None,
             client_address=client,
             peer_address=peer,
             request_id=current_request_id()[:128] or None,

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from memory_core.config import RouterConfig
 from memory_core.errors import InvalidInput
 from memory_core.events import EventKind, EventLog
+from memory_core.sanitize import check_instant
 
 from .query_params import parse_enum_list
 
@@ -70,6 +71,8 @@ def feed_page(
     off, for an unknown kind, a bad cursor or ``since`` after ``until``."""
     if log is None:
         raise InvalidInput("the event feed is off (global.stores.memory.events.enabled: false)")
+    since = check_instant(since, "since") if since is not None else None  # 400 outside UTC's calendar
+    until = check_instant(until, "until") if until is not None else None
     if since is not None and until is not None and since > until:
         raise InvalidInput("since must not be after until")
     page = log.page(

@@ -52,6 +52,7 @@ from memory_core.errors import InvalidInput, MemoryError_
 from memory_core.sanitize import Content, Metadata, ProjectId, Text
 from memory_core.types import MemoryState, MemoryType
 
+from .audit_hook import note_tool_error
 from .caller import read_chat_caller
 from .schemas import (
     CreateMemoriesRequest,
@@ -171,17 +172,27 @@ class MemoryMCPServer(MCPServer):
             self._arguments = {t.name: frozenset(t.input_schema.get("properties", {})) for t in tools}
         unknown = sorted(set(arguments) - self._arguments.get(name, frozenset(arguments)))
         if unknown:
-            return tool_error(InvalidInput(f"{name} takes no argument {', '.join(unknown)}"))
+            return _noted(tool_error(InvalidInput(f"{name} takes no argument {', '.join(unknown)}")), context)
         try:
             return await super().call_tool(name, arguments, context)
         except UnexpectedToolError as e:
             cause = e.__cause__
-            return tool_error(cause if isinstance(cause, MemoryError_ | RayError) else e)
+            return _noted(tool_error(cause if isinstance(cause, MemoryError_ | RayError) else e), context)
         except ToolError as e:
             cause = e.__cause__
             if isinstance(cause, ValidationError):
-                return tool_error(InvalidInput(validation_message(cause)))
-            return tool_error(InvalidInput(str(e)))
+                return _noted(tool_error(InvalidInput(validation_message(cause))), context)
+            return _noted(tool_error(InvalidInput(str(e))), context)
+
+
+def _noted(result: CallToolResult, context: Context | None) -> CallToolResult:
+    """``result`` (a tool error), its code noted for the call's audit entry
+    (``audit_hook.note_tool_error``: the HTTP answer of a failed tool call is a 200)."""
+    request = context.request_context.request if context is not None else None
+    body = result.structured_content or {}
+    if isinstance(request, Request) and isinstance(body.get("error"), dict):
+        note_tool_error(request, str(body["error"].get("code") or "internal_error"))
+    return result
 
 
 # --------------------------------------------------------------------------- tools

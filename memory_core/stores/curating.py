@@ -122,6 +122,33 @@ async def _uncancellable(work: Awaitable[T]) -> T:
     return task.result()
 
 
+class WrittenThenCancelled(asyncio.CancelledError):
+    """A write whose caller was cancelled while it committed: the commit ran whole (so the
+    batch is written), then the cancellation is raised as this, carrying the ``results``
+    the write would have returned (the lifecycle events of ``stores.recording`` need them:
+    the memories are stored whether or not anyone waits for the answer)."""
+
+    def __init__(self, results: list[WriteResult]):
+        super().__init__("the write committed, then its caller was cancelled")
+        self.results = results
+
+
+async def _commit_whole(work: Awaitable[None]) -> bool:
+    """``await work`` (a write's commit) run to its end even when the awaiting task is
+    cancelled meanwhile; returns whether it was (the work succeeded). The work's own error,
+    or its own cancellation, is raised."""
+    try:
+        await _uncancellable(work)
+    except WrittenThenCancelled:
+        raise
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():  # the caller's cancellation, after the commit
+            return True
+        raise
+    return False
+
+
 def _validated(store: Any, batch: list[Memory]) -> list[Memory]:
     """``store.validate`` of each memory of ``batch`` (run on the CPU pool)."""
     return [store.validate(m) for m in batch]
@@ -385,13 +412,15 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             # cancellable here (between memories): nothing is written while planning
             with span("curate", {"memory.batch": len(batch)}):  # the judge's decisions, before the commit
                 results = [await self._plan_one(m, plan, reason) for m, reason in zip(batch, reasons, strict=True)]
-            await _uncancellable(self._commit(plan, user_id))
+            cancelled = await _commit_whole(self._commit(plan, user_id))
             final = [self._final(r, plan) for r in results]
         done = iter(final)  # the dropped memories' results in their places
         final = [r if isinstance(r, WriteResult) else next(done) for r in redacted]
         for r in final:
             self._count(f"write_{r.outcome.value}")
             self._count("write_superseded", len(r.superseded))
+        if cancelled:
+            raise WrittenThenCancelled(final)
         return final
 
     async def _commit(self, plan: _BatchPlan, user_id: str) -> None:

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..errors import InvalidInput
@@ -35,7 +36,7 @@ from ..events import (
 )
 from ..types import ListQuery, Memory, MemoryChanges, MemoryScope, MemoryState, WriteOutcome, WriteResult
 from .base import MAX_LIST_LIMIT, StoreDecorator, list_pages
-from .curating import ConsolidationReport, CuratingStore
+from .curating import ConsolidationReport, CuratingStore, WrittenThenCancelled
 
 log = logging.getLogger(__name__)
 
@@ -105,12 +106,16 @@ class EventRecordingStore(StoreDecorator, passthrough_writes=True):
         super().__init__(inner)
         self.log = log
         self._on_append = on_append
+        # one thread, so appends happen in the order the changes were made (a FIFO queue), and
+        # a locked events file never takes the threads of the default executor (query embedding)
+        self._appender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memory-events")
 
     async def close(self) -> None:
-        """Close the wrapped store, then the log."""
+        """Close the wrapped store, let the queued appends finish, then close the log."""
         try:
             await self.inner.close()
         finally:
+            await asyncio.to_thread(self._appender.shutdown, wait=True)
             self.log.close()
 
     @property
@@ -124,13 +129,15 @@ class EventRecordingStore(StoreDecorator, passthrough_writes=True):
         return self.inner
 
     async def _record(self, events: list[MemoryEvent]) -> None:
-        """Append ``events`` to the log in a worker thread (a SQLite commit with a full sync
-        must not stall the shard's event loop, which serves every user); a failure is counted
-        and logged, never raised."""
+        """Append ``events`` to the log on the appender thread (a SQLite commit with a full sync
+        must not stall the shard's event loop, which serves every user). Queued at once, in
+        call order: the events of one memory keep the order of its changes, whose calls come
+        one after another (the curating store's per-user lock). The append runs even when the
+        awaiting task is cancelled meanwhile. A failure is counted and logged, never raised."""
         if not events:
             return
         try:
-            await asyncio.to_thread(self.log.append, events)
+            await asyncio.shield(asyncio.get_running_loop().run_in_executor(self._appender, self.log.append, events))
         except Exception as e:  # never fail the change that happened
             log.warning("could not record %d memory events: %s", len(events), type(e).__name__)
             self._report("error", len(events))
@@ -149,8 +156,13 @@ class EventRecordingStore(StoreDecorator, passthrough_writes=True):
     # ------------------------------------------------------------------ writes
     async def write(self, memories: Sequence[Memory]) -> list[WriteResult]:
         """``inner.write``, each outcome recorded (``write_events``)."""
-        results = await self.inner.write(memories)
-        await self._record(write_events(results, self._actor()))
+        actor = self._actor()
+        try:
+            results = await self.inner.write(memories)
+        except WrittenThenCancelled as e:  # stored although the caller has gone: recorded too
+            await self._record(write_events(e.results, actor))
+            raise
+        await self._record(write_events(results, actor))
         return results
 
     async def store(self, memory: Memory) -> Memory:

@@ -4,6 +4,7 @@ verified with standardwebhooks' own ``Webhook.verify``."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 from datetime import UTC, datetime, timedelta
@@ -19,7 +20,7 @@ from memory_core.event_settings import EventsSettings, WebhookEndpoint
 from memory_core.events import EventKind, EventLog, MemoryEvent, RetryPolicy, acting_as
 from memory_core.stores import make_store
 from memory_core.stores.recording import EventRecordingStore
-from memory_core.types import Memory, MemoryChanges, MemoryScope, MemoryState, MemoryType, utcnow
+from memory_core.types import ListQuery, Memory, MemoryChanges, MemoryScope, MemoryState, MemoryType, utcnow
 from memory_core.webhooks import Receiver, WebhookDispatcher, signed_request
 
 SECRET = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"  # 24 bytes, base64
@@ -313,3 +314,38 @@ async def test_a_failing_log_never_fails_the_write(embed):
     (result,) = await store.write([Memory(user_id="alice", content="My locker code is 4817.")])
     assert result.memory.content and counted == [("error", 1)]
     assert json.dumps(counted)  # plain values only
+
+
+async def test_a_write_whose_caller_is_cancelled_during_its_commit_is_recorded(embed):
+    """Serve cancels a request whose client left; a write cancelled while it commits is
+    stored whole, so its events are recorded too."""
+    store = recording(embed)
+    backend = store.inner.inner
+    store_many = backend.store_many
+    entered = asyncio.Event()
+
+    async def slow_store_many(memories):
+        entered.set()
+        await asyncio.sleep(0.2)
+        return await store_many(memories)
+
+    backend.store_many = slow_store_many
+    with acting_as("user:alice"):
+        task = asyncio.create_task(store.write([Memory(user_id="alice", content="Alice drinks oolong every morning.")]))
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    (memory,) = (await store.list(ListQuery(user_id="alice", limit=10))).memories
+    assert kinds(store) == [("created", memory.id, "user:alice")]
+
+
+async def test_a_memorys_events_keep_the_order_of_its_changes_under_load(embed):
+    store = recording(embed)
+    (first,) = await store.write([Memory(user_id="alice", content="My locker code is 4817.")])
+    memory_id = first.memory.id
+    await asyncio.gather(
+        *(store.update(memory_id, "alice", MemoryChanges(importance=i / 20)) for i in range(1, 20)),
+    )
+    sequences = [e.sequence for e in store.log.page(memory_id=memory_id, limit=100).events]
+    assert sequences == sorted(sequences) and len(sequences) == 20

@@ -134,7 +134,9 @@ class IngressBase:
     def _owner(self, request: Request, user_id: str | None) -> str:
         """The owner of the memories acted on (``Principal.owner``): the caller, or the
         ``user_id`` query parameter for an admin. 401/403/400 as ``Principal.owner``."""
-        return self._caller(request).owner(user_id)
+        principal = self._caller(request)
+        self.audit.bind_owner(request, principal, user_id)  # another user's memories: audited (503 while it fails)
+        return principal.owner(user_id)
 
     def _admin(self, request: Request, action: str) -> Principal:
         """The caller, who must be an admin (403 otherwise)."""
@@ -143,11 +145,12 @@ class IngressBase:
         principal.require_admin(action)
         return principal
 
-    def _write_as(self, principal: Principal, user_id: str | None, memories: int = 1) -> str:
+    def _write_as(self, request: Request, principal: Principal, user_id: str | None, memories: int = 1) -> str:
         """``Principal.owner`` for a write of ``memories`` memories: counts them against the
         caller's write limit, all up front (429 with ``Retry-After`` when the rest of the
         window cannot hold them, 413 when the whole limit cannot; nothing is counted then)
         and records the owner for the admin user list. ``memories`` 0 counts nothing."""
+        self.audit.bind_owner(request, principal, user_id)  # another user's memories: audited (503 while it fails)
         owner = principal.owner(user_id)
         if memories:
             self.write_limit.take(principal.user_id, memories)

@@ -51,7 +51,7 @@ class MemoryRoutes(IngressBase):
                 f"this request holds {len(body.memories)} memories: the limit is {most} per request "
                 "(global.limits.memories_per_request)"
             )
-        user_id = self._write_as(principal, owner, len(body.memories))
+        user_id = self._write_as(request, principal, owner, len(body.memories))
         contents = [m.content for m in body.memories]  # cleaned and checked by the body model
         started = time.perf_counter()
         batch = await self._embed(contents)
@@ -225,7 +225,7 @@ class MemoryRoutes(IngressBase):
             raise InvalidInput(f"import body must be UTF-8 JSONL: {e}") from e
         # split on "\n" only: str.splitlines() also splits inside JSON strings at U+2028/U+0085
         lines = text.split("\n")
-        user_id = self._write_as(principal, owner, count_import_lines(lines, self.limits.import_lines))
+        user_id = self._write_as(request, principal, owner, count_import_lines(lines, self.limits.import_lines))
         report = await import_lines(self.store, lines, user_id=user_id, created_by=principal.user_id)
         return report.model_dump()
 
@@ -299,7 +299,7 @@ class MemoryRoutes(IngressBase):
     ) -> dict:
         """Change the given fields of one memory of the owner (``Store.update``); counts one
         write against the caller's write limit; 400 when no field is given."""
-        user_id = self._write_as(self._caller(request), owner)
+        user_id = self._write_as(request, self._caller(request), owner)
         memory_id = path_memory_id(memory_id)
         changes = body.changes()
         if not changes.model_fields_set:

@@ -12,8 +12,10 @@ are refused before they run (fail closed) until the log accepts writes again."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import sqlite3
+import time
 import types
 from pathlib import Path
 
@@ -342,3 +344,39 @@ def test_every_memory_and_admin_route_has_an_audit_action():
     }
     assert operations and operations <= set(ACTIONS), sorted(operations - set(ACTIONS))
     assert len(set(ACTIONS.values())) == len(ACTIONS)
+
+
+MCP_HEADERS = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-06-18"}
+
+
+def test_mcp_tool_calls_on_another_users_memories_are_recorded_and_refused_while_the_log_fails(rig):
+    """The owner an MCP tool acts for travels in the JSON-RPC body, not the query: still
+    recorded (with the tool error's code: the HTTP answer is a 200), and refused with the
+    REST API while the audit log fails."""
+    with TestClient(rig.app, client=CLIENT, raise_server_exceptions=False) as client:
+
+        def tool(who: str, name: str, arguments: dict):
+            message = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {"name": name, "arguments": arguments},
+            }
+            headers = {"authorization": f"Bearer {rig.keys[who]}", "content-type": "application/json", **MCP_HEADERS}
+            return client.post("/mcp", json=message, headers=headers)
+
+        assert tool("admin", "get_memory", {"memory_id": rig.memory.id, "user_id": "alice"}).status_code == 200
+        assert tool("bob", "list_memories", {"user_id": "alice"}).status_code == 200  # a tool error: forbidden
+        assert tool("alice", "list_memories", {}).status_code == 200  # her own: not recorded
+        wait = time.monotonic() + 5
+        while len(rig.entries(action="mcp.tool_call")) < 2 and time.monotonic() < wait:
+            time.sleep(0.05)
+        entries = rig.entries(action="mcp.tool_call")
+        assert [(e.actor.user_id, e.target_user_id, e.error_code) for e in entries] == [
+            ("ops", "alice", None),
+            ("bob", "alice", "forbidden"),
+        ]
+        rig.instance.audit.healthy = False
+        answer = tool("admin", "list_memories", {"user_id": "alice"}).json()
+        assert answer["result"]["isError"] and "audit_unavailable" in json.dumps(answer["result"])
+        assert "Zanzibar" not in json.dumps(answer)
