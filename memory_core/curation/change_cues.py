@@ -1,0 +1,309 @@
+"""What a statement says about change, in several languages: the words that tell the judge
+(``memory_core.curation.judge``) a fact ended or moved to a new value, read in one pass.
+
+A statement is read into a ``Cues``:
+
+- **ends**: an ending cue — the old state is over by itself: "no longer"/"anymore" and their
+  families (``ya no``, ``ne … plus``, ``nicht mehr``/``kein … mehr``, 不再, 不…了, もう…ない),
+  verbs of quitting, stopping, breaking up, selling, cancelling, closing, healing, and of a
+  plan done (graduated, passed, got into; ``aprobé``, ``réussi``, ``bestanden``, 考上, 合格);
+- **shifts**: a change cue — the same slot took a new value: "now"/"these days" families
+  (``ahora``, ``maintenant``, ``jetzt``/``inzwischen``, 现在, 今は), verbs of moving,
+  switching, changing, rescheduling, raising and lowering (``mudamos``, ``déménagé``,
+  ``gezogen``, ``verschoben``, 搬, 改, 换, 変更, 引っ越), ``since``/``depuis``/``seit``;
+- **additive**: ``also``/``too`` families (``también``, ``aussi``, ``auch``, 也, も…);
+- **people**: person nouns the statement is about other than the speaker (``my sister``,
+  ``mi hermana``, ``ma sœur``, ``meine Schwester``, 妹妹, 両親);
+- **terms**: content words (stop words of the languages out, by ``stopwordsiso``; stemmed by
+  ``memory_core.retrieval.lexical.tokenize``), and for Chinese and Japanese the ideographs
+  and katakana runs without function characters;
+- **frames**: the slots its words belong to in any of the languages (residence, work,
+  relationship...), so that "Ich wohne in Hamburg" and "Wir sind nach Leipzig gezogen" share
+  a subject without sharing a word.
+
+Languages: English, Spanish, French, German, Italian, Portuguese (word lexicons), Chinese and
+Japanese (substring lexicons). Every lexicon names a class of words (a verb of moving, an
+adverb of "now"), never a word of one example.
+
+Linear time: words are found once (``linear_re``), looked up in sets; CJK cues are bounded
+substrings looked for with ``in``; the one CJK pattern (不…了) is RE2 with a bounded gap.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass
+from functools import lru_cache
+
+import stopwordsiso
+
+from .. import linear_re
+from ..retrieval.lexical import tokenize
+
+_LANGS = ("es", "fr", "de", "it", "pt", "nl")
+"""Languages whose stop words are dropped here (English ones: ``tokenize`` drops them)."""
+_WORDS = linear_re.compile(rf"{linear_re.WORD}+")
+_CJK = linear_re.compile(r"[\p{Han}]+|[\p{Katakana}ー]{2,}")
+_ZH_NO_LONGER = linear_re.compile(r"(?:不|没)[^。，,.！!？?]{0,6}了")
+"""不…了 / 没…了 within a clause: "I no longer …" (我不吃辣了, 现在没有猫了)."""
+_JA_NO_LONGER = linear_re.compile(r"もう[^。、,.！!？?]{0,12}(?:ない|ません)")
+
+# ------------------------------------------------------------------ lexicons, by class
+_END_WORDS = frozenset(
+    # en: quitting, stopping, selling, cancelling, closing, ending, healing, a plan done
+    "quit quitting stopped ditched sold cancelled canceled closed graduated finished retired healed anymore "
+    "broke divorced dumped "
+    # es
+    "dejé deje dejamos dejado vendí vendimos vendido cancelé cancelado cancelada cancelamos cerré cerrado "
+    "terminé aprobé aprobado rompimos curado curada abandoné "
+    # fr
+    "quitté arrêté arrêtée annulé annulée vendu vendue fermé fermée terminé réussi guéri guérie rompu séparés "
+    "abandonné "
+    # de
+    "aufgehört gekündigt verkauft abgeschafft abgesagt geschlossen getrennt bestanden geheilt beendet "
+    # it, pt
+    "smesso venduto annullato lasciato parei vendi cancelei larguei".split()
+)
+_END_PHRASES = frozenset(
+    {
+        ("no", "longer"), ("no", "more"), ("any", "more"), ("gave", "up"), ("given", "up"), ("got", "rid"),
+        ("broke", "up"), ("split", "up"), ("passed", "away"), ("came", "off"), ("gone", "off"), ("got", "into"),
+        ("moved", "out"),
+        ("ya", "no"), ("no", "más"), ("nunca", "más"), ("se", "acabó"),
+        ("est", "fini"), ("c", "fini"),
+        ("nicht", "mehr"), ("kein", "mehr"), ("keine", "mehr"), ("keinen", "mehr"), ("nie", "mehr"),
+        ("non", "più"), ("não", "mais"),
+    }
+)  # fmt: skip
+"""Two-word ending cues (consecutive words); ``kein … mehr`` and ``ne … plus`` with a gap are
+``_GAPPED_ENDS``."""
+_GAPPED_ENDS = (({"ne", "n"}, "plus"), ({"kein", "keine", "keinen", "keiner", "nicht"}, "mehr"))
+"""A negation word and, at most ``_GAP`` words later, the word that makes it "no longer"."""
+_GAP = 4
+_END_CJK = (
+    "不再", "离职", "辞职", "分手", "戒", "取消", "卖了", "卖掉", "毕业", "考上", "走丢", "去世", "不当", "已经不",
+    "やめ", "辞め", "売っ", "売り", "別れ", "キャンセル", "中止", "卒業", "合格", "治っ", "亡くな", "解約", "退職",
+)  # fmt: skip
+_SHIFT_WORDS = frozenset(
+    # en: now families, moving, switching, changing, rescheduling, raising and lowering
+    "now nowadays currently moved relocated switched changed swapped replaced rescheduled rebooked postponed "
+    "delayed raised increased lowered reduced upgraded downgraded transferred promoted renamed became "
+    "since finally rewrote again "
+    # es
+    "ahora actualmente mudamos mudé mude mudado mudó mudaron cambié cambiaron cambiado cambió cambiamos "
+    "trasladé trasladado pospuesto aplazado subió bajó desde "
+    # fr
+    "maintenant désormais actuellement déménagé déménagée déménage changé changée devenu devenue finalement "
+    "depuis reporté augmenté baissé passé passée "
+    # de
+    "jetzt inzwischen mittlerweile nun gezogen umgezogen geändert gewechselt verschoben seit erhöht gesenkt "
+    "geworden wieder "
+    # it, pt
+    "adesso ora trasferito trasferita cambiato spostato agora mudei mudou mudamos mudaram mudou".split()
+)
+_SHIFT_PHRASES = frozenset(
+    {
+        ("these", "days"), ("as", "of"), ("from", "now"), ("down", "to"), ("up", "to"), ("went", "up"),
+        ("brought", "forward"), ("a", "partir"), ("de", "nuevo"), ("à", "nouveau"), ("di", "nuovo"), ("ab", "jetzt"),
+    }
+)  # fmt: skip
+_SHIFT_CJK = (
+    "搬", "改", "换", "现在", "如今", "目前", "已经", "涨", "减到", "调到", "推迟", "提前", "变成",
+    "今は", "今では", "引っ越", "変更", "変わ", "転職", "移っ", "延期", "に変え",
+)  # fmt: skip
+_PLAN_WORDS = frozenset(
+    # en: intending, preparing, looking for, saving for
+    "planning plan plans going intend intending hoping applying searching looking lookout saving preparing "
+    "still "
+    # es
+    "planeo planeamos pienso quiero queremos preparando buscando ahorrando "
+    # fr
+    "prévoit prévois prévoyons compte prépare cherche économise veux voulons "
+    # de
+    "planen plane will wollen möchte möchten suche suchen spare sparen "
+    # it, pt
+    "progetto voglio cerco pretendo quero procurando".split()
+)
+_PLAN_CJK = ("打算", "准备", "计划", "想要", "予定", "つもり", "探して", "準備")
+_NEGATION_WORDS = frozenset("not never no nunca ne n pas jamais nicht kein keine keinen nie non não".split())
+_NEGATION_CJK = linear_re.compile(
+    r"[\p{Han}\p{Katakana}ー]{0,4}(?:不是|没有|不|ない|ません)[\p{Han}\p{Katakana}ー]{0,4}"
+)
+"""A CJK negation and the content characters right before (Japanese: 持っていません) and
+after it (Chinese: 不吃辣): what the negation is about."""
+NEGATION_WINDOW = 4
+"""Content words (stop words skipped, within twice as many words) after a negation word that
+it is about ("no soy alérgico a la penicilina")."""
+_ADDITIVE_WORDS = frozenset(
+    "also another additionally besides también además aussi également auch außerdem zusätzlich "
+    "anche inoltre além".split()
+)
+_ADDITIVE_CJK = ("也", "还", "另外", "此外", "も")
+_PEOPLE_WORDS = frozenset(
+    # en
+    "sister brother mother mom mum father dad wife husband partner girlfriend boyfriend friend son daughter "
+    "kid kids child children boss manager colleague coworker neighbor neighbour cousin aunt uncle grandma "
+    "grandpa roommate parents he she they "
+    # es
+    "hermana hermano madre padre mamá papá esposa esposo mujer marido hijo hija hijos padres amigo amiga "
+    "jefe jefa compañero compañera vecino vecina primo prima abuela abuelo él ella ellos "
+    # fr
+    "sœur soeur frère mère père maman papa femme mari fils fille enfants parents ami amie chef collègue "
+    "voisin voisine cousin cousine il elle ils "
+    # de
+    "schwester bruder mutter vater mama frau mann sohn tochter kinder eltern kollege kollegin nachbar "
+    "nachbarin chef chefin er sie "
+    # it, pt
+    "sorella fratello madre padre moglie marito figlio figlia irmã irmão mãe pai esposa marido filho filha".split()
+)
+_NAMING_WORDS = frozenset(
+    "is was called named es era llama est était appelle ist war heißt heisst è chiama é chama".split()
+)
+"""Copulas and naming verbs: a person noun right before one is a slot whose value follows
+("my girlfriend is called Mia": who the girlfriend is), not someone the statement is about."""
+_NAMING_CJK = ("叫", "是", "の名前", "は")
+RELATIONSHIP_NOUNS = frozenset(
+    "girlfriend boyfriend partner husband wife fiancé fiancée fiance fiancee novio novia pareja esposo esposa marido "
+    "mujer prometido prometida copain copine mari femme fiancé freund freundin partnerin verlobter verlobte mann frau "
+    "ragazzo ragazza namorado namorada 男朋友 女朋友 老公 老婆 丈夫 妻子 彼氏 彼女 夫 妻".split()
+)
+"""A partner named in a statement about one's relationship is its value, not someone else
+(the judge does not read "my boyfriend is Sam" / "Sam is my husband now" as two people)."""
+_PEOPLE_CJK = (
+    "姐姐", "妹妹", "哥哥", "弟弟", "妈妈", "爸爸", "父母", "妻子", "丈夫", "老公", "老婆", "朋友", "女儿",
+    "儿子", "孩子", "老板", "同事", "他", "她",
+    "両親", "父", "母", "妻", "夫", "姉", "妹", "兄", "弟", "息子", "娘", "友達", "同僚", "上司", "彼は", "彼女は",
+)  # fmt: skip
+_FRAMES = {
+    "residence": "live lives living lived moved move relocated home flat apartment house address reside "
+    "vivo vive vivimos vivir mudamos mudé mudado piso casa barrio "
+    "habite habites habitons habiter déménagé déménagée appartement maison "
+    "wohne wohnt wohnen gezogen umgezogen wohnung haus "
+    "abito abitiamo moro moramos",
+    "work": "work works working worked job employer company office "
+    "trabajo trabajas trabaja trabajamos empresa oficina "
+    "travaille travailles travaillons travail boulot entreprise bureau "
+    "arbeite arbeitet arbeit angestellt firma büro stelle "
+    "lavoro lavora trabalho empresa",
+    "relationship": "girlfriend boyfriend partner husband wife dating married single "
+    "novio novia pareja casado casada soltero soltera "
+    "copain copine mari femme mariée marié célibataire "
+    "freund freundin partnerin verheiratet ledig",
+    "diet": "eat eating diet vegan vegetarian como comer mange manger esse essen mangio",
+    "drink": "drink drinking bebo beber bois boire trinke trinken",
+    "smoking": "smoke smoking fumo fumar fume fumer rauche rauchen",
+}
+_FRAME_WORDS = {name: frozenset(words.split()) for name, words in _FRAMES.items()}
+_FRAMES_CJK = {
+    "residence": ("住", "搬", "家在", "引っ越"),
+    "work": ("工作", "上班", "公司", "职", "働", "仕事", "勤め", "会社"),
+    "relationship": ("男朋友", "女朋友", "分手", "单身", "彼氏", "彼女", "別れ"),
+    "smoking": ("烟", "タバコ", "煙草"),
+}
+_CJK_FUNCTION = frozenset("我你他她它们的了在是有不也还很就要一个这那没都和把被给对从吗呢吧啊已经现今最近改换搬")
+"""Characters that say nothing of the subject (pronouns, particles, the cue characters)."""
+_CUE_WORDS = (
+    _END_WORDS
+    | _SHIFT_WORDS
+    | _ADDITIVE_WORDS
+    | _PLAN_WORDS
+    | _NEGATION_WORDS
+    | {w for p in _END_PHRASES | _SHIFT_PHRASES for w in p}
+)
+
+
+@lru_cache(maxsize=1)
+def _stopwords() -> frozenset[str]:
+    """The stop words of ``_LANGS`` (``stopwordsiso``), lower case."""
+    out: set[str] = set()
+    for lang in _LANGS:
+        out |= {w.lower() for w in stopwordsiso.stopwords(lang)}
+    return frozenset(out)
+
+
+@dataclass(frozen=True)
+class Cues:
+    """What ``read_cues`` reads of one statement (see the module docstring)."""
+
+    ends: bool
+    shifts: bool
+    plans: bool
+    negated: frozenset[str]
+    """The content terms a negation is about (``not … anymore`` keeps the terms after it)."""
+    additive: bool
+    people: frozenset[str]
+    terms: frozenset[str]
+    frames: frozenset[str]
+
+
+def _has_gapped(words: list[str]) -> bool:
+    """Whether a negation word of ``_GAPPED_ENDS`` is followed within ``_GAP`` words by its
+    "longer" word (``ne mange plus``, ``keinen Alkohol mehr``): one pass with the last place
+    of each negation."""
+    last_seen: dict[int, int] = {}
+    for i, w in enumerate(words):
+        for k, (negations, longer) in enumerate(_GAPPED_ENDS):
+            if w == longer and k in last_seen and i - last_seen[k] <= _GAP:
+                return True
+            if w in negations:
+                last_seen[k] = i
+    return False
+
+
+def read_cues(text: str) -> Cues:
+    """Read ``text`` (one statement) into ``Cues``. Linear in its length."""
+    norm = unicodedata.normalize("NFKC", text).lower()
+    words = [m.group(0) for m in _WORDS.finditer(norm)]
+    pairs = set(zip(words, words[1:], strict=False))
+    word_set = set(words)
+    ends = bool(word_set & _END_WORDS or pairs & _END_PHRASES or _has_gapped(words))
+    ends = ends or any(c in text for c in _END_CJK)
+    ends = ends or bool(_ZH_NO_LONGER.search(text) or _JA_NO_LONGER.search(text))
+    shifts = bool(word_set & _SHIFT_WORDS or pairs & _SHIFT_PHRASES) or any(c in text for c in _SHIFT_CJK)
+    plans = bool(word_set & _PLAN_WORDS) or any(c in text for c in _PLAN_CJK)
+    negated = _negated_terms(text)
+    additive = bool(word_set & _ADDITIVE_WORDS) or _ends_with_too(words, norm) or any(c in text for c in _ADDITIVE_CJK)
+    people = frozenset(
+        w for i, w in enumerate(words) if w in _PEOPLE_WORDS and not set(words[i + 1 : i + 3]) & _NAMING_WORDS
+    ) | {p for p in _PEOPLE_CJK if p in text and not any(p + n in text for n in _NAMING_CJK)}
+    content = [w for w in words if w not in _stopwords() and w not in _CUE_WORDS and not _has_cjk(w)]
+    terms = set(tokenize(" ".join(content)))
+    for run in _CJK.finditer(text):
+        chars = [c for c in run.group(0) if c not in _CJK_FUNCTION]
+        if run.group(0)[0] in "ー" or "\u30a0" <= run.group(0)[0] <= "\u30ff":
+            terms.add(run.group(0))  # a katakana word: one term
+        else:
+            terms.update(chars)
+    frames = {name for name, vocab in _FRAME_WORDS.items() if word_set & vocab}
+    frames |= {name for name, subs in _FRAMES_CJK.items() if any(s in text for s in subs)}
+    return Cues(ends, shifts, plans, negated, additive, people, frozenset(terms), frozenset(frames))
+
+
+_TOO_AT_END = linear_re.compile(rf"{linear_re.START}too{linear_re.SPACE}*(?:[.,!?;:)]|$)")
+
+
+def _ends_with_too(words: list[str], norm: str) -> bool:
+    """An additive "too" ends a clause ("I like tea too."); "too often" is a degree."""
+    return "too" in words and bool(_TOO_AT_END.search(norm))
+
+
+_CLAUSE_END = linear_re.compile(r"[,.;:!?，。；：！？、]")
+
+
+def _negated_terms(text: str) -> frozenset[str]:
+    """The content terms within ``NEGATION_WINDOW`` words after a negation word (``n't``
+    included) in its clause, and the content characters next to a CJK negation."""
+    out: set[str] = set()
+    for clause in _CLAUSE_END.split(unicodedata.normalize("NFKC", text).lower()):
+        words = [m.group(0) for m in _WORDS.finditer(clause)]
+        for i, w in enumerate(words):
+            if w in _NEGATION_WORDS or (w == "t" and i and words[i - 1].endswith("n")):
+                window = [x for x in words[i + 1 : i + 1 + 2 * NEGATION_WINDOW] if x not in _stopwords()]
+                out.update(tokenize(" ".join(window[:NEGATION_WINDOW])))
+    for m in _NEGATION_CJK.finditer(text):
+        out.update(c for c in m.group(0) if c not in _CJK_FUNCTION)
+    return frozenset(out)
+
+
+def _has_cjk(word: str) -> bool:
+    return any("\u3040" <= c <= "\u9fff" for c in word)
