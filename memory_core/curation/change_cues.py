@@ -156,12 +156,6 @@ _PEOPLE_WORDS = frozenset(
     # it, pt
     "sorella fratello madre padre moglie marito figlio figlia irmã irmão mãe pai esposa marido filho filha".split()
 )
-_NAMING_WORDS = frozenset(
-    "is was called named es era llama est était appelle ist war heißt heisst è chiama é chama".split()
-)
-"""Copulas and naming verbs: a person noun right before one is a slot whose value follows
-("my girlfriend is called Mia": who the girlfriend is), not someone the statement is about."""
-_NAMING_CJK = ("叫", "是", "の名前", "は")
 RELATIONSHIP_NOUNS = frozenset(
     "girlfriend boyfriend partner husband wife fiancé fiancée fiance fiancee novio novia pareja esposo esposa marido "
     "mujer prometido prometida copain copine mari femme fiancé freund freundin partnerin verlobter verlobte mann frau "
@@ -169,6 +163,26 @@ RELATIONSHIP_NOUNS = frozenset(
 )
 """A partner named in a statement about one's relationship is its value, not someone else
 (the judge does not read "my boyfriend is Sam" / "Sam is my husband now" as two people)."""
+_NAMING_WORDS = frozenset("called named llama llamo appelle heißt heisst chiama chama".split())
+_COPULAS = frozenset("is was es era est était ist war è é".split())
+_NAMING_CJK = ("叫", "の名前")
+_COPULAS_CJK = ("是", "は")
+
+
+def _names_slot(person: str, following: list[str]) -> bool:
+    """Whether ``person`` is a slot whose value follows rather than someone the statement is
+    about: right before a naming verb ("my sister is called Ella": who she is), or a partner
+    right before a copula ("my boyfriend is Sam"; "meine Schwester ist nach Bonn gezogen" is
+    about the sister)."""
+    after = set(following)
+    return bool(after & _NAMING_WORDS) or (person in RELATIONSHIP_NOUNS and bool(after & _COPULAS))
+
+
+def _naming_cjk(person: str) -> tuple[str, ...]:
+    """What after a CJK ``person`` makes it a slot (``_names_slot``)."""
+    return _NAMING_CJK + _COPULAS_CJK if person in RELATIONSHIP_NOUNS else _NAMING_CJK
+
+
 _PEOPLE_CJK = (
     "姐姐", "妹妹", "哥哥", "弟弟", "妈妈", "爸爸", "父母", "妻子", "丈夫", "老公", "老婆", "朋友", "女儿",
     "儿子", "孩子", "老板", "同事", "他", "她",
@@ -233,6 +247,8 @@ class Cues:
     additive: bool
     people: frozenset[str]
     terms: frozenset[str]
+    words: frozenset[str]
+    """The content words unstemmed (Latin scripts): what compounds are split against."""
     frames: frozenset[str]
 
 
@@ -264,8 +280,9 @@ def read_cues(text: str) -> Cues:
     negated = _negated_terms(text)
     additive = bool(word_set & _ADDITIVE_WORDS) or _ends_with_too(words, norm) or any(c in text for c in _ADDITIVE_CJK)
     people = frozenset(
-        w for i, w in enumerate(words) if w in _PEOPLE_WORDS and not set(words[i + 1 : i + 3]) & _NAMING_WORDS
-    ) | {p for p in _PEOPLE_CJK if p in text and not any(p + n in text for n in _NAMING_CJK)}
+        w for i, w in enumerate(words) if w in _PEOPLE_WORDS and not _names_slot(w, words[i + 1 : i + 3])
+    )
+    people |= {p for p in _PEOPLE_CJK if p in text and not any(p + n in text for n in _naming_cjk(p))}
     content = [w for w in words if w not in _stopwords() and w not in _CUE_WORDS and not _has_cjk(w)]
     terms = set(tokenize(" ".join(content)))
     for run in _CJK.finditer(text):
@@ -276,7 +293,7 @@ def read_cues(text: str) -> Cues:
             terms.update(chars)
     frames = {name for name, vocab in _FRAME_WORDS.items() if word_set & vocab}
     frames |= {name for name, subs in _FRAMES_CJK.items() if any(s in text for s in subs)}
-    return Cues(ends, shifts, plans, negated, additive, people, frozenset(terms), frozenset(frames))
+    return Cues(ends, shifts, plans, negated, additive, people, frozenset(terms), frozenset(content), frozenset(frames))
 
 
 _TOO_AT_END = linear_re.compile(rf"{linear_re.START}too{linear_re.SPACE}*(?:[.,!?;:)]|$)")

@@ -638,17 +638,17 @@ MIN_COMPOUND_PART = 4
 (``türcode`` holds ``code``, ``arzttermin`` holds ``termin``)."""
 
 
-def _shared_terms(old: frozenset[str], new: frozenset[str]) -> set[str]:
-    """Terms of both, and terms of one that are part of a compound of the other (German,
-    Dutch). Called with at most ``MAX_SUPERSEDE_WORDS`` words a side: the pairwise test is
-    bounded."""
-    shared = set(old & new)
+def _compound_parts(old: frozenset[str], new: frozenset[str]) -> set[str]:
+    """Words of one statement that are part of a compound word of the other (German, Dutch:
+    ``türcode`` holds ``code``, ``arzttermin`` holds ``termin``), as terms. Called with at
+    most ``MAX_MOVED_ON_CHARS`` characters a side: the pairwise test is bounded."""
+    parts = set()
     for a in old:
         for b in new:
             short, long_ = (a, b) if len(a) <= len(b) else (b, a)
             if short != long_ and len(short) >= MIN_COMPOUND_PART and short in long_:
-                shared.add(short)
-    return shared
+                parts.update(tokenize(short))
+    return parts
 
 
 _OPEN_KINDS = frozenset({"name", "number:count", "code"})
@@ -667,8 +667,11 @@ def _moved_on(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) ->
         return None  # (Chinese and Japanese have no spaces to count words by)
     content = old_cues.terms - _WEAK_TERMS
     ends = (new_cues.ends and not old_cues.ends) or bool(
-        not old_cues.negated and content and content <= new_cues.negated
-    )  # "no soy alérgico a la penicilina" after "soy alérgico a la penicilina"
+        not old_cues.negated
+        and content
+        and content <= new_cues.negated
+        and not new_cues.negated - old_cues.terms - _WEAK_TERMS
+    )  # "no soy alérgico a la penicilina" after "soy alérgico a la penicilina" (not "… with milk")
     done = old_cues.plans and not new_cues.plans  # a plan, then what came of it
     shifts = new_cues.shifts and not old_cues.shifts
     if not (ends or done or shifts) or (new_cues.additive and not old_cues.additive):
@@ -678,7 +681,7 @@ def _moved_on(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) ->
         return None  # about someone else: "mi hermana vive en Sevilla" (a new partner is a value)
     if max(len(old.norm.split()), len(new.norm.split())) > MAX_SUPERSEDE_WORDS:
         return None
-    shared = _shared_terms(old_cues.terms, new_cues.terms) - _WEAK_TERMS
+    shared = (old_cues.terms & new_cues.terms | _compound_parts(old_cues.words, new_cues.words)) - _WEAK_TERMS
     if done and shared:
         return "done"
     if not (ends or shifts):
