@@ -88,7 +88,7 @@ _SHIFT_WORDS = frozenset(
     # en: now families, moving, switching, changing, rescheduling, raising and lowering
     "now nowadays currently moved relocated switched changed swapped replaced rescheduled rebooked postponed "
     "delayed raised increased lowered reduced upgraded downgraded transferred promoted renamed became "
-    "since finally rewrote again "
+    "since rewrote "
     # es
     "ahora actualmente mudamos mudé mude mudado mudó mudaron cambié cambiaron cambiado cambió cambiamos "
     "trasladé trasladado pospuesto aplazado subió bajó desde "
@@ -113,8 +113,7 @@ _SHIFT_CJK = (
 )  # fmt: skip
 _PLAN_WORDS = frozenset(
     # en: intending, preparing, looking for, saving for
-    "planning plan plans going intend intending hoping applying searching looking lookout saving preparing "
-    "still "
+    "planning plan plans intend intending hoping applying searching looking lookout saving preparing "
     # es
     "planeo planeamos pienso quiero queremos preparando buscando ahorrando "
     # fr
@@ -124,6 +123,42 @@ _PLAN_WORDS = frozenset(
     # it, pt
     "progetto voglio cerco pretendo quero procurando".split()
 )
+_DETERMINERS = frozenset("the a an my our his her their this that school work church bed".split())
+
+
+def _going_to_verb(words: list[str]) -> bool:
+    """ "going to" before a verb (a plan: "going to run a marathon"), not before a place
+    ("going to the gym")."""
+    return any(
+        a == "going" and b == "to" and c not in _DETERMINERS
+        for a, b, c in zip(words, words[1:], words[2:], strict=False)
+    )
+
+
+_TRANSIENT_WORDS = frozenset("today tonight hoy aujourd heute oggi hoje".split())
+_TRANSIENT_PHRASES = frozenset(
+    {("this", "week"), ("this", "weekend"), ("this", "morning"), ("for", "now"), ("esta", "semana"),
+     ("cette", "semaine"), ("diese", "woche"), ("questa", "settimana"), ("esta", "noche"), ("ce", "soir")}
+)  # fmt: skip
+_TRANSIENT_CJK = ("今天", "今晚", "这周", "本周", "今日", "今晩", "今週")
+_SETTINGS = {
+    "work": (("at", "work"), ("for", "work"), ("el", "trabajo"), ("au", "travail"), ("au", "boulot"),
+             ("der", "arbeit"), ("al", "lavoro"), ("no", "trabalho")),
+    "home": (("at", "home"), ("en", "casa"), ("la", "maison"), ("chez", "moi"), ("zu", "hause"), ("a", "casa"),
+             ("em", "casa")),
+}  # fmt: skip
+_SETTING_WORDS = {
+    "morning": frozenset("morning mornings matin morgens morgen mattina manhã".split()),
+    "evening": frozenset("evening evenings night nights soir noche noches abends abend sera noite".split()),
+}
+_SETTINGS_CJK = {
+    "work": ("在公司", "上班时", "仕事では", "職場"),
+    "home": ("在家", "家では", "家で"),
+    "morning": ("早上", "早晨", "朝"),
+    "evening": ("晚上", "夜"),
+}
+"""Where or when a habit holds ("at work", "at home", "in the morning", "le soir"): "Windows
+at work" and "a Mac at home" are two habits, not one changed."""
 _PLAN_CJK = ("打算", "准备", "计划", "想要", "予定", "つもり", "探して", "準備")
 _NEGATION_WORDS = frozenset("not never no nunca ne n pas jamais nicht kein keine keinen nie non não".split())
 _NEGATION_CJK = linear_re.compile(
@@ -138,6 +173,7 @@ _ADDITIVE_WORDS = frozenset(
     "also another additionally besides también además aussi également auch außerdem zusätzlich "
     "anche inoltre além".split()
 )
+_ADDITIVE_PHRASES = frozenset({("as", "well"), ("in", "addition"), ("de", "plus"), ("en", "plus")})
 _ADDITIVE_CJK = ("也", "还", "另外", "此外", "も")
 _PEOPLE_WORDS = frozenset(
     # en
@@ -157,12 +193,34 @@ _PEOPLE_WORDS = frozenset(
     "sorella fratello madre padre moglie marito figlio figlia irmã irmão mãe pai esposa marido filho filha".split()
 )
 RELATIONSHIP_NOUNS = frozenset(
+    "friend amigo amiga ami amie amica 朋友 "
     "girlfriend boyfriend partner husband wife fiancé fiancée fiance fiancee novio novia pareja esposo esposa marido "
     "mujer prometido prometida copain copine mari femme fiancé freund freundin partnerin verlobter verlobte mann frau "
     "ragazzo ragazza namorado namorada 男朋友 女朋友 老公 老婆 丈夫 妻子 彼氏 彼女 夫 妻".split()
 )
 """A partner named in a statement about one's relationship is its value, not someone else
 (the judge does not read "my boyfriend is Sam" / "Sam is my husband now" as two people)."""
+_POSSESSIVES = frozenset(
+    "my our his her their your mi mis su sus tu tus nuestro nuestra nuestros nuestras ma mon mes notre nos sa son ses "
+    "mein meine meinen meinem meiner unser unsere unseren sein seine ihr ihre mio mia miei mie nostro nostra "
+    "meu minha meus minhas nosso nossa".split()
+)
+"""A person noun is someone the statement is about after a possessive (``_after_possessive``)."""
+_PERSON_ADJECTIVES = frozenset(
+    "new old former current ex little older younger big best eldest youngest grande petite petit "
+    "nueva nuevo antiguo antigua ältere älterer jüngere jüngerer kleine kleiner große großer beste bester".split()
+)
+
+
+def _after_possessive(words: list[str], i: int) -> bool:
+    """Whether ``words[i]`` follows a possessive, directly or after one adjective of
+    ``_PERSON_ADJECTIVES`` ("my older sister"; "my password manager" is not a person)."""
+    if i and words[i - 1] in _POSSESSIVES:
+        return True
+    return i > 1 and words[i - 1] in _PERSON_ADJECTIVES and words[i - 2] in _POSSESSIVES
+
+
+_PRONOUNS = frozenset("he she they él ella ellos ellas il elle ils elles er".split())
 _NAMING_WORDS = frozenset("called named llama llamo appelle heißt heisst chiama chama".split())
 _COPULAS = frozenset("is was es era est était ist war è é".split())
 _NAMING_CJK = ("叫", "の名前")
@@ -242,6 +300,10 @@ class Cues:
     ends: bool
     shifts: bool
     plans: bool
+    transient: bool
+    settings: frozenset[str]
+    """Where what is said holds (``_SETTINGS``: work, home)."""
+    """A time that bounds what is said to now ("today", "this week"): a passing state."""
     negated: frozenset[str]
     """The content terms a negation is about (``not … anymore`` keeps the terms after it)."""
     additive: bool
@@ -276,11 +338,25 @@ def read_cues(text: str) -> Cues:
     ends = ends or any(c in text for c in _END_CJK)
     ends = ends or bool(_ZH_NO_LONGER.search(text) or _JA_NO_LONGER.search(text))
     shifts = bool(word_set & _SHIFT_WORDS or pairs & _SHIFT_PHRASES) or any(c in text for c in _SHIFT_CJK)
-    plans = bool(word_set & _PLAN_WORDS) or any(c in text for c in _PLAN_CJK)
+    plans = bool(word_set & _PLAN_WORDS) or any(c in text for c in _PLAN_CJK) or _going_to_verb(words)
+    settings = {k for k, phrases in _SETTINGS.items() if pairs & set(phrases)}
+    settings |= {k for k, vocab in _SETTING_WORDS.items() if word_set & vocab}
+    settings |= {k for k, subs in _SETTINGS_CJK.items() if any(c in text for c in subs)}
+    transient = bool(word_set & _TRANSIENT_WORDS or pairs & _TRANSIENT_PHRASES) or any(
+        c in text for c in _TRANSIENT_CJK
+    )
     negated = _negated_terms(text)
-    additive = bool(word_set & _ADDITIVE_WORDS) or _ends_with_too(words, norm) or any(c in text for c in _ADDITIVE_CJK)
+    additive = (
+        bool(word_set & _ADDITIVE_WORDS or pairs & _ADDITIVE_PHRASES)
+        or _ends_with_too(words, norm)
+        or any(c in text for c in _ADDITIVE_CJK)
+    )
     people = frozenset(
-        w for i, w in enumerate(words) if w in _PEOPLE_WORDS and not _names_slot(w, words[i + 1 : i + 3])
+        w
+        for i, w in enumerate(words)
+        if w in _PEOPLE_WORDS
+        and (w in _PRONOUNS or _after_possessive(words, i))
+        and not _names_slot(w, words[i + 1 : i + 3])
     )
     people |= {p for p in _PEOPLE_CJK if p in text and not any(p + n in text for n in _naming_cjk(p))}
     content = [w for w in words if w not in _stopwords() and w not in _CUE_WORDS and not _has_cjk(w)]
@@ -293,7 +369,19 @@ def read_cues(text: str) -> Cues:
             terms.update(chars)
     frames = {name for name, vocab in _FRAME_WORDS.items() if word_set & vocab}
     frames |= {name for name, subs in _FRAMES_CJK.items() if any(s in text for s in subs)}
-    return Cues(ends, shifts, plans, negated, additive, people, frozenset(terms), frozenset(content), frozenset(frames))
+    return Cues(
+        ends=ends,
+        shifts=shifts,
+        plans=plans,
+        transient=transient,
+        settings=frozenset(settings),
+        negated=negated,
+        additive=additive,
+        people=people,
+        terms=frozenset(terms),
+        words=frozenset(content),
+        frames=frozenset(frames),
+    )
 
 
 _TOO_AT_END = linear_re.compile(rf"{linear_re.START}too{linear_re.SPACE}*(?:[.,!?;:)]|$)")

@@ -597,6 +597,10 @@ def judge(old_text: str, new_text: str) -> Verdict:
         return Verdict.COMPATIBLE
     if max(len(old.norm.split()), len(new.norm.split())) > MAX_SUPERSEDE_WORDS:
         return Verdict.COMPATIBLE  # several things said at once: never replaced wholesale
+    if old_cues.settings and new_cues.settings and old_cues.settings != new_cues.settings:
+        return Verdict.COMPATIBLE  # "a Mac at work" / "Windows at home": two places, two habits
+    if _someone_else(old_cues, new_cues) or (new_cues.additive and not old_cues.additive):
+        return Verdict.COMPATIBLE  # "我老婆现在在上海工作" after "我在北京工作"; "now … as well"
     if moved_on:
         return Verdict.SUPERSEDES
     if not negates and (_PAST_TIME.search(old.text) or _another_occasion(old, new)):
@@ -656,6 +660,13 @@ _OPEN_KINDS = frozenset({"name", "number:count", "code"})
 weight each are about one weight; two with a name each may be about two things."""
 
 
+def _someone_else(old_cues: Cues, new_cues: Cues) -> bool:
+    """One statement is about a person the other is not ("mi hermana vive en Sevilla" after
+    "vivo en Madrid"); a partner named in two statements about the relationship is its value."""
+    partners = RELATIONSHIP_NOUNS if "relationship" in old_cues.frames & new_cues.frames else frozenset()
+    return bool((new_cues.people ^ old_cues.people) - partners)
+
+
 def _moved_on(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) -> str | None:
     """Rule 5, in any language of ``change_cues``: ``new`` has a cue ``old`` lacks — an
     ending cue ("no longer", quit, sold, broke up, graduated...) or a change cue ("now",
@@ -676,9 +687,12 @@ def _moved_on(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) ->
     shifts = new_cues.shifts and not old_cues.shifts
     if not (ends or done or shifts) or (new_cues.additive and not old_cues.additive):
         return None
-    partners = RELATIONSHIP_NOUNS if "relationship" in old_cues.frames & new_cues.frames else frozenset()
-    if (new_cues.people ^ old_cues.people) - partners:
-        return None  # about someone else: "mi hermana vive en Sevilla" (a new partner is a value)
+    if new_cues.transient and not old_cues.transient:
+        return None  # "closed early today", "not working this week": a passing state
+    if old_cues.settings and new_cues.settings and old_cues.settings != new_cues.settings:
+        return None  # "a Mac at work" / "Windows at home": two places, two habits
+    if _someone_else(old_cues, new_cues):
+        return None
     if max(len(old.norm.split()), len(new.norm.split())) > MAX_SUPERSEDE_WORDS:
         return None
     shared = (old_cues.terms & new_cues.terms | _compound_parts(old_cues.words, new_cues.words)) - _WEAK_TERMS
@@ -687,11 +701,14 @@ def _moved_on(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) ->
     if not (ends or shifts):
         return None
     slots = {k for k in old.values.keys() & new.values.keys() if k not in _OPEN_KINDS}
+    if ends and (shared or old.all_values() & new.all_values() or old_cues.frames & new_cues.frames - {"diet"}):
+        return "ends"  # what ends is named: a shared term, value or activity ("vegetarian" / "no eggs": no)
     same = bool(shared or old_cues.frames & new_cues.frames or old.all_values() & new.all_values() or slots)
-    if not same and not _same_subject(old, new):
+    if not shifts or (not same and not _same_subject(old, new)):
         return None
-    if ends:
-        return "ends"
+    old_values = old.all_values() | (old_cues.words & RELATIONSHIP_NOUNS)  # "my boyfriend is Sam": two values
+    if old_values and old_values <= new.all_values() | (new_cues.words & RELATIONSHIP_NOUNS):
+        return None  # every value of the old statement kept ("at Google" / "my team at Google … now")
     old_only = old_cues.terms - new_cues.terms or old.all_values() - new.all_values()
     new_only = new_cues.terms - old_cues.terms or new.all_values() - old.all_values()
     return "shift" if old_only and new_only else None

@@ -43,6 +43,15 @@ HOLD_TOGETHER = [  # cues that end nothing of the old statement
     ("I'm flying to Oslo in May.", "I'm flying to Madrid in October."),  # another dated occasion
     ("I prefer tea.", "I don't like tea with milk, though."),  # the negation covers part of it
     ("我喜欢看书。", "我姐姐不再看书了。"),  # someone else
+    ("Trabajo en Correos.", "Mi hermano ahora trabaja en Renfe."),  # someone else, with a change cue
+    ("我在杭州工作。", "我老公现在在南京工作。"),  # someone else, Chinese
+    ("The library opens at 9.", "The library closed early today."),  # a passing state
+    ("Je cours le week-end.", "Je ne cours pas cette semaine."),  # a passing state
+    ("I read the news on my tablet at work.", "I now read novels on a Kindle at home."),  # another place
+    ("Je bois du café le matin.", "Le soir je bois maintenant du thé."),  # another time of day
+    ("I swim on Mondays.", "I now swim on Fridays as well."),  # additive with a change cue
+    ("I'm going to the pool on Saturdays.", "I went to the pool with my niece."),  # a place, not a plan
+    ("My password manager is KeePass.", "My manager uses a different tool now."),  # no person: a tool
 ]
 
 
@@ -88,3 +97,13 @@ def test_a_person_before_a_naming_verb_is_a_slot_not_someone_else():
 
 def test_german_compounds_share_their_parts():
     assert judge("Mein Code für das Tor ist 4411.", "Der Torcode wurde geändert, jetzt 7020.") == S
+
+
+def test_going_to_before_a_verb_is_a_plan_not_before_a_place():
+    assert read_cues("I'm going to sell my bike.").plans
+    assert not read_cues("I'm going to the market.").plans
+
+
+def test_a_person_is_read_after_a_possessive_only():
+    assert read_cues("My older brother lives in Oslo.").people == {"brother"}
+    assert read_cues("My password manager is KeePass.").people == frozenset()
