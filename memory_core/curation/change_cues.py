@@ -52,7 +52,7 @@ _JA_NO_LONGER = linear_re.compile(r"もう[^。、,.！!？?]{0,12}(?:ない|ま
 _END_WORDS = frozenset(
     # en: quitting, stopping, selling, cancelling, closing, ending, healing, a plan done
     "quit quitting stopped ditched sold cancelled canceled closed graduated finished retired healed anymore "
-    "broke divorced dumped "
+    "broke divorced dumped left quitting stopping selling cancelling canceling "
     # es
     "dejé deje dejamos dejado vendí vendimos vendido cancelé cancelado cancelada cancelamos cerré cerrado "
     "terminé aprobé aprobado rompimos curado curada abandoné "
@@ -68,7 +68,7 @@ _END_PHRASES = frozenset(
     {
         ("no", "longer"), ("no", "more"), ("any", "more"), ("gave", "up"), ("given", "up"), ("got", "rid"),
         ("broke", "up"), ("split", "up"), ("passed", "away"), ("came", "off"), ("gone", "off"), ("got", "into"),
-        ("moved", "out"),
+        ("moved", "out"), ("used", "to"), ("any", "longer"), ("traded", "in"),
         ("ya", "no"), ("no", "más"), ("nunca", "más"), ("se", "acabó"),
         ("est", "fini"), ("c", "fini"),
         ("nicht", "mehr"), ("kein", "mehr"), ("keine", "mehr"), ("keinen", "mehr"), ("nie", "mehr"),
@@ -82,13 +82,13 @@ _GAPPED_ENDS = (({"ne", "n"}, "plus"), ({"kein", "keine", "keinen", "keiner", "n
 _GAP = 4
 _END_CJK = (
     "不再", "离职", "辞职", "分手", "戒", "取消", "卖了", "卖掉", "毕业", "考上", "走丢", "去世", "不当", "已经不",
-    "やめ", "辞め", "売っ", "売り", "別れ", "キャンセル", "中止", "卒業", "合格", "治っ", "亡くな", "解約", "退職",
+    "以前", "やめ", "辞め", "前は", "売っ", "売り", "別れ", "キャンセル", "中止", "卒業", "合格", "治っ", "亡くな", "解約", "退職",
 )  # fmt: skip
 _SHIFT_WORDS = frozenset(
     # en: now families, moving, switching, changing, rescheduling, raising and lowering
     "now nowadays currently moved relocated switched changed swapped replaced rescheduled rebooked postponed "
     "delayed raised increased lowered reduced upgraded downgraded transferred promoted renamed became "
-    "since rewrote "
+    "since rewrote moving switching changing married engaged started "
     # es
     "ahora actualmente mudamos mudé mude mudado mudó mudaron cambié cambiaron cambiado cambió cambiamos "
     "trasladé trasladado pospuesto aplazado subió bajó desde "
@@ -107,9 +107,105 @@ _SHIFT_PHRASES = frozenset(
         ("brought", "forward"), ("a", "partir"), ("de", "nuevo"), ("à", "nouveau"), ("di", "nuovo"), ("ab", "jetzt"),
     }
 )  # fmt: skip
+_END_STEMS = (
+    # es: dejar (de), vender, cancelar, terminar, aprobar, romper, cerrar, abandonar
+    "dejé",
+    "dejamos",
+    "dejó",
+    "dejado",
+    "vendí",
+    "vendimos",
+    "vendió",
+    "cancel",
+    "terminé",
+    "terminamos",
+    "aprob",
+    "rompi",
+    "rompí",
+    "cerré",
+    "cerramos",
+    "abandon",
+    # fr: quitter, arrêter, annuler, vendre (vendu), réussir, guérir, rompre, résilier
+    "quitt",
+    "arrêté",
+    "arrêtée",
+    "arrêtés",
+    "annul",
+    "vendu",
+    "réussi",
+    "guéri",
+    "rompu",
+    "résili",
+    # de: aufhören, kündigen, verkaufen, abschaffen, absagen, trennen, bestehen, heilen
+    "aufgehört",
+    "gekündigt",
+    "verkauft",
+    "abgeschafft",
+    "abgesagt",
+    "getrennt",
+    "bestanden",
+    "geheilt",
+    # it, pt
+    "smess",
+    "vendut",
+    "annullat",
+    "parei",
+    "paramos",
+    "vendi",
+    "cancelei",
+    "larguei",
+)
+"""Word beginnings of the verbs of ending in the inflected languages (a verb family, its
+conjugations): a word that starts with one is an ending cue."""
+_SHIFT_STEMS = (
+    # es: mudarse, cambiar, trasladarse, casarse, aplazar, posponer, subir, bajar
+    "mudamos",
+    "mudé",
+    "mudó",
+    "mudado",
+    "mudaron",
+    "mudarnos",
+    "mudarme",
+    "cambi",
+    "traslad",
+    "aplaz",
+    "pospus",
+    "casé",
+    "casamos",
+    "casó",
+    # fr: déménager, changer, passer à, devenir, reporter, augmenter, baisser, se marier
+    "déménag",
+    "installé",
+    "chang",
+    "devenu",
+    "reporté",
+    "augment",
+    "baiss",
+    "marié",
+    # de: ziehen, umziehen, ändern, wechseln, verschieben, erhöhen, senken, heiraten
+    "gezogen",
+    "umgezogen",
+    "geändert",
+    "gewechselt",
+    "verschoben",
+    "erhöht",
+    "gesenkt",
+    "geheiratet",
+    "umgestiegen",
+    # it, pt
+    "trasferit",
+    "cambiat",
+    "spostat",
+    "mudei",
+    "mudou",
+    "mudamos",
+    "mudaram",
+    "mudança",
+)
+"""Word beginnings of the verbs of moving, changing and switching (``_END_STEMS``)."""
 _SHIFT_CJK = (
     "搬", "改", "换", "现在", "如今", "目前", "已经", "涨", "减到", "调到", "推迟", "提前", "变成",
-    "今は", "今では", "引っ越", "変更", "変わ", "転職", "移っ", "延期", "に変え",
+    "降", "增加", "加到", "结婚了", "今は", "今では", "上が", "下が", "値上げ", "増え", "減っ", "結婚し", "引っ越", "変更", "変わ", "転職", "移っ", "延期", "に変え",
 )  # fmt: skip
 _PLAN_WORDS = frozenset(
     # en: intending, preparing, looking for, saving for
@@ -249,7 +345,7 @@ _PEOPLE_CJK = (
 _FRAMES = {
     "residence": "live lives living lived moved move relocated home flat apartment house address reside "
     "vivo vive vivimos vivir mudamos mudé mudado piso casa barrio "
-    "habite habites habitons habiter déménagé déménagée appartement maison "
+    "habite habites habitons habiter vis vit vivons vivent déménagé déménagée installé installée appartement maison "
     "wohne wohnt wohnen gezogen umgezogen wohnung haus "
     "abito abitiamo moro moramos",
     "work": "work works working worked job employer company office "
@@ -335,9 +431,11 @@ def read_cues(text: str) -> Cues:
     pairs = set(zip(words, words[1:], strict=False))
     word_set = set(words)
     ends = bool(word_set & _END_WORDS or pairs & _END_PHRASES or _has_gapped(words))
+    ends = ends or any(w.startswith(_END_STEMS) for w in words)
     ends = ends or any(c in text for c in _END_CJK)
     ends = ends or bool(_ZH_NO_LONGER.search(text) or _JA_NO_LONGER.search(text))
     shifts = bool(word_set & _SHIFT_WORDS or pairs & _SHIFT_PHRASES) or any(c in text for c in _SHIFT_CJK)
+    shifts = shifts or any(w.startswith(_SHIFT_STEMS) for w in words)
     plans = bool(word_set & _PLAN_WORDS) or any(c in text for c in _PLAN_CJK) or _going_to_verb(words)
     settings = {k for k, phrases in _SETTINGS.items() if pairs & set(phrases)}
     settings |= {k for k, vocab in _SETTING_WORDS.items() if word_set & vocab}

@@ -655,6 +655,7 @@ def _compound_parts(old: frozenset[str], new: frozenset[str]) -> set[str]:
     return parts
 
 
+_CJK_CHAR = re.compile(r"[\u3040-\u9fff]")
 _OPEN_KINDS = frozenset({"name", "number:count", "code"})
 """Value kinds that name no slot on their own (any name, any count): two statements with a
 weight each are about one weight; two with a name each may be about two things."""
@@ -704,8 +705,8 @@ def _moved_on(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) ->
     if ends and (shared or old.all_values() & new.all_values() or old_cues.frames & new_cues.frames - {"diet"}):
         return "ends"  # what ends is named: a shared term, value or activity ("vegetarian" / "no eggs": no)
     same = bool(shared or old_cues.frames & new_cues.frames or old.all_values() & new.all_values() or slots)
-    if not shifts or (not same and not _same_subject(old, new)):
-        return None
+    if not shifts or not (same or (_read_language(old) and not _CJK_CHAR.search(old.text) and _same_subject(old, new))):
+        return None  # (the English reading's subject terms of Chinese are single characters: not a subject)
     old_values = old.all_values() | (old_cues.words & RELATIONSHIP_NOUNS)  # "my boyfriend is Sam": two values
     if old_values and old_values <= new.all_values() | (new_cues.words & RELATIONSHIP_NOUNS):
         return None  # every value of the old statement kept ("at Google" / "my team at Google … now")

@@ -17,6 +17,9 @@ ENDING = [  # an ending cue about the same subject: the old state is over
     ("Ich habe ein Motorrad.", "Das Motorrad habe ich verkauft."),
     ("我每天喝咖啡。", "我不再喝咖啡。"),
     ("毎朝ジョギングしています。", "ジョギングはやめました。"),
+    ("I work at Shopify.", "I left Shopify last month."),
+    ("Trabajo en Mercadona.", "Dejé Mercadona y ahora trabajo en Lidl."),  # a verb family: dej-
+    ("Ich arbeite bei Aldi.", "Ich habe bei Aldi gekündigt."),
 ]
 CHANGE = [  # a change cue, an old value gone and a new one said, same slot
     ("I bank with Barclays.", "I switched banks, I'm with Monzo now."),
@@ -25,6 +28,9 @@ CHANGE = [  # a change cue, an old value gone and a new one said, same slot
     ("Ich wohne in Köln.", "Wir sind nach Bonn umgezogen."),
     ("Der Kurs ist am Montag.", "Der Kurs wurde auf Mittwoch verschoben."),
     ("My gym membership costs $40 a month.", "The gym raised the fee to $55."),
+    ("J'habite à Toulouse.", "Je me suis installé à Montpellier."),
+    ("大阪に住んでいます。", "先月、福岡に引っ越しました。"),
+    ("会議は月曜日です。", "会議は水曜日に変更になりました。"),
 ]
 PLAN_DONE = [  # a plan, then what came of it
     ("I'm planning to repaint the kitchen.", "We repainted the kitchen yellow."),
@@ -52,6 +58,8 @@ HOLD_TOGETHER = [  # cues that end nothing of the old statement
     ("I swim on Mondays.", "I now swim on Fridays as well."),  # additive with a change cue
     ("I'm going to the pool on Saturdays.", "I went to the pool with my niece."),  # a place, not a plan
     ("My password manager is KeePass.", "My manager uses a different tool now."),  # no person: a tool
+    ("我住在南京。", "我换了一辆新车。"),  # a change of something else (no shared subject)
+    ("Vivo en Bogotá.", "Cambié de trabajo el año pasado."),  # a change of something else
 ]
 
 
