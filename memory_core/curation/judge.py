@@ -32,13 +32,19 @@ Rules, in order (``judge``):
    value conflict (an old value of some kind replaced by a new value of the same kind, or an
    old value negated in the new statement, or a change marker with an old value gone) →
    ``supersedes``;
-6. otherwise → ``compatible``.
+6. in any language of ``change_cues`` (``_moved_on``): a cue of the new statement the old
+   one lacks — ending, a plan then no plan, or change with an old value gone — about the
+   same subject and the same people, nothing added ("also"), no passing state ("today"),
+   no other place or time of day ("at home" / "at work") → ``supersedes``; an old statement
+   of a finished past time ("last summer") or another dated occasion stays compatible;
+7. otherwise → ``compatible``.
 
 Names a statement addresses ("Hey Gina!", "Thanks, Jon.") are not read as values.
 
 The rules are general (no list of example sentences): the lexicons are vocabulary of the
-kinds of facts users state. English and Chinese; other languages fall through to rules 1–2
-and 6 (never a false supersession).
+kinds of facts users state. Values and frames are read in English and Chinese; the cues of
+rule 6 (``memory_core.curation.change_cues``) also in Spanish, French, German, Italian,
+Portuguese and Japanese; a pair with no cue in another language stays compatible.
 """
 
 from __future__ import annotations
