@@ -32,13 +32,19 @@ Rules, in order (``judge``):
    value conflict (an old value of some kind replaced by a new value of the same kind, or an
    old value negated in the new statement, or a change marker with an old value gone) →
    ``supersedes``;
-6. otherwise → ``compatible``.
+6. in any language of ``change_cues`` (``_moved_on``): a cue of the new statement the old
+   one lacks — ending, a plan then no plan, or change with an old value gone — about the
+   same subject and the same people, nothing added ("also"), no passing state ("today"),
+   no other place or time of day ("at home" / "at work") → ``supersedes``; an old statement
+   of a finished past time ("last summer") or another dated occasion stays compatible;
+7. otherwise → ``compatible``.
 
 Names a statement addresses ("Hey Gina!", "Thanks, Jon.") are not read as values.
 
 The rules are general (no list of example sentences): the lexicons are vocabulary of the
-kinds of facts users state. English and Chinese; other languages fall through to rules 1–2
-and 6 (never a false supersession).
+kinds of facts users state. Values and frames are read in English and Chinese; the cues of
+rule 6 (``memory_core.curation.change_cues``) also in Spanish, French, German, Italian,
+Portuguese and Japanese; a pair with no cue in another language stays compatible.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ from enum import Enum
 
 from .. import linear_re
 from ..retrieval.lexical import tokenize
+from .change_cues import RELATIONSHIP_NOUNS, Cues, read_cues
 
 
 class Verdict(str, Enum):
@@ -537,16 +544,17 @@ def _read_language(s: Statement) -> bool:
     return bool(set(s.norm.split()) & _ENGLISH) or bool(re.search(r"[\u4e00-\u9fff]", s.text))
 
 
-def _different_things(old: Statement, new: Statement) -> bool:
+def _different_things(old: Statement, new: Statement, changed: bool) -> bool:
     """Each statement names its own thing: they share only a predicate ("is called", "lives
     in": "my dog is called Max" / "my cat is called Luna"), or, without a change marker, an
-    attribute of two different things ("my locker code" / "my bike lock code")."""
+    attribute of two different things ("my locker code" / "my bike lock code"). ``changed``:
+    ``new`` has a change marker or cue."""
     shared = old.terms & new.terms
     own_old = old.terms - shared - _FRAME_TERMS - _MARKER_TERMS - _WEAK_TERMS
     own_new = new.terms - shared - _FRAME_TERMS - _MARKER_TERMS - _WEAK_TERMS
     if not (shared and own_old and own_new):
         return False
-    return not (shared - _FRAME_TERMS - _WEAK_TERMS) or not new.change
+    return not (shared - _FRAME_TERMS - _WEAK_TERMS) or not changed
 
 
 def _negates(old: Statement, new: Statement) -> bool:
@@ -571,7 +579,11 @@ def judge(old_text: str, new_text: str) -> Verdict:
         return Verdict.DUPLICATE
     readable = _read_language(old) and _read_language(new)
     negates = readable and _negates(old, new)
-    if not new.change and not negates and old.people == new.people:
+    old_cues, new_cues = read_cues(old.text), read_cues(new.text)
+    how = _moved_on(old, new, old_cues, new_cues)
+    moved_on = how is not None
+    over = how in ("ends", "done")  # the old state is over by itself, whatever else is said
+    if not new.change and not negates and not moved_on and old.people == new.people:
         ov, nv = old.all_values(), new.all_values()
         if old.terms <= new.terms and ov <= nv and old.terms:
             grows = new.terms - old.terms or nv - ov
@@ -582,18 +594,131 @@ def judge(old_text: str, new_text: str) -> Verdict:
         if new.terms <= old.terms and nv <= ov and new.terms:
             return Verdict.DUPLICATE  # the new one says less: the old one already holds it
     if not readable:
-        return Verdict.COMPATIBLE
+        return Verdict.SUPERSEDES if moved_on else Verdict.COMPATIBLE
     if new.additive and not new.change:
         return Verdict.COMPATIBLE
-    if old.people != new.people:
+    if old.people != new.people and not moved_on:
         return Verdict.COMPATIBLE  # about someone else: "my sister lives in Boston" vs "I moved to Paris"
-    if _different_things(old, new):
+    if _different_things(old, new, new.change or new_cues.shifts) and not over:
         return Verdict.COMPATIBLE
     if max(len(old.norm.split()), len(new.norm.split())) > MAX_SUPERSEDE_WORDS:
         return Verdict.COMPATIBLE  # several things said at once: never replaced wholesale
+    if old_cues.settings and new_cues.settings and old_cues.settings != new_cues.settings:
+        return Verdict.COMPATIBLE  # "a Mac at work" / "Windows at home": two places, two habits
+    if _someone_else(old_cues, new_cues) or (new_cues.additive and not old_cues.additive):
+        return Verdict.COMPATIBLE  # "我老婆现在在上海工作" after "我在北京工作"; "now … as well"
+    if moved_on:
+        return Verdict.SUPERSEDES
+    if not negates and (_PAST_TIME.search(old.text) or _another_occasion(old, new)):
+        return Verdict.COMPATIBLE  # a past event, or another dated occasion: both stay true
     if _same_subject(old, new) and (negates or _value_conflict(old, new)):
         return Verdict.SUPERSEDES
     return Verdict.COMPATIBLE
+
+
+_PERIODS = "week|weekend|month|year|summer|winter|spring|autumn|fall|night|term|semester"
+_PAST_TIME = linear_re.compile(
+    rf"{linear_re.START}(?:last{_S}+(?:{_PERIODS})|ago|yesterday|when{_S}+i{_S}+was|"
+    r"el año pasado|l'année dernière|l'an dernier|letztes jahr|letzten sommer|letzten monat)"
+    rf"{linear_re.END}|去年|上个月|昨年|先月",
+    linear_re.IGNORECASE,
+)
+"""A statement about a finished past time ("I spent last summer in Portugal"): a new value
+said later is another time, not a correction (only an ending or change cue supersedes it)."""
+_TIME_KINDS = frozenset({"date", "month", "weekday", "number:year"})
+
+
+def _another_occasion(old: Statement, new: Statement) -> bool:
+    """Both statements are dated and differ in their time and in another value, without a
+    change marker: two occasions ("a trip to Japan in April" / "a trip to Scotland in
+    August"), not one moved."""
+    if new.change:
+        return False
+    kinds = old.values.keys() & new.values.keys()
+    time_differs = any(old.values[k] != new.values[k] for k in kinds & _TIME_KINDS)
+    other_differs = any(old.values[k] != new.values[k] for k in kinds - _TIME_KINDS)
+    return time_differs and other_differs
+
+
+MAX_MOVED_ON_CHARS = 300
+"""Longest statement (characters) ``_moved_on`` reads: a longer one says several things
+(``MAX_SUPERSEDE_WORDS``), and the compound test below is pairwise in the terms."""
+MIN_COMPOUND_PART = 4
+"""Shortest term (characters) read as part of a compound of the other statement
+(``türcode`` holds ``code``, ``arzttermin`` holds ``termin``)."""
+
+
+def _compound_parts(old: frozenset[str], new: frozenset[str]) -> set[str]:
+    """Words of one statement that are part of a compound word of the other (German, Dutch:
+    ``türcode`` holds ``code``, ``arzttermin`` holds ``termin``), as terms. Called with at
+    most ``MAX_MOVED_ON_CHARS`` characters a side: the pairwise test is bounded."""
+    parts = set()
+    for a in old:
+        for b in new:
+            short, long_ = (a, b) if len(a) <= len(b) else (b, a)
+            if short != long_ and len(short) >= MIN_COMPOUND_PART and short in long_:
+                parts.update(tokenize(short))
+    return parts
+
+
+_CJK_CHAR = re.compile(r"[\u3040-\u9fff]")
+_OPEN_KINDS = frozenset({"name", "number:count", "code"})
+"""Value kinds that name no slot on their own (any name, any count): two statements with a
+weight each are about one weight; two with a name each may be about two things."""
+
+
+def _someone_else(old_cues: Cues, new_cues: Cues) -> bool:
+    """One statement is about a person the other is not ("mi hermana vive en Sevilla" after
+    "vivo en Madrid"); a partner named in two statements about the relationship is its value."""
+    partners = RELATIONSHIP_NOUNS if "relationship" in old_cues.frames & new_cues.frames else frozenset()
+    return bool((new_cues.people ^ old_cues.people) - partners)
+
+
+def _moved_on(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) -> str | None:
+    """Rule 5, in any language of ``change_cues``: ``new`` has a cue ``old`` lacks — an
+    ending cue ("no longer", quit, sold, broke up, graduated...) or a change cue ("now",
+    moved, switched, rescheduled...) with a value of ``old`` gone and a new one said — about
+    the same subject (a shared content term, frame or value) and the same people, and
+    adds nothing (no "also"). ``"ends"`` (an ending cue, or a negation of all ``old`` says),
+    ``"done"`` (``old`` a plan, ``new`` none about the same thing), ``"shift"``, or ``None``."""
+    if max(len(old.text), len(new.text)) > MAX_MOVED_ON_CHARS:
+        return None  # (Chinese and Japanese have no spaces to count words by)
+    content = old_cues.terms - _WEAK_TERMS
+    ends = (new_cues.ends and not old_cues.ends) or bool(
+        not old_cues.negated
+        and content
+        and content <= new_cues.negated
+        and not new_cues.negated - old_cues.terms - _WEAK_TERMS
+    )  # "no soy alérgico a la penicilina" after "soy alérgico a la penicilina" (not "… with milk")
+    done = old_cues.plans and not new_cues.plans  # a plan, then what came of it
+    shifts = new_cues.shifts and not old_cues.shifts
+    if not (ends or done or shifts) or (new_cues.additive and not old_cues.additive):
+        return None
+    if new_cues.transient and not old_cues.transient:
+        return None  # "closed early today", "not working this week": a passing state
+    if old_cues.settings and new_cues.settings and old_cues.settings != new_cues.settings:
+        return None  # "a Mac at work" / "Windows at home": two places, two habits
+    if _someone_else(old_cues, new_cues):
+        return None
+    if max(len(old.norm.split()), len(new.norm.split())) > MAX_SUPERSEDE_WORDS:
+        return None
+    shared = (old_cues.terms & new_cues.terms | _compound_parts(old_cues.words, new_cues.words)) - _WEAK_TERMS
+    if done and shared:
+        return "done"
+    if not (ends or shifts):
+        return None
+    slots = {k for k in old.values.keys() & new.values.keys() if k not in _OPEN_KINDS}
+    if ends and (shared or old.all_values() & new.all_values() or old_cues.frames & new_cues.frames - {"diet"}):
+        return "ends"  # what ends is named: a shared term, value or activity ("vegetarian" / "no eggs": no)
+    same = bool(shared or old_cues.frames & new_cues.frames or old.all_values() & new.all_values() or slots)
+    if not shifts or not (same or (_read_language(old) and not _CJK_CHAR.search(old.text) and _same_subject(old, new))):
+        return None  # (the English reading's subject terms of Chinese are single characters: not a subject)
+    old_values = old.all_values() | (old_cues.words & RELATIONSHIP_NOUNS)  # "my boyfriend is Sam": two values
+    if old_values and old_values <= new.all_values() | (new_cues.words & RELATIONSHIP_NOUNS):
+        return None  # every value of the old statement kept ("at Google" / "my team at Google … now")
+    old_only = old_cues.terms - new_cues.terms or old.all_values() - new.all_values()
+    new_only = new_cues.terms - old_cues.terms or new.all_values() - old.all_values()
+    return "shift" if old_only and new_only else None
 
 
 def same_values(a: str, b: str) -> bool:
