@@ -1,11 +1,15 @@
-"""The chat request's root span (``memory_core.tracing``) at the HTTP edge.
+"""Each request's root span (``memory_core.tracing``) at the HTTP edge.
 
-``ChatTracing`` (pure ASGI middleware, outermost) opens the ``chat`` span (kind SERVER) for
-each ``POST /v1/chat/completions``, with the client's W3C ``traceparent``/``tracestate`` as its
-parent when it sends one (else a new trace), and keeps it open until the response's last
-byte (a stream's whole relay). Its attributes: ``http.request.method``, ``http.route``,
-``http.response.status_code``, and what memory did (``chat_attributes``, added by the
-route). Every other path, and every request when tracing is off, passes through untouched.
+``ChatTracing`` (pure ASGI middleware, outermost) opens the root span (kind SERVER) of each
+request, with the client's W3C ``traceparent``/``tracestate`` as its parent when it sends one
+(else a new trace), and keeps it open until the response's last byte (a stream's whole
+relay): ``chat`` for ``POST /v1/chat/completions``, and for every other route
+``<METHOD> <route template>`` (``GET /v1/memory/{memory_id}``: the template, never the path,
+which holds memory ids). The store shard and Embedder calls a request makes are its child
+spans (the store pool and the Embedder carry the context across the Ray hops). Its
+attributes: ``http.request.method``, ``http.route`` (the template), ``http.response.status_code``
+and, for chat, what memory did (``chat_attributes``, added by the route). ``/health`` and the
+review page's static answer, and every request when tracing is off, pass through untouched.
 """
 
 from __future__ import annotations
@@ -34,25 +38,27 @@ def _trace_headers(scope: Scope) -> dict[str, str]:
     return out
 
 
+UNTRACED_PATHS = frozenset({"/health", "/ui"})
+"""Paths whose requests make no span (health checks every few seconds, a static page)."""
+
+
 class ChatTracing:
-    """ASGI middleware: the ``chat`` span around each chat completions request (module
-    docstring); the status code of the response is set on it, and a 5xx marks it as an
-    error."""
+    """ASGI middleware: the root span around each request (module docstring); the status
+    code of the response is set on it, and a 5xx marks it as an error."""
 
     def __init__(self, app: ASGIApp):
         self.app = app
 
     async def __call__(self, scope: Scope, receive, send) -> None:
-        if (
-            scope.get("type") != "http"
-            or scope.get("method") != "POST"
-            or scope.get("path") != CHAT_PATH
-            or not tracing_enabled()
-        ):
+        if scope.get("type") != "http" or scope.get("path") in UNTRACED_PATHS or not tracing_enabled():
             await self.app(scope, receive, send)
             return
-        attributes = {"http.request.method": "POST", "http.route": CHAT_PATH}
-        with remote_span("chat", _trace_headers(scope), attributes, new_trace=True) as root:
+        method = str(scope.get("method", ""))
+        chat = method == "POST" and scope.get("path") == CHAT_PATH
+        attributes = {"http.request.method": method}
+        if chat:
+            attributes["http.route"] = CHAT_PATH
+        with remote_span("chat" if chat else method, _trace_headers(scope), attributes, new_trace=True) as root:
 
             async def send_traced(message: Message) -> None:
                 if message.get("type") == "http.response.start":
@@ -63,7 +69,13 @@ class ChatTracing:
                         root.set_status(Status(StatusCode.ERROR))
                 await send(message)
 
-            await self.app(scope, receive, send_traced)
+            try:
+                await self.app(scope, receive, send_traced)
+            finally:
+                template = getattr(scope.get("route"), "path", None)
+                if not chat and isinstance(template, str):  # the route matched: its template names the span
+                    root.update_name(f"{method} {template}")
+                    root.set_attribute("http.route", template)
 
 
 def chat_attributes(prepared: PreparedChat) -> dict[str, Any]:
