@@ -60,6 +60,7 @@ class HeldVectors:
     """
 
     def __init__(self) -> None:
+        self._version = 0
         self._clear()
 
     def _clear(self) -> None:
@@ -69,6 +70,14 @@ class HeldVectors:
         self._ids: list[str | None] = []  # row → memory id; None: a free row
         self._row_of: dict[str, int] = {}
         self._free: list[int] = []
+        self._version += 1
+
+    @property
+    def version(self) -> int:
+        """A counter that changes whenever the row layout does (a row taken or freed, the
+        matrix compacted or cleared): a mask over the rows (``mask``) made at one version is
+        valid until it changes. Replacing the vector of a held id keeps it."""
+        return self._version
 
     def __len__(self) -> int:
         return len(self._row_of)
@@ -110,6 +119,7 @@ class HeldVectors:
             self._row_of[memory_id] = row
             self._ids[row] = memory_id
             self._live[row] = True
+            self._version += 1
         self._held[row] = vec
         return True
 
@@ -122,25 +132,48 @@ class HeldVectors:
         self._held[row] = 0.0
         self._live[row] = False
         self._free.append(row)
+        self._version += 1
         if not self._row_of:
             self._clear()
         elif len(self._free) > _MIN_CAPACITY and len(self._free) * 2 > len(self._ids):
             self._compact()
         return True
 
-    def top(self, query: np.ndarray, k: int, keep: Callable[[str], bool] | None = None) -> list[tuple[str, float]]:
+    def mask(self, keep: Callable[[str], bool]) -> np.ndarray:
+        """The rows whose id ``keep`` accepts, as a boolean array over the rows in use (free
+        rows False), for ``top(..., allowed=...)``: one pass over the held ids, valid while
+        ``version`` stays the same (a caller that searches many times between writes builds
+        it once)."""
+        n = len(self._ids)
+        return self._live[:n] & np.fromiter((i is not None and keep(i) for i in self._ids), dtype=bool, count=n)
+
+    def top(
+        self,
+        query: np.ndarray,
+        k: int,
+        keep: Callable[[str], bool] | None = None,
+        *,
+        allowed: np.ndarray | None = None,
+    ) -> list[tuple[str, float]]:
         """The ``k`` held vectors most cosine-similar to the unit vector ``query`` (shape
         ``[dimension]``), as ``(memory_id, cosine)`` best first, ties by id; only ids for
-        which ``keep(id)`` is true when ``keep`` is given. ``[]`` when nothing is held, ``k``
-        ≤ 0 or ``query`` is of another dimension."""
+        which ``keep(id)`` is true when ``keep`` is given, and only rows that ``allowed`` (a
+        ``mask`` of this version) marks when it is given. ``[]`` when nothing is held, ``k``
+        ≤ 0 or ``query`` is of another dimension. Raises ``ValueError`` for an ``allowed``
+        mask of another row count (made at another version)."""
         n = len(self._ids)
         if not self._row_of or k <= 0 or query.shape != (self._held.shape[1],):
             return []
         rows = self._held
         sims = rows[:n] @ query.astype(np.float32, copy=False)
-        allowed = self._live[:n]
-        if keep is not None:
-            allowed = allowed & np.fromiter((i is not None and keep(i) for i in self._ids), dtype=bool, count=n)
+        if allowed is None:
+            allowed = self._live[:n] if keep is None else self.mask(keep)
+        else:
+            if allowed.shape != (n,):
+                raise ValueError(f"mask of {allowed.shape} rows for {n} rows in use: made at another version")
+            allowed = allowed & self._live[:n]
+            if keep is not None:
+                allowed = allowed & self.mask(keep)
         sims = np.where(allowed & np.isfinite(sims), sims, -np.inf)
         k = min(k, int(allowed.sum()))
         if k <= 0:
@@ -185,3 +218,4 @@ class HeldVectors:
         self._ids = [i for i, _ in live]
         self._row_of = {i: r for r, (i, _) in enumerate(live)}
         self._free = []
+        self._version += 1

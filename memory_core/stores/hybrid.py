@@ -613,10 +613,10 @@ class HybridStore(StoreDecorator):
             await self._load(missing, user_id, ui)
             if self.index.ready(user_id) is not ui:
                 return None
-        wanted = corpus.matching(options.project_id, options.types, options.states)
-        # memories the model cannot represent have meaningless cosines: never a vector candidate
-        keep = {i for i in wanted if (corpus.attrs(i) or {}).get("represented") is not False}.__contains__
-        return [(i, None, cos) for i, cos in held.top(q, pool, keep)]
+        # the scope's rows, memories the model cannot represent left out (their cosines mean
+        # nothing: never a vector candidate); made once per scope between writes
+        allowed = ui.vector_mask(options.project_id, options.types, options.states)
+        return [(i, None, cos) for i, cos in held.top(q, pool, allowed=allowed)]
 
     @staticmethod
     def _held_records(ids: Sequence[str], user_id: str, ui: UserIndex) -> dict[str, Memory]:

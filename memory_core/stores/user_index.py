@@ -20,14 +20,20 @@ import asyncio
 import bisect
 import hashlib
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from ..retrieval.held_vectors import HeldVectors
 from ..retrieval.lexical import DEFAULT_B, DEFAULT_K1, BM25Corpus, tokenize
 from ..retrieval.timeparse import has_time_expression
-from ..types import Memory, MemoryType
+from ..types import Memory, MemoryState, MemoryType
+
+_MAX_MASKS = 16
+"""Most vector masks (``UserIndex.vector_mask``) one user's index keeps, one per scope
+searched (project, types, states); all are dropped when a new one would pass this."""
 
 
 def content_key(content: str) -> str:
@@ -111,6 +117,9 @@ class UserIndex:
     gen: int = 0
     building: list[tuple[str, Any]] | None = None
     task: asyncio.Future | None = None
+    # the corpus's version (each put/remove) and the vector masks made at it (``vector_mask``)
+    version: int = 0
+    _masks: dict[tuple, tuple[int, int, np.ndarray]] = field(default_factory=dict, repr=False)
 
     @property
     def ready(self) -> bool:
@@ -124,6 +133,7 @@ class UserIndex:
         """Index (or re-index) ``memory``; ``represented``: the embedding model can represent
         its content (else its cosine means nothing)."""
         corpus, timeline, held = self.corpus, self.timeline, self.held
+        self.version += 1
         old = corpus.attrs(memory.id)
         if old:
             timeline.remove(old.get("group"), old.get("ts", 0.0), memory.id)
@@ -160,6 +170,7 @@ class UserIndex:
 
     def remove(self, memory_id: str) -> None:
         """Drop ``memory_id`` from every part of the index (nothing when absent)."""
+        self.version += 1
         old = self.corpus.attrs(memory_id)
         if old:
             self.timeline.remove(old.get("group"), old.get("ts", 0.0), memory_id)
@@ -172,6 +183,7 @@ class UserIndex:
         none), as ``forget_by_scope`` deletes them."""
         if types == ():
             return
+        self.version += 1
         for memory_id in self.corpus.remove_where(project_id, types):
             self.held.remove(memory_id)
             self.records.pop(memory_id, None)
@@ -200,6 +212,40 @@ class UserIndex:
             if m is not None:
                 m.access_count += 1
                 m.last_accessed = when if m.last_accessed is None else max(m.last_accessed, when)
+
+    def vector_mask(
+        self,
+        project_id: str | None,
+        types: Iterable[MemoryType] | None,
+        states: Iterable[MemoryState] | None,
+    ) -> np.ndarray:
+        """The rows of ``held`` that a vector search of this scope may return, as
+        ``HeldVectors.top(..., allowed=...)`` takes them: indexed memories of ``project_id``
+        (None: any), ``types`` and ``states`` (``BM25Corpus.passes``) whose text the model
+        represents (an unrepresentable memory's cosine means nothing). One pass over the
+        held ids per scope, kept until the index or the row layout changes (``version``,
+        ``HeldVectors.version``): the candidate searches of a batch's memories, and the
+        searches between two writes, reuse it."""
+        key = (project_id, tuple(types) if types else None, tuple(states) if states else None)
+        cached = self._masks.get(key)
+        if cached is not None and cached[0] == self.version and cached[1] == self.held.version:
+            return cached[2]
+        corpus = self.corpus
+        wanted_types, wanted_states = key[1], key[2]
+
+        def keep(memory_id: str) -> bool:
+            attrs = corpus.attrs(memory_id)
+            return (
+                attrs is not None
+                and attrs.get("represented") is not False
+                and corpus.passes(memory_id, project_id, wanted_types, wanted_states)
+            )
+
+        mask = self.held.mask(keep)
+        if len(self._masks) >= _MAX_MASKS:
+            self._masks.clear()
+        self._masks[key] = (self.version, self.held.version, mask)
+        return mask
 
     def record(self, memory_id: str) -> Memory | None:
         """A copy of the held record of ``memory_id`` with its held vector (as a list, the

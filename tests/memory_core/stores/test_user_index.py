@@ -4,6 +4,7 @@ before it is acknowledged, and one the backend refuses never reaches the index."
 
 import asyncio
 
+import numpy as np
 import pytest
 
 from memory_core.config import CurationSettings, MemoryStoreSettings
@@ -141,3 +142,49 @@ def test_user_indexes_is_an_lru_of_ready_indexes():
     assert not lru.has_user("d") and lru.ready("d") is None and lru.get("d") is building
     with pytest.raises(ValueError):
         UserIndexes(max_users=0)
+
+
+def _memory(i: int, *, project: str | None = None, type_: MemoryType = MemoryType.SEMANTIC) -> Memory:
+    vec = [0.0] * DIM
+    vec[i % DIM] = 1.0
+    return Memory(
+        id=f"m{i}", user_id="alice", type=type_, content=f"fact number {i}", project_id=project, embedding=vec
+    )
+
+
+def test_vector_mask_is_the_scope_of_the_held_rows_and_follows_every_change():
+    ui = UserIndex(BM25Corpus())
+    for i in range(6):
+        ui.put(_memory(i, project="p" if i % 2 else None), represented=i != 4)
+    mask = ui.vector_mask("p", None, None)
+    # rows of project p (1, 3, 5); all represented
+    assert sorted(ui.held._ids[r] for r in mask.nonzero()[0]) == ["m1", "m3", "m5"]
+    assert ui.vector_mask("p", None, None) is mask  # kept while nothing changes
+    # the unrepresentable memory (m4) is never a vector row, whatever the scope
+    assert "m4" not in {ui.held._ids[r] for r in ui.vector_mask(None, None, None).nonzero()[0]}
+    ui.remove("m3")
+    after_remove = ui.vector_mask("p", None, None)
+    assert after_remove is not mask
+    assert sorted(ui.held._ids[r] for r in after_remove.nonzero()[0]) == ["m1", "m5"]
+    ui.put(_memory(7, project="p"), represented=True)  # a new row
+    assert sorted(ui.held._ids[r] for r in ui.vector_mask("p", None, None).nonzero()[0]) == ["m1", "m5", "m7"]
+    ui.put(_memory(1, project="q"), represented=True)  # same row, another scope
+    assert sorted(ui.held._ids[r] for r in ui.vector_mask("p", None, None).nonzero()[0]) == ["m5", "m7"]
+    only_events = ui.vector_mask(None, (MemoryType.EPISODIC,), None)
+    assert not only_events.any()
+
+
+def test_held_top_with_a_mask_answers_as_with_the_same_filter_and_refuses_a_stale_mask():
+    ui = UserIndex(BM25Corpus())
+    for i in range(5):
+        ui.put(_memory(i, project="p" if i < 3 else None), represented=True)
+    q = np.zeros(DIM, dtype=np.float32)
+    q[:5] = [0.1, 0.5, 0.2, 0.9, 0.3]
+    q /= np.linalg.norm(q)
+    mask = ui.vector_mask("p", None, None)
+    by_keep = ui.held.top(q, 3, lambda i: ui.corpus.passes(i, "p"))
+    assert ui.held.top(q, 3, allowed=mask) == by_keep == [(i, c) for i, c in by_keep]
+    assert [i for i, _ in by_keep] == ["m1", "m2", "m0"]
+    ui.put(_memory(9), represented=True)  # one more row: the old mask is of another layout
+    with pytest.raises(ValueError, match="another version"):
+        ui.held.top(q, 3, allowed=mask)
