@@ -65,6 +65,7 @@ from ..curation.consolidate import merged_content, plan_groups, successor
 from ..curation.judge import Verdict, judge, same_values
 from ..curation.llm import LLMJudge
 from ..curation.screening import screen, screen_window
+from ..curation.second_opinion import SecondOpinion, bundled
 from ..errors import DuplicateMemory, InvalidInput, MemoryNotFound, StateConflict, StoreClosed
 from ..redaction import Redactor, redact_changes, redact_memories, withheld
 from ..retrieval.held_vectors import cosine, unit_vector
@@ -277,6 +278,11 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         self._own_cpu = cpu is None
         self._cpu = cpu if cpu is not None else CpuPool(name="curation")
         self._llm_judge = llm_judge
+        self._opinion: SecondOpinion | None = None
+        if settings.second_opinion:
+            opinion = bundled()  # ValueError here, at start, when the shipped file is broken
+            if opinion.applies_to(inner.identity, inner.dimension):
+                self._opinion = opinion
         self._on_event = on_event
         self._now = now
         self._locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
@@ -500,8 +506,12 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         # the rules' verdicts on every candidate in one CPU hand-off (the first duplicate or
         # refinement ends the loop below; the rest were cheap to judge anyway)
         verdicts = await self._cpu.run(self._verdicts, candidates, memory) if candidates else []
-        for (old, _), rules in zip(candidates, verdicts, strict=True):
+        opinions = await self._second_opinions(candidates, memory, verdicts)
+        for (old, _), rules, opinion_says in zip(candidates, verdicts, opinions, strict=True):
             verdict, by = rules, "rules"
+            if opinion_says:
+                verdict, by = Verdict.SUPERSEDES, "second opinion"
+                self._count("second_opinion_supersedes")
             if verdict == Verdict.COMPATIBLE and self._asks_model(memory, llm_calls):
                 llm_calls += 1
                 opinion = await self._llm_judge.judge(old.content, memory.content)  # type: ignore[union-attr]
@@ -525,6 +535,40 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         later memory of the same batch)."""
         held = plan.new.get(result.memory.id) or plan.held.get(result.memory.id) or result.memory
         return result.model_copy(update={"memory": held})
+
+    async def _second_opinions(
+        self, candidates: Sequence[tuple[Memory, float]], new: Memory, verdicts: Sequence[Verdict]
+    ) -> list[bool]:
+        """For each candidate, whether the second opinion (``curation.second_opinion``) turns
+        the rules' ``compatible`` into ``supersedes``: asked only for a fact (semantic, not a
+        conversation window) written after a fact, when this store's embedding model is the
+        one the weights were fitted on (``applies_to``) and the model represents both texts.
+        The stored candidates' vectors are read in one ``get_many`` of the owner's records
+        (retrieval returns none); the cost is then one dot product per pair, whatever the
+        texts' length."""
+        out = [False] * len(candidates)
+        opinion = self._opinion
+        if (
+            opinion is None
+            or new.type != MemoryType.SEMANTIC
+            or new.created_via == WINDOW_CREATED_VIA
+            or new.embedding is None
+            or not self.inner.represents(new.content)
+        ):
+            return out
+        asked = [
+            i
+            for i, ((old, _), verdict) in enumerate(zip(candidates, verdicts, strict=True))
+            if verdict == Verdict.COMPATIBLE and old.type == MemoryType.SEMANTIC and self.inner.represents(old.content)
+        ]
+        missing = [candidates[i][0].id for i in asked if candidates[i][0].embedding is None]
+        vectors = {m.id: m.embedding for m in await self.inner.get_many(missing, new.user_id)} if missing else {}
+        for i in asked:
+            old = candidates[i][0]
+            vector = old.embedding if old.embedding is not None else vectors.get(old.id)
+            if vector is not None and len(vector) == opinion.dimension:
+                out[i] = opinion.supersedes(vector, new.embedding)
+        return out
 
     def _asks_model(self, memory: Memory, calls: int) -> bool:
         """Whether a pair the rules call compatible goes to the LLM judge: when one is
