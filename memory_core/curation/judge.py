@@ -724,3 +724,49 @@ def _moved_on(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) ->
 def same_values(a: str, b: str) -> bool:
     """Whether two statements name the same values (numbers, dates, names...)."""
     return read_statement(a, b).all_values() == read_statement(b, a).all_values()
+
+
+def compatible_on_purpose(old_text: str, new_text: str) -> str | None:
+    """Why the rules hold ``new_text`` compatible with ``old_text`` whatever else is said, or
+    None: the reasons of ``judge`` that say both stay true — ``"additive"`` ("also", "too",
+    "as well", in any language of ``change_cues``), ``"someone else"`` (the statements are
+    about different people), ``"another setting"`` ("at work" / "at home"), ``"passing"``
+    (a passing state: "today", "this week"), ``"another occasion"`` (an old statement of a
+    finished past time, or two dated occasions), ``"long"`` (more than
+    ``MAX_SUPERSEDE_WORDS`` words: several things said at once). A second opinion
+    (``curation.second_opinion``) never overrides these. Linear in the texts (the readers
+    ``judge`` uses)."""
+    old = read_statement(old_text, new_text)
+    new = read_statement(new_text, old_text)
+    old_cues, new_cues = read_cues(old.text), read_cues(new.text)
+    if max(len(old.norm.split()), len(new.norm.split())) > MAX_SUPERSEDE_WORDS:
+        return "long"
+    if (new.additive and not new.change) or (new_cues.additive and not old_cues.additive):
+        return "additive"
+    if old.people != new.people or _someone_else(old_cues, new_cues):
+        return "someone else"
+    if old_cues.settings and new_cues.settings and old_cues.settings != new_cues.settings:
+        return "another setting"
+    if new_cues.transient and not old_cues.transient:
+        return "passing"
+    if _PAST_TIME.search(old.text) or _another_occasion(old, new) or _habit_then_occasion(old, new, new_cues):
+        return "another occasion"
+    return None
+
+
+_HABIT = linear_re.compile(
+    rf"{linear_re.START}(?:every|each|daily|weekly|monthly|usually|always|most{_S}+days|"
+    rf"cada|todos{_S}+los|todas{_S}+las|siempre|chaque|tous{_S}+les|toutes{_S}+les|toujours|"
+    rf"jeden|jede|jedes|immer|ogni|sempre|todos{_S}+os|todas{_S}+as){linear_re.END}|每|毎|いつも",
+    linear_re.IGNORECASE,
+)
+"""A statement of a recurring habit ("every Saturday", "cada lunes", "tous les jours", 每天)."""
+
+
+def _habit_then_occasion(old: Statement, new: Statement, new_cues: Cues) -> bool:
+    """``old`` states a recurring habit and ``new`` one dated occasion (a date, month or
+    weekday ``old`` does not name) without a change marker or cue: "I run 5 km every
+    Saturday" / "I signed up for a half marathon in October" — the habit stays."""
+    if not _HABIT.search(old.text) or _HABIT.search(new.text) or new.change or new_cues.shifts or new_cues.ends:
+        return False
+    return any(new.values.get(k, set()) - old.values.get(k, set()) for k in _TIME_KINDS)

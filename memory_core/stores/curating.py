@@ -62,7 +62,7 @@ from ..config import CurationSettings, RedactionSettings
 from ..cpu_pool import CpuPool
 from ..curation.consolidate import history as version_chain
 from ..curation.consolidate import merged_content, plan_groups, successor
-from ..curation.judge import Verdict, judge, same_values
+from ..curation.judge import Verdict, compatible_on_purpose, judge, same_values
 from ..curation.llm import LLMJudge
 from ..curation.screening import screen, screen_window
 from ..curation.second_opinion import SecondOpinion, bundled
@@ -486,10 +486,31 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             self._screening_reason(m.content, m.created_via) if m.state == MemoryState.ACTIVE else None for m in batch
         ]
 
-    def _verdicts(self, candidates: Sequence[tuple[Memory, float]], new: Memory) -> list[Verdict]:
+    def _verdicts(self, candidates: Sequence[tuple[Memory, float]], new: Memory) -> list[tuple[Verdict, bool]]:
         """The rules' verdict (``_verdict``) on ``new`` against each ``(old, cosine)`` of
-        ``candidates``, in order: pure CPU, run on ``_cpu`` as one call per memory written."""
-        return [self._verdict(old, new, cos) for old, cos in candidates]
+        ``candidates``, in order, each with whether the second opinion may be asked about it
+        (``_open_to_opinion``): pure CPU, run on ``_cpu`` as one call per memory written."""
+        out = []
+        for old, cos in candidates:
+            verdict = self._verdict(old, new, cos)
+            out.append((verdict, verdict == Verdict.COMPATIBLE and self._open_to_opinion(old, new)))
+        return out
+
+    def _open_to_opinion(self, old: Memory, new: Memory) -> bool:
+        """Whether the second opinion may turn the rules' ``compatible`` on ``new`` after
+        ``old`` into ``supersedes``: a store whose model the weights read (``applies_to``), a
+        fact (semantic, not a conversation window) after a fact, both texts represented by
+        the model, and not a pair the rules hold compatible on purpose
+        (``judge.compatible_on_purpose``). Pure CPU (reads both texts): run on ``_cpu``."""
+        return (
+            self._opinion is not None
+            and new.type == MemoryType.SEMANTIC
+            and old.type == MemoryType.SEMANTIC
+            and new.created_via != WINDOW_CREATED_VIA
+            and self.inner.represents(new.content)
+            and self.inner.represents(old.content)
+            and compatible_on_purpose(old.content, new.content) is None
+        )
 
     async def _plan_one(self, memory: Memory, plan: _BatchPlan, reason: str | None) -> WriteResult:
         """Decide what writing ``memory`` (its retention set) does and record it in ``plan``
@@ -505,8 +526,9 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         candidates = await self._candidates(memory, plan)
         # the rules' verdicts on every candidate in one CPU hand-off (the first duplicate or
         # refinement ends the loop below; the rest were cheap to judge anyway)
-        verdicts = await self._cpu.run(self._verdicts, candidates, memory) if candidates else []
-        opinions = await self._second_opinions(candidates, memory, verdicts)
+        judged = await self._cpu.run(self._verdicts, candidates, memory) if candidates else []
+        verdicts = [v for v, _ in judged]
+        opinions = await self._second_opinions(candidates, memory, [open_ for _, open_ in judged])
         for (old, _), rules, opinion_says in zip(candidates, verdicts, opinions, strict=True):
             verdict, by = rules, "rules"
             if opinion_says:
@@ -537,36 +559,24 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         return result.model_copy(update={"memory": held})
 
     async def _second_opinions(
-        self, candidates: Sequence[tuple[Memory, float]], new: Memory, verdicts: Sequence[Verdict]
+        self, candidates: Sequence[tuple[Memory, float]], new: Memory, open_: Sequence[bool]
     ) -> list[bool]:
         """For each candidate, whether the second opinion (``curation.second_opinion``) turns
-        the rules' ``compatible`` into ``supersedes``: asked only for a fact (semantic, not a
-        conversation window) written after a fact, when this store's embedding model is the
-        one the weights were fitted on (``applies_to``) and the model represents both texts.
-        The stored candidates' vectors are read in one ``get_many`` of the owner's records
-        (retrieval returns none); the cost is then one dot product per pair, whatever the
-        texts' length."""
+        the rules' ``compatible`` into ``supersedes``: asked only where ``open_`` (see
+        ``_open_to_opinion``). The stored candidates' vectors are read in one ``get_many`` of
+        the owner's records (retrieval returns none); the opinion is then one dot product per
+        pair, whatever the texts' length (on the loop: microseconds, less than a hand-off)."""
         out = [False] * len(candidates)
         opinion = self._opinion
-        if (
-            opinion is None
-            or new.type != MemoryType.SEMANTIC
-            or new.created_via == WINDOW_CREATED_VIA
-            or new.embedding is None
-            or not self.inner.represents(new.content)
-        ):
+        asked = [i for i, o in enumerate(open_) if o]
+        if opinion is None or new.embedding is None or not asked:
             return out
-        asked = [
-            i
-            for i, ((old, _), verdict) in enumerate(zip(candidates, verdicts, strict=True))
-            if verdict == Verdict.COMPATIBLE and old.type == MemoryType.SEMANTIC and self.inner.represents(old.content)
-        ]
         missing = [candidates[i][0].id for i in asked if candidates[i][0].embedding is None]
         vectors = {m.id: m.embedding for m in await self.inner.get_many(missing, new.user_id)} if missing else {}
         for i in asked:
             old = candidates[i][0]
             vector = old.embedding if old.embedding is not None else vectors.get(old.id)
-            if vector is not None and len(vector) == opinion.dimension:
+            if vector is not None and len(vector) == opinion.dimension == len(new.embedding):
                 out[i] = opinion.supersedes(vector, new.embedding)
         return out
 

@@ -1,6 +1,7 @@
 """Fits ``memory_core/curation/second_opinion.json``: the second opinion on supersession
-(``memory_core.curation.second_opinion``), a logistic regression on ``embed(new) −
-embed(old)`` (the bundled all-MiniLM-L6-v2, 384 floats, L2-normalised).
+(``memory_core.curation.second_opinion``), a logistic regression on the bundled
+all-MiniLM-L6-v2's vectors (384 floats, L2-normalised) of the two statements: ``diff`` =
+``embed(new) − embed(old)``, or ``diff+new`` = that and ``embed(new)`` (``FEATURES``).
 
 Training data: the ``dev`` split of ``labelled.jsonl`` (the holdout is never read: rows of
 another split are skipped unread) and ``train_extra.py``; target: label ``supersedes``
@@ -8,13 +9,14 @@ against the three others.
 
 Choice, by cross-validation on dev only: 5 folds grouped by the old statement (pairs sharing
 an old statement never straddle folds), repeated with ``SEEDS`` fold assignments, the extra
-pairs always in training. For each L2 penalty of ``PENALTIES`` and threshold of
+pairs always in training. For each feature set, L2 penalty of ``PENALTIES`` and threshold of
 ``THRESHOLDS``, the out-of-fold predictions are combined with the rules as the store combines
 them (the rules' ``judge`` verdict; a ``compatible`` verdict becomes ``supersedes`` when the
-probability reaches the threshold) and scored on dev. Kept: a threshold with no compatible
+probability reaches the threshold, unless the rules hold it compatible on purpose:
+``judge.compatible_on_purpose``) and scored on dev. Kept: a threshold with no compatible
 pair lost at it and at the next lower threshold (a margin: a compatible memory lost is worse
 than a missed supersession) and precision ≥ ``MIN_PRECISION``; of those the highest recall,
-then the larger penalty, then the higher threshold. The final fit uses every training pair.
+then fewer features, then the larger penalty, then the higher threshold. The final fit uses every training pair.
 
 Deterministic: Newton's method from zeros, no randomness but the seeded fold assignment.
 Printed: the cross-validated figures (overall, per language, per kind) of the choice next
@@ -41,8 +43,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(HERE))
 
 from memory_core.config import EmbeddingSettings  # noqa: E402
-from memory_core.curation.judge import Verdict, judge  # noqa: E402
-from memory_core.curation.second_opinion import BUNDLED_PATH  # noqa: E402
+from memory_core.curation.judge import Verdict, compatible_on_purpose, judge  # noqa: E402
+from memory_core.curation.second_opinion import BUNDLED_PATH, FEATURES, features  # noqa: E402
 from memory_core.embedding import compute_identity  # noqa: E402
 
 PENALTIES = (100.0, 300.0, 1000.0, 3000.0)
@@ -55,16 +57,32 @@ NEWTON_STEPS = 100
 
 def training_rows() -> tuple[list[dict], list[dict]]:
     """The dev pairs of ``labelled.jsonl`` and the pairs of ``train_extra.py``, as rows
-    ``{old, new, label, lang, kind}``."""
+    ``{old, new, label, lang, kind}``. An extra pair with a statement (case and spacing
+    aside) that is also a statement of ``labelled.jsonl``, of either split, is left out: no
+    holdout statement is trained on (they were written independently; the rows are
+    compared, never printed)."""
     from train_extra import PAIRS
 
-    dev = []
+    dev, statements = [], set()
     for line in (HERE / "labelled.jsonl").read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
+        statements.add(_normal(row["old"]))  # every split's statements, compared, never shown
+        statements.add(_normal(row["new"]))
         if row["split"] == "dev":
             dev.append(row)
-    extra = [{"lang": a, "kind": k, "label": lab, "old": o, "new": n} for a, k, lab, o, n in PAIRS]
+    extra = [
+        {"lang": a, "kind": k, "label": lab, "old": o, "new": n}
+        for a, k, lab, o, n in PAIRS
+        if _normal(o) not in statements and _normal(n) not in statements
+    ]
+    print(
+        f"train_extra.py: {len(PAIRS) - len(extra)} of {len(PAIRS)} pairs left out (a statement also in labelled.jsonl)"
+    )
     return dev, extra
+
+
+def _normal(text: str) -> str:
+    return " ".join(text.casefold().split())
 
 
 def fit(x: np.ndarray, y: np.ndarray, penalty: float) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
@@ -97,12 +115,14 @@ def predict(x: np.ndarray, w: np.ndarray, b: float) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-(x @ w + b)))
 
 
-def figures(labels: list[str], rules: list[Verdict], p: np.ndarray, threshold: float) -> dict[str, float]:
+def figures(labels: list[str], rules: list[tuple[Verdict, bool]], p: np.ndarray, threshold: float) -> dict[str, float]:
     """Precision and recall of ``supersedes``, compatible pairs lost, of the rules combined
-    with the probabilities ``p`` at ``threshold`` (``threshold > 1``: the rules alone)."""
+    with the probabilities ``p`` at ``threshold`` (``threshold > 1``: the rules alone).
+    ``rules``: each pair's verdict and whether the rules hold it compatible on purpose
+    (``compatible_on_purpose``: never overridden)."""
     tp = fp = fn = lost = 0
-    for label, verdict, prob in zip(labels, rules, p, strict=True):
-        said = verdict == Verdict.SUPERSEDES or (verdict == Verdict.COMPATIBLE and prob >= threshold)
+    for label, (verdict, kept), prob in zip(labels, rules, p, strict=True):
+        said = verdict == Verdict.SUPERSEDES or (verdict == Verdict.COMPATIBLE and not kept and prob >= threshold)
         truth = label == "supersedes"
         tp += said and truth
         fp += said and not truth
@@ -140,43 +160,49 @@ def main() -> None:
     cache = EmbedCache(None)  # no file: every vector from the model, in this run
     cache.ensure([t for r in dev + extra for t in (r["old"], r["new"])])
 
-    def diffs(rows: list[dict]) -> np.ndarray:
-        return np.array([cache.vectors[r["new"]] - cache.vectors[r["old"]] for r in rows], dtype=np.float64)
+    def design(rows: list[dict], kind: str) -> np.ndarray:
+        return np.array([features(kind, cache.vectors[r["old"]], cache.vectors[r["new"]]) for r in rows])
 
-    x_dev, x_extra = diffs(dev), diffs(extra)
     y_dev = np.array([r["label"] == "supersedes" for r in dev], dtype=np.float64)
     y_extra = np.array([r["label"] == "supersedes" for r in extra], dtype=np.float64)
     ids: dict[str, int] = {}
     groups = np.array([ids.setdefault(r["old"], len(ids)) for r in dev])
     labels = [r["label"] for r in dev]
-    rules = [judge(r["old"], r["new"]) for r in dev]
+    rules = [(judge(r["old"], r["new"]), compatible_on_purpose(r["old"], r["new"]) is not None) for r in dev]
 
-    per_config: dict[tuple[float, float], list[dict]] = defaultdict(list)
-    oof: dict[float, list[np.ndarray]] = {}
-    for penalty in PENALTIES:
-        oof[penalty] = [out_of_fold(x_dev, y_dev, groups, x_extra, y_extra, penalty, s) for s in SEEDS]
-        for t in THRESHOLDS:
-            per_config[(penalty, t)] = [figures(labels, rules, p, t) for p in oof[penalty]]
+    per_config: dict[tuple[str, float, float], list[dict]] = defaultdict(list)
+    oof: dict[tuple[str, float], list[np.ndarray]] = {}
+    for kind in FEATURES:
+        x_dev, x_extra = design(dev, kind), design(extra, kind)
+        for penalty in PENALTIES:
+            oof[(kind, penalty)] = [out_of_fold(x_dev, y_dev, groups, x_extra, y_extra, penalty, s) for s in SEEDS]
+            for t in THRESHOLDS:
+                per_config[(kind, penalty, t)] = [figures(labels, rules, p, t) for p in oof[(kind, penalty)]]
 
-    def mean(penalty: float, t: float, key: str) -> float:
-        return float(np.mean([f[key] for f in per_config[(penalty, t)]]))
+    def mean(config: tuple[str, float, float], key: str) -> float:
+        return float(np.mean([f[key] for f in per_config[config]]))
 
     print(f"{len(dev)} dev pairs, {len(extra)} extra pairs; grouped {FOLDS}-fold CV × {len(SEEDS)} seeds")
-    print("penalty threshold  precision recall lost")
+    print("features  penalty threshold  precision recall lost")
     eligible = []
-    for penalty in PENALTIES:
-        for i, t in enumerate(THRESHOLDS):
-            p, r, lost = mean(penalty, t, "precision"), mean(penalty, t, "recall"), mean(penalty, t, "lost")
-            print(f"{penalty:7.0f} {t:9.2f}  {p:9.3f} {r:6.3f} {lost:4.1f}")
-            below = mean(penalty, THRESHOLDS[i - 1], "lost") if i else lost
-            if lost == 0 and below == 0 and p >= MIN_PRECISION:
-                eligible.append((r, penalty, t))
+    for kind in FEATURES:
+        for penalty in PENALTIES:
+            for i, t in enumerate(THRESHOLDS):
+                c = (kind, penalty, t)
+                p, r, lost = mean(c, "precision"), mean(c, "recall"), mean(c, "lost")
+                print(f"{kind:9} {penalty:7.0f} {t:9.2f}  {p:9.3f} {r:6.3f} {lost:4.1f}")
+                below = mean((kind, penalty, THRESHOLDS[i - 1]), "lost") if i else lost
+                if lost == 0 and below == 0 and p >= MIN_PRECISION:
+                    # highest recall; then fewer features, a larger penalty, a higher threshold
+                    eligible.append((r, -FEATURES.index(kind), penalty, t))
     if not eligible:
         raise SystemExit("no penalty and threshold meets the constraints: nothing written")
-    recall, penalty, threshold = max(eligible)
+    recall, minus_index, penalty, threshold = max(eligible)
+    kind = FEATURES[-minus_index]
+    x_dev, x_extra = design(dev, kind), design(extra, kind)
     base = figures(labels, rules, np.zeros(len(dev)), 2.0)
-    chosen = [figures(labels, rules, p, threshold) for p in oof[penalty]]
-    print(f"\nchosen: penalty {penalty:g}, threshold {threshold:.2f}")
+    chosen = [figures(labels, rules, p, threshold) for p in oof[(kind, penalty)]]
+    print(f"\nchosen: features {kind}, penalty {penalty:g}, threshold {threshold:.2f}")
     print(
         f"rules alone (dev):           precision {base['precision']:.3f} recall {base['recall']:.3f} lost {base['lost']}"
     )
@@ -185,7 +211,7 @@ def main() -> None:
         f"recall {np.mean([f['recall'] for f in chosen]):.3f} lost {np.mean([f['lost'] for f in chosen]):.1f} "
         f"(mean of {len(SEEDS)} fold assignments)"
     )
-    p0 = oof[penalty][0]  # per group: the first fold assignment
+    p0 = oof[(kind, penalty)][0]  # per group: the first fold assignment
     for key in ("lang", "kind"):
         print(f"\nper {key} (CV, seed {SEEDS[0]}): caught rules → rules+second opinion, said wrongly, compatible lost")
         for g in sorted({r[key] for r in dev}):
@@ -205,11 +231,12 @@ def main() -> None:
     ).hexdigest()
     doc = {
         "identity": compute_identity(EmbeddingSettings()).digest,
+        "features": kind,
         "threshold": threshold,
         "bias": round(bias, 10),
         "weights": [round(float(v), 10) for v in weights],
         "provenance": {
-            "model": "logistic regression on embed(new) - embed(old), bundled all-MiniLM-L6-v2",
+            "model": f"logistic regression on features {kind!r} of the bundled all-MiniLM-L6-v2's vectors",
             "script": "tests/supersession_set/fit_second_opinion.py",
             "training": f"labelled.jsonl split dev ({len(dev)} pairs) + train_extra.py ({len(extra)} pairs)",
             "training_sha256": digest,
