@@ -19,10 +19,14 @@ For each memory written (``write``; ``store``/``store_many`` use it too):
    makes a re-import change nothing: importance the larger of the two, the richer text of
    a refinement, no access count;
 3. **supersession**: every memory the new one supersedes becomes ``superseded``
-   (``superseded_by``, ``valid_to`` = now, ``state_reason`` naming ``rules`` or ``llm
-   judge``); the new one is stored. With an LLM judge (``curation.llm_judge``, off by
-   default), a pair of facts or instructions the rules call compatible is put to the model
-   (at most ``max_calls`` per write); its verdict is taken, and no answer keeps the rules';
+   (``superseded_by``, ``valid_to`` = now, ``state_reason`` naming ``rules``, ``second
+   opinion`` or ``llm judge``); the new one is stored. A pair of facts the rules call
+   compatible (not on purpose: ``judge.compatible_on_purpose``) is put to the second opinion
+   of the embedding geometry (``curation.second_opinion``, on by default, only for the
+   embedding model it was fitted on), which may make it a supersession. With an LLM judge
+   (``curation.llm_judge``, off by default), a pair of facts or instructions still
+   compatible is put to the model (at most ``max_calls`` per write); its verdict is taken,
+   and no answer keeps the rules';
 4. **retention**: ``expires_at`` = ``created_at`` + the type's retention, when configured.
 
 Episodic memories (events, conversation windows) are only deduplicated when they say exactly

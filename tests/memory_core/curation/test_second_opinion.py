@@ -225,3 +225,31 @@ def test_the_figures_combine_rules_and_opinion_as_the_store_does():
     assert (f["caught"], f["total"], f["lost"]) == (2, 2, 1)  # the kept pair (0.99) is never overridden
     alone = fit.figures(labels, rules, p, 2.0)
     assert (alone["caught"], alone["lost"]) == (1, 0)
+
+
+async def test_an_event_or_unrepresented_text_gets_no_second_opinion(local_encoder, bundled_settings):
+    digest = compute_identity(bundled_settings).digest
+    store = _store(local_encoder, digest)
+    try:
+        old, _ = await _pair(store, *CHANGES_THE_RULES_MISS[0])
+        assert old.state == MemoryState.SUPERSEDED  # the control: a fact after a fact
+        (first,) = await store.write(
+            [Memory(user_id="bob", content=CHANGES_THE_RULES_MISS[0][0], type=MemoryType.SEMANTIC)]
+        )
+        await store.write([Memory(user_id="bob", content=CHANGES_THE_RULES_MISS[0][1], type=MemoryType.EPISODIC)])
+        assert (await store.get(first.memory.id, "bob")).state == MemoryState.ACTIVE  # an event: the rules alone
+    finally:
+        await store.close()
+    settings = MemoryStoreSettings(backend="inmemory", curation=CurationSettings())
+    blind = make_store(
+        settings,
+        embed=CoalescingEmbedFn(local_encoder, wait_s=0.0),
+        dimension=384,
+        identity=digest,
+        represents=lambda text: "bike" not in text,  # the model "cannot represent" the new text
+    )
+    try:
+        old, _ = await _pair(blind, *CHANGES_THE_RULES_MISS[0])
+        assert old.state == MemoryState.ACTIVE
+    finally:
+        await blind.close()
