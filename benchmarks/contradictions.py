@@ -55,7 +55,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from memory_core.config import CurationSettings, EmbeddingSettings, MemoryStoreSettings  # noqa: E402
-from memory_core.curation.judge import judge  # noqa: E402
+from memory_core.curation.judge import judge, judged  # noqa: E402
 from memory_core.curation.second_opinion import bundled  # noqa: E402
 from memory_core.embedding import compute_identity  # noqa: E402
 from memory_core.stores import make_store  # noqa: E402
@@ -287,8 +287,10 @@ def main(
 
 
 def per_pair_cost(pairs: list[Pair], cache) -> None:
-    """Microseconds per pair of the rules (``judge``) and of the second opinion's
-    probability (vectors given), measured side by side over the same pairs."""
+    """Microseconds per pair of the rules (``judge``), of the rules with the reason a
+    compatible pair is compatible on purpose (``judged(..., why=True)``, what the store runs
+    when the second opinion applies) and of the second opinion's probability (vectors given),
+    measured side by side over the same pairs."""
     opinion = bundled()
     vectors = [(cache.vectors[p.old], cache.vectors[p.new]) for p in pairs]
     start = time.perf_counter()
@@ -296,12 +298,17 @@ def per_pair_cost(pairs: list[Pair], cache) -> None:
         judge(p.old, p.new)
     rules_us = (time.perf_counter() - start) / len(pairs) * 1e6
     start = time.perf_counter()
+    for p in pairs:
+        judged(p.old, p.new, why=True)
+    guard_us = (time.perf_counter() - start) / len(pairs) * 1e6
+    start = time.perf_counter()
     for old, new in vectors:
         opinion.probability(old, new)
     opinion_us = (time.perf_counter() - start) / len(pairs) * 1e6
     console.print(
-        f"per pair: rules {rules_us:.0f} µs, second opinion {opinion_us:.1f} µs "
-        f"(ratio {opinion_us / rules_us:.3f}; the store adds one get_many of the candidates' vectors per write)"
+        f"per pair: rules {rules_us:.0f} µs, rules with compatible_on_purpose (what the store runs when the "
+        f"second opinion applies) {guard_us:.0f} µs (ratio {guard_us / rules_us:.2f}), the second opinion {opinion_us:.1f} µs "
+        f"(ratio {opinion_us / rules_us:.3f}); the store adds one get_many of the candidates' vectors per write"
     )
 
 

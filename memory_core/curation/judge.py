@@ -573,13 +573,26 @@ def _negates(old: Statement, new: Statement) -> bool:
 def judge(old_text: str, new_text: str) -> Verdict:
     """The ``Verdict`` for ``new_text`` written after ``old_text`` by the same user (rules of
     the module docstring). Pure and deterministic."""
+    return judged(old_text, new_text)[0]
+
+
+def judged(old_text: str, new_text: str, *, why: bool = False) -> tuple[Verdict, str | None]:
+    """``judge(old_text, new_text)`` and, when ``why`` and the verdict is ``compatible``,
+    ``compatible_on_purpose`` of the pair (else None), from one reading of the two texts."""
     old = read_statement(old_text, new_text)
     new = read_statement(new_text, old_text)
+    old_cues, new_cues = read_cues(old.text), read_cues(new.text)
+    verdict = _decide(old, new, old_cues, new_cues)
+    reason = _on_purpose(old, new, old_cues, new_cues) if why and verdict == Verdict.COMPATIBLE else None
+    return verdict, reason
+
+
+def _decide(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) -> Verdict:
+    """The rules of ``judge`` on two read statements."""
     if old.norm == new.norm or (old.terms == new.terms and old.all_values() == new.all_values() and old.terms):
         return Verdict.DUPLICATE
     readable = _read_language(old) and _read_language(new)
     negates = readable and _negates(old, new)
-    old_cues, new_cues = read_cues(old.text), read_cues(new.text)
     how = _moved_on(old, new, old_cues, new_cues)
     moved_on = how is not None
     over = how in ("ends", "done")  # the old state is over by itself, whatever else is said
@@ -738,7 +751,11 @@ def compatible_on_purpose(old_text: str, new_text: str) -> str | None:
     ``judge`` uses)."""
     old = read_statement(old_text, new_text)
     new = read_statement(new_text, old_text)
-    old_cues, new_cues = read_cues(old.text), read_cues(new.text)
+    return _on_purpose(old, new, read_cues(old.text), read_cues(new.text))
+
+
+def _on_purpose(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) -> str | None:
+    """``compatible_on_purpose`` on two read statements."""
     if max(len(old.norm.split()), len(new.norm.split())) > MAX_SUPERSEDE_WORDS:
         return "long"
     if (new.additive and not new.change) or (new_cues.additive and not old_cues.additive):

@@ -66,7 +66,7 @@ from ..config import CurationSettings, RedactionSettings
 from ..cpu_pool import CpuPool
 from ..curation.consolidate import history as version_chain
 from ..curation.consolidate import merged_content, plan_groups, successor
-from ..curation.judge import Verdict, compatible_on_purpose, judge, same_values
+from ..curation.judge import Verdict, judge, judged, same_values
 from ..curation.llm import LLMJudge
 from ..curation.screening import screen, screen_window
 from ..curation.second_opinion import SecondOpinion, bundled
@@ -493,19 +493,14 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
     def _verdicts(self, candidates: Sequence[tuple[Memory, float]], new: Memory) -> list[tuple[Verdict, bool]]:
         """The rules' verdict (``_verdict``) on ``new`` against each ``(old, cosine)`` of
         ``candidates``, in order, each with whether the second opinion may be asked about it
-        (``_open_to_opinion``): pure CPU, run on ``_cpu`` as one call per memory written."""
-        out = []
-        for old, cos in candidates:
-            verdict = self._verdict(old, new, cos)
-            out.append((verdict, verdict == Verdict.COMPATIBLE and self._open_to_opinion(old, new)))
-        return out
+        (``_verdict``): pure CPU, run on ``_cpu`` as one call per memory written."""
+        return [self._verdict(old, new, cos) for old, cos in candidates]
 
-    def _open_to_opinion(self, old: Memory, new: Memory) -> bool:
-        """Whether the second opinion may turn the rules' ``compatible`` on ``new`` after
-        ``old`` into ``supersedes``: a store whose model the weights read (``applies_to``), a
-        fact (semantic, not a conversation window) after a fact, both texts represented by
-        the model, and not a pair the rules hold compatible on purpose
-        (``judge.compatible_on_purpose``). Pure CPU (reads both texts): run on ``_cpu``."""
+    def _asks_opinion(self, old: Memory, new: Memory) -> bool:
+        """Whether the second opinion may be asked about ``new`` after ``old`` (once the
+        rules call the pair compatible, not on purpose): a store whose model the weights read
+        (``applies_to``), a fact (semantic, not a conversation window) after a fact, both
+        texts represented by the model."""
         return (
             self._opinion is not None
             and new.type == MemoryType.SEMANTIC
@@ -513,7 +508,6 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             and new.created_via != WINDOW_CREATED_VIA
             and self.inner.represents(new.content)
             and self.inner.represents(old.content)
-            and compatible_on_purpose(old.content, new.content) is None
         )
 
     async def _plan_one(self, memory: Memory, plan: _BatchPlan, reason: str | None) -> WriteResult:
@@ -530,9 +524,9 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         candidates = await self._candidates(memory, plan)
         # the rules' verdicts on every candidate in one CPU hand-off (the first duplicate or
         # refinement ends the loop below; the rest were cheap to judge anyway)
-        judged = await self._cpu.run(self._verdicts, candidates, memory) if candidates else []
-        verdicts = [v for v, _ in judged]
-        opinions = await self._second_opinions(candidates, memory, [open_ for _, open_ in judged])
+        rules_said = await self._cpu.run(self._verdicts, candidates, memory) if candidates else []
+        verdicts = [v for v, _ in rules_said]
+        opinions = await self._second_opinions(candidates, memory, [open_ for _, open_ in rules_said])
         for (old, _), rules, opinion_says in zip(candidates, verdicts, opinions, strict=True):
             verdict, by = rules, "rules"
             if opinion_says:
@@ -567,7 +561,7 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
     ) -> list[bool]:
         """For each candidate, whether the second opinion (``curation.second_opinion``) turns
         the rules' ``compatible`` into ``supersedes``: asked only where ``open_`` (see
-        ``_open_to_opinion``). The stored candidates' vectors are read in one ``get_many`` of
+        ``_verdict``). The stored candidates' vectors are read in one ``get_many`` of
         the owner's records (retrieval returns none); the opinion is then one dot product per
         pair, whatever the texts' length (on the loop: microseconds, less than a hand-off)."""
         out = [False] * len(candidates)
@@ -593,17 +587,24 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             and calls < self.settings.llm_judge.max_calls
         )
 
-    def _verdict(self, old: Memory, new: Memory, cos: float) -> Verdict:
-        """The rules' verdict on ``new`` written after ``old`` (pure CPU: run on ``_cpu``)."""
+    def _verdict(self, old: Memory, new: Memory, cos: float) -> tuple[Verdict, bool]:
+        """The rules' verdict on ``new`` written after ``old``, and whether the second opinion
+        may be asked about it: a ``compatible`` that ``_asks_opinion`` allows and the rules do
+        not hold on purpose (``judge.compatible_on_purpose``, from the same reading of the
+        texts). Pure CPU: run on ``_cpu``."""
         if old.content.strip() == new.content.strip():
-            return Verdict.DUPLICATE
+            return Verdict.DUPLICATE, False
         if new.created_via == WINDOW_CREATED_VIA:
-            return Verdict.COMPATIBLE  # a transcript states nothing of its own: it ends no fact
+            return Verdict.COMPATIBLE, False  # a transcript states nothing of its own: it ends no fact
         if new.type == MemoryType.EPISODIC:
             if old.type == MemoryType.SEMANTIC and judge(old.content, new.content) == Verdict.SUPERSEDES:
-                return Verdict.SUPERSEDES  # an event that changes a fact ends the old fact
-            return Verdict.COMPATIBLE  # events and windows: only an identical text is the same
-        verdict = judge(old.content, new.content)
+                return Verdict.SUPERSEDES, False  # an event that changes a fact ends the old fact
+            return Verdict.COMPATIBLE, False  # events and windows: only an identical text is the same
+        asks = self._asks_opinion(old, new)
+        if asks:
+            verdict, on_purpose = judged(old.content, new.content, why=True)
+        else:
+            verdict, on_purpose = judge(old.content, new.content), None
         if (
             verdict == Verdict.COMPATIBLE
             and cos >= self.settings.dedup_min_cosine
@@ -611,8 +612,8 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             and self.inner.represents(new.content)
         ):  # a cosine says "the same" only for text the model can represent (Thai: no)
             if same_values(old.content, new.content):
-                return Verdict.DUPLICATE  # a near-identical wording of the same values
-        return verdict
+                return Verdict.DUPLICATE, False  # a near-identical wording of the same values
+        return verdict, asks and verdict == Verdict.COMPATIBLE and on_purpose is None
 
     async def _candidates(self, memory: Memory, plan: _BatchPlan) -> list[tuple[Memory, float]]:
         """The owner's active memories to judge ``memory`` against, best first: the batch's

@@ -253,3 +253,21 @@ async def test_an_event_or_unrepresented_text_gets_no_second_opinion(local_encod
         assert old.state == MemoryState.ACTIVE
     finally:
         await blind.close()
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        *CHANGES_THE_RULES_MISS,
+        *COMPATIBLE,
+        ("I live in Boston.", "I moved to Paris."),
+        ("I like tea.", "I also like coffee."),
+    ],
+)
+def test_judged_reads_once_what_judge_and_compatible_on_purpose_say(old, new):
+    from memory_core.curation.judge import judged
+
+    verdict = judge(old, new)
+    reason = compatible_on_purpose(old, new) if verdict == Verdict.COMPATIBLE else None
+    assert judged(old, new, why=True) == (verdict, reason)
+    assert judged(old, new) == (verdict, None)
