@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import sys
 from collections import defaultdict
@@ -40,7 +41,6 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(HERE))
 
 from memory_core.config import EmbeddingSettings  # noqa: E402
 from memory_core.curation.judge import Verdict, compatible_on_purpose, judge  # noqa: E402
@@ -61,8 +61,11 @@ def training_rows() -> tuple[list[dict], list[dict]]:
     aside) that is also a statement of ``labelled.jsonl``, of either split, is left out: no
     holdout statement is trained on (they were written independently; the rows are
     compared, never printed)."""
-    from train_extra import PAIRS
-
+    spec = importlib.util.spec_from_file_location("train_extra", HERE / "train_extra.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    pairs = module.PAIRS
     dev, statements = [], set()
     for line in (HERE / "labelled.jsonl").read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
@@ -72,13 +75,20 @@ def training_rows() -> tuple[list[dict], list[dict]]:
             dev.append(row)
     extra = [
         {"lang": a, "kind": k, "label": lab, "old": o, "new": n}
-        for a, k, lab, o, n in PAIRS
+        for a, k, lab, o, n in pairs
         if _normal(o) not in statements and _normal(n) not in statements
     ]
     print(
-        f"train_extra.py: {len(PAIRS) - len(extra)} of {len(PAIRS)} pairs left out (a statement also in labelled.jsonl)"
+        f"train_extra.py: {len(pairs) - len(extra)} of {len(pairs)} pairs left out (a statement also in labelled.jsonl)"
     )
     return dev, extra
+
+
+def training_digest(dev: list[dict], extra: list[dict]) -> str:
+    """SHA-256 (hex) of the training pairs ``(old, new, label)`` in order: what the fitted
+    file records, so that a file left behind by a change of the data is seen."""
+    rows = [[r["old"], r["new"], r["label"]] for r in dev + extra]
+    return hashlib.sha256(json.dumps(rows, ensure_ascii=False).encode()).hexdigest()
 
 
 def _normal(text: str) -> str:
@@ -226,9 +236,7 @@ def main() -> None:
 
     w, b, m, s = fit(np.vstack([x_dev, x_extra]), np.concatenate([y_dev, y_extra]), penalty)
     weights, bias = folded(w, b, m, s)
-    digest = hashlib.sha256(
-        json.dumps([[r["old"], r["new"], r["label"]] for r in dev + extra], ensure_ascii=False).encode()
-    ).hexdigest()
+    digest = training_digest(dev, extra)
     doc = {
         "identity": compute_identity(EmbeddingSettings()).digest,
         "features": kind,

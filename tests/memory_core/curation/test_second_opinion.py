@@ -28,11 +28,11 @@ def _fit_module():
     spec = importlib.util.spec_from_file_location("fit_second_opinion", path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(path.parent))
+    saved = list(sys.path)
     try:
-        spec.loader.exec_module(module)
+        spec.loader.exec_module(module)  # it puts the repository and benchmarks/ on sys.path
     finally:
-        sys.path.remove(str(path.parent))
+        sys.path[:] = saved
     return module
 
 
@@ -271,3 +271,10 @@ def test_judged_reads_once_what_judge_and_compatible_on_purpose_say(old, new):
     reason = compatible_on_purpose(old, new) if verdict == Verdict.COMPATIBLE else None
     assert judged(old, new, why=True) == (verdict, reason)
     assert judged(old, new) == (verdict, None)
+
+
+def test_the_shipped_file_was_fitted_on_the_training_pairs_as_they_are(capsys):
+    fit = _fit_module()
+    dev, extra = fit.training_rows()
+    assert len(dev) == 201 and len(extra) >= 200
+    assert bundled().provenance["training_sha256"] == fit.training_digest(dev, extra)  # else: rerun the fit
