@@ -40,6 +40,7 @@ import asyncio
 import itertools
 import json
 import sys
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +54,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from memory_core.config import CurationSettings, MemoryStoreSettings  # noqa: E402
+from memory_core.config import CurationSettings, EmbeddingSettings, MemoryStoreSettings  # noqa: E402
+from memory_core.curation.judge import judge, judged  # noqa: E402
+from memory_core.curation.second_opinion import bundled  # noqa: E402
+from memory_core.embedding import compute_identity  # noqa: E402
 from memory_core.stores import make_store  # noqa: E402
 from memory_core.types import Memory, MemoryState, MemoryType, WriteOutcome  # noqa: E402
 
@@ -149,9 +153,9 @@ class Figures:
         )
 
 
-def by_group(pairs: list[Pair], rows: list[tuple[str, str]], key: str) -> None:
+def by_group(pairs: list[Pair], rows: list[tuple[str, str]], key: str, title: str = "") -> None:
     """``supersedes`` recall and the compatible pairs lost, per ``lang`` or ``kind``."""
-    table = Table(title=f"per {key}")
+    table = Table(title=f"per {key}" + (f" ({title})" if title else ""))
     for col in (key, "supersedes caught", "said supersedes wrongly", "compatible lost"):
         table.add_column(col)
     groups = sorted({getattr(p, key) for p in pairs})
@@ -203,7 +207,10 @@ async def run_api(url: str, pairs: list[Pair], headers: dict[str, str]) -> list[
 
 # ------------------------------------------------------------------------ in-process mode
 async def run_local(pairs: list[Pair], settings: CurationSettings, embed) -> list[tuple[str, str]]:
-    store = make_store(MemoryStoreSettings(backend="inmemory", curation=settings), embed=embed, dimension=384)
+    identity = compute_identity(EmbeddingSettings()).digest  # the bundled model's: the second opinion reads it
+    store = make_store(
+        MemoryStoreSettings(backend="inmemory", curation=settings), embed=embed, dimension=384, identity=identity
+    )
     rows = []
     for i, pair in enumerate(pairs):
         user = f"pair-{i}"
@@ -271,16 +278,50 @@ def main(
     if loo:
         asyncio.run(leave_one_out(pairs, cache.embed))
         return
+    alone = asyncio.run(run_local(pairs, CurationSettings(second_opinion=False), cache.embed))
+    Figures.of(alone).show("in process, the rules alone (second_opinion=False)")
     rows = asyncio.run(run_local(pairs, CurationSettings(), cache.embed))
-    Figures.of(rows).show("in process, default CurationSettings")
-    report(pairs, rows, show_misses)
+    Figures.of(rows).show("in process, default CurationSettings (rules + second opinion)")
+    report(pairs, rows, show_misses, alone)
+    per_pair_cost(pairs, cache)
 
 
-def report(pairs: list[Pair], rows: list[tuple[str, str]], show_misses: bool) -> None:
-    """Per language and kind (when the data has them), then each miss unless ``show_misses``
-    is false (the holdout's pairs are never printed: reading them would spoil it)."""
+def per_pair_cost(pairs: list[Pair], cache) -> None:
+    """Microseconds per pair of the rules (``judge``), of the rules with the reason a
+    compatible pair is compatible on purpose (``judged(..., why=True)``, what the store runs
+    when the second opinion applies) and of the second opinion's probability (vectors given),
+    measured side by side over the same pairs."""
+    opinion = bundled()
+    vectors = [(cache.vectors[p.old], cache.vectors[p.new]) for p in pairs]
+    start = time.perf_counter()
+    for p in pairs:
+        judge(p.old, p.new)
+    rules_us = (time.perf_counter() - start) / len(pairs) * 1e6
+    start = time.perf_counter()
+    for p in pairs:
+        judged(p.old, p.new, why=True)
+    guard_us = (time.perf_counter() - start) / len(pairs) * 1e6
+    start = time.perf_counter()
+    for old, new in vectors:
+        opinion.probability(old, new)
+    opinion_us = (time.perf_counter() - start) / len(pairs) * 1e6
+    console.print(
+        f"per pair: rules {rules_us:.0f} µs, rules with compatible_on_purpose (what the store runs when the "
+        f"second opinion applies) {guard_us:.0f} µs (ratio {guard_us / rules_us:.2f}), the second opinion {opinion_us:.1f} µs "
+        f"(ratio {opinion_us / rules_us:.3f}); the store adds one get_many of the candidates' vectors per write"
+    )
+
+
+def report(
+    pairs: list[Pair], rows: list[tuple[str, str]], show_misses: bool, alone: list[tuple[str, str]] | None = None
+) -> None:
+    """Per language and kind (when the data has them; of ``alone`` too, the rules alone, when
+    given), then each miss unless ``show_misses`` is false (the holdout's pairs are never
+    printed: reading them would spoil it)."""
     for key in ("lang", "kind"):
         if any(getattr(p, key) for p in pairs):
+            if alone is not None:
+                by_group(pairs, alone, key, "rules alone")
             by_group(pairs, rows, key)
     if show_misses:
         for p, (_, o) in zip(pairs, rows, strict=True):

@@ -437,6 +437,10 @@ class CurationSettings(_Strict):
     dedup_min_cosine: float = Field(default=0.92, ge=-1, le=1)
     consolidation: ConsolidationSettings = Field(default_factory=ConsolidationSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    second_opinion: bool = True
+    """The embedding geometry's opinion on pairs the rules call compatible
+    (``curation.second_opinion``: a fitted classifier on the two vectors, for facts, when the
+    store's embedding model is the one it was fitted on); ``False``: the rules alone."""
     llm_judge: LLMSettings = Field(default_factory=LLMSettings)
     """Second opinion of a model on pairs the rules call compatible (``curation.llm``)."""
 

@@ -573,13 +573,26 @@ def _negates(old: Statement, new: Statement) -> bool:
 def judge(old_text: str, new_text: str) -> Verdict:
     """The ``Verdict`` for ``new_text`` written after ``old_text`` by the same user (rules of
     the module docstring). Pure and deterministic."""
+    return judged(old_text, new_text)[0]
+
+
+def judged(old_text: str, new_text: str, *, why: bool = False) -> tuple[Verdict, str | None]:
+    """``judge(old_text, new_text)`` and, when ``why`` and the verdict is ``compatible``,
+    ``compatible_on_purpose`` of the pair (else None), from one reading of the two texts."""
     old = read_statement(old_text, new_text)
     new = read_statement(new_text, old_text)
+    old_cues, new_cues = read_cues(old.text), read_cues(new.text)
+    verdict = _decide(old, new, old_cues, new_cues)
+    reason = _on_purpose(old, new, old_cues, new_cues) if why and verdict == Verdict.COMPATIBLE else None
+    return verdict, reason
+
+
+def _decide(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) -> Verdict:
+    """The rules of ``judge`` on two read statements."""
     if old.norm == new.norm or (old.terms == new.terms and old.all_values() == new.all_values() and old.terms):
         return Verdict.DUPLICATE
     readable = _read_language(old) and _read_language(new)
     negates = readable and _negates(old, new)
-    old_cues, new_cues = read_cues(old.text), read_cues(new.text)
     how = _moved_on(old, new, old_cues, new_cues)
     moved_on = how is not None
     over = how in ("ends", "done")  # the old state is over by itself, whatever else is said
@@ -724,3 +737,53 @@ def _moved_on(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) ->
 def same_values(a: str, b: str) -> bool:
     """Whether two statements name the same values (numbers, dates, names...)."""
     return read_statement(a, b).all_values() == read_statement(b, a).all_values()
+
+
+def compatible_on_purpose(old_text: str, new_text: str) -> str | None:
+    """Why the rules hold ``new_text`` compatible with ``old_text`` whatever else is said, or
+    None: the reasons of ``judge`` that say both stay true — ``"additive"`` ("also", "too",
+    "as well", in any language of ``change_cues``), ``"someone else"`` (the statements are
+    about different people), ``"another setting"`` ("at work" / "at home"), ``"passing"``
+    (a passing state: "today", "this week"), ``"another occasion"`` (an old statement of a
+    finished past time, or two dated occasions), ``"long"`` (more than
+    ``MAX_SUPERSEDE_WORDS`` words: several things said at once). A second opinion
+    (``curation.second_opinion``) never overrides these. Linear in the texts (the readers
+    ``judge`` uses)."""
+    old = read_statement(old_text, new_text)
+    new = read_statement(new_text, old_text)
+    return _on_purpose(old, new, read_cues(old.text), read_cues(new.text))
+
+
+def _on_purpose(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) -> str | None:
+    """``compatible_on_purpose`` on two read statements."""
+    if max(len(old.norm.split()), len(new.norm.split())) > MAX_SUPERSEDE_WORDS:
+        return "long"
+    if (new.additive and not new.change) or (new_cues.additive and not old_cues.additive):
+        return "additive"
+    if old.people != new.people or _someone_else(old_cues, new_cues):
+        return "someone else"
+    if old_cues.settings and new_cues.settings and old_cues.settings != new_cues.settings:
+        return "another setting"
+    if new_cues.transient and not old_cues.transient:
+        return "passing"
+    if _PAST_TIME.search(old.text) or _another_occasion(old, new) or _habit_then_occasion(old, new, new_cues):
+        return "another occasion"
+    return None
+
+
+_HABIT = linear_re.compile(
+    rf"{linear_re.START}(?:every|each|daily|weekly|monthly|usually|always|most{_S}+days|"
+    rf"cada|todos{_S}+los|todas{_S}+las|siempre|chaque|tous{_S}+les|toutes{_S}+les|toujours|"
+    rf"jeden|jede|jedes|immer|ogni|sempre|todos{_S}+os|todas{_S}+as){linear_re.END}|每|毎|いつも",
+    linear_re.IGNORECASE,
+)
+"""A statement of a recurring habit ("every Saturday", "cada lunes", "tous les jours", 每天)."""
+
+
+def _habit_then_occasion(old: Statement, new: Statement, new_cues: Cues) -> bool:
+    """``old`` states a recurring habit and ``new`` one dated occasion (a date, month or
+    weekday ``old`` does not name) without a change marker or cue: "I run 5 km every
+    Saturday" / "I signed up for a half marathon in October" — the habit stays."""
+    if not _HABIT.search(old.text) or _HABIT.search(new.text) or new.change or new_cues.shifts or new_cues.ends:
+        return False
+    return any(new.values.get(k, set()) - old.values.get(k, set()) for k in _TIME_KINDS)

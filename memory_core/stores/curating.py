@@ -19,10 +19,14 @@ For each memory written (``write``; ``store``/``store_many`` use it too):
    makes a re-import change nothing: importance the larger of the two, the richer text of
    a refinement, no access count;
 3. **supersession**: every memory the new one supersedes becomes ``superseded``
-   (``superseded_by``, ``valid_to`` = now, ``state_reason`` naming ``rules`` or ``llm
-   judge``); the new one is stored. With an LLM judge (``curation.llm_judge``, off by
-   default), a pair of facts or instructions the rules call compatible is put to the model
-   (at most ``max_calls`` per write); its verdict is taken, and no answer keeps the rules';
+   (``superseded_by``, ``valid_to`` = now, ``state_reason`` naming ``rules``, ``second
+   opinion`` or ``llm judge``); the new one is stored. A pair of facts the rules call
+   compatible (not on purpose: ``judge.compatible_on_purpose``) is put to the second opinion
+   of the embedding geometry (``curation.second_opinion``, on by default, only for the
+   embedding model it was fitted on), which may make it a supersession. With an LLM judge
+   (``curation.llm_judge``, off by default), a pair of facts or instructions still
+   compatible is put to the model (at most ``max_calls`` per write); its verdict is taken,
+   and no answer keeps the rules';
 4. **retention**: ``expires_at`` = ``created_at`` + the type's retention, when configured.
 
 Episodic memories (events, conversation windows) are only deduplicated when they say exactly
@@ -62,9 +66,10 @@ from ..config import CurationSettings, RedactionSettings
 from ..cpu_pool import CpuPool
 from ..curation.consolidate import history as version_chain
 from ..curation.consolidate import merged_content, plan_groups, successor
-from ..curation.judge import Verdict, judge, same_values
+from ..curation.judge import Verdict, judge, judged, same_values
 from ..curation.llm import LLMJudge
 from ..curation.screening import screen, screen_window
+from ..curation.second_opinion import SecondOpinion, bundled
 from ..errors import DuplicateMemory, InvalidInput, MemoryNotFound, StateConflict, StoreClosed
 from ..redaction import Redactor, redact_changes, redact_memories, withheld
 from ..retrieval.held_vectors import cosine, unit_vector
@@ -277,6 +282,11 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         self._own_cpu = cpu is None
         self._cpu = cpu if cpu is not None else CpuPool(name="curation")
         self._llm_judge = llm_judge
+        self._opinion: SecondOpinion | None = None
+        if settings.second_opinion:
+            opinion = bundled()  # ValueError here, at start, when the shipped file is broken
+            if opinion.applies_to(inner.identity, inner.dimension):
+                self._opinion = opinion
         self._on_event = on_event
         self._now = now
         self._locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
@@ -480,10 +490,25 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             self._screening_reason(m.content, m.created_via) if m.state == MemoryState.ACTIVE else None for m in batch
         ]
 
-    def _verdicts(self, candidates: Sequence[tuple[Memory, float]], new: Memory) -> list[Verdict]:
+    def _verdicts(self, candidates: Sequence[tuple[Memory, float]], new: Memory) -> list[tuple[Verdict, bool]]:
         """The rules' verdict (``_verdict``) on ``new`` against each ``(old, cosine)`` of
-        ``candidates``, in order: pure CPU, run on ``_cpu`` as one call per memory written."""
+        ``candidates``, in order, each with whether the second opinion may be asked about it
+        (``_verdict``): pure CPU, run on ``_cpu`` as one call per memory written."""
         return [self._verdict(old, new, cos) for old, cos in candidates]
+
+    def _asks_opinion(self, old: Memory, new: Memory) -> bool:
+        """Whether the second opinion may be asked about ``new`` after ``old`` (once the
+        rules call the pair compatible, not on purpose): a store whose model the weights read
+        (``applies_to``), a fact (semantic, not a conversation window) after a fact, both
+        texts represented by the model."""
+        return (
+            self._opinion is not None
+            and new.type == MemoryType.SEMANTIC
+            and old.type == MemoryType.SEMANTIC
+            and new.created_via != WINDOW_CREATED_VIA
+            and self.inner.represents(new.content)
+            and self.inner.represents(old.content)
+        )
 
     async def _plan_one(self, memory: Memory, plan: _BatchPlan, reason: str | None) -> WriteResult:
         """Decide what writing ``memory`` (its retention set) does and record it in ``plan``
@@ -499,9 +524,14 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         candidates = await self._candidates(memory, plan)
         # the rules' verdicts on every candidate in one CPU hand-off (the first duplicate or
         # refinement ends the loop below; the rest were cheap to judge anyway)
-        verdicts = await self._cpu.run(self._verdicts, candidates, memory) if candidates else []
-        for (old, _), rules in zip(candidates, verdicts, strict=True):
+        rules_said = await self._cpu.run(self._verdicts, candidates, memory) if candidates else []
+        verdicts = [v for v, _ in rules_said]
+        opinions = await self._second_opinions(candidates, memory, [open_ for _, open_ in rules_said])
+        for (old, _), rules, opinion_says in zip(candidates, verdicts, opinions, strict=True):
             verdict, by = rules, "rules"
+            if opinion_says:
+                verdict, by = Verdict.SUPERSEDES, "second opinion"
+                self._count("second_opinion_supersedes")
             if verdict == Verdict.COMPATIBLE and self._asks_model(memory, llm_calls):
                 llm_calls += 1
                 opinion = await self._llm_judge.judge(old.content, memory.content)  # type: ignore[union-attr]
@@ -526,6 +556,28 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         held = plan.new.get(result.memory.id) or plan.held.get(result.memory.id) or result.memory
         return result.model_copy(update={"memory": held})
 
+    async def _second_opinions(
+        self, candidates: Sequence[tuple[Memory, float]], new: Memory, open_: Sequence[bool]
+    ) -> list[bool]:
+        """For each candidate, whether the second opinion (``curation.second_opinion``) turns
+        the rules' ``compatible`` into ``supersedes``: asked only where ``open_`` (see
+        ``_verdict``). The stored candidates' vectors are read in one ``get_many`` of
+        the owner's records (retrieval returns none); the opinion is then one dot product per
+        pair, whatever the texts' length (on the loop: microseconds, less than a hand-off)."""
+        out = [False] * len(candidates)
+        opinion = self._opinion
+        asked = [i for i, o in enumerate(open_) if o]
+        if opinion is None or new.embedding is None or not asked:
+            return out
+        missing = [candidates[i][0].id for i in asked if candidates[i][0].embedding is None]
+        vectors = {m.id: m.embedding for m in await self.inner.get_many(missing, new.user_id)} if missing else {}
+        for i in asked:
+            old = candidates[i][0]
+            vector = old.embedding if old.embedding is not None else vectors.get(old.id)
+            if vector is not None and len(vector) == opinion.dimension == len(new.embedding):
+                out[i] = opinion.supersedes(vector, new.embedding)
+        return out
+
     def _asks_model(self, memory: Memory, calls: int) -> bool:
         """Whether a pair the rules call compatible goes to the LLM judge: when one is
         configured, for facts and instructions (never events), within ``max_calls``."""
@@ -535,17 +587,24 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             and calls < self.settings.llm_judge.max_calls
         )
 
-    def _verdict(self, old: Memory, new: Memory, cos: float) -> Verdict:
-        """The rules' verdict on ``new`` written after ``old`` (pure CPU: run on ``_cpu``)."""
+    def _verdict(self, old: Memory, new: Memory, cos: float) -> tuple[Verdict, bool]:
+        """The rules' verdict on ``new`` written after ``old``, and whether the second opinion
+        may be asked about it: a ``compatible`` that ``_asks_opinion`` allows and the rules do
+        not hold on purpose (``judge.compatible_on_purpose``, from the same reading of the
+        texts). Pure CPU: run on ``_cpu``."""
         if old.content.strip() == new.content.strip():
-            return Verdict.DUPLICATE
+            return Verdict.DUPLICATE, False
         if new.created_via == WINDOW_CREATED_VIA:
-            return Verdict.COMPATIBLE  # a transcript states nothing of its own: it ends no fact
+            return Verdict.COMPATIBLE, False  # a transcript states nothing of its own: it ends no fact
         if new.type == MemoryType.EPISODIC:
             if old.type == MemoryType.SEMANTIC and judge(old.content, new.content) == Verdict.SUPERSEDES:
-                return Verdict.SUPERSEDES  # an event that changes a fact ends the old fact
-            return Verdict.COMPATIBLE  # events and windows: only an identical text is the same
-        verdict = judge(old.content, new.content)
+                return Verdict.SUPERSEDES, False  # an event that changes a fact ends the old fact
+            return Verdict.COMPATIBLE, False  # events and windows: only an identical text is the same
+        asks = self._asks_opinion(old, new)
+        if asks:
+            verdict, on_purpose = judged(old.content, new.content, why=True)
+        else:
+            verdict, on_purpose = judge(old.content, new.content), None
         if (
             verdict == Verdict.COMPATIBLE
             and cos >= self.settings.dedup_min_cosine
@@ -553,8 +612,8 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             and self.inner.represents(new.content)
         ):  # a cosine says "the same" only for text the model can represent (Thai: no)
             if same_values(old.content, new.content):
-                return Verdict.DUPLICATE  # a near-identical wording of the same values
-        return verdict
+                return Verdict.DUPLICATE, False  # a near-identical wording of the same values
+        return verdict, asks and verdict == Verdict.COMPATIBLE and on_purpose is None
 
     async def _candidates(self, memory: Memory, plan: _BatchPlan) -> list[tuple[Memory, float]]:
         """The owner's active memories to judge ``memory`` against, best first: the batch's

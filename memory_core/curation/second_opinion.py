@@ -1,0 +1,132 @@
+"""A second opinion on supersession from the embedding model's own geometry: a logistic
+regression on the difference of the two statements' vectors (new minus old; with the new
+vector itself when the fit chose ``diff+new``), asked only about pairs the rules
+(``curation.judge``) call ``compatible`` and do not hold compatible on purpose
+(``judge.compatible_on_purpose``: "also", someone else, another setting, a passing state,
+another occasion).
+
+Why the difference vector: a statement that changes a fact ("I moved to …", "ya no …",
+"我已经搬到 …") moves its vector in a direction the model gives change words in every
+language it reads, whatever the fact is; two compatible facts differ by their subjects,
+which point anywhere. The classifier is fitted on labelled pairs (the dev split of
+``tests/supersession_set/labelled.jsonl`` and ``tests/supersession_set/train_extra.py``)
+by ``tests/supersession_set/fit_second_opinion.py``, which chose its L2 penalty and its
+decision threshold by cross-validation on dev (a compatible memory lost costs more than a
+missed supersession: the threshold is the lowest with no compatible pair lost at it and one
+step below it). The fitted file (``second_opinion.json``, beside this module) holds the
+weights folded with the standardisation (``p = sigmoid(w · features + b)``), the
+threshold, the identity digest of the embedding model the vectors came from, and its
+provenance.
+
+Cost: one dot product of ``dimension`` floats per pair (384 for the bundled model),
+independent of the texts' length; no model call, no text read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+BUNDLED_PATH = Path(__file__).with_name("second_opinion.json")
+"""The fitted weights shipped with the package."""
+FEATURES = ("diff", "diff+new")
+"""What the classifier reads of two vectors ``old``, ``new`` (``features``): ``diff`` =
+``new − old``; ``diff+new`` = ``new − old`` then ``new`` (how the new statement itself reads)."""
+
+
+def features(kind: str, old: Sequence[float], new: Sequence[float]) -> np.ndarray:
+    """The feature vector (float64) of ``kind`` (one of ``FEATURES``) for the vectors ``old``
+    and ``new`` (equal lengths). Raises ``ValueError`` on another kind or unequal lengths."""
+    o, n = np.asarray(old, dtype=np.float64), np.asarray(new, dtype=np.float64)
+    if o.shape != n.shape or o.ndim != 1:
+        raise ValueError(f"vectors of shapes {o.shape} and {n.shape}")
+    if kind == "diff":
+        return n - o
+    if kind == "diff+new":
+        return np.concatenate([n - o, n])
+    raise ValueError(f"unknown features {kind!r} (known: {', '.join(FEATURES)})")
+
+
+@dataclass(frozen=True)
+class SecondOpinion:
+    """A fitted classifier: ``probability(old, new)`` that ``new`` supersedes ``old`` from
+    their embedding vectors; ``supersedes`` when it is ≥ ``threshold``.
+
+    Attributes:
+        weights: float64 array, one weight per feature (``features`` of ``kind``), the
+            standardisation folded in.
+        bias: the intercept.
+        threshold: the decision threshold on the probability (0–1).
+        identity: the digest of the embedding model (``embedding.ModelIdentity.digest``)
+            whose vectors the weights were fitted on; vectors of another model mean
+            nothing to them.
+        provenance: what the file says of its fit (data, script, cross-validated figures).
+
+        kind: which ``FEATURES`` the weights read.
+    """
+
+    weights: np.ndarray
+    bias: float
+    threshold: float
+    identity: str
+    provenance: dict
+    kind: str = "diff"
+
+    @property
+    def dimension(self) -> int:
+        """The embedding vector length the weights expect."""
+        return int(self.weights.shape[0]) // (2 if self.kind == "diff+new" else 1)
+
+    @classmethod
+    def load(cls, path: Path = BUNDLED_PATH) -> SecondOpinion:
+        """Read a fitted file (JSON: ``weights``, ``bias``, ``threshold``, ``identity``,
+        ``features``, ``provenance``). Raises ``ValueError`` when a field is missing or
+        malformed (a threshold outside 0–1, weights not a flat list of finite numbers, an
+        unknown ``features``, an odd number of weights for ``diff+new``), ``OSError`` when
+        the file cannot be read."""
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        try:
+            weights = np.asarray(raw["weights"], dtype=np.float64)
+            bias, threshold = float(raw["bias"]), float(raw["threshold"])
+            identity, provenance = str(raw["identity"]), dict(raw["provenance"])
+            kind = str(raw["features"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"{path}: not a second-opinion file ({e})") from e
+        if weights.ndim != 1 or not weights.size or not np.isfinite(weights).all() or not math.isfinite(bias):
+            raise ValueError(f"{path}: weights must be a non-empty flat list of finite numbers")
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"{path}: threshold {threshold} outside 0–1")
+        if kind not in FEATURES or (kind == "diff+new" and weights.size % 2):
+            raise ValueError(f"{path}: features {kind!r} do not fit {weights.size} weights")
+        return cls(weights, bias, threshold, identity, provenance, kind)
+
+    def probability(self, old: Sequence[float], new: Sequence[float]) -> float:
+        """The probability (0–1) that the statement of vector ``new`` supersedes that of
+        ``old`` (each of length ``dimension``, as the embedding model gave them: L2-normalised).
+        Raises ``ValueError`` on another length."""
+        if len(old) != self.dimension or len(new) != self.dimension:
+            raise ValueError(f"vectors of length {len(old)}/{len(new)}, the weights expect {self.dimension}")
+        z = float(self.weights @ features(self.kind, old, new)) + self.bias
+        return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
+
+    def supersedes(self, old: Sequence[float], new: Sequence[float]) -> bool:
+        """Whether ``probability(old, new)`` reaches ``threshold``."""
+        return self.probability(old, new) >= self.threshold
+
+    def applies_to(self, identity: str | None, dimension: int | None) -> bool:
+        """Whether vectors of a store with this model ``identity`` and ``dimension`` can be
+        read by the weights: the same model digest and vector length (an unknown identity:
+        no)."""
+        return identity == self.identity and dimension == self.dimension
+
+
+@lru_cache(maxsize=1)
+def bundled() -> SecondOpinion:
+    """The shipped ``second_opinion.json``, read once."""
+    return SecondOpinion.load(BUNDLED_PATH)

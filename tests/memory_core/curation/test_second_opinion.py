@@ -1,0 +1,280 @@
+"""The second opinion on supersession (``memory_core.curation.second_opinion``): the shipped
+file, its loading checks, the classifier on written examples (pairs written for this test,
+not from ``tests/supersession_set``), how the store combines it with the rules, and the fit's
+determinism."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memory_core.config import CurationSettings, MemoryStoreSettings
+from memory_core.curation.judge import Verdict, compatible_on_purpose, judge
+from memory_core.curation.second_opinion import BUNDLED_PATH, FEATURES, SecondOpinion, bundled, features
+from memory_core.embedding import CoalescingEmbedFn, compute_identity
+from memory_core.stores import make_store
+from memory_core.types import Memory, MemoryState, MemoryType
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _fit_module():
+    path = ROOT / "tests" / "supersession_set" / "fit_second_opinion.py"
+    spec = importlib.util.spec_from_file_location("fit_second_opinion", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    saved = list(sys.path)
+    try:
+        spec.loader.exec_module(module)  # it puts the repository and benchmarks/ on sys.path
+    finally:
+        sys.path[:] = saved
+    return module
+
+
+# --------------------------------------------------------------------------- the file
+def test_the_shipped_file_loads_and_names_the_bundled_model(bundled_settings):
+    opinion = bundled()
+    assert opinion.dimension == 384
+    assert opinion.kind in FEATURES
+    assert 0.5 <= opinion.threshold <= 1.0
+    assert opinion.identity == compute_identity(bundled_settings).digest
+    assert opinion.applies_to(opinion.identity, 384)
+    assert not opinion.applies_to("another-model", 384)
+    assert not opinion.applies_to(None, 384)
+    assert not opinion.applies_to(opinion.identity, 768)
+    cv = opinion.provenance["cv"]
+    assert cv["compatible_lost"] == 0 and cv["precision"] >= 0.95  # what the fit's choice demanded
+    assert BUNDLED_PATH.stat().st_size < 64_000  # a small file
+
+
+def _write(tmp_path: Path, **changes) -> Path:
+    raw = json.loads(BUNDLED_PATH.read_text(encoding="utf-8"))
+    raw.update(changes)
+    for key, value in changes.items():
+        if value is None:
+            del raw[key]
+    path = tmp_path / "opinion.json"
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"threshold": 1.5},
+        {"threshold": None},
+        {"weights": []},
+        {"weights": [[0.1, 0.2]]},
+        {"weights": [0.1, float("nan")]},
+        {"features": "words"},
+        {"features": "diff+new", "weights": [0.1, 0.2, 0.3]},
+        {"identity": None},
+    ],
+)
+def test_a_malformed_file_is_refused(tmp_path, changes):
+    with pytest.raises(ValueError):
+        SecondOpinion.load(_write(tmp_path, **changes))
+
+
+def test_probability_is_the_logistic_of_the_features():
+    o = SecondOpinion(np.array([2.0, -1.0]), 0.5, 0.7, "m", {}, "diff")
+    old, new = [1.0, 0.0], [0.0, 1.0]  # new - old = (-1, 1): z = -2 - 1 + 0.5
+    assert o.probability(old, new) == pytest.approx(1 / (1 + np.exp(2.5)))
+    assert not o.supersedes(old, new)
+    assert o.supersedes(new, old)  # z = 2 + 1 + 0.5
+    both = SecondOpinion(np.array([1.0, 0.0, 0.0, 3.0]), 0.0, 0.5, "m", {}, "diff+new")
+    assert both.dimension == 2
+    assert both.probability([0.0, 0.0], [1.0, 1.0]) == pytest.approx(1 / (1 + np.exp(-4.0)))
+    with pytest.raises(ValueError):
+        o.probability([1.0, 0.0, 0.0], [0.0, 1.0, 0.0])
+    with pytest.raises(ValueError):
+        features("words", [1.0], [1.0])
+    assert o.probability([0.0, 0.0], [-1e6, 1e6]) == 0.0  # no overflow on extreme vectors
+
+
+# ------------------------------------------------------------------ the written examples
+# Pairs written for this test. A change the rules cannot read (no shared word, no cue
+# they know) and clear compatibles.
+CHANGES_THE_RULES_MISS = [
+    ("I commute by bus.", "I bought a bike and cycle to the office now."),
+    ("I'm learning the violin.", "I gave the violin away and took up the cello."),
+]
+COMPATIBLE = [
+    ("My go-to editor is Vim.", "I enjoy gardening at weekends."),
+    ("I'm a teacher.", "I enjoy gardening at weekends."),
+    ("Our dog is called Bramble.", "Our cat is called Pickle."),
+    ("I work at the bakery on Mill Road.", "My favourite film is Paddington."),
+]
+
+
+@pytest.fixture(scope="module")
+def vectors(local_encoder):
+    texts = sorted({t for pair in CHANGES_THE_RULES_MISS + COMPATIBLE for t in pair})
+    result = local_encoder.encode(texts)
+    return dict(zip(texts, np.asarray(result.vectors), strict=True))
+
+
+@pytest.mark.parametrize(("old", "new"), CHANGES_THE_RULES_MISS)
+def test_the_classifier_catches_changes_the_rules_miss(vectors, old, new):
+    assert judge(old, new) == Verdict.COMPATIBLE and compatible_on_purpose(old, new) is None
+    assert bundled().supersedes(vectors[old], vectors[new])
+
+
+@pytest.mark.parametrize(("old", "new"), COMPATIBLE)
+def test_the_classifier_leaves_compatible_facts(vectors, old, new):
+    assert bundled().probability(vectors[old], vectors[new]) < bundled().threshold
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "why"),
+    [
+        ("I like tea.", "My brother likes coffee now.", "someone else"),
+        ("I have a gym membership.", "I also go climbing on Thursdays.", "additive"),
+        ("I swim every Monday.", "My triathlon is on June 3.", "another occasion"),
+        ("I use a Mac at work.", "I use Windows at home.", "another setting"),
+    ],
+)
+def test_pairs_the_rules_hold_compatible_on_purpose(old, new, why):
+    assert compatible_on_purpose(old, new) == why
+
+
+def test_a_habit_then_a_moved_habit_is_open():
+    assert compatible_on_purpose("I swim every Monday.", "I moved my swim to Thursday.") is None
+
+
+# ------------------------------------------------------------------------- in the store
+def _store(local_encoder, identity: str, **curation):
+    settings = MemoryStoreSettings(backend="inmemory", curation=CurationSettings(**curation))
+    return make_store(settings, embed=CoalescingEmbedFn(local_encoder, wait_s=0.0), dimension=384, identity=identity)
+
+
+async def _pair(store, old: str, new: str, **kw) -> tuple[Memory, Memory]:
+    (first,) = await store.write([Memory(user_id="alice", content=old, type=MemoryType.SEMANTIC)])
+    (second,) = await store.write([Memory(user_id="alice", content=new, type=MemoryType.SEMANTIC, **kw)])
+    return await store.get(first.memory.id, "alice"), second.memory
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+async def test_the_store_asks_it_for_facts_of_its_model(local_encoder, bundled_settings, enabled):
+    store = _store(local_encoder, compute_identity(bundled_settings).digest, second_opinion=enabled)
+    try:
+        old, new = await _pair(store, *CHANGES_THE_RULES_MISS[0])
+        if enabled:
+            assert old.state == MemoryState.SUPERSEDED and old.superseded_by == new.id
+            assert "second opinion" in (old.state_reason or "")
+        else:
+            assert old.state == MemoryState.ACTIVE
+    finally:
+        await store.close()
+
+
+async def test_another_model_gets_no_second_opinion(local_encoder):
+    store = _store(local_encoder, "another-model")
+    try:
+        old, _ = await _pair(store, *CHANGES_THE_RULES_MISS[0])
+        assert old.state == MemoryState.ACTIVE
+    finally:
+        await store.close()
+
+
+async def test_a_conversation_window_gets_no_second_opinion(local_encoder, bundled_settings):
+    from memory_core.types import WINDOW_CREATED_VIA
+
+    store = _store(local_encoder, compute_identity(bundled_settings).digest)
+    try:
+        old, _ = await _pair(store, *CHANGES_THE_RULES_MISS[0], created_via=WINDOW_CREATED_VIA)
+        assert old.state == MemoryState.ACTIVE
+    finally:
+        await store.close()
+
+
+# --------------------------------------------------------------------------- the fit
+def test_the_fit_is_deterministic_and_its_folding_exact():
+    fit = _fit_module()
+    rng = np.random.RandomState(7)
+    x = rng.normal(size=(60, 5))
+    y = (x[:, 0] + 0.5 * x[:, 1] > 0).astype(np.float64)
+    first, second = fit.fit(x, y, 1.0), fit.fit(x, y, 1.0)
+    for a, b in zip(first, second, strict=True):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+    w, b, mean, std = first
+    raw, bias = fit.folded(w, b, mean, std)
+    standardised = 1 / (1 + np.exp(-(((x - mean) / std) @ w + b)))
+    assert np.allclose(fit.predict(x, raw, bias), standardised)
+    assert ((fit.predict(x, raw, bias) >= 0.5) == y).mean() > 0.9  # it learns the separable rule
+    heavier = fit.fit(x, y, 100.0)[0]
+    assert np.linalg.norm(heavier) < np.linalg.norm(w)  # the penalty shrinks the weights
+
+
+def test_the_figures_combine_rules_and_opinion_as_the_store_does():
+    fit = _fit_module()
+    labels = ["supersedes", "supersedes", "compatible", "compatible"]
+    rules = [
+        (Verdict.SUPERSEDES, False),
+        (Verdict.COMPATIBLE, False),
+        (Verdict.COMPATIBLE, False),
+        (Verdict.COMPATIBLE, True),
+    ]
+    p = np.array([0.0, 0.9, 0.95, 0.99])
+    f = fit.figures(labels, rules, p, 0.8)
+    assert (f["caught"], f["total"], f["lost"]) == (2, 2, 1)  # the kept pair (0.99) is never overridden
+    alone = fit.figures(labels, rules, p, 2.0)
+    assert (alone["caught"], alone["lost"]) == (1, 0)
+
+
+async def test_an_event_or_unrepresented_text_gets_no_second_opinion(local_encoder, bundled_settings):
+    digest = compute_identity(bundled_settings).digest
+    store = _store(local_encoder, digest)
+    try:
+        old, _ = await _pair(store, *CHANGES_THE_RULES_MISS[0])
+        assert old.state == MemoryState.SUPERSEDED  # the control: a fact after a fact
+        (first,) = await store.write(
+            [Memory(user_id="bob", content=CHANGES_THE_RULES_MISS[0][0], type=MemoryType.SEMANTIC)]
+        )
+        await store.write([Memory(user_id="bob", content=CHANGES_THE_RULES_MISS[0][1], type=MemoryType.EPISODIC)])
+        assert (await store.get(first.memory.id, "bob")).state == MemoryState.ACTIVE  # an event: the rules alone
+    finally:
+        await store.close()
+    settings = MemoryStoreSettings(backend="inmemory", curation=CurationSettings())
+    blind = make_store(
+        settings,
+        embed=CoalescingEmbedFn(local_encoder, wait_s=0.0),
+        dimension=384,
+        identity=digest,
+        represents=lambda text: "bike" not in text,  # the model "cannot represent" the new text
+    )
+    try:
+        old, _ = await _pair(blind, *CHANGES_THE_RULES_MISS[0])
+        assert old.state == MemoryState.ACTIVE
+    finally:
+        await blind.close()
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        *CHANGES_THE_RULES_MISS,
+        *COMPATIBLE,
+        ("I live in Boston.", "I moved to Paris."),
+        ("I like tea.", "I also like coffee."),
+    ],
+)
+def test_judged_reads_once_what_judge_and_compatible_on_purpose_say(old, new):
+    from memory_core.curation.judge import judged
+
+    verdict = judge(old, new)
+    reason = compatible_on_purpose(old, new) if verdict == Verdict.COMPATIBLE else None
+    assert judged(old, new, why=True) == (verdict, reason)
+    assert judged(old, new) == (verdict, None)
+
+
+def test_the_shipped_file_was_fitted_on_the_training_pairs_as_they_are(capsys):
+    fit = _fit_module()
+    dev, extra = fit.training_rows()
+    assert len(dev) == 201 and len(extra) >= 200
+    assert bundled().provenance["training_sha256"] == fit.training_digest(dev, extra)  # else: rerun the fit
