@@ -30,6 +30,7 @@ from ray import serve
 from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from memory_core.chat.metrics import CACHE_EVENTS
 from memory_core.config import MemoryStoreSettings
 from memory_core.embedding import CoalescingEmbedFn, ModelIdentity, OnnxEncoder, TokenizerCoverage, open_local_encoder
 from memory_core.errors import (
@@ -68,6 +69,7 @@ SHARD_METRICS = (
     "llm_memory_store_latency_seconds",
     "llm_memory_writes_total",
     "llm_memory_consolidation_total",
+    "llm_memory_judge_opinions_total",
     "llm_memory_cache_total",
     "memory_cache_events",
     "memory_redactions",
@@ -166,8 +168,9 @@ class StoreShard:
             )
 
     def _on_event(self, event: str) -> None:
-        """Counts one store event (``CACHE_EVENTS``, ``CURATION_EVENTS``, ``REDACTION_EVENTS``)
-        in its metric."""
+        """Counts one store event (``CACHE_EVENTS``, ``CURATION_EVENTS``, ``REDACTION_EVENTS``,
+        ``JUDGE_EVENTS``) in its metric; an event none of them holds is logged, never counted
+        under another metric's label."""
         if event.startswith("redaction:"):  # redaction:<kind>:<policy> (REDACTION_EVENTS)
             _, kind, policy = event.split(":", 2)
             self._metrics.count("memory_redactions", {"kind": kind, "policy": policy})
@@ -177,9 +180,16 @@ class StoreShard:
             self._metrics.count(
                 "llm_memory_consolidation_total", {**self._by_backend, "event": _CONSOLIDATION_EVENT[event]}
             )
-        else:
+        elif event.startswith("judge:"):  # judge:<judge>:<verdict> (JUDGE_EVENTS)
+            _, judge, verdict = event.split(":", 2)
+            self._metrics.count(
+                "llm_memory_judge_opinions_total", {**self._by_backend, "judge": judge, "verdict": verdict}
+            )
+        elif event in CACHE_EVENTS:
             self._metrics.count("llm_memory_cache_total", {**self._by_backend, "event": event})
             self._metrics.count("memory_cache_events", {"event": event})
+        else:  # a store event no metric declares: a bug upstream, never a mislabelled series
+            log.warning("store event %r is not mapped to a metric", event)
 
     async def _timed(self, operation: str, call: Awaitable[T], request_id: str, trace: Carrier | None = None) -> T:
         """Awaits ``call``, observing its time in ``llm_memory_store_latency_seconds`` and

@@ -71,6 +71,14 @@ CURATION_EVENTS = frozenset(
     {f"write_{o}" for o in WRITE_OUTCOMES} | {"consolidation_group", "expired_purged", "consolidation_too_large"}
 )
 """What ``CuratingStore`` reports to ``on_event`` (mapped to the write and consolidation metrics)."""
+JUDGES = frozenset({"second_opinion", "llm"})
+"""Who overrode or answered for the rules in supersession: the embedding second opinion
+(``curation.second_opinion``) or the optional LLM judge."""
+JUDGE_VERDICTS = frozenset({"duplicate", "refines", "supersedes", "compatible", "none"})
+"""``curation.judge.Verdict`` values, and ``none`` (the LLM judge gave no usable answer)."""
+JUDGE_EVENTS = frozenset(f"judge:{j}:{v}" for j in JUDGES for v in JUDGE_VERDICTS)
+"""What ``CuratingStore`` reports to ``on_event`` when a judge other than the rules decided
+(``judge:<judge>:<verdict>``; mapped to ``llm_memory_judge_opinions_total``)."""
 REDACTION_EVENTS = frozenset(f"redaction:{k}:{p}" for k in REDACTION_KINDS for p in REDACTION_POLICIES)
 """What ``CuratingStore`` reports to ``on_event`` per secret or personal value found
 (``redaction:<kind>:<policy>``; mapped to ``memory_redactions``)."""
@@ -158,6 +166,13 @@ METRICS: tuple[MetricSpec, ...] = (
         "Consolidation in the store: group (near-duplicate group merged), expired (memory purged), "
         "too_large (a group left as it is: its merged text would exceed the content limit)",
         {"backend": BACKENDS, "event": CONSOLIDATION_EVENTS},
+    ),
+    MetricSpec(
+        "llm_memory_judge_opinions_total",
+        "counter",
+        "Supersession verdicts given by a judge other than the rules, by judge (second_opinion: "
+        "the embedding model's geometry; llm: the optional LLM judge) and verdict",
+        {"backend": BACKENDS, "judge": JUDGES, "verdict": JUDGE_VERDICTS},
     ),
     MetricSpec(
         "llm_memory_cache_total",

@@ -255,8 +255,9 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
     """See the module docstring. ``inner`` should rank with hybrid retrieval (it does as built
     by ``make_store``); ``on_event(name)`` counts outcomes (``write_created``,
     ``write_reinforced``, ``write_refined``, ``write_quarantined``, ``write_dropped``,
-    ``write_superseded``, ``consolidation_group``, ``expired_purged``) and redactions
-    (``redaction:<kind>:<policy>``, one per value found). ``redaction``: the policies
+    ``write_superseded``, ``consolidation_group``, ``expired_purged``), redactions
+    (``redaction:<kind>:<policy>``, one per value found) and verdicts of a judge other than the
+    rules (``judge:second_opinion:supersedes``, ``judge:llm:<verdict>``; ``chat.metrics.JUDGE_EVENTS``). ``redaction``: the policies
     (``global.stores.memory.redaction``; default ``RedactionSettings()``).
 
     The pure-CPU work on memory text (redaction, screening, the judge, consolidation's
@@ -531,11 +532,11 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             verdict, by = rules, "rules"
             if opinion_says:
                 verdict, by = Verdict.SUPERSEDES, "second opinion"
-                self._count("second_opinion_supersedes")
+                self._count("judge:second_opinion:supersedes")
             if verdict == Verdict.COMPATIBLE and self._asks_model(memory, llm_calls):
                 llm_calls += 1
                 opinion = await self._llm_judge.judge(old.content, memory.content)  # type: ignore[union-attr]
-                self._count(f"llm_judge_{opinion.value if opinion else 'none'}")
+                self._count(f"judge:llm:{opinion.value if opinion else 'none'}")
                 if opinion is not None:
                     verdict, by = opinion, "llm judge"
             if verdict in (Verdict.DUPLICATE, Verdict.REFINES):

@@ -130,3 +130,31 @@ def test_exported_names():
     assert EXPORT_PREFIX + "llm_memory_retrieval_total" in names
     assert EXPORT_PREFIX + "llm_memory_retrieval_latency_seconds_bucket" in names
     assert EXPORT_PREFIX + "memory_skipped_total" in names  # Prometheus adds _total to counters
+
+
+def test_every_event_the_curating_store_reports_is_declared():
+    """Each ``_count(...)`` in ``CuratingStore`` names an event of a declared set (an f-string
+    event: some declared event starts with its literal head), and the sets do not overlap, so
+    the shard's ``_on_event`` routes each to exactly one metric."""
+    from memory_core.chat.metrics import CURATION_EVENTS, JUDGE_EVENTS, REDACTION_EVENTS
+
+    sets = [CURATION_EVENTS, JUDGE_EVENTS, REDACTION_EVENTS, frozenset(EVENT_NAMES.values())]
+    declared = frozenset().union(*sets)
+    assert sum(len(s) for s in sets) == len(declared)
+    tree = ast.parse((ROOT / "memory_core/stores/curating.py").read_text())
+    counted = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "_count":
+            first = node.args[0]
+            if isinstance(first, ast.Constant):
+                counted.append(first.value)
+                assert first.value in declared, f"line {node.lineno}: {first.value!r} is not declared"
+            elif isinstance(first, ast.Name):  # relayed from redact_changes: redaction events
+                assert first.id == "event", f"line {node.lineno}: {first.id}"
+            else:
+                assert isinstance(first, ast.JoinedStr), f"line {node.lineno}: event is not a literal"
+                head = first.values[0]
+                assert isinstance(head, ast.Constant) and head.value, f"line {node.lineno}: no literal head"
+                assert any(e.startswith(head.value) for e in declared), f"line {node.lineno}: {head.value!r}"
+                counted.append(head.value)
+    assert "judge:second_opinion:supersedes" in counted and len(counted) >= 8
