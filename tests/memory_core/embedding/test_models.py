@@ -145,6 +145,10 @@ def test_e5_prefixes_queries_and_passages(e5_encoder):
     assert np.allclose(q, reference.query(text), atol=1e-6)
     assert np.allclose(p, reference.passage(text), atol=1e-6)
     assert not np.allclose(q, p, atol=1e-3)  # the prefix changes the vector
+    # a NUL would end the engine's C string early: it is embedded as a space
+    tail = e5_encoder.encode(["my cat\x00 is called Miso"]).vectors[0]
+    assert np.allclose(tail, e5_encoder.encode(["my cat  is called Miso"]).vectors[0], atol=1e-6)
+    assert not np.allclose(tail, e5_encoder.encode(["my cat"]).vectors[0], atol=1e-3)
     # the token count is the passage's (its prefix included); long input is windowed, not cut
     result = e5_encoder.encode(["word " * 2000])
     assert result.truncated == [False] and result.token_counts[0] > 2000
