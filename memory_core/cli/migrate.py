@@ -44,7 +44,7 @@ def _source_identity(from_model, from_max_seq_length, from_identity, from_dimens
 
 
 async def _run_migration(memory_settings, source_identity, target_settings, users, concurrency, expect):
-    from ..embedding import CoalescingEmbedFn, LocalEncoder, RemoteEncoder, compute_identity
+    from ..embedding import CoalescingEmbedFn, Encoder, RemoteEncoder, compute_identity, local_encoder
     from ..migration import migrate
     from ..stores import make_store
 
@@ -60,11 +60,11 @@ async def _run_migration(memory_settings, source_identity, target_settings, user
         f"migrating {len(users)} users: {source_identity.short} (dim {source_identity.dimension}) → "
         f"{target_identity.short} (dim {target_identity.dimension}, {target_settings.remote.model if target_settings.remote else target_settings.model})"
     )
-    encoder: RemoteEncoder | LocalEncoder
+    encoder: Encoder
     if target_settings.remote is not None:
         encoder = RemoteEncoder(target_settings.remote, normalize=target_settings.normalize)
     else:
-        encoder = LocalEncoder(target_settings)
+        encoder = local_encoder(target_settings)
     source = make_store(
         settings,
         embed=None,

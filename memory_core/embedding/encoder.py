@@ -56,8 +56,10 @@ class Encoder(Protocol):
 
     ``dimension``: vector length; ``max_seq_length``: tokens beyond which input is truncated
     (``None`` when unknown); ``count_tokens(texts)``: input tokens per text (special tokens
-    included); ``encode_async(texts, token_counts=None)``: n texts → ``EncodeResult`` with
-    vectors ``[n, dimension]`` (the work runs off the event loop)."""
+    included); ``encode_async(texts, token_counts=None, *, query=False)``: n texts →
+    ``EncodeResult`` with vectors ``[n, dimension]`` (the work runs off the event loop);
+    ``query=True`` marks search text, ``False`` stored text (e5 prefixes them ``"query: "`` /
+    ``"passage: "``; the sentence-transformers models here embed both alike)."""
 
     dimension: int
 
@@ -66,4 +68,6 @@ class Encoder(Protocol):
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]: ...
 
-    async def encode_async(self, texts: Sequence[str], token_counts: Sequence[int] | None = None) -> EncodeResult: ...
+    async def encode_async(
+        self, texts: Sequence[str], token_counts: Sequence[int] | None = None, *, query: bool = False
+    ) -> EncodeResult: ...

