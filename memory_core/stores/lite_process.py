@@ -63,6 +63,10 @@ class LiteServer:
         backoff_s, backoff_max_s: the pause before a restart, doubled after each failed start,
             capped at ``backoff_max_s`` (seconds).
         python: the interpreter that runs the child (default: this one).
+        lock_wait_s: how long ``start`` retries while Milvus Lite's ``LOCK`` is held although
+            this process owns the directory: the child of a shard that just died stops within
+            ~2.5 s of its parent's death (``lite_child``), and a shard restarted in its place
+            must not fail meanwhile. A holder still there after it is refused (``ConfigError``).
 
     ``restarts`` counts the children started after the first.
     """
@@ -75,12 +79,14 @@ class LiteServer:
         backoff_s: float = 0.5,
         backoff_max_s: float = 10.0,
         python: str = sys.executable,
+        lock_wait_s: float = 15.0,
     ):
         self.data_dir = str(Path(data_dir).expanduser().resolve())
         self.start_timeout_s = start_timeout_s
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
         self.python = python
+        self.lock_wait_s = lock_wait_s
         self.restarts = 0
         self._lock = threading.Lock()  # spawn vs stop
         self._stop_event = threading.Event()
@@ -106,9 +112,17 @@ class LiteServer:
         if self._owner_fd is not None:
             raise RuntimeError("LiteServer.start called twice")
         self._take_owner_lock()
+        deadline = time.monotonic() + self.lock_wait_s
         try:
-            with self._lock:
-                uri = self._spawn()
+            while True:
+                try:
+                    with self._lock:
+                        uri = self._spawn()
+                    break
+                except _Locked:
+                    if time.monotonic() >= deadline:
+                        raise
+                    time.sleep(0.25)
         except BaseException:
             self._release_owner_lock()
             raise
@@ -182,7 +196,7 @@ class LiteServer:
         if word != "READY":
             _end(proc, 2.0)
             if word == "LOCKED":
-                raise ConfigError(
+                raise _Locked(
                     f"Milvus Lite data directory {self.data_dir} is open in another process ({rest}); "
                     "stop it, or give this store another milvus.uri"
                 )
@@ -220,6 +234,10 @@ class LiteServer:
                 except Exception as e:  # a failed start is retried; stop() ends the loop
                     log.warning("Milvus Lite server of %s did not restart: %s", self.data_dir, e)
                     delay = min(delay * 2, self.backoff_max_s)
+
+
+class _Locked(ConfigError):
+    """The child found Milvus Lite's ``LOCK`` of the directory held by another process."""
 
 
 def _first_line(stream: IO[bytes], timeout_s: float) -> str:

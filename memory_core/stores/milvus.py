@@ -301,6 +301,12 @@ class MilvusStore(MemoryStore):
             own writes without that wait, but on Milvus 2.3.5 it did not see deletes at once
             (a forgotten memory was still returned), so it is not the default; choose it only
             on a server where the conformance suite passes with it (README "Stores").
+            ``lite_process`` (Milvus Lite): the engine runs in a child process started by
+            ``open`` (:class:`~memory_core.stores.lite_process.LiteServer`, reached over loopback
+            gRPC) and stopped by ``close``; while it restarts after a crash every call raises
+            ``StoreUnavailable``, and the first call after it answers again reconnects
+            (``_follow_server``). ``open`` raises ``ConfigError`` when another owner holds the
+            directory.
         token: a literal token, for programs that hold one (the configuration never gives
             one: ``token_env``).
         settings_key: the configuration key of ``settings``, named in errors.

@@ -7,10 +7,12 @@ contract on this mode runs in ``test_conformance.py`` (rig ``milvus_lp``)."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -200,7 +202,7 @@ async def test_directory_open_in_process_is_refused(tmp_path):
         identity="fake-bow-32",
     )
     await inproc.open()
-    server = LiteServer(tmp_path / "m.db")
+    server = LiteServer(tmp_path / "m.db", lock_wait_s=1.0)
     try:
         with pytest.raises(ConfigError, match="open in another process"):
             server.start()
@@ -211,6 +213,24 @@ async def test_directory_open_in_process_is_refused(tmp_path):
         probe._release_owner_lock()
     finally:
         await inproc.close()
+
+
+def test_start_waits_for_a_dying_holder_of_the_lock(tmp_path):
+    """A ``LOCK`` held by a process that lets go within ``lock_wait_s`` (the child of a shard
+    that just died) delays the start instead of failing it."""
+    data = tmp_path / "m.db"
+    data.mkdir()
+    fd = os.open(data / "LOCK", os.O_CREAT | os.O_RDWR, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    timer = threading.Timer(1.0, os.close, (fd,))
+    timer.start()
+    server = LiteServer(data, lock_wait_s=30.0)
+    try:
+        server.start()
+        assert server.pid is not None and alive(server.pid)
+    finally:
+        timer.join()
+        server.stop()
 
 
 def test_lite_process_needs_a_lite_uri():
