@@ -1,8 +1,12 @@
 """Flat per-user cost on the embedded default: a user's search and write cost as the service
 fills, through the whole stack a shard builds, with the bare backend's operations beside it.
 
-One Milvus Lite collection in a temp dir, grown in place through ``--totals`` (1,000 then
-100,000 memories by default) in ONE run. The stack is ``memory_core.stores.factory.make_store``
+Milvus Lite in each of ``--modes``, side by side in ONE run: ``inprocess`` (the engine in the
+store's process, as pymilvus opens a file ``uri``) and ``process`` (``milvus.lite_process``: the
+engine in a child process, ``memory_core/stores/lite_process.py``). Each mode has its own
+collection directory in a temp dir, filled with the same rows and grown in place through
+``--totals`` (1,000 then 100,000 memories by default); at each total the rows are loaded into
+every mode, then every mode is measured in turn. The stack is ``memory_core.stores.factory.make_store``
 on the settings of ``serve_config.yaml``'s ``global.stores.memory`` (only the Milvus ``uri``
 moved into the temp dir): CuratingStore → (CachingStore, off there) → HybridStore → MilvusStore.
 
@@ -31,24 +35,31 @@ At each total:
   insert), p50/p95, each forgotten again after timing so the user's count stays fixed; then
   the first load of each user (its index dropped, one retrieve timed).
 
-Prints the ratio p95(largest total)/p95(smallest) per user against the 1.3 goal and the
-``many`` user's p95 at the largest total against the 20 ms goal; load times per step; the
-process's RSS growth per 100,000 rows loaded. Sequential calls, one client; on a shared
-machine compare only figures of one run.
+Prints, per mode, the ratio p95(largest total)/p95(smallest) per user against the 1.3 goal
+and the ``many`` user's p95 at the largest total against the 20 ms goal; load times per step;
+the first open (``make_store`` + ``open`` on an empty directory: the child's start included);
+the RSS growth (this process, which holds every mode's stack, plus the mode's child); the
+p95 ratio process/inprocess per total and user. After the stores are closed, each mode's full
+directory is reopened in a fresh interpreter (``--probe``): open time, the first search of each
+measured user, and the RSS of that service process and of its child, each mode alone.
+Sequential calls, one client; on a shared machine compare only figures of one run.
 
 Usage::
 
     python benchmarks/flat_cost.py                         # 1,000 and 100,000 memories
     python benchmarks/flat_cost.py --totals 1000,10000 --queries 100 --profile-ops 10  # quick
+    python benchmarks/flat_cost.py --modes inprocess                   # one mode
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -80,17 +91,62 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))]
 
 
-def rss_mb() -> float:
-    """This process's resident set size now, MB (Linux ``/proc/self/statm``)."""
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize() / 1e6
+def rss_mb(backend=None) -> float:
+    """This process's resident set size now, plus that of ``backend``'s Milvus Lite child
+    (``milvus.lite_process``) when it has one, MB (Linux ``/proc/<pid>/statm``)."""
+    pids = ["self"]
+    server = getattr(backend, "server", None)
+    if server is not None and server.pid is not None:
+        pids.append(str(server.pid))
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/statm") as f:
+            total += int(f.read().split()[1])
+    return total * resource.getpagesize() / 1e6
 
 
-def settings_from_config(uri: str) -> MemoryStoreSettings:
-    """``serve_config.yaml``'s ``global.stores.memory`` with the Milvus uri replaced."""
+def reopen_probe(mode: str, uri: Path, embed_cache: str, query: str) -> dict[str, float]:
+    """Run ``--probe`` in a fresh interpreter on ``uri`` (a directory this run filled) and
+    return its figures (``probe``)."""
+    done = subprocess.run(
+        [sys.executable, __file__, "--probe", mode, str(uri), "--embed-cache", embed_cache, "--probe-query", query],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode:
+        raise RuntimeError(f"probe of {mode} failed: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+async def probe(mode: str, uri: str, embed_cache: str, query: str) -> dict[str, float]:
+    """In this (fresh) process: open the stack on ``uri`` in ``mode`` (seconds), one search of
+    each measured user (seconds: the first load of their indexes), then this process's RSS
+    and the Milvus Lite child's (MB, 0 in process)."""
+    cache = EmbedCache(embed_cache)
+    settings = settings_from_config(uri, lite_process=mode == "process")
+    t = time.perf_counter()
+    store = make_store(settings, embed=cache.embed, dimension=DIM)
+    _, backend = layers(store)
+    await store.open()
+    open_s = time.perf_counter() - t
+    t = time.perf_counter()
+    for uid in ("measured-one", "measured-many"):
+        await store.retrieve(RetrieveOptions(user_id=uid, query=query, embedding=cache[query], hybrid=True, limit=5))
+    search_s = time.perf_counter() - t
+    both = rss_mb(backend)
+    own = rss_mb()
+    await store.close()
+    return {"open_s": open_s, "search_s": search_s, "rss_self": own, "rss_child": both - own}
+
+
+def settings_from_config(uri: str, lite_process: bool | None = None) -> MemoryStoreSettings:
+    """``serve_config.yaml``'s ``global.stores.memory`` with the Milvus uri replaced (and
+    ``milvus.lite_process`` when given)."""
     cfg = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
     mem = cfg["applications"][0]["args"]["config"]["global"]["stores"]["memory"]
     mem["milvus"]["uri"] = uri
+    if lite_process is not None:
+        mem["milvus"]["lite_process"] = lite_process
     return MemoryStoreSettings.model_validate(mem)
 
 
@@ -273,7 +329,17 @@ async def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--embed-cache", default="/tmp/locomo_minilm_cache.npz")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--index-ram-rows", type=int, default=20_000, help="memories of the index RAM measure")
+    ap.add_argument(
+        "--modes",
+        default="inprocess,process",
+        help="Milvus Lite modes side by side: inprocess (in the store's process), process (milvus.lite_process)",
+    )
+    ap.add_argument("--probe", nargs=2, metavar=("MODE", "URI"), help=argparse.SUPPRESS)
+    ap.add_argument("--probe-query", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.probe:
+        print(json.dumps(await probe(args.probe[0], args.probe[1], args.embed_cache, args.probe_query)))
+        return {}
     totals = [int(x) for x in args.totals.split(",")]
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -315,69 +381,136 @@ async def main(argv: list[str] | None = None) -> dict:
         ],
     }
     rng = np.random.default_rng(args.seed)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     with tempfile.TemporaryDirectory(prefix="flat_cost_") as tmp:
-        settings = settings_from_config(str(Path(tmp) / "memory.db"))
-        store = make_store(settings, embed=cache.embed, dimension=DIM)
-        hybrid, backend = layers(store)
-        await store.open()
-        await load(backend, users["one"] + users["many"])
+        rigs: dict[str, dict] = {}
+        for mode in modes:  # each mode its own collection directory, the same rows
+            settings = settings_from_config(str(Path(tmp) / mode / "memory.db"), lite_process=mode == "process")
+            t = time.perf_counter()
+            store = make_store(settings, embed=cache.embed, dimension=DIM)
+            hybrid, backend = layers(store)
+            await store.open()
+            rigs[mode] = {
+                "store": store,
+                "hybrid": hybrid,
+                "backend": backend,
+                "settings": settings,
+                "open_s": time.perf_counter() - t,
+            }
+            await load(backend, users["one"] + users["many"])
         held = len(users["one"]) + len(users["many"])
-        results = []
-        rss0 = rss_mb()
+        results: dict[str, list[dict]] = {mode: [] for mode in modes}
+        rss0 = {mode: rss_mb(rigs[mode]["backend"]) for mode in modes}
         for total in totals:
             n = total - held
-            t = time.perf_counter()
-            if n > 0:
-                await load(backend, filler(rng, held, n, args.filler_per_user, t0))
-                held = total
-            await backend._flush()
-            load_s = time.perf_counter() - t
-            print(f"total {total:,}: loaded {max(n, 0):,} rows in {load_s:.1f} s", file=sys.stderr, flush=True)
-            prof = await profile(backend, users, cache[qs[0]], args.profile_ops, str(total))
-            st = await stack_run(
-                store, hybrid, settings.default_similarity_threshold, users, qs, writes, cache, args, str(total)
-            )
-            results.append({"total": total, "load_s": load_s, "profile": prof, "stack": st, "rss": rss_mb()})
-        await store.close()
+            rows = filler(rng, held, n, args.filler_per_user, t0) if n > 0 else []
+            held = max(held, total)
+            load_s = {}
+            for mode in modes:
+                backend = rigs[mode]["backend"]
+                t = time.perf_counter()
+                await load(backend, rows)
+                await backend._flush()
+                load_s[mode] = time.perf_counter() - t
+                print(f"total {total:,} {mode}: loaded {len(rows):,} rows in {load_s[mode]:.1f} s", file=sys.stderr)
+            for mode in modes:
+                r = rigs[mode]
+                prof = await profile(r["backend"], users, cache[qs[0]], args.profile_ops, str(total))
+                st = await stack_run(
+                    r["store"],
+                    r["hybrid"],
+                    r["settings"].default_similarity_threshold,
+                    users,
+                    qs,
+                    writes,
+                    cache,
+                    args,
+                    str(total),
+                )
+                rss = rss_mb(r["backend"])
+                results[mode].append({"total": total, "load_s": load_s[mode], "profile": prof, "stack": st, "rss": rss})
+        for mode in modes:
+            await rigs[mode]["store"].close()
+        if "inprocess" in modes:
+            # pymilvus keeps an in-process Milvus Lite server (and its LOCK) until the process
+            # exits, closed clients or not: release it so that the probe can open the directory
+            from milvus_lite.server_manager import server_manager_instance
 
-    print(f"\nMilvus Lite, make_store stack on serve_config.yaml settings; totals {args.totals}")
+            server_manager_instance.release_server(str(Path(tmp) / "inprocess" / "memory.db"))
+        # a fresh service process per mode on its full directory: the restart time and the RSS
+        # of that process plus its Milvus Lite child (one process holds both stacks above)
+        reopened = {mode: reopen_probe(mode, Path(tmp) / mode / "memory.db", args.embed_cache, qs[0]) for mode in modes}
+
+    print(f"\nMilvus Lite, make_store stack on serve_config.yaml settings; totals {args.totals}; modes {args.modes}")
+    print("(inprocess: Milvus Lite in the store's process, as pymilvus opens a file uri; process: milvus.lite_process)")
+    for mode in modes:
+        print(f"{mode}: first open (make_store + open on an empty directory) {rigs[mode]['open_s']:.2f} s")
     ops = ["search", "get_many", "list", "insert", "upsert", "access write", "delete"]
     print("\nbare backend, p50 ms per operation:")
-    print(f"{'total':>8} {'user':>5} " + " ".join(f"{o:>12}" for o in ops))
-    for r in results:
-        for name in users:
-            print(f"{r['total']:>8,} {name:>5} " + " ".join(f"{r['profile'][name][o]:>12.2f}" for o in ops))
-    for r in results:
-        busy, idle = r["profile"]["stall"]
-        print(f"{r['total']:>8,}: 1 ms sleep wakes {busy:.2f} ms late during bare searches (idle {idle:.2f})")
-    print("\nstack (CuratingStore → HybridStore → MilvusStore), ms:")
-    print(f"{'total':>8} {'user':>5} {'search p50':>11} {'p95':>8} {'write p50':>10} {'p95':>8} {'first load':>11}")
-    for r in results:
-        for name in users:
-            s = r["stack"][name]
+    print(f"{'mode':>9} {'total':>8} {'user':>5} " + " ".join(f"{o:>12}" for o in ops))
+    for mode in modes:
+        for r in results[mode]:
+            for name in users:
+                print(
+                    f"{mode:>9} {r['total']:>8,} {name:>5} " + " ".join(f"{r['profile'][name][o]:>12.2f}" for o in ops)
+                )
+    for mode in modes:
+        for r in results[mode]:
+            busy, idle = r["profile"]["stall"]
             print(
-                f"{r['total']:>8,} {name:>5} {s['p50']:>11.2f} {s['p95']:>8.2f} {s['w50']:>10.2f} {s['w95']:>8.2f} "
-                f"{s['first']:>11.1f}"
+                f"{mode:>9} {r['total']:>8,}: 1 ms sleep wakes {busy:.2f} ms late during bare searches (idle {idle:.2f})"
             )
-    lo, hi = results[0], results[-1]
-    for name in users:
-        ratio = hi["stack"][name]["p95"] / lo["stack"][name]["p95"]
+    print(
+        "\nstack (CuratingStore → HybridStore → MilvusStore), ms; RSS MB: this benchmark process (holding both modes' stacks and the in-process Lite) + this mode's child (each mode alone: 'reopened' below):"
+    )
+    print(
+        f"{'mode':>9} {'total':>8} {'user':>5} {'search p50':>11} {'p95':>8} {'write p50':>10} {'p95':>8} "
+        f"{'first load':>11} {'load s':>7} {'RSS':>7}"
+    )
+    for mode in modes:
+        for r in results[mode]:
+            for name in users:
+                s = r["stack"][name]
+                print(
+                    f"{mode:>9} {r['total']:>8,} {name:>5} {s['p50']:>11.2f} {s['p95']:>8.2f} {s['w50']:>10.2f} "
+                    f"{s['w95']:>8.2f} {s['first']:>11.1f} {r['load_s']:>7.1f} {r['rss']:>7.0f}"
+                )
+    for mode in modes:
+        lo, hi = results[mode][0], results[mode][-1]
+        for name in users:
+            ratio = hi["stack"][name]["p95"] / lo["stack"][name]["p95"]
+            print(
+                f"{mode}: {name}: search p95 {hi['total']:,}/{lo['total']:,} = {ratio:.2f} (goal ≤ 1.3: "
+                f"{'met' if ratio <= 1.3 else 'NOT met'})"
+            )
+        p95 = hi["stack"]["many"]["p95"]
         print(
-            f"{name}: search p95 {hi['total']:,}/{lo['total']:,} = {ratio:.2f} (goal ≤ 1.3: "
-            f"{'met' if ratio <= 1.3 else 'NOT met'})"
+            f"{mode}: many: search p95 at {hi['total']:,} = {p95:.2f} ms (goal ≤ 20 ms: "
+            f"{'met' if p95 <= 20 else 'NOT met'})"
         )
-    p95 = hi["stack"]["many"]["p95"]
-    print(f"many: search p95 at {hi['total']:,} = {p95:.2f} ms (goal ≤ 20 ms: {'met' if p95 <= 20 else 'NOT met'})")
-    grown = hi["total"] - lo["total"]
-    if grown > 0:
-        print(f"RSS +{hi['rss'] - rss0:.0f} MB over {grown:,} rows loaded (Milvus Lite in process)")
+        grown = hi["total"] - lo["total"]
+        if grown > 0:
+            print(f"{mode}: RSS (process + child) +{hi['rss'] - rss0[mode]:.0f} MB over {grown:,} rows loaded")
+    print(f"\nreopened at {totals[-1]:,} memories in a fresh process (make_store + open + one search per user):")
+    for mode in modes:
+        r = reopened[mode]
+        print(
+            f"{mode:>9}: open {r['open_s']:.2f} s, first searches {r['search_s']:.2f} s; RSS {r['rss_self']:.0f} MB "
+            f"service + {r['rss_child']:.0f} MB child = {r['rss_self'] + r['rss_child']:.0f} MB"
+        )
+    if "inprocess" in results and "process" in results:
+        for i, total in enumerate(totals):
+            for name in users:
+                a = results["inprocess"][i]["stack"][name]["p95"]
+                b = results["process"][i]["stack"][name]["p95"]
+                print(f"{total:,} {name}: search p95 process/inprocess = {b / a:.2f} ({b:.2f} / {a:.2f} ms)")
     with_records = index_ram(users["many"], args.index_ram_rows, True)
     without = index_ram(users["many"], args.index_ram_rows, False)
     print(
         f"index RAM per 100,000 memories (LoCoMo turns, 384-d vectors): {with_records:.0f} MB with records held, "
         f"{without:.0f} MB without (corpus, timeline, vectors)"
     )
-    return {"results": results}
+    return {"results": results, "open_s": {m: rigs[m]["open_s"] for m in modes}}
 
 
 if __name__ == "__main__":

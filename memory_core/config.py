@@ -108,6 +108,11 @@ class MilvusSettings(_Strict):
     for the collections the store creates; ``Strong`` waits for the server's newest time tick
     on every read; ``Session`` did not see deletes at once on the Milvus 2.3.5 test server;
     see ``MilvusStore`` and the README's "Stores").
+
+    ``lite_process`` (Milvus Lite only): run Milvus Lite in a child process of the store
+    shard, reached over loopback gRPC, instead of in the shard's own process
+    (``memory_core.stores.lite_process``: restarted when it dies, stopped with the store; one
+    owner per data directory). ``false``: in-process, as pymilvus opens a file ``uri``.
     """
 
     uri: str = Field(default="./data/memory.db", validate_default=True)
@@ -126,6 +131,7 @@ class MilvusSettings(_Strict):
     client_key_path: str | None = None
     num_partitions: int | None = Field(default=None, ge=1, le=4096)
     consistency: Literal["Strong", "Session", "Bounded", "Eventually"] | None = None
+    lite_process: bool = False
 
     @property
     def is_lite(self) -> bool:
@@ -155,6 +161,8 @@ class MilvusSettings(_Strict):
             raise ValueError("credentials and TLS options need a Milvus server uri (http(s)://host:port)")
         if tls_files and not (self.secure or self.uri.startswith("https://")):
             raise ValueError("TLS files need secure: true (or an https:// uri)")
+        if self.lite_process and not self.is_lite:
+            raise ValueError("lite_process needs a Milvus Lite uri (a file path), not a server")
         return self
 
 

@@ -75,6 +75,8 @@ from .credentials import secret_from_env
 if TYPE_CHECKING:
     from pymilvus import MilvusClient
 
+    from .lite_process import LiteServer
+
 log = logging.getLogger(__name__)
 
 _VECTOR_FIELD = "embedding"
@@ -299,6 +301,12 @@ class MilvusStore(MemoryStore):
             own writes without that wait, but on Milvus 2.3.5 it did not see deletes at once
             (a forgotten memory was still returned), so it is not the default; choose it only
             on a server where the conformance suite passes with it (README "Stores").
+            ``lite_process`` (Milvus Lite): the engine runs in a child process started by
+            ``open`` (:class:`~memory_core.stores.lite_process.LiteServer`, reached over loopback
+            gRPC) and stopped by ``close``; while it restarts after a crash every call raises
+            ``StoreUnavailable``, and the first call after it answers again reconnects
+            (``_follow_server``). ``open`` raises ``ConfigError`` when another owner holds the
+            directory.
         token: a literal token, for programs that hold one (the configuration never gives
             one: ``token_env``).
         settings_key: the configuration key of ``settings``, named in errors.
@@ -371,6 +379,11 @@ class MilvusStore(MemoryStore):
         self._read_level: dict[str, Any] = {} if consistency is None else {"consistency_level": consistency}
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="milvus")
         self._client: MilvusClient | None = None
+        # lite_process: the Milvus Lite child (started by _open) and the generation of the
+        # child the client is connected to (a restarted child has a new port)
+        self._lite_process = lite and settings.lite_process
+        self.server: LiteServer | None = None
+        self._generation = 0
 
     @property
     def _conn(self) -> MilvusClient:
@@ -381,12 +394,57 @@ class MilvusStore(MemoryStore):
 
     async def _open(self) -> None:
         loop = asyncio.get_running_loop()
-        if self._client is None:
+        if self._client is None and self._lite_process:
+            self._client = await loop.run_in_executor(self._executor, self._start_server)
+        elif self._client is None:
             token = self._credential()
             self._client = await loop.run_in_executor(
                 self._executor, self._connect, self.uri, token, self.settings.db_name, self._tls, self._settings_key
             )
         await loop.run_in_executor(self._executor, self._prepare)
+
+    def _start_server(self) -> MilvusClient:
+        """``lite_process``: start the Milvus Lite child on ``uri``'s directory
+        (:class:`~memory_core.stores.lite_process.LiteServer`) and connect to it. Raises
+        ``ConfigError`` when another owner holds the directory, ``StoreUnavailable`` when the
+        child does not start (the child is stopped again when the connection fails)."""
+        from .lite_process import LiteServer
+
+        server = LiteServer(self.uri)
+        uri = server.start()
+        try:
+            client = self._connect(uri, None, None, {}, self._settings_key)
+        except BaseException:
+            server.stop()
+            raise
+        self.server, self._generation = server, server.current()[1]
+        return client
+
+    def _follow_server(self) -> None:
+        """Worker thread, before every call (``lite_process``): raise ``StoreUnavailable``
+        while the Milvus Lite child restarts; once a new child answers, replace the client
+        by one connected to it and load the collection again."""
+        server = self.server
+        if server is None:
+            return
+        uri, generation = server.current()
+        if generation == self._generation:
+            return
+        old, self._client = self._client, None
+        if old is not None:
+            try:
+                old.close()
+            except Exception as e:  # the dead child's connection: nothing to keep
+                log.debug("closing the client of a dead Milvus Lite child: %s", e)
+        client = self._connect(uri, None, None, {}, self._settings_key)
+        client.load_collection(self.collection)
+        self._client, self._generation = client, generation
+        log.info("milvus store reconnected to the restarted Milvus Lite server at %s", uri)
+
+    def _on_client(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``self._conn.<method>(*args, **kwargs)`` on the client current when the call runs
+        (``_follow_server`` may have replaced it since the call was queued)."""
+        return getattr(self._conn, method)(*args, **kwargs)
 
     def _credential(self) -> str | None:
         """The token to connect with: from ``token_env``, else ``user:<password_env>``, else
@@ -569,7 +627,9 @@ class MilvusStore(MemoryStore):
         delay = self._backoff_s
         for attempt in range(1, self._retries + 1):
             try:
-                return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+                return await loop.run_in_executor(
+                    self._executor, self._following, functools.partial(fn, *args, **kwargs)
+                )
             except Exception as e:
                 if not _is_transient(e):
                     raise
@@ -579,6 +639,11 @@ class MilvusStore(MemoryStore):
                 await asyncio.sleep(delay)
                 delay *= 2
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _following(self, call: Callable[[], Any]) -> Any:
+        """``call()`` after ``_follow_server`` (worker thread)."""
+        self._follow_server()
+        return call()
 
     def _replace_rows(self, rows: list[dict[str, Any]]) -> None:
         """Write ``rows`` (whole records) in place of the records of the same ids in the
@@ -670,7 +735,7 @@ class MilvusStore(MemoryStore):
 
     async def _flush(self) -> None:
         """Flush the collection (seal growing segments) and count it."""
-        await self._call(self._conn.flush, self.collection)
+        await self._call(self._on_client, "flush", self.collection)
         self.flush_count += 1
 
     async def _wrote(self, rows: int) -> None:
@@ -794,14 +859,14 @@ class MilvusStore(MemoryStore):
             if self._lite:
                 owned = [str(r["id"]) for r in await self._call(self._get_sync, batch, ["id"], user_id)]
                 if owned:
-                    await self._call(self._conn.delete, self.collection, filter=_ids_filter(owned))
+                    await self._call(self._on_client, "delete", self.collection, filter=_ids_filter(owned))
             else:
-                await self._call(self._conn.delete, self.collection, filter=_ids_filter(batch, user_id))
+                await self._call(self._on_client, "delete", self.collection, filter=_ids_filter(batch, user_id))
             await self._wrote(len(batch))
 
     async def _check_connection(self) -> bool:
         try:
-            await self._call(self._conn.has_collection, self.collection)
+            await self._call(self._on_client, "has_collection", self.collection)
             return True
         except Exception as e:
             log.warning("milvus health check failed: %s", e)
@@ -817,4 +882,8 @@ class MilvusStore(MemoryStore):
             if self._client is not None:
                 await loop.run_in_executor(self._executor, self._client.close)
         finally:
-            self._executor.shutdown(wait=True)
+            try:
+                if self.server is not None:
+                    await loop.run_in_executor(self._executor, self.server.stop)
+            finally:
+                self._executor.shutdown(wait=True)

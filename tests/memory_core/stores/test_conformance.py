@@ -6,7 +6,8 @@ Lite (bare and cached) behind ``HybridStore`` (``retrieval.hybrid=true``), where
 retrieve of the suite is a hybrid one (``Q`` builds the options) — as the service issues
 them; and on a Milvus server (``milvus_server``, bare: the standalone server of the
 ``milvus`` package with authorization on, the password read from the environment; marked
-``milvus_server``, skipped when the package is absent). Stores are built by ``make_store``
+``milvus_server``, skipped when the package is absent); and bare on Milvus Lite in its own
+process (``milvus_lp``: ``milvus.lite_process``). Stores are built by ``make_store``
 from settings, so the factory is exercised too.
 """
 
@@ -57,13 +58,16 @@ from tests.conftest import MILVUS_PASSWORD_ENV
 from tests.ids import tid, tname, tnames
 
 BACKENDS = ["inmemory", "milvus", "qdrant", "valkey"]
-PERSISTENT = {"milvus", "qdrant", "valkey", "milvus_server"}
+PERSISTENT = {"milvus", "qdrant", "valkey", "milvus_server", "milvus_lp"}
 HYBRID_RIGS = [("inmemory", False), ("inmemory", True), ("milvus", False), ("milvus", True)]
 # the Milvus server bare only: the cache and the hybrid index are backend-independent layers
 # (proven on the other backends), and every call to this server costs ~0.1-0.3 s (Strong
 # consistency waits for its time tick): the 35 tests take ~6 min on the 2-core machine
 RIGS = [(b, c, False) for b in BACKENDS for c in (False, True)] + [(b, c, True) for b, c in HYBRID_RIGS]
 RIGS += [pytest.param(("milvus_server", False, False), marks=pytest.mark.milvus_server)]
+# Milvus Lite in its own process (milvus.lite_process), bare: the same engine as "milvus"
+# behind a child process and loopback gRPC (memory_core/stores/lite_process.py)
+RIGS += [("milvus_lp", False, False)]
 _counter = itertools.count()
 _hybrid_retrieve = False  # set per test by the ``rig`` fixture
 
@@ -102,13 +106,15 @@ class Rig:
             cache = CacheSettings(
                 enabled=True, url=cache_url or self.server.url_db(1), ttl_s=60, prefix=f"c_{self.name}:"
             )
-        milvus = MilvusSettings(uri=str(self.tmp / "milvus.db"), collection=self.name)
+        milvus = MilvusSettings(
+            uri=str(self.tmp / "milvus.db"), collection=self.name, lite_process=self.kind == "milvus_lp"
+        )
         if self.milvus_uri:
             milvus = MilvusSettings(
                 uri=self.milvus_uri, collection=self.name, user="root", password_env=MILVUS_PASSWORD_ENV
             )
         return MemoryStoreSettings(
-            backend="milvus" if self.kind == "milvus_server" else self.kind,
+            backend="milvus" if self.kind in ("milvus_server", "milvus_lp") else self.kind,
             milvus=milvus,
             qdrant=QdrantSettings(path=str(self.tmp / "qdrant"), collection=self.name),
             valkey=ValkeySettings(
