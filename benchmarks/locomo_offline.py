@@ -117,7 +117,9 @@ def pct(values: list[float], q: float) -> float:
 
 
 def turn_memories(sample: dict, cache: EmbedCache) -> list[Memory]:
-    """The memories of one conversation (one per turn, precomputed vector), in turn order."""
+    """The memories of one conversation (one per turn, precomputed vector), in turn order, with
+    what a client sends (``locomo.memory_body``): content, created_at, the conversation id and
+    ``metadata.dia_id``."""
     return [
         Memory(
             id=scoped_memory_id(sample["sample_id"], f"{sample['sample_id']}:{t.dia_id}"),
@@ -125,7 +127,7 @@ def turn_memories(sample: dict, cache: EmbedCache) -> list[Memory]:
             type=MemoryType.EPISODIC,
             content=t.content,
             source="conversation",
-            conversation_id=f"{sample['sample_id']}:session_{t.session}",
+            conversation_id=sample["sample_id"],
             created_at=t.created_at,
             metadata=t.metadata,
             embedding=cache[t.content],
