@@ -1,7 +1,7 @@
 """Ranking constants chosen by leave-one-conversation-out on LoCoMo, in process.
 
 The ranking constants of ``RetrievalSettings`` (lexical weight, BM25 k1 and b, neighbour,
-speaker and temporal weights, candidate pool) are each swept over a grid with the others at
+speaker and temporal weights, candidate pool, the second hop's weight and term count) are each swept over a grid with the others at
 their defaults (``SWEEPS``); every configuration is evaluated once per conversation
 (in-memory backend, hybrid retrieval, top 10, the questions' evidence recall as in
 ``benchmarks/locomo_offline.py``; curation off, so the store holds one memory per turn).
@@ -16,7 +16,9 @@ evaluated on the held-out conversation. Printed: recall@5/@10 of
 - ``leave-one-out``: each conversation scored with constants chosen without it (what to
   expect on conversations outside the set);
 
-and the values each fold chose. A constant whose best value moves from fold to fold, or an
+the per-category table (multi-hop, temporal, open-domain, single-hop) of each, and the
+values each fold chose. The replay is a client's (``memory_core.locomo``: no speaker or
+session metadata). A constant whose best value moves from fold to fold, or an
 in-sample figure well above the leave-one-out one, is fitted to the set.
 
     python benchmarks/locomo_loo.py
@@ -36,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from locomo_offline import EmbedCache, replay  # noqa: E402
+from rich.console import Console  # noqa: E402
 
 from memory_core import locomo as ld  # noqa: E402
 from memory_core.config import CurationSettings, MemoryStoreSettings, RetrievalSettings  # noqa: E402
@@ -50,6 +53,8 @@ SWEEPS: dict[str, tuple] = {
     "speaker_weight": (0.0, 0.15, 0.3, 0.5),
     "temporal_weight": (0.0, 0.1, 0.2, 0.4),
     "candidate_pool": (10, 20, 40),
+    "hop_weight": (0.0, 0.1, 0.2, 0.35),
+    "hop_terms": (4, 8, 16),
 }
 """Values tried per constant (each with the others at their defaults)."""
 
@@ -152,6 +157,13 @@ async def main(argv: list[str] | None = None) -> None:
     print(f"defaults       {figures([r for s in ids for r in results[('default', None)][s]])}")
     print(f"in-sample      {figures([r for s in ids for r in in_sample[s]])}   chosen {in_sample_choice}")
     print(f"leave-one-out  {figures(loo_rows)}")
+    console = Console()
+    for title, rows in (
+        ("defaults", [r for s in ids for r in results[("default", None)][s]]),
+        ("in-sample", [r for s in ids for r in in_sample[s]]),
+        ("leave-one-out", loo_rows),
+    ):
+        console.print(ld.recall_table(rows, f"LoCoMo {title} ({len(ids)} conversations)"))
     print("values chosen per fold (value: folds):")
     for name, c in picks.items():
         print(

@@ -60,6 +60,7 @@ from memory_core.retrieval.lexical import BM25Corpus  # noqa: E402
 from memory_core.sanitize import scoped_memory_id  # noqa: E402
 from memory_core.stores import base as store_base  # noqa: E402
 from memory_core.stores import make_store  # noqa: E402
+from memory_core.stores.hybrid import HybridStore  # noqa: E402
 from memory_core.types import Memory, MemoryType, RetrieveOptions  # noqa: E402
 
 BACKENDS = ("milvus", "qdrant", "valkey", "inmemory")
@@ -118,7 +119,9 @@ def pct(values: list[float], q: float) -> float:
 
 
 def turn_memories(sample: dict, cache: EmbedCache) -> list[Memory]:
-    """The memories of one conversation (one per turn, precomputed vector), in turn order."""
+    """The memories of one conversation (one per turn, precomputed vector), in turn order, with
+    what a client sends (``locomo.memory_body``): content, created_at, the conversation id and
+    ``metadata.dia_id``."""
     return [
         Memory(
             id=scoped_memory_id(sample["sample_id"], f"{sample['sample_id']}:{t.dia_id}"),
@@ -126,7 +129,7 @@ def turn_memories(sample: dict, cache: EmbedCache) -> list[Memory]:
             type=MemoryType.EPISODIC,
             content=t.content,
             source="conversation",
-            conversation_id=f"{sample['sample_id']}:session_{t.session}",
+            conversation_id=sample["sample_id"],
             created_at=t.created_at,
             metadata=t.metadata,
             embedding=cache[t.content],
@@ -166,6 +169,9 @@ def retrieval_settings(args) -> RetrievalSettings:
         bm25_k1=args.k1,
         bm25_b=args.b,
         held_search_max=args.held_search_max,
+        hop_weight=args.hop_weight,
+        hop_seeds=args.hop_seeds,
+        hop_terms=args.hop_terms,
     )
 
 
@@ -197,19 +203,35 @@ def build_store(
     )
 
 
+def hybrid_of(store) -> HybridStore:
+    """The ``HybridStore`` in ``store``'s chain of decorators."""
+    s = store
+    while not isinstance(s, HybridStore):
+        s = s.inner
+    return s
+
+
 async def evaluate(store, qs, cache: EmbedCache, args) -> tuple[dict[str, list], dict[str, list[float]]]:
-    """Ask every question (top 10, query vector given) cosine-only and hybrid; returns the
-    ``(category, recall@5, recall@10)`` rows and the ``retrieve`` latencies (ms) per path."""
-    rows: dict[str, list] = {"vector": [], "hybrid": []}
-    lat: dict[str, list[float]] = {"vector": [], "hybrid": []}
+    """Ask every question (top 10, query vector given) cosine-only and hybrid — with the second
+    hop on (``--hop-weight`` > 0) also as ``hybrid-1hop``, the same store with its second hop
+    off, question by question in the same run; returns the ``(category, recall@5, recall@10)``
+    rows and the ``retrieve`` latencies (ms) per path."""
+    paths = [("vector", False, None), ("hybrid", True, args.hop_weight)]
+    if args.hop_weight > 0:
+        paths.insert(1, ("hybrid-1hop", True, 0.0))
+    rows: dict[str, list] = {name: [] for name, _, _ in paths}
+    lat: dict[str, list[float]] = {name: [] for name, _, _ in paths}
+    hybrid_store = hybrid_of(store)
     for q in qs:
         opts = dict(
             user_id=q.sample_id, query=q.question, embedding=cache[q.question], limit=10, threshold=args.threshold
         )
-        for name, hybrid in (("vector", False), ("hybrid", True)):
+        for name, hybrid, hop in paths:
             o = RetrieveOptions(
                 **opts, hybrid=hybrid, lexical_weight=args.lexical_weight, temporal_boost=not args.no_temporal_boost
             )
+            if hop is not None:
+                hybrid_store.hop_weight = hop
             t0 = time.perf_counter()
             res = await store.retrieve(o)
             lat[name].append((time.perf_counter() - t0) * 1000)
@@ -244,7 +266,7 @@ async def run_backend(backend: str, samples, qs, cache: EmbedCache, args, bm25: 
             rows, lat = await evaluate(store, qs, cache, args)
         finally:
             await store.close()
-    rows = {"vector": rows["vector"], "bm25": bm25, "hybrid": rows["hybrid"]}
+    rows = {"vector": rows["vector"], "bm25": bm25, **{k: v for k, v in rows.items() if k != "vector"}}
     summary = {name: ld.summarize(r) for name, r in rows.items()}
     groups = list(summary["hybrid"])
     print(f"\n== backend {backend} ({type(store).__name__} over {type(getattr(store, 'inner', store)).__name__})")
@@ -252,14 +274,14 @@ async def run_backend(backend: str, samples, qs, cache: EmbedCache, args, bm25: 
         f"ingest: {n} memories in {ingest_s:.2f} s = {n / ingest_s:,.0f} memories/s "
         f"({'store_many' if hasattr(store, 'store_many') else 'store'}, vectors given)"
     )
-    print(f"{'':8s}" + "".join(f"{g:>24s}" for g in groups))
-    print(f"{'':8s}" + "".join(f"{'n=' + str(summary['hybrid'][g]['n']):>24s}" for g in groups))
+    print(f"{'':11s}" + "".join(f"{g:>24s}" for g in groups))
+    print(f"{'':11s}" + "".join(f"{'n=' + str(summary['hybrid'][g]['n']):>24s}" for g in groups))
     for name, s in summary.items():
-        print(f"{name:8s}" + "".join(f"{s[g]['r@5']:>13.3f} / {s[g]['r@10']:.3f}" for g in groups))
+        print(f"{name:11s}" + "".join(f"{s[g]['r@5']:>13.3f} / {s[g]['r@10']:.3f}" for g in groups))
     print("(recall@5 / recall@10)")
     for name, v in lat.items():
         print(
-            f"retrieve latency {name:7s}: p50 {statistics.median(v):6.2f} ms  p95 {pct(v, 0.95):6.2f} ms  "
+            f"retrieve latency {name:11s}: p50 {statistics.median(v):6.2f} ms  p95 {pct(v, 0.95):6.2f} ms  "
             f"max {max(v):6.2f} ms  (n={len(v)}, query vector given)"
         )
     return {
@@ -334,6 +356,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--speaker-weight", type=float, default=d.speaker_weight)
     ap.add_argument("--temporal-weight", type=float, default=d.temporal_weight)
     ap.add_argument("--no-temporal-boost", action="store_true")
+    ap.add_argument("--hop-weight", type=float, default=d.hop_weight, help="second hop weight (0: off)")
+    ap.add_argument("--hop-seeds", type=int, default=d.hop_seeds)
+    ap.add_argument("--hop-terms", type=int, default=d.hop_terms)
     ap.add_argument("--k1", type=float, default=d.bm25_k1)
     ap.add_argument("--b", type=float, default=d.bm25_b)
     ap.add_argument(
@@ -363,7 +388,7 @@ async def main(argv: list[str] | None = None) -> dict:
         f"hybrid: fusion={args.fusion} lexical_weight={args.lexical_weight} pool={args.candidate_pool} "
         f"neighbor={args.neighbor_weight} speaker={args.speaker_weight} "
         f"temporal={0 if args.no_temporal_boost else args.temporal_weight} k1={args.k1} b={args.b} "
-        f"held_search_max={args.held_search_max}"
+        f"held_search_max={args.held_search_max} hop={args.hop_weight}/{args.hop_seeds}/{args.hop_terms}"
     )
     bm25 = bm25_rows(samples, qs, args)
 

@@ -321,10 +321,13 @@ class RetrievalSettings(_Strict):
     weighs max-normalised BM25 against cosine (``fusion: score``) or the two RRF ranks
     (``fusion: rrf``, constant ``rrf_k``); ``candidate_pool`` candidates come from each side;
     ``neighbor_weight`` adds the best adjacent turn's score (same conversation, at most
-    ``neighbor_max_gap_s`` apart); ``speaker_weight`` rewards memories whose
-    ``metadata.speaker`` the query names; ``temporal_weight`` (with ``temporal_boost``) rewards
+    ``neighbor_max_gap_s`` apart); ``speaker_weight`` rewards memories whose speaker
+    (``memory_core.retrieval.speaker``: ``metadata.speaker``, else a leading ``"Name: "``) the
+    query names; ``temporal_weight`` (with ``temporal_boost``) rewards
     memories that mention a time for queries asking when. ``bm25_k1``/``bm25_b``: BM25
-    parameters; ``max_index_users``: user indexes held in memory (LRU); ``cache_vectors``: the
+    parameters; ``hop_weight`` (0: off), ``hop_seeds``, ``hop_terms``: the second hop, a BM25
+    pass for ``hop_terms`` terms of the first hop's best ``hop_seeds`` memories
+    (``memory_core.retrieval.feedback``), its max-normalised score added × ``hop_weight``; ``max_index_users``: user indexes held in memory (LRU); ``cache_vectors``: the
     lexical index also holds each memory's vector (1.5 KB per memory at 384 dimensions, about
     doubling an index entry; the per-user matrix keeps up to 2 rows per memory after growth
     and up to 4 after deletes, see ``memory_core.retrieval.held_vectors``; per shard the worst case is
@@ -351,6 +354,9 @@ class RetrievalSettings(_Strict):
     temporal_weight: float = Field(default=0.2, ge=0)
     bm25_k1: float = Field(default=0.9, ge=0)
     bm25_b: float = Field(default=0.4, ge=0, le=1)
+    hop_weight: float = Field(default=0.0, ge=0)
+    hop_seeds: int = Field(default=3, ge=1, le=50)
+    hop_terms: int = Field(default=8, ge=1, le=100)
     max_index_users: int = Field(default=1024, ge=1)
     cache_vectors: bool = True
     held_search_max: int = Field(default=10000, ge=0)

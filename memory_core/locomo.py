@@ -10,10 +10,13 @@ Replay convention, REST (one memory per dialogue turn, ``memory_batches`` / ``in
 
 - content: ``"Speaker: text"``, plus ``" [shares a photo: <blip_caption>]"`` when the turn has a
   caption;
-- metadata: ``{"dia_id", "session_date" (the raw ``session_N_date_time`` string),
-  "speaker", "session" (N, int)}``;
+- metadata: ``{"dia_id"}`` only, so that recall can be scored — what a client has. No speaker,
+  session or session date: the service reads the speaker from the content's leading
+  ``"Name: "`` and groups neighbouring turns by ``created_at`` (README "API", "What a memory's
+  content and time mean to ranking"), as it must for any client;
 - created_at: the parsed session date (``memory_core.retrieval.timeparse.parse_session_date``) plus the
-  turn's index within its session in seconds, so turns keep their order when listed by time.
+  turn's index within its session in seconds, so turns keep their order when listed by time;
+- conversation_id: the sample id (one conversation per user).
 
 Replay convention, chat (``chat_requests`` / ``feed_chat``): session by session, one
 ``POST /v1/chat/completions`` per turn of the first speaker (the user), its ``messages`` the
@@ -124,7 +127,7 @@ def turns(sample: dict) -> list[Turn]:
     for n in sessions(sample):
         date = conv.get(f"session_{n}_date_time", "")
         for i, t in enumerate(conv[f"session_{n}"]):
-            meta = {"dia_id": t["dia_id"], "session_date": date, "speaker": t["speaker"], "session": n}
+            meta = {"dia_id": t["dia_id"]}
             out.append(
                 Turn(
                     sample_id=sample["sample_id"],

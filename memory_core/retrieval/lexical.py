@@ -175,6 +175,15 @@ class BM25Corpus:
     def ids(self) -> list[str]:
         return list(self._docs)
 
+    def terms(self, doc_id: str) -> list[str]:
+        """The distinct terms of ``doc_id`` (``[]`` when it is not indexed)."""
+        doc = self._docs.get(doc_id)
+        return list(doc.tf) if doc is not None else []
+
+    def doc_freq(self, term: str) -> int:
+        """How many documents hold ``term``."""
+        return len(self._postings.get(term, ()))
+
     def attrs(self, doc_id: str) -> dict[str, Any] | None:
         doc = self._docs.get(doc_id)
         return doc.attrs if doc is not None else None

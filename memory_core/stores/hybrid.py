@@ -37,11 +37,13 @@ Reads of a loaded user (``cache_vectors`` on, the default: records are held with
 Ranking: ``memory_core.retrieval.fusion`` (pure functions: weighted score fusion of the cosine
 and max-normalised BM25, or RRF; a temporal bonus for "when" questions; the best adjacent
 turn's score; a speaker bonus). ``prev``/``next`` are the memories adjacent in time
-(``created_at``, then id) within the same conversation — same ``conversation_id`` and same
-``metadata["session"]``, at most ``neighbor_max_gap_s`` apart; memories with neither have no
-neighbours. The lexical side indexes the content without a leading ``"<speaker>: "`` when
-``metadata["speaker"]`` is set (that name would otherwise match every turn of the speaker);
-the speaker is matched against the query separately. ``similarity`` of every result is its
+(``created_at``, then write order, then id) within the same ``conversation_id`` (memories
+without one form one group), at most ``neighbor_max_gap_s`` apart: sessions are told apart by
+the time between them, from what a client sends (``user_index.group_of``). The speaker is
+read by ``memory_core.retrieval.speaker`` (an optional ``metadata["speaker"]``, else a leading
+``"Name: "`` of the content); the lexical side indexes the content without that prefix (the
+name would otherwise match every turn of the speaker) and the speaker is matched against the
+query separately. ``similarity`` of every result is its
 cosine (for text the embedding model cannot represent: the lexical coverage, see
 ``_Similarity``), and ``threshold`` is a floor on it for every candidate whichever side
 found it.
@@ -75,6 +77,7 @@ import numpy as np
 
 from ..config import RetrievalSettings
 from ..errors import InvalidInput, MemoryNotFound, StoreClosed
+from ..retrieval.feedback import expansion_terms, hop_scores
 from ..retrieval.fusion import Fusion, FusionWeights, Signals, base_score, final_score
 from ..retrieval.held_vectors import cosine, unit_vector
 from ..retrieval.lexical import BM25Corpus, tokenize
@@ -153,8 +156,10 @@ class _Scoring:
     when_question: bool
     query_terms: set[str]
     speaker_weight: float
+    hop_weight: float = 0.0
     sig: dict[str, Signals] = field(default_factory=dict)
     base: dict[str, float] = field(default_factory=dict)
+    hop: dict[str, float] = field(default_factory=dict)
 
     def signals(self, memory_id: str, similarity: float) -> Signals:
         a = self.corpus.attrs(memory_id) or {}
@@ -177,7 +182,9 @@ class _Scoring:
         a = self.corpus.attrs(memory_id)
         if not a:
             return []
-        return self.timeline.neighbours(a.get("group"), a.get("ts", 0.0), memory_id, self.neighbor_max_gap_s)
+        return self.timeline.neighbours(
+            a.get("group"), a.get("ts", 0.0), memory_id, self.neighbor_max_gap_s, a.get("seq", 0)
+        )
 
     def score_of(self, memory_id: str) -> float:
         nb = (
@@ -185,7 +192,8 @@ class _Scoring:
             if self.weights.neighbor_weight > 0
             else []
         )
-        return final_score(self.base[memory_id], nb, self.sig[memory_id], self.weights)
+        score = final_score(self.base[memory_id], nb, self.sig[memory_id], self.weights)
+        return score + self.hop_weight * self.hop.get(memory_id, 0.0)
 
     def rescore(self, memory_id: str, cos: float) -> float:
         """The score of a candidate whose stored vector turned out to differ from the held one."""
@@ -204,7 +212,8 @@ class HybridStore(StoreDecorator):
         rrf_k: the RRF constant k (≥ 1).
         neighbor_weight: weight of the best adjacent memory's base score (≥ 0; 0 disables).
         neighbor_max_gap_s: most seconds between adjacent memories of one conversation.
-        speaker_weight: bonus when ``metadata["speaker"]`` is named in the query (≥ 0).
+        speaker_weight: bonus when the memory's speaker (``retrieval.speaker``) is named in the
+            query (≥ 0).
         temporal_weight: bonus, for queries asking when, to memories mentioning a time (≥ 0;
             applied when ``RetrieveOptions.temporal_boost``).
         k1, b: BM25 parameters. max_users: most user indexes held (LRU).
@@ -214,6 +223,9 @@ class HybridStore(StoreDecorator):
         held_search_max: users with at most this many indexed memories get the vector side
             from an exact search of their held vectors, not from the inner store (needs
             ``cache_vectors``; 0: always the inner store).
+        hop_weight, hop_seeds, hop_terms: the second hop (``retrieval.feedback``): weight of
+            its max-normalised BM25 (≥ 0; 0 disables), first-hop memories seeding it (≥ 1),
+            expansion terms taken from them (≥ 1).
         Defaults are those of ``RetrievalSettings``.
     Raises ``ValueError`` for parameters out of range.
     """
@@ -234,6 +246,9 @@ class HybridStore(StoreDecorator):
         max_users: int = _D.max_index_users,
         cache_vectors: bool = _D.cache_vectors,
         held_search_max: int = _D.held_search_max,
+        hop_weight: float = _D.hop_weight,
+        hop_seeds: int = _D.hop_seeds,
+        hop_terms: int = _D.hop_terms,
     ):
         super().__init__(inner)
         if candidate_pool < 1 or rrf_k < 1:
@@ -244,6 +259,9 @@ class HybridStore(StoreDecorator):
             raise ValueError("weights and gaps must be ≥ 0")
         if held_search_max < 0:
             raise ValueError("held_search_max must be ≥ 0")
+        if hop_weight < 0 or hop_seeds < 1 or hop_terms < 1:
+            raise ValueError("hop_weight must be ≥ 0, hop_seeds and hop_terms ≥ 1")
+        self.hop_weight, self.hop_seeds, self.hop_terms = hop_weight, hop_seeds, hop_terms
         self.candidate_pool = candidate_pool
         self.fusion = fusion
         self.rrf_k = rrf_k
@@ -282,6 +300,9 @@ class HybridStore(StoreDecorator):
             max_users=settings.max_index_users,
             cache_vectors=settings.cache_vectors,
             held_search_max=settings.held_search_max,
+            hop_weight=settings.hop_weight,
+            hop_seeds=settings.hop_seeds,
+            hop_terms=settings.hop_terms,
         )
 
     # ------------------------------------------------------------------ index upkeep
@@ -512,6 +533,7 @@ class HybridStore(StoreDecorator):
             when_question=bool(options.temporal_boost and self.temporal_weight > 0 and temporal_intent(options.query)),
             query_terms=set(q_terms),
             speaker_weight=self.speaker_weight,
+            hop_weight=self.hop_weight,
         )
         for i, (_, cos) in cands.items():
             scoring.add(i, cos)
@@ -523,11 +545,39 @@ class HybridStore(StoreDecorator):
                 for i in extra:
                     if i in cands and i not in scoring.base:
                         scoring.add(i, cands[i][1])
+        if self.hop_weight > 0 and scoring.base:
+            await self._second_hop(scoring, q_terms, pool, options, sim, ui, cands)
         ranked = sorted(
             ((scoring.score_of(i), i) for i, (_, cos) in cands.items() if passes_floor(cos, options.threshold)),
             key=lambda t: (-t[0], t[1]),
         )
         return await self._winners(ranked, cands, options, sim, ui, scoring.rescore)
+
+    async def _second_hop(
+        self,
+        scoring: _Scoring,
+        q_terms: list[str],
+        pool: int,
+        options: RetrieveOptions,
+        sim: _Similarity,
+        ui: UserIndex,
+        cands: dict[str, tuple[Memory | None, float]],
+    ) -> None:
+        """The second hop (``retrieval.feedback``): seeds are the ``hop_seeds`` best
+        candidates so far (their speakers' name terms are no expansion terms); the second
+        hop's top ``pool`` join the candidates and every candidate's score gains
+        ``hop_weight`` × its second-hop signal (``scoring.hop``)."""
+        corpus = scoring.corpus
+        seeds = sorted(scoring.base, key=lambda i: (-scoring.score_of(i), i))[: self.hop_seeds]
+        speakers = {t for i in seeds for t in (corpus.attrs(i) or {}).get("speaker_terms", ())}
+        terms = expansion_terms(corpus, seeds, q_terms, self.hop_terms, exclude=speakers)
+        scoring.hop = hop_scores(corpus, terms, pool, options.project_id, options.types, options.states)
+        extra = [i for i in scoring.hop if i not in cands]
+        if extra:
+            await self._add_candidates(extra, options, sim, ui, cands)
+            for i in extra:
+                if i in cands and i not in scoring.base:
+                    scoring.add(i, cands[i][1])
 
     async def _vector_top(
         self,

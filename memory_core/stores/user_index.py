@@ -28,6 +28,7 @@ import numpy as np
 
 from ..retrieval.held_vectors import HeldVectors
 from ..retrieval.lexical import DEFAULT_B, DEFAULT_K1, BM25Corpus, tokenize
+from ..retrieval.speaker import speaker_and_body
 from ..retrieval.timeparse import has_time_expression
 from ..types import Memory, MemoryState, MemoryType
 
@@ -42,63 +43,57 @@ def content_key(content: str) -> str:
 
 
 def split_speaker(memory: Memory) -> tuple[str, str | None]:
-    """(body, speaker): ``memory.content`` without a leading ``"<speaker>:"`` where
-    ``metadata["speaker"]`` names the speaker, else the content unchanged."""
-    speaker = memory.metadata.get("speaker") if isinstance(memory.metadata, dict) else None
-    content = memory.content
-    if isinstance(speaker, str) and speaker.strip():
-        prefix = speaker.strip() + ":"
-        if content.startswith(prefix):
-            return content[len(prefix) :].lstrip(), speaker.strip()
-        return content, speaker.strip()
-    return content, None
+    """(body, speaker) of ``memory``: the rule of ``memory_core.retrieval.speaker`` (an optional
+    ``metadata["speaker"]``, else a leading ``"Name: "`` of the content)."""
+    return speaker_and_body(memory.content, memory.metadata)
 
 
-def group_of(memory: Memory) -> tuple | None:
-    """The conversation group of ``memory`` (``conversation_id``, ``metadata["session"]``),
-    None when it has neither (then it has no neighbours)."""
-    session = memory.metadata.get("session") if isinstance(memory.metadata, dict) else None
-    if memory.conversation_id is None and session is None:
-        return None
-    return (memory.conversation_id, str(session) if session is not None else None)
+def group_of(memory: Memory) -> tuple:
+    """The conversation group of ``memory``: its ``conversation_id`` (None is a group of its
+    own, the user's memories written without one). Within a group, neighbours are the memories
+    adjacent by ``created_at`` (then write order), at most the neighbour gap apart — sessions
+    are told apart by time, not by project metadata."""
+    return (memory.conversation_id,)
 
 
 @dataclass
 class Timeline:
-    """One user's memories ordered by time (seconds, then id) within each conversation group."""
+    """One user's memories ordered by time within each conversation group: by ``created_at``
+    (seconds), then write order (``seq``: the index's count of writes when the memory was first
+    put; a rebuild from the store puts them in the store's listing order), then id."""
 
-    groups: dict[tuple, list[tuple[float, str]]] = field(default_factory=dict)
+    groups: dict[tuple, list[tuple[float, int, str]]] = field(default_factory=dict)
 
-    def add(self, group: tuple | None, ts: float, memory_id: str) -> None:
+    def add(self, group: tuple | None, ts: float, memory_id: str, seq: int = 0) -> None:
         if group is not None:
-            bisect.insort(self.groups.setdefault(group, []), (ts, memory_id))
+            bisect.insort(self.groups.setdefault(group, []), (ts, seq, memory_id))
 
-    def remove(self, group: tuple | None, ts: float, memory_id: str) -> None:
+    def remove(self, group: tuple | None, ts: float, memory_id: str, seq: int = 0) -> None:
         if group is None:
             return
-        seq = self.groups.get(group)
-        if not seq:
+        entries = self.groups.get(group)
+        if not entries:
             return
-        i = bisect.bisect_left(seq, (ts, memory_id))
-        if i < len(seq) and seq[i] == (ts, memory_id):
-            del seq[i]
-        if not seq:
+        i = bisect.bisect_left(entries, (ts, seq, memory_id))
+        if i < len(entries) and entries[i] == (ts, seq, memory_id):
+            del entries[i]
+        if not entries:
             del self.groups[group]
 
-    def neighbours(self, group: tuple | None, ts: float, memory_id: str, max_gap_s: float) -> list[str]:
+    def neighbours(self, group: tuple | None, ts: float, memory_id: str, max_gap_s: float, seq: int = 0) -> list[str]:
         """The ids just before and after ``memory_id`` in its group, at most ``max_gap_s``
         seconds away."""
         if group is None:
             return []
-        seq = self.groups.get(group, [])
-        i = bisect.bisect_left(seq, (ts, memory_id))
-        if i >= len(seq) or seq[i] != (ts, memory_id):
+        entries = self.groups.get(group, [])
+        i = bisect.bisect_left(entries, (ts, seq, memory_id))
+        if i >= len(entries) or entries[i] != (ts, seq, memory_id):
             return []
         out = []
-        if i > 0 and ts - seq[i - 1][0] <= max_gap_s:
-            out.append(seq[i - 1][1])
-        if i + 1 < len(seq) and seq[i + 1][0] - ts <= max_gap_s:
-            out.append(seq[i + 1][1])
+        if i > 0 and ts - entries[i - 1][0] <= max_gap_s:
+            out.append(entries[i - 1][2])
+        if i + 1 < len(entries) and entries[i + 1][0] - ts <= max_gap_s:
+            out.append(entries[i + 1][2])
         return out
 
 
@@ -115,6 +110,7 @@ class UserIndex:
     held: HeldVectors = field(default_factory=HeldVectors)
     records: dict[str, Memory] = field(default_factory=dict)
     gen: int = 0
+    writes: int = 0
     building: list[tuple[str, Any]] | None = None
     task: asyncio.Future | None = None
     # the corpus's version (each put/remove) and the vector masks made at it (``vector_mask``)
@@ -136,7 +132,11 @@ class UserIndex:
         self.version += 1
         old = corpus.attrs(memory.id)
         if old:
-            timeline.remove(old.get("group"), old.get("ts", 0.0), memory.id)
+            timeline.remove(old.get("group"), old.get("ts", 0.0), memory.id, old.get("seq", 0))
+            seq = old.get("seq", 0)
+        else:
+            self.writes += 1
+            seq = self.writes
         body, speaker = split_speaker(memory)
         ts = memory.created_at.timestamp() if memory.created_at else 0.0
         group = group_of(memory)
@@ -147,10 +147,11 @@ class UserIndex:
             "temporal": has_time_expression(body),
             "group": group,
             "ts": ts,
+            "seq": seq,
             "represented": represented,
         }
         corpus.add(memory.id, body, project_id=memory.project_id, type=memory.type, attrs=attrs, state=memory.state)
-        timeline.add(group, ts, memory.id)
+        timeline.add(group, ts, memory.id, seq)
         if self.hold_records:
             held_record = self.records.get(memory.id)
             record = memory.model_copy(update={"embedding": None})
@@ -173,7 +174,7 @@ class UserIndex:
         self.version += 1
         old = self.corpus.attrs(memory_id)
         if old:
-            self.timeline.remove(old.get("group"), old.get("ts", 0.0), memory_id)
+            self.timeline.remove(old.get("group"), old.get("ts", 0.0), memory_id, old.get("seq", 0))
         self.corpus.remove(memory_id)
         self.held.remove(memory_id)
         self.records.pop(memory_id, None)
@@ -191,7 +192,7 @@ class UserIndex:
         for memory_id in self.corpus.ids():
             a = self.corpus.attrs(memory_id)
             assert a is not None  # an id from corpus.ids() is indexed
-            tl.add(a.get("group"), a.get("ts", 0.0), memory_id)
+            tl.add(a.get("group"), a.get("ts", 0.0), memory_id, a.get("seq", 0))
         self.timeline = tl
 
     def apply(self, op: str, arg: Any, represented: Callable[[str], bool]) -> None:

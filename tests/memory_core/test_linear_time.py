@@ -43,6 +43,7 @@ from memory_core.curation.screening import screen, screen_window
 from memory_core.errors import InvalidInput
 from memory_core.retrieval import lexical
 from memory_core.retrieval.lexical import tokenize
+from memory_core.retrieval.speaker import leading_speaker
 from memory_core.retrieval.timeparse import has_time_expression, parse_session_date, temporal_intent
 from memory_core.sanitize import (
     MAX_CONTENT_BYTES,
@@ -113,6 +114,9 @@ class Rule:
 
 _FACT = "My locker code is 4817 and I live in Boston."
 RULES: dict[str, Rule] = {
+    # the speaker of a memory (retrieval/speaker.py): a name-shaped run, then the text
+    "leading_speaker": Rule(leading_speaker),
+    "leading_speaker(name-like)": Rule(lambda t: leading_speaker("Mary " + t.replace(" ", "-") + ": hi")),
     # screening (owned by curation/screening.py)
     "screen": Rule(screen),
     "screen_window": Rule(lambda t: screen_window(f"user: {t}\nassistant: ok")),

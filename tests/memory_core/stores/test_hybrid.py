@@ -319,14 +319,16 @@ async def test_rrf_fusion(inner):
 
 
 def _turn(mid, speaker, text, i, session=1, conv="c1"):
-    """A conversation turn stored under the test name ``mid`` (id ``tid(mid)``)."""
+    """A conversation turn stored under the test name ``mid`` (id ``tid(mid)``), as a client
+    writes it: ``"Speaker: text"``, the session's time (sessions a week apart) plus ``i``
+    seconds, no speaker or session metadata."""
     return Memory(
         id=tid(mid),
         user_id="u1",
         content=f"{speaker}: {text}",
         conversation_id=conv,
-        created_at=datetime(2023, 5, 8, 13, 56, tzinfo=UTC) + timedelta(seconds=i),
-        metadata={"speaker": speaker, "session": session, "dia_id": mid},
+        created_at=datetime(2023, 5, 8, 13, 56, tzinfo=UTC) + timedelta(days=7 * (session - 1), seconds=i),
+        metadata={"dia_id": mid},
     )
 
 

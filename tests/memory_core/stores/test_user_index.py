@@ -3,6 +3,7 @@ get_many, curation's candidate search) make no backend read; every write reaches
 before it is acknowledged, and one the backend refuses never reaches the index."""
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
@@ -188,3 +189,49 @@ def test_held_top_with_a_mask_answers_as_with_the_same_filter_and_refuses_a_stal
     ui.put(_memory(9), represented=True)  # one more row: the old mask is of another layout
     with pytest.raises(ValueError, match="another version"):
         ui.held.top(q, 3, allowed=mask)
+
+
+def _client_turn(name: str, conv: str | None, when: datetime, content: str = "Ann: hello") -> Memory:
+    """A memory as a client writes it: content, created_at, conversation id; no metadata."""
+    return Memory(id=tid(name), user_id="u1", content=content, conversation_id=conv, created_at=when)
+
+
+def test_neighbours_group_by_conversation_and_time_gap_and_break_time_ties_by_write_order():
+    t0 = datetime(2023, 5, 8, 13, 0, tzinfo=UTC)
+    ui = UserIndex(corpus=BM25Corpus())
+    # session 1 (three writes with one created_at: the order of writes decides), session 2 a day later
+    for name in ("s1a", "s1b", "s1c"):
+        ui.put(_client_turn(name, "c1", t0), represented=True)
+    ui.put(_client_turn("s2a", "c1", t0 + timedelta(days=1)), represented=True)
+    ui.put(_client_turn("s2b", "c1", t0 + timedelta(days=1, seconds=5)), represented=True)
+    ui.put(_client_turn("other", "c2", t0 + timedelta(seconds=1)), represented=True)  # other conversation
+    ui.put(_client_turn("x1", None, t0), represented=True)  # no conversation id: one group of their own
+    ui.put(_client_turn("x2", None, t0 + timedelta(minutes=5)), represented=True)
+    names = {tid(n): n for n in ("s1a", "s1b", "s1c", "s2a", "s2b", "other", "x1", "x2")}
+
+    def nb(name: str) -> set[str]:
+        a = ui.corpus.attrs(tid(name))
+        assert a is not None
+        return {names[i] for i in ui.timeline.neighbours(a["group"], a["ts"], tid(name), 6 * 3600, a["seq"])}
+
+    assert nb("s1a") == {"s1b"}
+    assert nb("s1b") == {"s1a", "s1c"}
+    assert nb("s1c") == {"s1b"}  # s2a is a day later: another session
+    assert nb("s2a") == {"s2b"}
+    assert nb("other") == set()
+    assert nb("x1") == {"x2"}
+    # a re-put keeps the memory's place in the write order; a removal closes the gap
+    ui.put(_client_turn("s1a", "c1", t0, content="Ann: hello again"), represented=True)
+    assert nb("s1b") == {"s1a", "s1c"}
+    ui.remove(tid("s1b"))
+    assert nb("s1a") == {"s1c"}
+
+
+def test_the_speaker_from_the_content_is_a_field_not_body_terms():
+    ui = UserIndex(corpus=BM25Corpus())
+    ui.put(_client_turn("a", "c1", datetime(2023, 5, 8, tzinfo=UTC), content="Caroline: I went hiking"), True)
+    ui.put(_client_turn("n", "c1", datetime(2023, 5, 9, tzinfo=UTC), content="Note: Caroline went hiking"), True)
+    a, n = ui.corpus.attrs(tid("a")), ui.corpus.attrs(tid("n"))
+    assert a is not None and n is not None
+    assert a["speaker_terms"] and not n["speaker_terms"]
+    assert [i for i, _ in ui.corpus.search("caroline", 5)] == [tid("n")]  # only the body that names her
