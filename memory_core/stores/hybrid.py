@@ -37,8 +37,8 @@ Reads of a loaded user (``cache_vectors`` on, the default: records are held with
 Ranking: ``memory_core.retrieval.fusion`` (pure functions: weighted score fusion of the cosine
 and max-normalised BM25, or RRF; a temporal bonus for "when" questions; the best adjacent
 turn's score; a speaker bonus). ``prev``/``next`` are the memories adjacent in time
-(``created_at``, then write order, then id) within the same ``conversation_id`` (memories
-without one form one group), at most ``neighbor_max_gap_s`` apart: sessions are told apart by
+(``created_at``, then write order, then id) within the same ``conversation_id`` (a memory
+without one has no neighbours), at most ``neighbor_max_gap_s`` apart: sessions are told apart by
 the time between them, from what a client sends (``user_index.group_of``). The speaker is
 read by ``memory_core.retrieval.speaker`` (an optional ``metadata["speaker"]``, else a leading
 ``"Name: "`` of the content); the lexical side indexes the content without that prefix (the

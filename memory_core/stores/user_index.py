@@ -48,11 +48,14 @@ def split_speaker(memory: Memory) -> tuple[str, str | None]:
     return speaker_and_body(memory.content, memory.metadata)
 
 
-def group_of(memory: Memory) -> tuple:
-    """The conversation group of ``memory``: its ``conversation_id`` (None is a group of its
-    own, the user's memories written without one). Within a group, neighbours are the memories
-    adjacent by ``created_at`` (then write order), at most the neighbour gap apart — sessions
-    are told apart by time, not by project metadata."""
+def group_of(memory: Memory) -> tuple | None:
+    """The conversation group of ``memory``: its ``conversation_id``; None (no neighbours)
+    when it has none: a note written outside a conversation is nobody's neighbour, however
+    close in time. Within a group, neighbours are the memories adjacent by ``created_at``
+    (then write order), at most the neighbour gap apart — sessions are told apart by time,
+    not by project metadata."""
+    if memory.conversation_id is None:
+        return None
     return (memory.conversation_id,)
 
 

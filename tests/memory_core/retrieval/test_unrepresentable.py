@@ -84,9 +84,7 @@ async def test_thai_question_is_ranked_lexically_and_floors_on_coverage(coverage
 
 @pytest.mark.parametrize("held_search_max", [10000, 0], ids=["held-search", "store-search"])
 async def test_unrepresentable_memories_are_never_vector_candidates(coverage, held_search_max):
-    # neighbours off: memories written moments apart without a conversation id are one
-    # conversation, so the Thai ones would join as neighbours of "alpha" (not by their vectors)
-    _, store = await _stores(coverage, held_search_max=held_search_max, neighbor_weight=0.0)
+    _, store = await _stores(coverage, held_search_max=held_search_max)
     for text in THAI.values():
         await store.store(Memory(user_id="u", content=text))
     english = await store.store(Memory(user_id="u", content="alpha"))

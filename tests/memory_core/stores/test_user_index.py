@@ -205,7 +205,7 @@ def test_neighbours_group_by_conversation_and_time_gap_and_break_time_ties_by_wr
     ui.put(_client_turn("s2a", "c1", t0 + timedelta(days=1)), represented=True)
     ui.put(_client_turn("s2b", "c1", t0 + timedelta(days=1, seconds=5)), represented=True)
     ui.put(_client_turn("other", "c2", t0 + timedelta(seconds=1)), represented=True)  # other conversation
-    ui.put(_client_turn("x1", None, t0), represented=True)  # no conversation id: one group of their own
+    ui.put(_client_turn("x1", None, t0), represented=True)  # no conversation id: no neighbours
     ui.put(_client_turn("x2", None, t0 + timedelta(minutes=5)), represented=True)
     names = {tid(n): n for n in ("s1a", "s1b", "s1c", "s2a", "s2b", "other", "x1", "x2")}
 
@@ -219,7 +219,7 @@ def test_neighbours_group_by_conversation_and_time_gap_and_break_time_ties_by_wr
     assert nb("s1c") == {"s1b"}  # s2a is a day later: another session
     assert nb("s2a") == {"s2b"}
     assert nb("other") == set()
-    assert nb("x1") == {"x2"}
+    assert nb("x1") == set() and nb("x2") == set()  # notes outside a conversation, minutes apart
     # a re-put keeps the memory's place in the write order; a removal closes the gap
     ui.put(_client_turn("s1a", "c1", t0, content="Ann: hello again"), represented=True)
     assert nb("s1b") == {"s1a", "s1c"}
