@@ -119,9 +119,9 @@ class LiteServer:
                     with self._lock:
                         uri = self._spawn()
                     break
-                except _Locked:
+                except _Locked as locked:
                     if time.monotonic() >= deadline:
-                        raise
+                        raise ConfigError(str(locked)) from None
                     time.sleep(0.25)
         except BaseException:
             self._release_owner_lock()
@@ -236,8 +236,9 @@ class LiteServer:
                     delay = min(delay * 2, self.backoff_max_s)
 
 
-class _Locked(ConfigError):
-    """The child found Milvus Lite's ``LOCK`` of the directory held by another process."""
+class _Locked(Exception):
+    """The child found Milvus Lite's ``LOCK`` of the directory held by another process
+    (internal: ``start`` retries it for ``lock_wait_s``, then raises ``ConfigError``)."""
 
 
 def _first_line(stream: IO[bytes], timeout_s: float) -> str:
