@@ -1,8 +1,9 @@
 """Replay LoCoMo conversations into a running memory-router over HTTP and measure retrieval.
 
 Each conversation is one user; each dialogue turn becomes one memory created through
-``POST /v1/memory`` (``memory_core.locomo.ingest_rest``) (content ``"Speaker: text"``, metadata keeps ``dia_id``, ``session_date``,
-``speaker``, ``session``; ``created_at`` = the session date). Then every category 1–4 question
+``POST /v1/memory`` (``memory_core.locomo.ingest_rest``), sent as a client would: content
+``"Speaker: text"``, ``created_at`` the session date (plus the turn's index in seconds),
+``conversation_id`` the sample id, metadata ``dia_id`` only (to score recall). Then every category 1–4 question
 with evidence is searched as that user through ``POST /v1/memory/search``.
 
 Prints evidence recall@5 and @10 (definition: ``shared/README.md``), overall and per category,

@@ -40,6 +40,7 @@ from memory_core.errors import (
     Unauthenticated,
     UnsupportedMediaType,
     UntrustedIdentity,
+    WritesPending,
 )
 
 from .schemas import ErrorBody
@@ -62,6 +63,7 @@ STATUS: dict[type[MemoryError_], int] = {
     StateConflict: 409,
     RequestTooLarge: 413,
     RateLimited: 429,
+    WritesPending: 429,
     EmbeddingIdentityMismatch: 409,
     StoreClosed: 503,
     StoreUnavailable: 503,
