@@ -138,14 +138,6 @@ class RateLimited(MemoryError_):
         return (type(self), (str(self), self.retry_after_s))
 
 
-class WritesPending(RateLimited):
-    """Too many chat turns of one user (or of one ingress replica) are still being stored
-    behind their answers (``memory_core.chat.background``): the chat is refused before any
-    work, nothing is lost; ``retry_after_s`` as ``RateLimited``."""
-
-    code = "writes_pending"
-
-
 class RequestTooLarge(MemoryError_):
     """A request that asks for more work than one request may (a body over its byte limit,
     more memories or import lines than one request takes, more writes than the whole write
@@ -172,7 +164,6 @@ ERROR_CLASSES: tuple[type[MemoryError_], ...] = (
     UntrustedIdentity,
     KeyNotFound,
     RateLimited,
-    WritesPending,
     RequestTooLarge,
     AuditUnavailable,
 )

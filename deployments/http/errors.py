@@ -40,7 +40,6 @@ from memory_core.errors import (
     Unauthenticated,
     UnsupportedMediaType,
     UntrustedIdentity,
-    WritesPending,
 )
 
 from .schemas import ErrorBody
@@ -63,7 +62,6 @@ STATUS: dict[type[MemoryError_], int] = {
     StateConflict: 409,
     RequestTooLarge: 413,
     RateLimited: 429,
-    WritesPending: 429,
     EmbeddingIdentityMismatch: 409,
     StoreClosed: 503,
     StoreUnavailable: 503,

@@ -74,16 +74,6 @@ class PreparedChat:
     injected: list[Memory] = field(default_factory=list)
     timings_ms: dict[str, float] = field(default_factory=dict)
 
-    @property
-    def stores_turn(self) -> bool:
-        """Whether ``MemoryPipeline.remember`` will extract and store this turn: the policy
-        auto-stores, the caller has a user id, and memory was not skipped for a reason that
-        also skips storing (a greeting, a punctuation-only turn or a store error still store
-        what the rest of the turn states)."""
-        return (
-            self.skipped in (None, "error", "greeting", "punctuation") and self.policy.auto_store and bool(self.user_id)
-        )
-
 
 class MemoryPipeline:
     """Memory for chat requests. ``store`` is any ``Store`` (the store pool client in the
@@ -93,9 +83,6 @@ class MemoryPipeline:
     extractor when ``memory.extraction.llm.enabled``. ``admit_write(user_id, n)`` (the
     per-user write rate limit, counting the turn's ``n`` memories) is asked before a turn's
     memories are written: ``False`` skips the write, counted as ``memory_extraction{outcome="skipped_rate_limited"}``.
-    ``admit_turn(user_id)`` is asked by ``prepare`` before any work on a chat whose turn will
-    be stored (``PreparedChat.stores_turn``): it raises (``WritesPending``: the user's turns
-    still being stored are at their bound, ``memory_core.chat.background``) to refuse the chat.
 
     The pure-CPU steps on the request's text (the reflection gate and injection, the turn's
     extraction) run on ``cpu`` (a ``CpuPool``, by default one of the pipeline's own), never
@@ -110,14 +97,12 @@ class MemoryPipeline:
         now: Callable[[], datetime] = utcnow,
         complete: Complete | None = None,
         admit_write: Callable[[str, int], bool] | None = None,
-        admit_turn: Callable[[str], None] | None = None,
         cpu: CpuPool | None = None,
     ):
         self.config = config
         self._cpu = cpu if cpu is not None else CpuPool(name="chat")
         self._store = store
         self._admit_write = admit_write
-        self._admit_turn = admit_turn
         self.metrics = metrics or NullMetrics()
         self._now = now
         self._complete = complete
@@ -127,12 +112,10 @@ class MemoryPipeline:
         normalised once at the edge and read by ``sanitize.request_context``; the decision
         rules read ``context.headers`` as they are). Never raises for
         store/embedder failures (the request then goes out without memory, outcome
-        ``error``). Raises what ``admit_turn`` raises (the chat refused before any work)."""
+        ``error``)."""
         prepared, reason = self._decide(body, context)
-        prepared.skipped = reason
-        if self._admit_turn is not None and prepared.stores_turn and prepared.user_id:
-            self._admit_turn(prepared.user_id)
         if reason is not None:
+            prepared.skipped = reason
             self.metrics.count("memory_skipped", {"reason": reason, "decision": prepared.policy.decision_name or ""})
             return prepared
         await self._retrieve_and_inject(prepared)
@@ -244,7 +227,9 @@ class MemoryPipeline:
         ``conversation``; ``created_via`` ``auto_store`` (statements) or ``auto_store_window``.
         Returns the write results (``[]`` when nothing was stored). Never raises: failures
         and skip reasons are counted (``memory_extraction{outcome}``, ``memory_store_errors``)."""
-        if not prepared.stores_turn or prepared.user_id is None:
+        if prepared.skipped not in (None, "error", "greeting", "punctuation"):
+            return []
+        if not prepared.policy.auto_store or not prepared.user_id:
             return []
         settings = self.config.memory.extraction
         messages = prepared.body.get("messages") or []

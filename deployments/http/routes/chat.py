@@ -62,16 +62,17 @@ class ChatRoutes(IngressBase):
             raise RuntimeError(f"the upstream answered {reply.status_code}")
         return reply.json()
 
-    def _in_background(self, prepared: PreparedChat, coro) -> None:
-        """Run ``coro`` (the auto-store of ``prepared``'s turn) after the response, counted in
-        ``background_writes`` against its user (bounded when the chat arrived), outside the request:
+    def _in_background(self, coro) -> None:
+        """Run ``coro`` (the auto-store of a turn) after the response, outside the request:
         in a fresh context, because Ray Serve cancels the handle calls made in a request's
         context when that request is cancelled (a client closing its connection, e.g. right
         after a stream's ``[DONE]``), which would cancel the store call. The request id stays
         (``request_log.context_carrying_request_id``)."""
         context = carrying_trace(context_carrying_request_id())  # and the request's trace: span "auto_store"
         context.run(set_actor, CHAT_ACTOR)  # the auto-store's lifecycle events are the chat's
-        self.background_writes.start(prepared.user_id, traced("auto_store", coro), context)
+        task = asyncio.get_running_loop().create_task(traced("auto_store", coro), context=context)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     # ------------------------------------------------------------------ chat
     @app.post(
@@ -151,7 +152,7 @@ class ChatRoutes(IngressBase):
                 )
             return with_headers(response, reply.headers, headers)
         if reply.status_code == 200:
-            self._in_background(prepared, self.pipeline.remember(prepared, answer))
+            self._in_background(self.pipeline.remember(prepared, answer))
         response = Response(reply.content, status_code=reply.status_code, media_type="application/json")
         return with_headers(response, reply.headers, headers)
 
@@ -181,7 +182,7 @@ class ChatRoutes(IngressBase):
             )
 
         def complete(answer) -> None:
-            self._in_background(prepared, self.pipeline.remember(prepared, answer.completion()))
+            self._in_background(self.pipeline.remember(prepared, answer.completion()))
 
         def ended(outcome: str) -> None:
             self.metrics.count("chat_stream_outcomes", {"outcome": outcome})

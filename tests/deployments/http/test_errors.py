@@ -31,7 +31,6 @@ EXPECTED = {
     "KeyNotFound": (404, "key_not_found"),
     "UnsupportedMediaType": (415, "unsupported_media_type"),
     "RateLimited": (429, "rate_limited"),
-    "WritesPending": (429, "writes_pending"),
     "RequestTooLarge": (413, "request_too_large"),
     "AuditUnavailable": (503, "audit_unavailable"),
 }
