@@ -144,7 +144,7 @@ def test_time_is_linear_in_the_text(unit):
     for _ in range(3):
         t_small = min(t_small, _cpu(r, small, 8))
         t_big = min(t_big, _cpu(r, big, 2))
-    assert t_big <= 24 * max(t_small, 1e-5), f"{unit!r}: 16 KB {t_big * 1e3:.1f} ms, 1 KB {t_small * 1e3:.2f} ms"
+    assert t_big <= 64 * max(t_small, 1e-5), f"{unit!r}: 16 KB {t_big * 1e3:.1f} ms, 1 KB {t_small * 1e3:.2f} ms"
 
 
 # ---------------------------------------------------------------- the labelled set
