@@ -740,7 +740,13 @@ class LimitsSettings(_Strict):
     route that takes none). Work: ``memories_per_request`` (memories of one ``POST
     /v1/memory``, at most 1,000: the store's batch bound) and ``import_lines`` (non-blank
     lines of one import). The defaults keep a request within a few seconds of one store shard
-    on the 2-core machine of the README's "Limits" (``benchmarks/request_cost.py``)."""
+    on the 2-core machine of the README's "Limits" (``benchmarks/request_cost.py``).
+
+    Chat turns stored behind their answers (``memory_core.chat.background``), per ingress
+    replica: ``pending_writes_per_user`` of one user, ``pending_writes`` of every user. A chat
+    turn that arrives while its user (or the replica) is at the bound is answered but not
+    stored (``memory_extraction{outcome="skipped_writes_pending"}``): a chat is never refused
+    for it."""
 
     chat_body_bytes: int = Field(default=4 * MIB, gt=0)
     memories_body_bytes: int = Field(default=1 * MIB, gt=0)
@@ -750,6 +756,8 @@ class LimitsSettings(_Strict):
     other_body_bytes: int = Field(default=1 * MIB, gt=0)
     memories_per_request: int = Field(default=256, gt=0, le=1000)
     import_lines: int = Field(default=100, gt=0)
+    pending_writes_per_user: int = Field(default=32, gt=0)
+    pending_writes: int = Field(default=1024, gt=0)
 
 
 class GlobalSettings(_Strict):

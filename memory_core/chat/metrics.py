@@ -61,7 +61,7 @@ GATE_DROP_REASONS = frozenset({"blocked", "duplicate", "budget", "limit"})
 """Why the reflection gate (``chat.gate``) or the route's limit dropped a retrieved memory."""
 EXTRACTION_OUTCOMES = frozenset(
     {t.value for t in MemoryType}
-    | {"window", "llm_error", "skipped_llm_nothing", "skipped_rate_limited"}
+    | {"window", "llm_error", "skipped_llm_nothing", "skipped_rate_limited", "skipped_writes_pending"}
     | {f"skipped_{r}" for r in EXTRACT_SKIP_REASONS}
 )
 WRITE_OUTCOMES = frozenset({o.value for o in WriteOutcome} | {"superseded"})

@@ -74,6 +74,16 @@ class PreparedChat:
     injected: list[Memory] = field(default_factory=list)
     timings_ms: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def stores_turn(self) -> bool:
+        """Whether ``MemoryPipeline.remember`` will extract and store this turn: the policy
+        auto-stores, the caller has a user id, and memory was not skipped for a reason that
+        also skips storing (a greeting, a punctuation-only turn or a store error still store
+        what the rest of the turn states)."""
+        return (
+            self.skipped in (None, "error", "greeting", "punctuation") and self.policy.auto_store and bool(self.user_id)
+        )
+
 
 class MemoryPipeline:
     """Memory for chat requests. ``store`` is any ``Store`` (the store pool client in the
@@ -114,8 +124,8 @@ class MemoryPipeline:
         store/embedder failures (the request then goes out without memory, outcome
         ``error``)."""
         prepared, reason = self._decide(body, context)
+        prepared.skipped = reason
         if reason is not None:
-            prepared.skipped = reason
             self.metrics.count("memory_skipped", {"reason": reason, "decision": prepared.policy.decision_name or ""})
             return prepared
         await self._retrieve_and_inject(prepared)
@@ -227,9 +237,7 @@ class MemoryPipeline:
         ``conversation``; ``created_via`` ``auto_store`` (statements) or ``auto_store_window``.
         Returns the write results (``[]`` when nothing was stored). Never raises: failures
         and skip reasons are counted (``memory_extraction{outcome}``, ``memory_store_errors``)."""
-        if prepared.skipped not in (None, "error", "greeting", "punctuation"):
-            return []
-        if not prepared.policy.auto_store or not prepared.user_id:
+        if not prepared.stores_turn or prepared.user_id is None:
             return []
         settings = self.config.memory.extraction
         messages = prepared.body.get("messages") or []

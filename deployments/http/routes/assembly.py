@@ -9,13 +9,13 @@ of such a replica answered 400: ``self`` read as a required query parameter).
 ``deployments.http.ingress`` re-exports the class.
 """
 
-import asyncio
 import os
 
 from ray import serve
 
 from memory_core.access import Authenticator, KeyRegistry, WriteRateLimiter
 from memory_core.audit import AuditLog
+from memory_core.chat.background import BackgroundWrites
 from memory_core.chat.metrics import decision_values
 from memory_core.chat.pipeline import MemoryPipeline
 from memory_core.config import RouterConfig
@@ -38,6 +38,10 @@ from .memory import MemoryRoutes
 from .service import ServiceRoutes
 
 __all__ = ["REQUEST_LIMITS", "MemoryIngress", "app"]
+
+DRAIN_TIMEOUT_S = 15.0
+"""How long a stopping replica waits for the turns it is still storing (below Serve's
+``graceful_shutdown_timeout_s``, 20 s by default)."""
 
 
 @serve.deployment
@@ -80,10 +84,21 @@ class MemoryIngress(ChatRoutes, MemoryRoutes, AdminRoutes, ServiceRoutes, McpRou
         complete = None
         if llm.enabled:  # the LLM extractor: its own endpoint, or the application's upstream
             complete = http_complete(llm) if llm.base_url else self._complete_upstream
+        self.background_writes = BackgroundWrites(self.limits.pending_writes_per_user, self.limits.pending_writes)
         self.pipeline = MemoryPipeline(
-            self.config, store=self.store, metrics=self.metrics, complete=complete, admit_write=self._admit_chat_write
+            self.config,
+            store=self.store,
+            metrics=self.metrics,
+            complete=complete,
+            admit_write=self._admit_chat_write,
         )
-        self._background: set[asyncio.Task] = set()
         self.events = open_feed(config)  # the lifecycle event feed (deployments/http/event_feed.py)
         self.webhooks = webhooks  # the WebhookDispatcher (deployed when webhooks are configured)
         self.mcp = McpEndpoint(self)  # the MCP server at /mcp (its tools call the REST routes' methods)
+
+    async def __del__(self):
+        """The replica stopping (Serve calls this after its requests drained): the turns of
+        answers already sent are still stored, for at most ``DRAIN_TIMEOUT_S``."""
+        writes = getattr(self, "background_writes", None)
+        if writes is not None:
+            await writes.drain(DRAIN_TIMEOUT_S)

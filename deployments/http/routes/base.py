@@ -7,7 +7,6 @@ signatures' annotations at import time through Serve's class-based ingress, and 
 types (``OwnerQuery`` among them).
 """
 
-import asyncio
 import json
 from typing import Annotated, Any
 
@@ -15,6 +14,7 @@ from fastapi import Query, Request
 from fastapi.responses import Response
 
 from memory_core.access import Authenticator, KeyRegistry, Principal, WriteRateLimiter
+from memory_core.chat.background import BackgroundWrites
 from memory_core.chat.pipeline import MemoryPipeline
 from memory_core.config import LimitsSettings, RouterConfig
 from memory_core.errors import MemoryNotFound, Unauthenticated
@@ -105,7 +105,7 @@ class IngressBase:
     limits: LimitsSettings
     pipeline: MemoryPipeline
     _known_users: set[str]
-    _background: set[asyncio.Task]
+    background_writes: BackgroundWrites
     audit: AuditRecorder  # the audit log of admin actions and cross-user access (audit_hook)
     events: EventLog | None  # the lifecycle event feed (event_feed.open_feed)
     webhooks: Any  # the WebhookDispatcher handle, when webhooks are configured

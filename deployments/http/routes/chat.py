@@ -62,17 +62,25 @@ class ChatRoutes(IngressBase):
             raise RuntimeError(f"the upstream answered {reply.status_code}")
         return reply.json()
 
-    def _in_background(self, coro) -> None:
-        """Run ``coro`` (the auto-store of a turn) after the response, outside the request:
+    def _in_background(self, prepared: PreparedChat, answer: Any) -> None:
+        """Store ``prepared``'s turn (``MemoryPipeline.remember`` with the upstream's
+        ``answer``) after the response, counted in ``background_writes`` against its user:
+        at that bound the turn is answered but not stored (``memory_extraction{outcome=
+        "skipped_writes_pending"}``, ``memory_core.chat.background``). Outside the request,
         in a fresh context, because Ray Serve cancels the handle calls made in a request's
         context when that request is cancelled (a client closing its connection, e.g. right
         after a stream's ``[DONE]``), which would cancel the store call. The request id stays
         (``request_log.context_carrying_request_id``)."""
+        if not prepared.stores_turn:
+            return
         context = carrying_trace(context_carrying_request_id())  # and the request's trace: span "auto_store"
         context.run(set_actor, CHAT_ACTOR)  # the auto-store's lifecycle events are the chat's
-        task = asyncio.get_running_loop().create_task(traced("auto_store", coro), context=context)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        started = self.background_writes.start(
+            prepared.user_id, lambda: traced("auto_store", self.pipeline.remember(prepared, answer)), context
+        )
+        if started is None:
+            decision = prepared.policy.decision_name or ""
+            self.metrics.count("memory_extraction", {"outcome": "skipped_writes_pending", "decision": decision})
 
     # ------------------------------------------------------------------ chat
     @app.post(
@@ -152,7 +160,7 @@ class ChatRoutes(IngressBase):
                 )
             return with_headers(response, reply.headers, headers)
         if reply.status_code == 200:
-            self._in_background(self.pipeline.remember(prepared, answer))
+            self._in_background(prepared, answer)
         response = Response(reply.content, status_code=reply.status_code, media_type="application/json")
         return with_headers(response, reply.headers, headers)
 
@@ -182,7 +190,7 @@ class ChatRoutes(IngressBase):
             )
 
         def complete(answer) -> None:
-            self._in_background(self.pipeline.remember(prepared, answer.completion()))
+            self._in_background(prepared, answer.completion())
 
         def ended(outcome: str) -> None:
             self.metrics.count("chat_stream_outcomes", {"outcome": outcome})

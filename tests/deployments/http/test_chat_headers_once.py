@@ -16,6 +16,7 @@ from deployments.upstream import Route, UpstreamReply
 from memory_core import sanitize
 from memory_core.access import Authenticator
 from memory_core.chat import routing
+from memory_core.chat.background import BackgroundWrites
 from memory_core.chat.pipeline import MemoryPipeline
 from memory_core.config import load_config
 
@@ -73,7 +74,7 @@ def _ingress(config):
     ingress.metrics = _Recorder()
     ingress.pipeline = MemoryPipeline(config, store=_Store(), metrics=ingress.metrics)
     ingress.upstreams = _Upstreams(_Upstream())
-    ingress._background = set()
+    ingress.background_writes = BackgroundWrites(per_user=4, total=8)
     return ingress
 
 
@@ -142,7 +143,7 @@ def test_a_chat_request_normalises_its_headers_once(monkeypatch, headers):
 
     async def call():
         response = await MemoryIngress.func_or_class.chat_completions(ingress, _request(headers))
-        await asyncio.gather(*ingress._background)
+        assert await ingress.background_writes.drain(5.0) == 0
         return response
 
     response = asyncio.run(call())

@@ -1,0 +1,166 @@
+"""Chat turns stored behind their answers are bounded per user (``global.limits.
+pending_writes_per_user``): while a user's stores hang, their next chats are still answered
+200 (a chat is never refused for it) but their turns are not stored, counted as
+``memory_extraction{outcome="skipped_writes_pending"}``; other users' turns and chats that
+store nothing are not held by it, and once the stores land the user's turns are stored again.
+The chat route is called in process, without Ray (as in ``test_chat_headers_once``), on the
+real pipeline and bound, with a store whose writes wait."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from starlette.requests import Request
+
+from deployments.http.ingress import MemoryIngress
+from deployments.upstream import Route, UpstreamReply
+from memory_core.access import Authenticator
+from memory_core.chat.background import BackgroundWrites
+from memory_core.chat.metrics import RecordingMetrics
+from memory_core.chat.pipeline import MemoryPipeline
+from memory_core.config import load_config
+
+ANSWER = {"choices": [{"message": {"role": "assistant", "content": "noted"}}]}
+PER_USER = 3
+
+
+class _SlowStore:
+    """Retrieves nothing; each write waits for ``release`` and is then kept."""
+
+    def __init__(self):
+        self.release = asyncio.Event()
+        self.written: list[str] = []
+
+    async def retrieve(self, options):
+        return []
+
+    async def write(self, memories):
+        await self.release.wait()
+        self.written.extend(m.user_id for m in memories)
+        return []
+
+
+class _Upstream:
+    name = "fake"
+
+    def __init__(self):
+        self.calls = 0
+
+    async def chat(self, body, headers):
+        self.calls += 1
+        return UpstreamReply(200, json.dumps(ANSWER).encode(), "application/json")
+
+
+class _Upstreams:
+    def __init__(self, upstream):
+        self.upstream = upstream
+
+    def route(self, decision_name):
+        return Route(self.upstream)
+
+
+def _ingress(config, store):
+    ingress = object.__new__(MemoryIngress.func_or_class)
+    ingress.config = config
+    ingress.auth = Authenticator(config.global_.access, None, {})
+    ingress.metrics = RecordingMetrics(("tenant", "read_only"))  # strict: declared labels only
+    limits = config.global_.limits
+    ingress.background_writes = BackgroundWrites(limits.pending_writes_per_user, limits.pending_writes)
+    ingress.pipeline = MemoryPipeline(config, store=store, metrics=ingress.metrics)
+    ingress.upstreams = _Upstreams(_Upstream())
+    return ingress
+
+
+def _request(user: str, tenant: str = "acme") -> Request:
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "my locker code is 4411"}]}).encode()
+    headers = {"x-authz-user-id": user, "X-Tenant": tenant}
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()],
+        "client": ("127.0.0.1", 40000),
+        "query_string": b"",
+    }
+    sent = False
+
+    async def receive():
+        nonlocal sent
+        if sent:
+            return {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return Request(scope, receive)
+
+
+CONFIG = {
+    "global": {"limits": {"pending_writes_per_user": PER_USER, "pending_writes": 100}},
+    "routing": {
+        "decisions": [
+            {
+                "name": "tenant",
+                "match": {"headers": {"X-Tenant": "acme"}},
+                "plugins": [{"type": "memory", "configuration": {"enabled": True, "auto_store": True}}],
+            },
+            {
+                "name": "read_only",
+                "match": {"headers": {"X-Tenant": "reader"}},
+                "plugins": [{"type": "memory", "configuration": {"enabled": True, "auto_store": False}}],
+            },
+        ]
+    },
+}
+
+
+def _skipped(ingress) -> list[str]:
+    return [
+        tags["decision"]
+        for name, tags, _ in ingress.metrics.counts
+        if name == "memory_extraction" and tags.get("outcome") == "skipped_writes_pending"
+    ]
+
+
+def test_a_user_whose_turns_are_still_being_stored_is_answered_and_the_turn_not_stored():
+    async def scenario():
+        store = _SlowStore()
+        ingress = _ingress(load_config(CONFIG), store)
+        chat = MemoryIngress.func_or_class.chat_completions
+        for _ in range(PER_USER):
+            assert (await chat(ingress, _request("alice"))).status_code == 200
+        await asyncio.sleep(0.05)  # the stores reach the store and wait there
+        pending = ingress.background_writes.pending("alice")
+        calls = ingress.upstreams.upstream.calls
+        over = [await chat(ingress, _request("alice")) for _ in range(2)]  # at the bound
+        asked = ingress.upstreams.upstream.calls - calls
+        skipped = _skipped(ingress)
+        other = await chat(ingress, _request("bob"))  # another user's lane is open
+        reader = await chat(ingress, _request("alice", tenant="reader"))  # stores nothing: not counted
+        store.release.set()
+        assert await ingress.background_writes.drain(5.0) == 0
+        again = await chat(ingress, _request("alice"))  # stored again once the stores landed
+        await ingress.background_writes.drain(5.0)
+        return pending, over, asked, skipped, other, reader, again, store.written, _skipped(ingress)
+
+    pending, over, asked, skipped, other, reader, again, written, skipped_at_end = asyncio.run(scenario())
+    assert pending == PER_USER
+    assert [r.status_code for r in over] == [200, 200] and asked == 2  # answered by the model
+    assert json.loads(over[0].body) == ANSWER
+    assert skipped == ["tenant", "tenant"] and skipped_at_end == skipped
+    assert other.status_code == 200 and reader.status_code == 200 and again.status_code == 200
+    # the turns under the bound and after it were stored; the two at the bound were not
+    assert written.count("alice") == PER_USER + 1 and written.count("bob") == 1
+
+
+def test_a_stopping_replica_stores_the_turns_of_answers_it_already_sent():
+    async def scenario():
+        store = _SlowStore()
+        ingress = _ingress(load_config(CONFIG), store)
+        assert (await MemoryIngress.func_or_class.chat_completions(ingress, _request("alice"))).status_code == 200
+        await asyncio.sleep(0.05)
+        asyncio.get_running_loop().call_later(0.2, store.release.set)
+        await ingress.__del__()  # Serve's replica shutdown
+        return store.written
+
+    assert asyncio.run(scenario()) == ["alice"]
