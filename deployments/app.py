@@ -54,6 +54,9 @@ DEPLOYMENT_OPTIONS: dict[str, dict[str, Any]] = {
         # overload is refused, not queued without bound: 429 + Retry-After beyond the queue
         "max_queued_requests": 512,
         "backpressure_config": {"status_code": 429, "retry_after_s": 1},
+        # a stopping replica first lets its requests finish, then drains the turns it is still
+        # storing (routes.assembly.DRAIN_TIMEOUT_S, 15 s) within this one deadline
+        "graceful_shutdown_timeout_s": 40,
     },
     "EchoUpstream": {"ray_actor_options": {"num_cpus": 0}},
     "Consolidator": {

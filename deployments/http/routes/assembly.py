@@ -40,8 +40,10 @@ from .service import ServiceRoutes
 __all__ = ["REQUEST_LIMITS", "MemoryIngress", "app"]
 
 DRAIN_TIMEOUT_S = 15.0
-"""How long a stopping replica waits for the turns it is still storing (below Serve's
-``graceful_shutdown_timeout_s``, 20 s by default)."""
+"""How long a stopping replica waits for the turns it is still storing. Serve's
+``graceful_shutdown_timeout_s`` (40 s for this deployment, ``deployments.app.DEPLOYMENT_OPTIONS``)
+counts from the stop and covers the in-flight requests and this drain together: at it the
+replica is killed."""
 
 
 @serve.deployment

@@ -60,7 +60,7 @@ class Rig:
         )
         wrapper = ingress.MemoryIngress.func_or_class
         user_class = wrapper.__mro__[1]
-        self.instance = object.__new__(user_class)  # not the wrapper: its __del__ is a coroutine
+        self.instance = object.__new__(user_class)  # the class under Serve's ASGI wrapper (no ASGI app state)
         user_class.__init__(self.instance, config, None, None, echo=object())
         self.instance.store = InMemoryStore(embed=CountingEmbed(), dimension=DIM)
         self.metrics = RecordingMetrics()

@@ -164,3 +164,22 @@ def test_a_stopping_replica_stores_the_turns_of_answers_it_already_sent():
         return store.written
 
     assert asyncio.run(scenario()) == ["alice"]
+
+
+def test_the_replica_total_skips_every_user_once_it_is_full():
+    config = load_config({**CONFIG, "global": {"limits": {"pending_writes_per_user": 10, "pending_writes": 2}}})
+
+    async def scenario():
+        store = _SlowStore()
+        ingress = _ingress(config, store)
+        chat = MemoryIngress.func_or_class.chat_completions
+        statuses = [(await chat(ingress, _request(user))).status_code for user in ("alice", "bob", "carol")]
+        await asyncio.sleep(0.05)
+        pending = ingress.background_writes.pending()
+        store.release.set()
+        await ingress.background_writes.drain(5.0)
+        return statuses, pending, store.written, _skipped(ingress)
+
+    statuses, pending, written, skipped = asyncio.run(scenario())
+    assert statuses == [200, 200, 200] and pending == 2
+    assert sorted(written) == ["alice", "bob"] and skipped == ["tenant"]  # carol answered, turn not stored
