@@ -19,7 +19,11 @@ acknowledged write was lost.
     ("my locker number n is 1000+n"), a memory written and a search every third round.
 
 After each run every acknowledged write is read back (``GET /v1/memory/{id}``): a write
-answered 2xx and absent afterwards is a *lost write*. Stops by itself.
+answered 2xx and absent afterwards is a *lost write*. With ``--metrics-url`` (Ray's Prometheus
+endpoint, as in ``benchmarks/locomo_chat.py``) the service's own counters over each run are
+read too: chat turns answered but not stored because their user's background stores were at
+``global.limits.pending_writes_per_user`` (``memory_extraction{outcome="skipped_writes_pending"}``)
+or beyond the write rate limit (``skipped_rate_limited``). Stops by itself.
 
 Prints, per N: chat turns/s and their ratio to the ceiling (goal at N = 32: ≥ 0.5 with p95
 ≤ 1 s), requests/s, latency p50/p95/p99 (ms) by request kind and overall, the error rate
@@ -48,9 +52,13 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.ingest import model_rate, server_timings
+from benchmarks.locomo_chat import scrape
 from memory_core.chat.extract import extract_turn
 
 app = typer.Typer(add_completion=False)
+METRICS_SETTLE_S = 12.0
+"""Seconds between a run's drain and reading the service's counters: Ray's metrics agent
+exports them every ``metrics_report_interval_ms`` (10 s by default)."""
 console = Console(width=200)
 
 
@@ -79,6 +87,7 @@ class LoadResult:
     embeddings: int = 0  # embeddings those turns and the notes cost the service
     texts: list[str] = field(default_factory=list)  # what was embedded (a sample, for the model alone)
     server_ms: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # kind → Server-Timing step → ms
+    counters: dict[str, float] | None = None  # the service's counters over the run (--metrics-url)
 
     @property
     def requests(self) -> int:
@@ -130,7 +139,15 @@ class LoadResult:
                 for kind, steps in sorted(self.server_ms.items())
             },
             "statuses": dict(sorted(self.statuses.items())),
+            "service_counters": self.counters,
         }
+
+    def not_stored(self, outcome: str) -> str:
+        """Chat turns the service answered without storing, for ``outcome`` (``""``: no
+        ``--metrics-url``)."""
+        if self.counters is None:
+            return ""
+        return str(int(self.counters.get(f"memory_extraction:{outcome}", 0.0)))
 
 
 async def _timed(result: LoadResult, kind: str, request: Awaitable[httpx.Response]) -> httpx.Response | None:
@@ -306,15 +323,18 @@ async def run_load(
     workload: str = "chat",
     timeout_s: float = 60.0,
     cleanup: bool = True,
+    metrics_url: str | None = None,
 ) -> LoadResult:
     """``users`` concurrent simulated users of ``workload`` (``WORKLOADS``: ``chat`` or
     ``supersede``) against ``url`` for ``duration_s`` seconds, then the lost-write check (and,
-    with ``cleanup``, the users' memories deleted). Raises ``KeyError`` for an unknown
-    workload."""
+    with ``cleanup``, the users' memories deleted). With ``metrics_url``, the service's
+    extraction counters over the run (read ``METRICS_SETTLE_S`` after the drain: Ray exports
+    them periodically). Raises ``KeyError`` for an unknown workload."""
     user_loop = WORKLOADS[workload]
     run = uuid.uuid4().hex[:8]
     ids = [f"load-{run}-{i}" for i in range(users)]
     limits = httpx.Limits(max_connections=users + 16, max_keepalive_connections=users + 16)
+    before = await scrape(metrics_url) if metrics_url else {}
     async with httpx.AsyncClient(base_url=url, timeout=timeout_s, limits=limits) as client:
         started = time.monotonic()
         deadline = started + duration_s
@@ -328,6 +348,10 @@ async def run_load(
         )
         result.drain_s = time.monotonic() - started - result.seconds
         result.lost = await _lost_writes(client, result.acknowledged)
+        if metrics_url:
+            await asyncio.sleep(METRICS_SETTLE_S)
+            after = await scrape(metrics_url)
+            result.counters = {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k, 0.0)}
         if cleanup:
             for u in ids:
                 await client.delete(
@@ -353,6 +377,7 @@ def main(
     workload: str = typer.Option("chat", help="chat (a question, sometimes a fact) or supersede (the earlier one)"),
     model_batch: int = typer.Option(32, min=1, max=256, help="batch size of the model-alone measurement"),
     keep: bool = typer.Option(False, help="keep the memories written (default: delete them after each run)"),
+    metrics_url: str = typer.Option(None, help="Ray's Prometheus endpoint: the service's own counters per run"),
 ) -> None:
     """Run the load for each N in ``--users``, then the model alone on the texts the runs
     embedded (the service idle), and print the figures against the chat-turn ceiling."""
@@ -360,7 +385,7 @@ def main(
         raise typer.BadParameter(f"--workload: one of {sorted(WORKLOADS)}")
     results = []
     for n in [int(x) for x in users.split(",") if x.strip()]:
-        result = asyncio.run(run_load(url, n, duration, workload=workload, cleanup=not keep))
+        result = asyncio.run(run_load(url, n, duration, workload=workload, cleanup=not keep, metrics_url=metrics_url))
         console.print(result.as_dict())
         results.append(result)
     texts = [t for r in results for t in r.texts]
@@ -373,7 +398,8 @@ def main(
     )
     table = Table(
         "users", "turns/s", "/ ceiling", "emb/turn", "req/s", "chat p50", "chat p95", "p95 ms", "p99 ms",
-        "error rate", "5xx", "429", "acked writes", "lost", title=f"workload {workload}",
+        "error rate", "5xx", "429", "acked writes", "lost", "not stored: pending", "not stored: rate",
+        title=f"workload {workload}",
     )  # fmt: skip
     for result in results:
         d = result.as_dict()
@@ -383,6 +409,7 @@ def main(
             str(d["rps"]), str(chat.get("p50_ms", "")), str(chat.get("p95_ms", "")), str(d["p95_ms"]),
             str(d["p99_ms"]), str(d["error_rate"]), str(d["server_errors_5xx"]), str(d["rejected_429"]),
             str(d["acknowledged_writes"]), str(d["lost_writes"]),
+            result.not_stored("skipped_writes_pending"), result.not_stored("skipped_rate_limited"),
         )  # fmt: skip
     console.print(table)
 
