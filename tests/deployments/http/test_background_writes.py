@@ -11,17 +11,13 @@ from __future__ import annotations
 import asyncio
 import json
 
-from starlette.requests import Request
-
 from deployments.http.ingress import MemoryIngress
-from deployments.upstream import Route, UpstreamReply
-from memory_core.access import Authenticator
 from memory_core.chat.background import BackgroundWrites
 from memory_core.chat.metrics import RecordingMetrics
-from memory_core.chat.pipeline import MemoryPipeline
 from memory_core.config import load_config
 
-ANSWER = {"choices": [{"message": {"role": "assistant", "content": "noted"}}]}
+from .inprocess_chat import ANSWER, chat_request, hand_built_ingress
+
 PER_USER = 3
 
 
@@ -41,58 +37,16 @@ class _SlowStore:
         return []
 
 
-class _Upstream:
-    name = "fake"
-
-    def __init__(self):
-        self.calls = 0
-
-    async def chat(self, body, headers):
-        self.calls += 1
-        return UpstreamReply(200, json.dumps(ANSWER).encode(), "application/json")
-
-
-class _Upstreams:
-    def __init__(self, upstream):
-        self.upstream = upstream
-
-    def route(self, decision_name):
-        return Route(self.upstream)
-
-
 def _ingress(config, store):
-    ingress = object.__new__(MemoryIngress.func_or_class)
-    ingress.config = config
-    ingress.auth = Authenticator(config.global_.access, None, {})
-    ingress.metrics = RecordingMetrics(("tenant", "read_only"))  # strict: declared labels only
     limits = config.global_.limits
-    ingress.background_writes = BackgroundWrites(limits.pending_writes_per_user, limits.pending_writes)
-    ingress.pipeline = MemoryPipeline(config, store=store, metrics=ingress.metrics)
-    ingress.upstreams = _Upstreams(_Upstream())
-    return ingress
+    metrics = RecordingMetrics(("tenant", "read_only"))  # strict: declared labels only
+    return hand_built_ingress(
+        config, store, metrics, BackgroundWrites(limits.pending_writes_per_user, limits.pending_writes)
+    )
 
 
-def _request(user: str, tenant: str = "acme") -> Request:
-    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "my locker code is 4411"}]}).encode()
-    headers = {"x-authz-user-id": user, "X-Tenant": tenant}
-    scope = {
-        "type": "http",
-        "method": "POST",
-        "path": "/v1/chat/completions",
-        "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()],
-        "client": ("127.0.0.1", 40000),
-        "query_string": b"",
-    }
-    sent = False
-
-    async def receive():
-        nonlocal sent
-        if sent:
-            return {"type": "http.disconnect"}
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return Request(scope, receive)
+def _request(user: str, tenant: str = "acme"):
+    return chat_request({"x-authz-user-id": user, "X-Tenant": tenant})
 
 
 CONFIG = {
@@ -131,9 +85,9 @@ def test_a_user_whose_turns_are_still_being_stored_is_answered_and_the_turn_not_
             assert (await chat(ingress, _request("alice"))).status_code == 200
         await asyncio.sleep(0.05)  # the stores reach the store and wait there
         pending = ingress.background_writes.pending("alice")
-        calls = ingress.upstreams.upstream.calls
+        calls = len(ingress.upstreams.upstream.bodies)
         over = [await chat(ingress, _request("alice")) for _ in range(2)]  # at the bound
-        asked = ingress.upstreams.upstream.calls - calls
+        asked = len(ingress.upstreams.upstream.bodies) - calls
         skipped = _skipped(ingress)
         other = await chat(ingress, _request("bob"))  # another user's lane is open
         reader = await chat(ingress, _request("alice", tenant="reader"))  # stores nothing: not counted

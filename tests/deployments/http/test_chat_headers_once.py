@@ -9,18 +9,14 @@ import asyncio
 import json
 
 import pytest
-from starlette.requests import Request
 
 from deployments.http.ingress import MemoryIngress
-from deployments.upstream import Route, UpstreamReply
 from memory_core import sanitize
-from memory_core.access import Authenticator
 from memory_core.chat import routing
 from memory_core.chat.background import BackgroundWrites
-from memory_core.chat.pipeline import MemoryPipeline
 from memory_core.config import load_config
 
-ANSWER = {"choices": [{"message": {"role": "assistant", "content": "noted"}}]}
+from .inprocess_chat import ANSWER, chat_request, hand_built_ingress
 
 
 class _Recorder:
@@ -46,58 +42,12 @@ class _Store:
         return []
 
 
-class _Upstream:
-    name = "fake"
-
-    def __init__(self):
-        self.bodies: list[dict] = []
-
-    async def chat(self, body, headers):
-        self.bodies.append(body)
-        return UpstreamReply(200, json.dumps(ANSWER).encode(), "application/json")
-
-
-class _Upstreams:
-    def __init__(self, upstream):
-        self.upstream = upstream
-
-    def route(self, decision_name):
-        return Route(self.upstream)
-
-
 def _ingress(config):
-    """An ingress instance without ``__init__`` (which needs Ray handles): the attributes the
-    chat route reads, set by hand."""
-    ingress = object.__new__(MemoryIngress.func_or_class)
-    ingress.config = config
-    ingress.auth = Authenticator(config.global_.access, None, {})
-    ingress.metrics = _Recorder()
-    ingress.pipeline = MemoryPipeline(config, store=_Store(), metrics=ingress.metrics)
-    ingress.upstreams = _Upstreams(_Upstream())
-    ingress.background_writes = BackgroundWrites(per_user=4, total=8)
-    return ingress
+    return hand_built_ingress(config, _Store(), _Recorder(), BackgroundWrites(per_user=4, total=8))
 
 
-def _request(headers: dict[str, str]) -> Request:
-    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "my locker code is 4411"}]}).encode()
-    scope = {
-        "type": "http",
-        "method": "POST",
-        "path": "/v1/chat/completions",
-        "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()],
-        "client": ("127.0.0.1", 40000),
-        "query_string": b"",
-    }
-    sent = False
-
-    async def receive():
-        nonlocal sent
-        if sent:
-            return {"type": "http.disconnect"}
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return Request(scope, receive)
+def _request(headers: dict[str, str]):
+    return chat_request(headers)
 
 
 CONFIG = {
