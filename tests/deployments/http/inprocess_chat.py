@@ -1,6 +1,7 @@
 """The parts for calling the chat route in process, without Ray: an ingress instance built
 without ``__init__`` (which needs Ray handles), a fake upstream that answers every chat with
-``ANSWER``, and a chat request carrying given headers."""
+``ANSWER`` (whole, or streamed as ``chat.completion.chunk`` events), and a chat request
+carrying given headers."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 
 from starlette.requests import Request
 
+from deployments import sse
 from deployments.http.ingress import MemoryIngress
 from deployments.upstream import Route, UpstreamReply
 from memory_core.access import Authenticator
@@ -15,10 +17,36 @@ from memory_core.chat.background import BackgroundWrites
 from memory_core.chat.pipeline import MemoryPipeline
 
 ANSWER = {"choices": [{"message": {"role": "assistant", "content": "noted"}}]}
+CHUNKS = [
+    {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "no"}}]},
+    {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "ted"}}]},
+    {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+]
+"""``ANSWER`` as the events of a stream (then ``[DONE]``)."""
+
+
+class FakeStream:
+    """An open stream of ``CHUNKS`` then ``[DONE]`` (an ``UpstreamStream``)."""
+
+    headers: list = []
+
+    def __init__(self):
+        self.closed = False
+
+    async def events(self):
+        reader = sse.EventReader()
+        for data in [*CHUNKS, sse.DONE]:
+            for line in sse.event(data).decode().split("\n"):
+                done = reader.line(line)
+                if done is not None:
+                    yield done
+
+    async def aclose(self) -> None:
+        self.closed = True
 
 
 class FakeUpstream:
-    """Answers every chat 200 with ``ANSWER``; keeps the bodies it was sent."""
+    """Answers every chat 200 with ``ANSWER``, whole or streamed; keeps the bodies it was sent."""
 
     name = "fake"
 
@@ -28,6 +56,10 @@ class FakeUpstream:
     async def chat(self, body, headers):
         self.bodies.append(body)
         return UpstreamReply(200, json.dumps(ANSWER).encode(), "application/json")
+
+    async def stream(self, body, headers):
+        self.bodies.append(body)
+        return FakeStream()
 
 
 class FakeUpstreams:
@@ -54,9 +86,11 @@ def hand_built_ingress(config, store, metrics, background_writes: BackgroundWrit
     return ingress
 
 
-def chat_request(headers: dict[str, str]) -> Request:
-    """``POST /v1/chat/completions`` with ``headers`` and one user message stating a fact."""
-    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "my locker code is 4411"}]}).encode()
+def chat_request(headers: dict[str, str], stream: bool = False) -> Request:
+    """``POST /v1/chat/completions`` with ``headers`` and one user message stating a fact;
+    ``stream`` asks for the answer as an event stream."""
+    payload = {"model": "m", "messages": [{"role": "user", "content": "my locker code is 4411"}]}
+    body = json.dumps({**payload, "stream": True} if stream else payload).encode()
     scope = {
         "type": "http",
         "method": "POST",

@@ -16,7 +16,7 @@ from memory_core.chat.background import BackgroundWrites
 from memory_core.chat.metrics import RecordingMetrics
 from memory_core.config import load_config
 
-from .inprocess_chat import ANSWER, chat_request, hand_built_ingress
+from .inprocess_chat import ANSWER, CHUNKS, chat_request, hand_built_ingress
 
 PER_USER = 3
 
@@ -45,8 +45,14 @@ def _ingress(config, store):
     )
 
 
-def _request(user: str, tenant: str = "acme"):
-    return chat_request({"x-authz-user-id": user, "X-Tenant": tenant})
+def _request(user: str, tenant: str = "acme", stream: bool = False):
+    return chat_request({"x-authz-user-id": user, "X-Tenant": tenant}, stream=stream)
+
+
+async def _streamed(response) -> list[str]:
+    """The data of each event a streamed chat sent (the body read as a client reads it)."""
+    body = b"".join([chunk async for chunk in response.body_iterator])
+    return [block.removeprefix("data: ") for block in body.decode().split("\n\n") if block]
 
 
 CONFIG = {
@@ -105,6 +111,36 @@ def test_a_user_whose_turns_are_still_being_stored_is_answered_and_the_turn_not_
     assert other.status_code == 200 and reader.status_code == 200 and again.status_code == 200
     # the turns under the bound and after it were stored; the two at the bound were not
     assert written.count("alice") == PER_USER + 1 and written.count("bob") == 1
+
+
+def test_a_streamed_chat_at_the_bound_is_relayed_whole_and_its_turn_not_stored():
+    """The streaming path stores its turn after ``[DONE]`` through the same bound: at the
+    user's bound every event still reaches the client, the turn is not stored and is counted;
+    once the stores land, a streamed turn is stored again."""
+
+    async def scenario():
+        store = _SlowStore()
+        ingress = _ingress(load_config(CONFIG), store)
+        chat = MemoryIngress.func_or_class.chat_completions
+        under = [await _streamed(await chat(ingress, _request("alice", stream=True))) for _ in range(PER_USER)]
+        await asyncio.sleep(0.05)  # the stores reach the store and wait there
+        pending = ingress.background_writes.pending("alice")
+        over = await chat(ingress, _request("alice", stream=True))  # at the bound
+        over_events = await _streamed(over)
+        skipped = _skipped(ingress)
+        store.release.set()
+        assert await ingress.background_writes.drain(5.0) == 0
+        again = await _streamed(await chat(ingress, _request("alice", stream=True)))
+        await ingress.background_writes.drain(5.0)
+        return under, pending, over, over_events, skipped, again, store.written
+
+    under, pending, over, over_events, skipped, again, written = asyncio.run(scenario())
+    events = [json.dumps(chunk, separators=(",", ":")) for chunk in CHUNKS] + ["[DONE]"]
+    assert all(stream == events for stream in under) and again == events
+    assert pending == PER_USER
+    assert over.status_code == 200 and over.media_type == "text/event-stream" and over_events == events
+    assert skipped == ["tenant"]
+    assert written == ["alice"] * (PER_USER + 1)  # the streamed turns under the bound and after it
 
 
 def test_a_stopping_replica_stores_the_turns_of_answers_it_already_sent():
