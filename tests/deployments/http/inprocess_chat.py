@@ -30,9 +30,6 @@ class FakeStream:
 
     headers: list = []
 
-    def __init__(self):
-        self.closed = False
-
     async def events(self):
         reader = sse.EventReader()
         for data in [*CHUNKS, sse.DONE]:
@@ -42,7 +39,7 @@ class FakeStream:
                     yield done
 
     async def aclose(self) -> None:
-        self.closed = True
+        """Nothing to close: the events are in memory."""
 
 
 class FakeUpstream:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+from deployments import sse
 from deployments.http.ingress import MemoryIngress
 from memory_core.chat.background import BackgroundWrites
 from memory_core.chat.metrics import RecordingMetrics
@@ -135,7 +136,7 @@ def test_a_streamed_chat_at_the_bound_is_relayed_whole_and_its_turn_not_stored()
         return under, pending, over, over_events, skipped, again, store.written
 
     under, pending, over, over_events, skipped, again, written = asyncio.run(scenario())
-    events = [json.dumps(chunk, separators=(",", ":")) for chunk in CHUNKS] + ["[DONE]"]
+    events = [json.dumps(chunk, separators=(",", ":")) for chunk in CHUNKS] + [sse.DONE]
     assert all(stream == events for stream in under) and again == events
     assert pending == PER_USER
     assert over.status_code == 200 and over.media_type == "text/event-stream" and over_events == events
