@@ -45,13 +45,16 @@ def texts_for(n: int, run: str) -> list[str]:
     return [f"[{run}.{i // len(contents)}] {contents[i % len(contents)]}" for i in range(n)]
 
 
-def model_rate(texts: list[str], batch: int) -> float:
-    """Sentences/s of the bundled model encoding ``texts`` in batches of ``batch`` (after one
-    warm-up batch)."""
+def model_rate(
+    texts: list[str], batch: int, model: str = "bundled:all-MiniLM-L6-v2", device: str | None = None
+) -> float:
+    """Sentences/s of ``model`` (an ``embedding.model`` value: bundled name or a local path)
+    on ``device`` (``None``: a GPU when torch sees one, else the CPU) encoding ``texts`` in
+    batches of ``batch`` (after one warm-up batch), through the service's own ``LocalEncoder``."""
     from memory_core.config import EmbeddingSettings
     from memory_core.embedding import LocalEncoder
 
-    encoder = LocalEncoder(EmbeddingSettings(model="bundled:all-MiniLM-L6-v2"))
+    encoder = LocalEncoder(EmbeddingSettings(model=model, device=device))
     encoder.encode(texts[:batch])
     started = time.perf_counter()
     for i in range(0, len(texts), batch):

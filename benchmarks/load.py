@@ -362,11 +362,13 @@ async def run_load(
     return result
 
 
-def model_alone(texts: list[str], batch: int, most: int = 2048) -> float:
-    """Sentences/s of the bundled model alone on up to ``most`` of ``texts`` (an even sample,
-    in batches of ``batch``: ``benchmarks.ingest.model_rate``)."""
+def model_alone(
+    texts: list[str], batch: int, most: int = 2048, model: str = "bundled:all-MiniLM-L6-v2", device: str | None = None
+) -> float:
+    """Sentences/s of ``model`` alone on ``device`` on up to ``most`` of ``texts`` (an even
+    sample, in batches of ``batch``: ``benchmarks.ingest.model_rate``)."""
     step = max(1, len(texts) // most)
-    return model_rate(texts[::step][:most], batch)
+    return model_rate(texts[::step][:most], batch, model, device)
 
 
 @app.command()
@@ -378,6 +380,10 @@ def main(
     model_batch: int = typer.Option(32, min=1, max=256, help="batch size of the model-alone measurement"),
     keep: bool = typer.Option(False, help="keep the memories written (default: delete them after each run)"),
     metrics_url: str = typer.Option(None, help="Ray's Prometheus endpoint: the service's own counters per run"),
+    model: str = typer.Option(
+        "bundled:all-MiniLM-L6-v2", help="the model alone: the service's embedding.model (bundled name or local path)"
+    ),
+    device: str = typer.Option(None, help="the model alone: cpu or cuda (default: a GPU when torch sees one)"),
 ) -> None:
     """Run the load for each N in ``--users``, then the model alone on the texts the runs
     embedded (the service idle), and print the figures against the chat-turn ceiling."""
@@ -389,11 +395,11 @@ def main(
         console.print(result.as_dict())
         results.append(result)
     texts = [t for r in results for t in r.texts]
-    rate = model_alone(texts, model_batch)
+    rate = model_alone(texts, model_batch, model=model, device=device)
     per_turn = sum(r.embeddings for r in results) / max(1, sum(r.turns for r in results))
     ceiling = rate / per_turn
     console.print(
-        f"model alone: {rate:.1f} sentences/s (batches of {model_batch}, {min(len(texts), 2048)} of the "
+        f"model alone ({model} on {device or 'the default device'}): {rate:.1f} sentences/s (batches of {model_batch}, {min(len(texts), 2048)} of the "
         f"texts embedded); {per_turn:.2f} embeddings per chat turn → ceiling {ceiling:.1f} chat turns/s"
     )
     table = Table(

@@ -54,6 +54,29 @@ def _rayservice_serve_config() -> dict[str, Any]:
 # every Serve config document: the files, plus the one embedded in the RayService manifest
 SERVE_CONFIGS = {str(p.relative_to(REPO_ROOT)): (lambda p=p: _load(p)) for p in SERVE_CONFIG_FILES}
 SERVE_CONFIGS["cluster/kuberay/rayservice.yaml#serveConfigV2"] = _rayservice_serve_config
+
+
+def _node_serve_config() -> dict[str, Any]:
+    """The one-node GPU config ``benchmarks/node_config.py`` derives from the root file (what
+    ``benchmarks/gpu_node.sh`` deploys): it must stay valid as the root file changes."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("node_config", REPO_ROOT / "benchmarks" / "node_config.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.node_config(
+        _load(REPO_ROOT / "serve_config.yaml"),
+        model="bundled:all-MiniLM-L6-v2",
+        device="cuda",
+        backend="inmemory",
+        ingress_replicas=4,
+        embedder_gpus=1.0,
+        data_dir="/tmp/node",
+    )
+
+
+SERVE_CONFIGS["benchmarks/node_config.py(serve_config.yaml)"] = _node_serve_config
 # the configs meant for a multi-node cluster (the root one runs everything on one machine)
 CLUSTER_SERVE_CONFIGS = ["cluster/serve_config.gpu.yaml", "cluster/kuberay/rayservice.yaml#serveConfigV2"]
 
