@@ -1,8 +1,9 @@
 """Ranking constants chosen by leave-one-conversation-out on LoCoMo, in process.
 
-The ranking constants of ``RetrievalSettings`` (lexical weight, BM25 k1 and b, neighbour,
-speaker and temporal weights, candidate pool, the second hop's weight and term count) are each swept over a grid with the others at
-their defaults (``SWEEPS``); every configuration is evaluated once per conversation
+The ranking constants of ``RetrievalSettings`` (lexical weight, BM25 k1 and b, neighbour weight
+and radius, speaker and temporal weights, candidate pool, the second hop's weight and term
+count, the weight and slack of the periods a query names) are each swept over a grid with the
+others at their defaults (``SWEEPS``); every configuration is evaluated once per conversation
 (in-memory backend, hybrid retrieval, top 10, the questions' evidence recall as in
 ``benchmarks/locomo_offline.py``; curation off, so the store holds one memory per turn).
 
@@ -49,12 +50,15 @@ SWEEPS: dict[str, tuple] = {
     "lexical_weight": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8),
     "bm25_k1": (0.6, 0.9, 1.2, 1.5),
     "bm25_b": (0.2, 0.4, 0.6, 0.75),
-    "neighbor_weight": (0.0, 0.25, 0.5, 0.75, 1.0),
+    "neighbor_weight": (0.0, 0.25, 0.5, 0.6, 0.75, 1.0),
+    "neighbor_radius": (1, 2, 3, 4),
     "speaker_weight": (0.0, 0.15, 0.3, 0.5),
     "temporal_weight": (0.0, 0.1, 0.2, 0.4),
     "candidate_pool": (10, 20, 40),
     "hop_weight": (0.0, 0.1, 0.2, 0.35),
     "hop_terms": (4, 8, 16),
+    "date_weight": (0.0, 0.15, 0.3, 0.5),
+    "date_slack_days": (0.0, 1.0, 2.0, 3.0),
 }
 """Values tried per constant (each with the others at their defaults)."""
 

@@ -164,6 +164,7 @@ def retrieval_settings(args) -> RetrievalSettings:
         rrf_k=args.rrf_k,
         candidate_pool=args.candidate_pool,
         neighbor_weight=args.neighbor_weight,
+        neighbor_radius=args.neighbor_radius,
         speaker_weight=args.speaker_weight,
         temporal_weight=args.temporal_weight,
         bm25_k1=args.k1,
@@ -172,6 +173,8 @@ def retrieval_settings(args) -> RetrievalSettings:
         hop_weight=args.hop_weight,
         hop_seeds=args.hop_seeds,
         hop_terms=args.hop_terms,
+        date_weight=args.date_weight,
+        date_slack_days=args.date_slack_days,
     )
 
 
@@ -353,9 +356,14 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--rrf-k", type=int, default=d.rrf_k)
     ap.add_argument("--candidate-pool", type=int, default=d.candidate_pool)
     ap.add_argument("--neighbor-weight", type=float, default=d.neighbor_weight)
+    ap.add_argument("--neighbor-radius", type=int, default=d.neighbor_radius)
     ap.add_argument("--speaker-weight", type=float, default=d.speaker_weight)
     ap.add_argument("--temporal-weight", type=float, default=d.temporal_weight)
     ap.add_argument("--no-temporal-boost", action="store_true")
+    ap.add_argument(
+        "--date-weight", type=float, default=d.date_weight, help="bonus for a period the query names (0: off)"
+    )
+    ap.add_argument("--date-slack-days", type=float, default=d.date_slack_days)
     ap.add_argument("--hop-weight", type=float, default=d.hop_weight, help="second hop weight (0: off)")
     ap.add_argument("--hop-seeds", type=int, default=d.hop_seeds)
     ap.add_argument("--hop-terms", type=int, default=d.hop_terms)
@@ -386,7 +394,8 @@ async def main(argv: list[str] | None = None) -> dict:
     )
     print(
         f"hybrid: fusion={args.fusion} lexical_weight={args.lexical_weight} pool={args.candidate_pool} "
-        f"neighbor={args.neighbor_weight} speaker={args.speaker_weight} "
+        f"neighbor={args.neighbor_weight}/r{args.neighbor_radius} speaker={args.speaker_weight} "
+        f"date={args.date_weight}/±{args.date_slack_days}d "
         f"temporal={0 if args.no_temporal_boost else args.temporal_weight} k1={args.k1} b={args.b} "
         f"held_search_max={args.held_search_max} hop={args.hop_weight}/{args.hop_seeds}/{args.hop_terms}"
     )

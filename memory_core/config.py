@@ -320,11 +320,14 @@ class RetrievalSettings(_Strict):
     Defaults measured on LoCoMo dev (``benchmarks/locomo_offline.py``): ``lexical_weight``
     weighs max-normalised BM25 against cosine (``fusion: score``) or the two RRF ranks
     (``fusion: rrf``, constant ``rrf_k``); ``candidate_pool`` candidates come from each side;
-    ``neighbor_weight`` adds the best adjacent turn's score (same conversation, at most
-    ``neighbor_max_gap_s`` apart); ``speaker_weight`` rewards memories whose speaker
+    ``neighbor_weight`` adds the best score among the ``neighbor_radius`` turns before and after
+    (same conversation, each step at most ``neighbor_max_gap_s`` apart); ``speaker_weight`` rewards memories whose speaker
     (``memory_core.retrieval.speaker``: ``metadata.speaker``, else a leading ``"Name: "``) the
     query names; ``temporal_weight`` (with ``temporal_boost``) rewards
-    memories that mention a time for queries asking when. ``bm25_k1``/``bm25_b``: BM25
+    memories that mention a time for queries asking when; ``date_weight`` rewards memories
+    created within a period the query names ("on 1 May, 2022", "in June", "in 2023":
+    ``memory_core.retrieval.querytime``), widened by ``date_slack_days`` on each side, and the
+    best of them by BM25 and cosine become candidates (0: off). ``bm25_k1``/``bm25_b``: BM25
     parameters; ``hop_weight`` (0: off), ``hop_seeds``, ``hop_terms``: the second hop, a BM25
     pass for ``hop_terms`` terms of the first hop's best ``hop_seeds`` memories
     (``memory_core.retrieval.feedback``), its max-normalised score added × ``hop_weight``; ``max_index_users``: user indexes held in memory (LRU); ``cache_vectors``: the
@@ -348,8 +351,9 @@ class RetrievalSettings(_Strict):
     fusion: Literal["score", "rrf"] = "score"
     rrf_k: int = Field(default=60, ge=1)
     candidate_pool: int = Field(default=20, ge=1, le=1000)
-    neighbor_weight: float = Field(default=0.5, ge=0)
+    neighbor_weight: float = Field(default=0.6, ge=0)
     neighbor_max_gap_s: float = Field(default=21600.0, ge=0)
+    neighbor_radius: int = Field(default=2, ge=1, le=16)
     speaker_weight: float = Field(default=0.3, ge=0)
     temporal_weight: float = Field(default=0.2, ge=0)
     bm25_k1: float = Field(default=0.9, ge=0)
@@ -357,6 +361,8 @@ class RetrievalSettings(_Strict):
     hop_weight: float = Field(default=0.0, ge=0)
     hop_seeds: int = Field(default=3, ge=1, le=50)
     hop_terms: int = Field(default=8, ge=1, le=100)
+    date_weight: float = Field(default=0.3, ge=0)
+    date_slack_days: float = Field(default=1.0, ge=0, le=366)
     max_index_users: int = Field(default=1024, ge=1)
     cache_vectors: bool = True
     held_search_max: int = Field(default=10000, ge=0)

@@ -8,16 +8,18 @@ All terms are ≥ 0 and on the scale of cosine similarity::
     base(d)  = (1 − w) · sim(q, d) + w · bm25(q, d) / max_d' bm25(q, d')     fusion="score"
              | ((1 − w) · rrf_vec(d) + w · rrf_lex(d)) · (k + 1)              fusion="rrf"
              + temporal_weight · [q asks "when…" and d mentions a time]
-    score(d) = base(d) + neighbor_weight · max(base(prev(d)), base(next(d)))
+    score(d) = base(d) + neighbor_weight · max(base(n) for n in window(d))
              + speaker_weight · [d's speaker is named in q]
+             + date_weight · [d was created within a period q names]
 
 ``w`` = ``lexical_weight``. ``sim`` is the cosine (or, for text the embedding model cannot
 represent, the lexical coverage: see ``HybridStore``). RRF: reciprocal rank fusion,
 rrf(d) = 1 / (k + rank) (Cormack, Clarke & Büttcher, SIGIR 2009), k = ``rrf_k``; the ``k + 1``
 factor puts a first rank at 1, the scale of a cosine. BM25: Robertson & Zaragoza 2009 (see
-``memory_core.retrieval.lexical``). ``prev``/``next`` are the memories adjacent in time
-within the same conversation (``HybridStore`` finds them); a neighbour counts only when it
-is a candidate itself.
+``memory_core.retrieval.lexical``). ``window(d)``: the ``neighbor_radius`` memories before and
+after ``d`` in time within the same conversation, a session's context (``HybridStore`` finds
+them); a neighbour counts only when it is a candidate itself. The periods a query names ("on 1 May, 2022", "in June") are read by
+``memory_core.retrieval.querytime``; ``HybridStore`` matches them against ``created_at``.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class FusionWeights:
     neighbor_weight: float
     speaker_weight: float
     temporal_weight: float
+    date_weight: float = 0.0
 
     @property
     def w(self) -> float:
@@ -51,7 +54,8 @@ class Signals:
     """What one candidate brings: its ``similarity`` with the query; its BM25 score (0 when the
     lexical side did not find it); its 1-based ranks on the vector and the lexical side
     (``None``: not found there); whether the query asks when and the memory mentions a time
-    (``temporal_match``); whether the memory's speaker is named in the query."""
+    (``temporal_match``); whether the memory's speaker is named in the query; whether the
+    memory was created within a period the query names (``date_match``)."""
 
     similarity: float
     bm25: float = 0.0
@@ -59,6 +63,7 @@ class Signals:
     lexical_rank: int | None = None
     temporal_match: bool = False
     speaker_named: bool = False
+    date_match: bool = False
 
 
 def base_score(signals: Signals, weights: FusionWeights, max_bm25: float) -> float:
@@ -80,11 +85,14 @@ def base_score(signals: Signals, weights: FusionWeights, max_bm25: float) -> flo
 def final_score(base: float, neighbour_bases: Iterable[float], signals: Signals, weights: FusionWeights) -> float:
     """``score(d)`` of the module docstring: ``base`` plus the best of ``neighbour_bases``
     (the base scores of the adjacent memories that are candidates) weighted by
-    ``neighbor_weight``, plus ``speaker_weight`` when the speaker is named."""
+    ``neighbor_weight``, plus ``speaker_weight`` when the speaker is named and
+    ``date_weight`` when the memory lies in a period the query names."""
     score = base
     best = max(neighbour_bases, default=None)
     if weights.neighbor_weight > 0 and best is not None:
         score += weights.neighbor_weight * best
     if signals.speaker_named:
         score += weights.speaker_weight
+    if signals.date_match:
+        score += weights.date_weight
     return score

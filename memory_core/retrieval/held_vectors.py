@@ -15,7 +15,7 @@ is compacted: at worst 4 rows per held vector. No Ray, no I/O.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -146,6 +146,15 @@ class HeldVectors:
         it once)."""
         n = len(self._ids)
         return self._live[:n] & np.fromiter((i is not None and keep(i) for i in self._ids), dtype=bool, count=n)
+
+    def mask_of(self, memory_ids: Iterable[str]) -> np.ndarray:
+        """The rows of ``memory_ids`` (those held), as a boolean array over the rows in use
+        like ``mask``'s; its cost follows the number of ids, not of rows."""
+        out = np.zeros(len(self._ids), dtype=bool)
+        rows = [r for r in map(self._row_of.get, memory_ids) if r is not None]
+        if rows:
+            out[rows] = True
+        return out
 
     def top(
         self,

@@ -70,7 +70,7 @@ import inspect
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -81,6 +81,7 @@ from ..retrieval.feedback import expansion_terms, hop_scores
 from ..retrieval.fusion import Fusion, FusionWeights, Signals, base_score, final_score
 from ..retrieval.held_vectors import cosine, unit_vector
 from ..retrieval.lexical import BM25Corpus, tokenize
+from ..retrieval.querytime import query_spans
 from ..retrieval.timeparse import temporal_intent
 from ..sanitize import require_user_id
 from ..types import (
@@ -99,6 +100,9 @@ from .base import MAX_LIST_LIMIT, StoreDecorator, check_retrieve_options, list_p
 from .user_index import Timeline, UserIndex, UserIndexes, content_key
 
 _D = RetrievalSettings()  # constructor defaults = the configuration defaults
+_PERIOD_YEARS = 200
+"""Most years a period without a year ("in June") is looked for in: the latest ones the
+user's memories cover."""
 
 
 def _types_or_none(types) -> tuple[MemoryType, ...] | None:
@@ -149,6 +153,7 @@ class _Scoring:
     timeline: Timeline
     weights: FusionWeights
     neighbor_max_gap_s: float
+    neighbor_radius: int
     lex_all: dict[str, float]
     max_bm25: float
     vector_rank: dict[str, int]
@@ -157,6 +162,7 @@ class _Scoring:
     query_terms: set[str]
     speaker_weight: float
     hop_weight: float = 0.0
+    in_period: frozenset[str] = frozenset()
     sig: dict[str, Signals] = field(default_factory=dict)
     base: dict[str, float] = field(default_factory=dict)
     hop: dict[str, float] = field(default_factory=dict)
@@ -172,6 +178,7 @@ class _Scoring:
             speaker_named=bool(
                 self.speaker_weight > 0 and a.get("speaker_terms") and a["speaker_terms"] & self.query_terms
             ),
+            date_match=memory_id in self.in_period,
         )
 
     def add(self, memory_id: str, similarity: float) -> None:
@@ -183,7 +190,7 @@ class _Scoring:
         if not a:
             return []
         return self.timeline.neighbours(
-            a.get("group"), a.get("ts", 0.0), memory_id, self.neighbor_max_gap_s, a.get("seq", 0)
+            a.get("group"), a.get("ts", 0.0), memory_id, self.neighbor_max_gap_s, a.get("seq", 0), self.neighbor_radius
         )
 
     def score_of(self, memory_id: str) -> float:
@@ -239,6 +246,7 @@ class HybridStore(StoreDecorator):
         rrf_k: int = _D.rrf_k,
         neighbor_weight: float = _D.neighbor_weight,
         neighbor_max_gap_s: float = _D.neighbor_max_gap_s,
+        neighbor_radius: int = _D.neighbor_radius,
         speaker_weight: float = _D.speaker_weight,
         temporal_weight: float = _D.temporal_weight,
         k1: float = _D.bm25_k1,
@@ -249,6 +257,8 @@ class HybridStore(StoreDecorator):
         hop_weight: float = _D.hop_weight,
         hop_seeds: int = _D.hop_seeds,
         hop_terms: int = _D.hop_terms,
+        date_weight: float = _D.date_weight,
+        date_slack_days: float = _D.date_slack_days,
     ):
         super().__init__(inner)
         if candidate_pool < 1 or rrf_k < 1:
@@ -261,6 +271,12 @@ class HybridStore(StoreDecorator):
             raise ValueError("held_search_max must be ≥ 0")
         if hop_weight < 0 or hop_seeds < 1 or hop_terms < 1:
             raise ValueError("hop_weight must be ≥ 0, hop_seeds and hop_terms ≥ 1")
+        if neighbor_radius < 1:
+            raise ValueError("neighbor_radius must be ≥ 1")
+        if date_weight < 0 or date_slack_days < 0:
+            raise ValueError("date_weight and date_slack_days must be ≥ 0")
+        self.neighbor_radius = neighbor_radius
+        self.date_weight, self.date_slack_days = date_weight, date_slack_days
         self.hop_weight, self.hop_seeds, self.hop_terms = hop_weight, hop_seeds, hop_terms
         self.candidate_pool = candidate_pool
         self.fusion = fusion
@@ -293,6 +309,7 @@ class HybridStore(StoreDecorator):
             rrf_k=settings.rrf_k,
             neighbor_weight=settings.neighbor_weight,
             neighbor_max_gap_s=settings.neighbor_max_gap_s,
+            neighbor_radius=settings.neighbor_radius,
             speaker_weight=settings.speaker_weight,
             temporal_weight=settings.temporal_weight,
             k1=settings.bm25_k1,
@@ -303,6 +320,8 @@ class HybridStore(StoreDecorator):
             hop_weight=settings.hop_weight,
             hop_seeds=settings.hop_seeds,
             hop_terms=settings.hop_terms,
+            date_weight=settings.date_weight,
+            date_slack_days=settings.date_slack_days,
         )
 
     # ------------------------------------------------------------------ index upkeep
@@ -314,6 +333,7 @@ class HybridStore(StoreDecorator):
             neighbor_weight=self.neighbor_weight,
             speaker_weight=self.speaker_weight,
             temporal_weight=self.temporal_weight,
+            date_weight=self.date_weight,
         )
 
     def _represents(self, text: str) -> bool:
@@ -526,6 +546,7 @@ class HybridStore(StoreDecorator):
             timeline=timeline,
             weights=self._weights(options.lexical_weight),
             neighbor_max_gap_s=self.neighbor_max_gap_s,
+            neighbor_radius=self.neighbor_radius,
             lex_all=lex_all,
             max_bm25=lex_top[0][1] if lex_top else 0.0,
             vector_rank={i: r for r, (i, _, _) in enumerate(vec_top, 1)},
@@ -535,6 +556,8 @@ class HybridStore(StoreDecorator):
             speaker_weight=self.speaker_weight,
             hop_weight=self.hop_weight,
         )
+        if self.date_weight > 0:
+            scoring.in_period = await self._period_candidates(options, ui, sim, lex_all, pool, held_search, cands)
         for i, (_, cos) in cands.items():
             scoring.add(i, cos)
         if self.neighbor_weight > 0 and scoring.base:
@@ -552,6 +575,42 @@ class HybridStore(StoreDecorator):
             key=lambda t: (-t[0], t[1]),
         )
         return await self._winners(ranked, cands, options, sim, ui, scoring.rescore)
+
+    async def _period_candidates(
+        self,
+        options: RetrieveOptions,
+        ui: UserIndex,
+        sim: _Similarity,
+        lex_all: dict[str, float],
+        pool: int,
+        held_search: bool,
+        cands: dict[str, tuple[Memory | None, float]],
+    ) -> frozenset[str]:
+        """The memories created within the periods the query names (``retrieval.querytime``,
+        each widened by ``date_slack_days``; a period without a year in each year the user's
+        memories cover, at most ``_PERIOD_YEARS`` of them, the latest); empty when it names
+        none. The best ``pool`` of them by BM25 and, with the held search, by cosine join
+        ``cands``: a memory of that time is ranked even when neither side's overall top
+        found it."""
+        spans = query_spans(options.query)
+        bounds = ui.timeline.span() if spans else None
+        if bounds is None:
+            return frozenset()
+        first, last = (datetime.fromtimestamp(t, UTC).year for t in bounds)
+        years = range(max(first, last - _PERIOD_YEARS + 1, 1), min(last, 9998) + 1)
+        period: set[str] = set()
+        for span in spans:
+            for start, end in span.intervals(self.date_slack_days, years):
+                period.update(ui.timeline.between(start, end))
+        if not period:
+            return frozenset()
+        lexical = sorted(((s, i) for i, s in lex_all.items() if i in period), key=lambda t: (-t[0], t[1]))[:pool]
+        extra = [i for _, i in lexical]
+        if held_search and sim.q is not None and len(ui.held) >= len(ui.corpus):
+            allowed = ui.vector_mask(options.project_id, options.types, options.states) & ui.held.mask_of(period)
+            extra += [i for i, _ in ui.held.top(sim.q, pool, allowed=allowed)]
+        await self._add_candidates([i for i in dict.fromkeys(extra) if i not in cands], options, sim, ui, cands)
+        return frozenset(period)
 
     async def _second_hop(
         self,

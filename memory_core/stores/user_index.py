@@ -61,43 +61,69 @@ def group_of(memory: Memory) -> tuple | None:
 
 @dataclass
 class Timeline:
-    """One user's memories ordered by time within each conversation group: by ``created_at``
-    (seconds), then write order (``seq``: the index's count of writes when the memory was first
-    put; a rebuild from the store puts them in the store's listing order), then id."""
+    """One user's memories ordered by time: within each conversation group (``groups``), and
+    all of them together (``everyone``, memories without a conversation included), by
+    ``created_at`` (seconds), then write order (``seq``: the index's count of writes when the
+    memory was first put; a rebuild from the store puts them in the store's listing order),
+    then id."""
 
     groups: dict[tuple, list[tuple[float, int, str]]] = field(default_factory=dict)
+    everyone: list[tuple[float, int, str]] = field(default_factory=list)
 
     def add(self, group: tuple | None, ts: float, memory_id: str, seq: int = 0) -> None:
+        bisect.insort(self.everyone, (ts, seq, memory_id))
         if group is not None:
             bisect.insort(self.groups.setdefault(group, []), (ts, seq, memory_id))
 
     def remove(self, group: tuple | None, ts: float, memory_id: str, seq: int = 0) -> None:
+        _remove_entry(self.everyone, (ts, seq, memory_id))
         if group is None:
             return
         entries = self.groups.get(group)
         if not entries:
             return
-        i = bisect.bisect_left(entries, (ts, seq, memory_id))
-        if i < len(entries) and entries[i] == (ts, seq, memory_id):
-            del entries[i]
+        _remove_entry(entries, (ts, seq, memory_id))
         if not entries:
             del self.groups[group]
 
-    def neighbours(self, group: tuple | None, ts: float, memory_id: str, max_gap_s: float, seq: int = 0) -> list[str]:
-        """The ids just before and after ``memory_id`` in its group, at most ``max_gap_s``
-        seconds away."""
-        if group is None:
+    def span(self) -> tuple[float, float] | None:
+        """(earliest, latest) ``created_at`` seconds of the user's memories; None when none."""
+        return (self.everyone[0][0], self.everyone[-1][0]) if self.everyone else None
+
+    def between(self, start: float, end: float) -> list[str]:
+        """The ids of the memories created in ``[start, end)`` seconds, oldest first."""
+        lo = bisect.bisect_left(self.everyone, (start,))
+        hi = bisect.bisect_left(self.everyone, (end,))
+        return [e[2] for e in self.everyone[lo:hi]]
+
+    def neighbours(
+        self, group: tuple | None, ts: float, memory_id: str, max_gap_s: float, seq: int = 0, radius: int = 1
+    ) -> list[str]:
+        """The ids of up to ``radius`` memories before and ``radius`` after ``memory_id`` in
+        its group, nearest first on each side (before, then after), each step at most
+        ``max_gap_s`` seconds: the window stops at a gap longer than that (another session)."""
+        if group is None or radius < 1:
             return []
         entries = self.groups.get(group, [])
         i = bisect.bisect_left(entries, (ts, seq, memory_id))
         if i >= len(entries) or entries[i] != (ts, seq, memory_id):
             return []
         out = []
-        if i > 0 and ts - entries[i - 1][0] <= max_gap_s:
-            out.append(entries[i - 1][2])
-        if i + 1 < len(entries) and entries[i + 1][0] - ts <= max_gap_s:
-            out.append(entries[i + 1][2])
+        for step in (-1, 1):
+            j, at = i, ts
+            for _ in range(radius):
+                j += step
+                if not 0 <= j < len(entries) or abs(entries[j][0] - at) > max_gap_s:
+                    break
+                out.append(entries[j][2])
+                at = entries[j][0]
         return out
+
+
+def _remove_entry(entries: list[tuple[float, int, str]], entry: tuple[float, int, str]) -> None:
+    i = bisect.bisect_left(entries, entry)
+    if i < len(entries) and entries[i] == entry:
+        del entries[i]
 
 
 @dataclass

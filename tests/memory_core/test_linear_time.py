@@ -45,6 +45,7 @@ from memory_core.curation.screening import screen, screen_window
 from memory_core.errors import InvalidInput
 from memory_core.retrieval import lexical
 from memory_core.retrieval.lexical import tokenize
+from memory_core.retrieval.querytime import query_spans
 from memory_core.retrieval.speaker import leading_speaker
 from memory_core.retrieval.timeparse import has_time_expression, parse_session_date, temporal_intent
 from memory_core.sanitize import (
@@ -179,6 +180,7 @@ RULES: dict[str, Rule] = {
     # retrieval
     "lexical_tokenize": Rule(_tokenize_uncached, CHAT_MAX_BYTES),
     "temporal_intent": Rule(temporal_intent, CHAT_MAX_BYTES),
+    "query_spans": Rule(query_spans, CHAT_MAX_BYTES),
     "has_time_expression": Rule(has_time_expression),
     "parse_session_date": Rule(_swallow(parse_session_date)),
 }
@@ -194,7 +196,7 @@ _ALTERNATIONS = [
 ]  # fmt: skip
 _WORDS = [
     "Boston ", "not a ", "from a to ", "my sister ", "Dr. Aa ", "hey Aa, ", "May 1 ", "<think>", "```json",
-    "<memory_context>", "住在中", "remember: ", "moved ", "1:56 pm on 8 May, ", "last week ", "n't ", "system: ",
+    "<memory_context>", "住在中", "remember: ", "moved ", "1:56 pm on 8 May, ", "in June ", "3 May 2023 ", "last week ", "n't ", "system: ",
     "[INST]", "<|im_start|>", "Aa Bb. ",
 ]  # fmt: skip
 _PREFIXED = [

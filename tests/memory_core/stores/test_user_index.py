@@ -235,3 +235,43 @@ def test_the_speaker_from_the_content_is_a_field_not_body_terms():
     assert a is not None and n is not None
     assert a["speaker_terms"] and not n["speaker_terms"]
     assert [i for i, _ in ui.corpus.search("caroline", 5)] == [tid("n")]  # only the body that names her
+
+
+def test_a_wider_neighbour_window_stops_at_a_session_gap():
+    t0 = datetime(2023, 5, 8, 13, 0, tzinfo=UTC)
+    ui = UserIndex(corpus=BM25Corpus())
+    names = ["a", "b", "c", "d", "e"]
+    for i, name in enumerate(names):
+        ui.put(_client_turn(name, "c1", t0 + timedelta(seconds=i)), represented=True)
+    ui.put(_client_turn("next", "c1", t0 + timedelta(days=2)), represented=True)  # another session
+    by_id = {tid(n): n for n in [*names, "next"]}
+
+    def window(name: str, radius: int) -> list[str]:
+        a = ui.corpus.attrs(tid(name))
+        assert a is not None
+        return [by_id[i] for i in ui.timeline.neighbours(a["group"], a["ts"], tid(name), 6 * 3600, a["seq"], radius)]
+
+    assert window("c", 1) == ["b", "d"]
+    assert window("c", 2) == ["b", "a", "d", "e"]  # nearest first on each side
+    assert window("e", 3) == ["d", "c", "b"]  # "next" is two days later
+    assert window("next", 3) == []
+    assert window("a", 0) == []
+
+
+def test_the_timeline_finds_every_memory_created_in_an_interval():
+    t0 = datetime(2023, 5, 8, tzinfo=UTC)
+    ui = UserIndex(corpus=BM25Corpus())
+    assert ui.timeline.span() is None and ui.timeline.between(0, 1e12) == []
+    ui.put(_client_turn("early", "c1", t0), represented=True)
+    ui.put(_client_turn("note", None, t0 + timedelta(hours=5)), represented=True)  # no conversation: still timed
+    ui.put(_client_turn("late", "c2", t0 + timedelta(days=3)), represented=True)
+    start, end = t0.timestamp(), (t0 + timedelta(days=1)).timestamp()
+    assert ui.timeline.between(start, end) == [tid("early"), tid("note")]
+    assert ui.timeline.between(end, end + 5 * 86400) == [tid("late")]
+    assert ui.timeline.span() == (start, (t0 + timedelta(days=3)).timestamp())
+    ui.remove(tid("note"))
+    ui.put(_client_turn("early", "c1", t0 + timedelta(days=2)), represented=True)  # moved in time
+    assert ui.timeline.between(start, end) == []
+    assert ui.timeline.between(start, end + 5 * 86400) == [tid("early"), tid("late")]
+    ui.remove_where(None, None)
+    assert ui.timeline.span() is None
