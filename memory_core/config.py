@@ -250,11 +250,30 @@ class RemoteEmbeddingSettings(_Strict):
     timeout_s: float = Field(default=30.0, gt=0)
 
 
+FALLBACK_CALIBRATION_DIR = Path(__file__).parent / "embedding" / "calibrations"
+"""Where the shipped cosine calibrations of ``embedding.fallback`` are (one JSON file per model
+pair, written by ``benchmarks/fallback.py --fit``; read by ``memory_core.embedding.fallback``)."""
+
+
+def _file_label(model: str) -> str:
+    """``model`` as a file-name part: ``bundled:all-MiniLM-L6-v2`` → ``all-MiniLM-L6-v2``, a
+    path → its last component; anything but ``[A-Za-z0-9._-]`` becomes ``_``."""
+    name = model.split(":", 1)[1] if model.startswith("bundled:") else Path(model).name
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "_"
+
+
+def fallback_calibration_path(model: str, fallback: str) -> Path:
+    """The calibration file of the pair (``embedding.model``, ``embedding.fallback.model``):
+    ``FALLBACK_CALIBRATION_DIR / "<model>__<fallback>.json"`` (names as ``_file_label``)."""
+    return FALLBACK_CALIBRATION_DIR / f"{_file_label(model)}__{_file_label(fallback)}.json"
+
+
 class FallbackModelSettings(_Strict):
     """``embedding.fallback``: the model that embeds what the configured model cannot
-    represent (``memory_core.embedding.fallback``). ``model``: a bundled or local model name
-    as in ``embedding.model``; a calibration of its cosines onto the configured model's scale
-    must ship for the pair (``memory_core/embedding/calibrations/``)."""
+    represent (``memory_core.embedding.fallback``, README "Choosing a model"). ``model``: a
+    bundled or local model name as in ``embedding.model``; a calibration of its cosines onto
+    the configured model's scale must ship for the pair
+    (``fallback_calibration_path``)."""
 
     model: str = "bundled:multilingual-e5-small"
 
@@ -289,9 +308,7 @@ class EmbeddingSettings(_Strict):
             raise ValueError("embedding.fallback needs a local embedding.model (embedding.remote is set)")
         if self.fallback.model == self.model:
             raise ValueError("embedding.fallback.model must differ from embedding.model")
-        from .embedding.fallback import calibration_path  # a file check only: nothing is loaded
-
-        path = calibration_path(self.model, self.fallback.model)
+        path = fallback_calibration_path(self.model, self.fallback.model)  # a file check: nothing is loaded
         if not path.is_file():
             raise ValueError(
                 f"embedding.fallback: no cosine calibration for {self.model} with {self.fallback.model} "

@@ -6,53 +6,56 @@ only. With ``embedding.fallback`` (e.g. ``bundled:multilingual-e5-small`` beside
 store shard loads the fallback model too and ``stores.hybrid.HybridStore`` embeds *those*
 memories with it (as passages), holding the vectors in the user's index (a second matrix,
 ``UserIndex.fallback``: never written to the backend, so the vectors of two models never
-share a collection; rebuilt with the index after a restart or an eviction). A search of a user
-who holds such vectors is embedded by the fallback too (as a query); the memories with a
-fallback vector are scored by the fallback cosine, mapped onto the configured model's scale
-(``CosineCalibration``), so ``threshold`` and the injection floor keep one meaning.
+share a collection; rebuilt with the index after a restart or an eviction). A search the
+configured model cannot represent, of a user who holds such vectors in the search's scope, is
+embedded by the fallback too (as a query); the memories with a fallback vector are scored by
+the fallback cosine, mapped onto the configured model's scale (``CosineCalibration``), so
+``threshold`` and the injection floor keep one meaning.
 
 ``CosineCalibration`` is equipercentile equating (Kolen & Brennan, *Test Equating, Scaling,
 and Linking*, ch. 2): a fallback cosine at the p-th percentile of the fallback's cosines over
 a set of text pairs becomes the p-th percentile of the configured model's cosines over the same
-pairs (piecewise linear between ``knots`` quantiles, monotone). The shipped tables
-(``calibrations/<model>__<fallback>.json``) were fitted by ``benchmarks/fallback.py --fit`` on
-the English pairs of ``tests/supersession_set`` (old as passage, new as query; related and
-shuffled pairs), which both models represent; each names the two identities it was fitted on
-and is refused for any other files.
+pairs (piecewise linear between ``knots`` quantiles, monotone). Identical texts have cosine 1 in
+both models, so the fit ends with the knot (1, 1) when its pairs stay below it. The shipped
+tables (``calibrations/<model>__<fallback>.json``) were fitted by ``benchmarks/fallback.py
+--fit`` on the English pairs of ``tests/supersession_set`` (the project's own; its ``locomo``
+kind left out), each as written (the old statement as the passage, the new one as the query)
+and as many shuffled ones (an old statement with another pair's new one), text both models
+represent; each names the two identities it was fitted on and is refused for any other files.
+Whether the map fitted on English holds for Thai is an assumption (one multilingual model
+puts the scripts on one scale): README "Choosing a model" gives what was measured.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-import re
-from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..config import FALLBACK_CALIBRATION_DIR as CALIBRATION_DIR
+from ..config import fallback_calibration_path as calibration_path
 from ..errors import ConfigError
+from ..types import as_float32
+from .batching import CoalescingEmbedFn
+from .encoder import EncodeResult
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import EmbeddingSettings
     from .encoder import Encoder
 
-CALIBRATION_DIR = Path(__file__).parent / "calibrations"
-"""Where the shipped cosine calibrations are (one JSON file per model pair)."""
-
-
-def _file_label(model: str) -> str:
-    """``model`` as a file-name part: ``bundled:all-MiniLM-L6-v2`` → ``all-MiniLM-L6-v2``, a
-    path → its last component; anything but ``[A-Za-z0-9._-]`` becomes ``_``."""
-    name = model.split(":", 1)[1] if model.startswith("bundled:") else Path(model).name
-    return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "_"
-
-
-def calibration_path(model: str, fallback: str) -> Path:
-    """The calibration file of the pair (``embedding.model``, ``embedding.fallback.model``)."""
-    return CALIBRATION_DIR / f"{_file_label(model)}__{_file_label(fallback)}.json"
+__all__ = [
+    "CALIBRATION_DIR",
+    "CosineCalibration",
+    "FallbackModel",
+    "calibration_path",
+    "load_calibration",
+    "open_fallback",
+]
 
 
 @dataclass(frozen=True)
@@ -84,8 +87,9 @@ class CosineCalibration:
             raise ValueError("calibration knots must increase (fallback strictly, primary not decreasing)")
 
     def __call__(self, cos: float) -> float:
-        """The fallback cosine ``cos`` on the configured model's scale."""
-        return float(np.clip(np.interp(cos, self.fallback_knots, self.primary_knots), -1.0, 1.0))
+        """The fallback cosine ``cos`` (in [-1, 1]) on the configured model's scale, as a
+        float32 value in [-1, 1] (the precision every reported similarity has)."""
+        return as_float32(float(np.clip(np.interp(cos, self.fallback_knots, self.primary_knots), -1.0, 1.0)))
 
     def identity(self, role: str) -> str | None:
         """The digest the fit saw for ``role`` (``"model"`` or ``"fallback"``)."""
@@ -93,12 +97,21 @@ class CosineCalibration:
 
     @classmethod
     def fit(
-        cls, fallback_cos: Sequence[float], primary_cos: Sequence[float], *, knots: int = 21, **meta: Any
+        cls,
+        fallback_cos: Sequence[float],
+        primary_cos: Sequence[float],
+        *,
+        knots: int = 21,
+        identical: bool = True,
+        **meta: Any,
     ) -> CosineCalibration:
-        """Equipercentile equating of the two models' cosines over the same pairs: the
-        ``knots`` quantiles (0 %, …, 100 %) of each, ties in the fallback's quantiles merged
-        (their mean primary value kept). ``meta``: the other fields. Raises ``ValueError``
-        for fewer than 2 pairs, unequal lengths or ``knots`` < 2."""
+        """Equipercentile equating of the two models' cosines over the same pairs (both
+        sequences of n floats in [-1, 1], pair i in both): the ``knots`` quantiles (0 %, …,
+        100 %) of each, ties in the fallback's quantiles merged (their mean primary value
+        kept); with ``identical`` the knot (1, 1) ends the table when the fallback's cosines
+        stay below 1 (identical texts: cosine 1 in both models). ``meta``: the other fields.
+        Raises ``ValueError`` for fewer than 2 pairs, unequal lengths, ``knots`` < 2 or
+        fallback cosines that are all equal."""
         x, y = np.asarray(fallback_cos, float), np.asarray(primary_cos, float)
         if x.shape != y.shape or x.ndim != 1 or len(x) < 2 or knots < 2:
             raise ValueError("need two equal-length lists of ≥ 2 cosines and knots ≥ 2")
@@ -114,7 +127,11 @@ class CosineCalibration:
                 ys.append([float(b)])
         if len(xs) < 2:
             raise ValueError("the fallback cosines are all equal: nothing to calibrate")
-        return cls(tuple(xs), tuple(float(np.mean(v)) for v in ys), pairs=len(x), **meta)
+        primary = [float(np.mean(v)) for v in ys]
+        if identical and xs[-1] < 1.0:
+            xs.append(1.0)
+            primary.append(max(1.0, primary[-1]))
+        return cls(tuple(xs), tuple(primary), pairs=len(x), **meta)
 
     def to_json(self) -> str:
         """The calibration as JSON (the shipped file's format)."""
@@ -168,46 +185,125 @@ def load_calibration(model: str, fallback: str, *, identities: dict[str, str] | 
     return cal
 
 
-class _OneAtATime:
-    """An encoder whose ``encode_async`` calls run one at a time (the passage and the query
-    sides share one engine)."""
+class _QueriesFirst:
+    """One call of the engine at a time, a waiting query before any waiting passage batch: a
+    search waits for at most the one passage batch under way, never for a whole build's
+    backlog. State lives on one event loop (no thread touches it)."""
 
-    def __init__(self, encoder: Encoder):
-        self.encoder = encoder
-        self._lock = asyncio.Lock()
+    def __init__(self) -> None:
+        self._busy = False
+        self._waiting: list[tuple[bool, asyncio.Future[None]]] = []
 
-    async def encode(self, texts: list[str], *, query: bool) -> np.ndarray:
-        async with self._lock:
-            return (await self.encoder.encode_async(texts, query=query)).vectors
+    def _pass_on(self) -> None:
+        """Give the free engine to the first waiting query, else the first waiting passage."""
+        self._waiting = [(q, f) for q, f in self._waiting if not f.done()]
+        if self._busy or not self._waiting:
+            return
+        pick = next((w for w in self._waiting if w[0]), self._waiting[0])
+        self._waiting.remove(pick)
+        self._busy = True
+        pick[1].set_result(None)
+
+    @contextlib.asynccontextmanager
+    async def turn(self, *, query: bool) -> AsyncIterator[None]:
+        if not self._busy and not self._waiting:
+            self._busy = True
+        else:
+            granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiting.append((query, granted))
+            try:
+                await granted
+            except asyncio.CancelledError:
+                if granted.done() and not granted.cancelled():  # given the turn, then cancelled
+                    self._busy = False
+                    self._pass_on()
+                raise
+        try:
+            yield
+        finally:
+            self._busy = False
+            self._pass_on()
+
+
+class _Gated:
+    """``encoder`` (the ``Encoder`` protocol) whose ``encode_async`` calls take turns at
+    ``gate``."""
+
+    def __init__(self, encoder: Encoder, gate: _QueriesFirst):
+        self.encoder, self.gate = encoder, gate
+        self.dimension = encoder.dimension
+
+    @property
+    def max_seq_length(self) -> int | None:
+        return self.encoder.max_seq_length
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        return self.encoder.count_tokens(texts)
+
+    async def encode_async(
+        self, texts: Sequence[str], token_counts: Sequence[int] | None = None, *, query: bool = False
+    ) -> EncodeResult:
+        async with self.gate.turn(query=query):
+            return await self.encoder.encode_async(texts, token_counts, query=query)
 
 
 @dataclass
 class FallbackModel:
-    """What ``HybridStore`` needs of the fallback: ``embed_passages(texts)`` and
-    ``embed_query(text)`` (async; float32 unit rows ``[n, dim]`` / one ``[dim]`` row), the
-    ``calibration`` onto the configured model's scale and a ``label`` (the model's name).
-    Errors of the encoder propagate (``HybridStore`` then ranks lexically, as without it)."""
+    """What ``stores.hybrid.HybridStore`` needs of the fallback model.
+
+    ``encoder``: the model (the ``Encoder`` protocol; its ``encode_async`` runs the forward
+    pass in a worker thread, off the event loop). ``calibration``: its cosines onto the
+    configured model's scale. ``label``: its name. ``represents``: which texts it can embed
+    (its own ``TokenizerCoverage``; ``None``: every text, e5's case). ``passage_batch``:
+    passages per engine call (a query waits for at most one such call, see
+    ``_QueriesFirst``). Concurrent queries share one engine call (``CoalescingEmbedFn``).
+    Errors of the encoder propagate; ``HybridStore`` then ranks lexically, as without it.
+    """
 
     encoder: Any
     calibration: CosineCalibration
     label: str
-    max_batch: int = 32
+    represents_fn: Callable[[str], bool] | None = None
+    passage_batch: int = 8
+    _gate: _QueriesFirst = field(default_factory=_QueriesFirst, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._serial = _OneAtATime(self.encoder)
+        if self.passage_batch < 1:
+            raise ValueError("passage_batch must be ≥ 1")
+        gated = _Gated(self.encoder, self._gate)
+        self._gated = gated
+        self._queries = CoalescingEmbedFn(gated, wait_s=0.0, query=True)
+
+    @property
+    def dimension(self) -> int:
+        """Length of the fallback's vectors."""
+        return int(self.encoder.dimension)
+
+    def represents(self, text: str) -> bool:
+        """Whether the fallback model can embed ``text`` meaningfully."""
+        return self.represents_fn is None or bool(self.represents_fn(text))
 
     async def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
-        """Stored texts → float32 ``[n, dim]`` (``max_batch`` per forward pass)."""
+        """Stored texts (n strings) → float32 unit rows ``[n, dimension]``, ``passage_batch``
+        per engine call (``[0, dimension]`` for none). Raises what the encoder raises."""
         texts = list(texts)
         parts = [
-            await self._serial.encode(texts[i : i + self.max_batch], query=False)
-            for i in range(0, len(texts), self.max_batch)
+            (await self._gated.encode_async(texts[i : i + self.passage_batch], query=False)).vectors
+            for i in range(0, len(texts), self.passage_batch)
         ]
-        return np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
+        if not parts:
+            return np.zeros((0, self.dimension), np.float32)
+        return np.asarray(np.concatenate(parts), dtype=np.float32)
 
     async def embed_query(self, text: str) -> np.ndarray:
-        """One search text → float32 ``[dim]``."""
-        return (await self._serial.encode([text], query=True))[0]
+        """One search text → float32 unit vector ``[dimension]``. Raises what the encoder
+        raises."""
+        (vector,) = await self._queries([text])
+        return np.asarray(vector, dtype=np.float32)
+
+    def similarity(self, cos: float) -> float:
+        """A fallback cosine on the configured model's scale (``calibration``), float32."""
+        return self.calibration(cos)
 
 
 def open_fallback(settings: EmbeddingSettings) -> FallbackModel | None:
@@ -217,10 +313,17 @@ def open_fallback(settings: EmbeddingSettings) -> FallbackModel | None:
     that cannot be loaded)."""
     if settings.fallback is None:
         return None
+    from .coverage import TokenizerCoverage
     from .identity import compute_identity
     from .local import local_encoder
 
     fb = settings.fallback.as_embedding()
     identities = {"model": compute_identity(settings).digest, "fallback": compute_identity(fb).digest}
     calibration = load_calibration(settings.model, fb.model, identities=identities)
-    return FallbackModel(local_encoder(fb, num_threads=1), calibration, fb.model)
+    coverage = TokenizerCoverage.from_settings(fb)
+    return FallbackModel(
+        local_encoder(fb, num_threads=1),
+        calibration,
+        fb.model,
+        represents_fn=coverage.represents if coverage is not None else None,
+    )
