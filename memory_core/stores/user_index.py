@@ -5,7 +5,8 @@ each memory's attributes: content key, speaker terms, time mention, conversation
 timestamp, whether the model represents the text), the timeline of each conversation group
 (``Timeline``), the held unit vectors (``retrieval.held_vectors.HeldVectors``), the fallback
 model's vectors of the memories the model cannot represent (``fallback``, with
-``embedding.fallback``: ``memory_core.embedding.fallback``; held only here), the records
+``embedding.fallback``: ``memory_core.embedding.fallback``; held only here, never in the
+backend) and the texts still waiting for one (``fallback_pending``), the records
 (``Memory`` without its vector, when records are held), the write generation (a fresh value
 per write applied) and the build state (``building``: writes queued while the index is built
 from the store, replayed onto it when the build ends; ``task``: the build).
@@ -106,7 +107,11 @@ class Timeline:
 class UserIndex:
     """One user's index (module docstring). ``hold_records``: keep each memory's record
     (without its vector) in ``records``, so reads of a loaded user need no store round trip;
-    ``hold_vectors``: keep each memory's unit vector in ``held``."""
+    ``hold_vectors``: keep each memory's unit vector in ``held``. ``track_fallback`` (a
+    fallback model is configured): note each memory the model cannot represent in
+    ``fallback_pending`` (id → (content key, text)) until ``put_fallback`` gives it the
+    fallback's vector (held in ``fallback``, whatever ``hold_vectors`` says: the index is the
+    only place those vectors live) or finds that none can be made."""
 
     corpus: BM25Corpus
     hold_vectors: bool = True
@@ -114,6 +119,8 @@ class UserIndex:
     timeline: Timeline = field(default_factory=Timeline)
     held: HeldVectors = field(default_factory=HeldVectors)
     fallback: HeldVectors = field(default_factory=HeldVectors)
+    track_fallback: bool = False
+    fallback_pending: dict[str, tuple[str, str]] = field(default_factory=dict)
     records: dict[str, Memory] = field(default_factory=dict)
     gen: int = 0
     writes: int = 0
@@ -137,18 +144,22 @@ class UserIndex:
         corpus, timeline, held = self.corpus, self.timeline, self.held
         self.version += 1
         old = corpus.attrs(memory.id)
+        key = content_key(memory.content)
         if old:
             timeline.remove(old.get("group"), old.get("ts", 0.0), memory.id, old.get("seq", 0))
             seq = old.get("seq", 0)
-            if old.get("key") != content_key(memory.content) or represented:
-                self.fallback.remove(memory.id)  # made from another text (or not needed now)
         else:
             self.writes += 1
             seq = self.writes
+        if represented or not (old and old.get("key") == key):
+            self.fallback.remove(memory.id)  # made from another text (or not needed now)
+        if represented or not self.track_fallback:
+            self.fallback_pending.pop(memory.id, None)
+        elif memory.id not in self.fallback:
+            self.fallback_pending[memory.id] = (key, memory.content)
         body, speaker = split_speaker(memory)
         ts = memory.created_at.timestamp() if memory.created_at else 0.0
         group = group_of(memory)
-        key = content_key(memory.content)
         attrs = {
             "key": key,
             "speaker_terms": frozenset(tokenize(speaker)) if speaker else frozenset(),
@@ -186,6 +197,7 @@ class UserIndex:
         self.corpus.remove(memory_id)
         self.held.remove(memory_id)
         self.fallback.remove(memory_id)
+        self.fallback_pending.pop(memory_id, None)
         self.records.pop(memory_id, None)
 
     def remove_where(self, project_id: str | None, types: tuple[MemoryType, ...] | None) -> None:
@@ -197,6 +209,7 @@ class UserIndex:
         for memory_id in self.corpus.remove_where(project_id, types):
             self.held.remove(memory_id)
             self.fallback.remove(memory_id)
+            self.fallback_pending.pop(memory_id, None)
             self.records.pop(memory_id, None)
         tl = Timeline()
         for memory_id in self.corpus.ids():
@@ -206,13 +219,19 @@ class UserIndex:
         self.timeline = tl
 
     def put_fallback(self, memory_id: str, key: str, vector) -> bool:
-        """Hold the fallback model's vector of ``memory_id``, made from the text whose
+        """Hold the fallback model's vector of ``memory_id`` (a 1-D float array; ``None``: the
+        fallback cannot embed this text, so none will be held), made from the text whose
         ``content_key`` is ``key``: only while that is still the indexed text of a memory the
-        model cannot represent (a newer write wins). Returns whether it is held."""
+        model cannot represent (a newer write wins and stays pending). The memory is no
+        longer pending either way. Returns whether a vector is held now."""
         attrs = self.corpus.attrs(memory_id)
         if attrs is None or attrs.get("key") != key or attrs.get("represented") is not False:
             return False
         self.version += 1
+        self.fallback_pending.pop(memory_id, None)
+        if vector is None:
+            self.fallback.remove(memory_id)
+            return False
         return self.fallback.put(memory_id, vector)
 
     def apply(self, op: str, arg: Any, represented: Callable[[str], bool]) -> None:
