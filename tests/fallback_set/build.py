@@ -1,8 +1,9 @@
 """Writes ``labelled.jsonl`` and ``distractors.jsonl`` from ``pairs.py``.
 
-``labelled.jsonl``: one row per pair, ``{id, lang, memory, query, query_en, split}``
-(``query_en``: the question in English; for an English pair the question itself).
-``distractors.jsonl``: ``{id, lang, memory}``, memories no question asks for. The dev/holdout
+``labelled.jsonl``: one row per pair, ``{id, lang, memory, memory_en, query, query_en,
+split}`` (``memory_en``, ``query_en``: the memory and the question in English; for an English
+pair the texts themselves). ``distractors.jsonl``: ``{id, lang, memory, memory_en}``, memories
+no question asks for. The dev/holdout
 split (``split_of``: the parity of a seeded SHA-256 of the pair) was fixed when this file was
 first run, before the fallback was wired or measured; the holdout is only ever measured
 (``python benchmarks/fallback.py --split holdout``), never read to choose anything.
@@ -46,8 +47,14 @@ def rows() -> list[dict]:
     """Every pair as a row; raises ``ValueError`` on an id, memory or question written twice."""
     out = []
     for lang, items in LANGS.items():
-        out += [{"id": i, "lang": lang, "memory": m, "query": q, "query_en": e} for i, m, q, e in items]
-    out += [{"id": i, "lang": "en", "memory": m, "query": q, "query_en": q} for i, m, q in [*pairs.EN, *pairs.EN_MORE]]
+        out += [
+            {"id": i, "lang": lang, "memory": m, "memory_en": pairs.MEMORY_EN[i], "query": q, "query_en": e}
+            for i, m, q, e in items
+        ]
+    out += [
+        {"id": i, "lang": "en", "memory": m, "memory_en": m, "query": q, "query_en": q}
+        for i, m, q in [*pairs.EN, *pairs.EN_MORE]
+    ]
     for field in ("id", "memory", "query"):
         seen = [r[field] for r in out]
         if len(set(seen)) != len(seen):
@@ -60,8 +67,8 @@ def rows() -> list[dict]:
 
 
 def distractors() -> list[dict]:
-    """The distractor memories as rows ``{id, lang, memory}``; raises ``ValueError`` on one that
-    is also a pair's memory."""
+    """The distractor memories as rows ``{id, lang, memory, memory_en}``; raises ``ValueError``
+    on one that is also a pair's memory, or a language whose English versions do not match."""
     memories = {r["memory"] for r in rows()}
     out = []
     counts: dict[str, int] = {}
@@ -69,7 +76,11 @@ def distractors() -> list[dict]:
         if memory in memories:
             raise ValueError(f"distractor is a pair's memory: {memory}")
         counts[lang] = counts.get(lang, 0) + 1
-        out.append({"id": f"{lang}-d{counts[lang]:02d}", "lang": lang, "memory": memory})
+        english = memory if lang == "en" else pairs.DISTRACTORS_EN[lang][counts[lang] - 1]
+        out.append({"id": f"{lang}-d{counts[lang]:02d}", "lang": lang, "memory": memory, "memory_en": english})
+    for lang, english in pairs.DISTRACTORS_EN.items():
+        if len(english) != counts.get(lang, 0):
+            raise ValueError(f"{lang}: {len(english)} English distractors for {counts.get(lang, 0)}")
     return out
 
 
