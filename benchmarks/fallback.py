@@ -1,14 +1,15 @@
 """``embedding.fallback``: fit its cosine calibration, and measure what it finds.
 
 ``--fit`` writes the shipped calibration of (``--model``, ``--fallback``)
-(``memory_core/embedding/calibrations/<model>__<fallback>.json``, ``CosineCalibration.fit``):
-equipercentile equating of the fallback's cosines onto the configured model's over the English
-pairs of ``tests/supersession_set/labelled.jsonl`` (written for this project, its licence; the
-``locomo`` kind, whose old statements are LoCoMo turns, left out): each pair as written (old
-statement stored, new one searched: e5 embeds them as ``passage:`` / ``query:``) and as many
-shuffled pairs (each old statement with another pair's new one, a seeded derangement), so the
-map spans related and unrelated text. Both models represent every text used (checked). The
-file records both models' identity digests; the service refuses it for other files.
+(``memory_core/embedding/calibrations/<model>__<fallback>.json``, ``FallbackCalibration``):
+per script, linear equating of the fallback's cosines onto the configured model's, single-group
+design, over the **dev** split of ``tests/fallback_set`` (the project's own): every pair of a
+dev question and a dev memory or distractor of that script (related or not), the fallback
+reading the script's texts (question as ``query:``, memory as ``passage:``), the configured
+model reading their English versions (``query_en``, ``memory_en``). A script gets its own table
+with at least ``MIN_FIT_PAIRS`` pairs and ``MIN_FIT_RELATED`` related ones; the pooled table
+(``"*"``, every script's pairs) serves the others. The file records both models' identity
+digests; the service refuses it for other files.
 
 The default mode measures, on ``tests/fallback_set`` (180 pairs in eight scripts and English,
 38 distractor memories), recall@1 and @5 of each pair's memory for its question, per split,
@@ -16,21 +17,21 @@ with the fallback off and on, through the service's own store stack in process
 (``make_store``: in-memory backend, ``HybridStore`` with the default retrieval settings, no
 curation; MiniLM's tokenizer coverage; the fallback as ``open_fallback`` loads it). Users:
 per script one user holding that script's memories and distractors and every English memory
-and distractor (``--layout per-script``), or one user holding everything (``--layout one``).
+and distractor (``--layouts per-script``), or one user holding everything (``one``).
 Questions: the pair's own (``native``; English pairs are asked in every script's user), and for
 the non-English pairs the English question (``english``: cross-lingual). Modes: ``off`` (no
 fallback: such memories are found lexically or not at all), ``unrepresentable`` (the fallback
 embeds the searches MiniLM cannot represent: the shipped behaviour) and ``all`` (it embeds
-every search of a user holding fallback vectors: measured to decide between the two). Also the
-time of a search with and without the fallback's query embedding (p50/p95 over the pairs'
-questions, sequential, this process; the MiniLM query embedding is given as a vector for every
-mode, so the difference is the fallback's), and the fit's check (the calibrated e5 cosine of
-each related pair against the MiniLM one, English pairs of the fit; e5's cosines of the
-fallback set's own pairs per script beside its English ones).
+every search of a user holding fallback vectors: measured to decide between the two). Then
+the time of one search per mode (p50/p95 over the questions, sequential, this process; the
+MiniLM query vector is given in every mode, so the difference is the fallback's query
+embedding), and the floor check (``--floor-check``): per script, the share of related and of
+unrelated (question, memory) pairs of the split whose calibrated similarity reaches the
+injection floor (0.425), beside MiniLM's on their English versions.
 
     PYTHONPATH=. python benchmarks/fallback.py --fit
     PYTHONPATH=. python benchmarks/fallback.py --split dev
-    PYTHONPATH=. python benchmarks/fallback.py --split holdout      # the README's figures
+    PYTHONPATH=. python benchmarks/fallback.py --split holdout --floor-check    # the README's figures
 """
 
 from __future__ import annotations
@@ -39,8 +40,6 @@ import argparse
 import asyncio
 import hashlib
 import json
-import random
-import statistics
 import sys
 import time
 from collections import defaultdict
@@ -51,13 +50,21 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from memory_core.config import EmbeddingSettings, FallbackModelSettings, MemoryStoreSettings  # noqa: E402
+from memory_core.config import (  # noqa: E402
+    DEFAULT_SIMILARITY_THRESHOLD,
+    EmbeddingSettings,
+    FallbackModelSettings,
+    MemoryStoreSettings,
+)
 from memory_core.embedding import TokenizerCoverage, compute_identity, local_encoder  # noqa: E402
 from memory_core.embedding.fallback import (  # noqa: E402
+    POOLED,
     CosineCalibration,
+    FallbackCalibration,
     FallbackModel,
     calibration_path,
     load_calibration,
+    script_of,
 )
 from memory_core.stores.factory import make_store  # noqa: E402
 from memory_core.stores.hybrid import HybridStore  # noqa: E402
@@ -65,80 +72,90 @@ from memory_core.types import Memory, RetrieveOptions  # noqa: E402
 
 MODEL = "bundled:all-MiniLM-L6-v2"
 FALLBACK = "bundled:multilingual-e5-small"
-FIT_DATA = ROOT / "tests" / "supersession_set" / "labelled.jsonl"
 SET_DIR = ROOT / "tests" / "fallback_set"
-SHUFFLE_SEED = 20261204
+MIN_FIT_PAIRS = 30
+"""Fewest (question, memory) pairs a script's own table is fitted on."""
+MIN_FIT_RELATED = 3
+"""Fewest related pairs (dev questions) a script's own table is fitted on."""
 MODES = ("off", "unrepresentable", "all")
 
 
 # --------------------------------------------------------------------------- fit
-def fit_pairs(path: Path = FIT_DATA) -> tuple[list[str], list[str], list[str], list[str]]:
-    """(old, new) texts of the related English pairs, then of as many shuffled ones (old i
-    with new σ(i), σ a seeded derangement): ``(rel_old, rel_new, shuf_old, shuf_new)``."""
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    rows = [r for r in rows if r["lang"] == "en" and r["kind"] != "locomo"]
-    old, new = [r["old"] for r in rows], [r["new"] for r in rows]
-    rng = random.Random(SHUFFLE_SEED)
-    order = list(range(len(rows)))
-    while True:
-        rng.shuffle(order)
-        if all(i != j for i, j in enumerate(order)):
-            break
-    return old, new, old, [new[j] for j in order]
+def script_pairs(
+    pairs: list[dict], distractors: list[dict], lang: str, split: str
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]], np.ndarray]:
+    """Every (question, memory) of ``lang`` in ``split`` (memories: the split's pairs' and the
+    language's distractors): ``(native texts, English texts, related mask)``, one entry per
+    pair of texts, questions first."""
+    questions = [r for r in pairs if r["lang"] == lang and r["split"] == split]
+    memories = questions + [d for d in distractors if d["lang"] == lang]
+    native = [(q["query"], m["memory"]) for q in questions for m in memories]
+    english = [(q["query_en"], m["memory_en"]) for q in questions for m in memories]
+    related = np.array([q["id"] == m["id"] for q in questions for m in memories], dtype=bool)
+    return native, english, related
 
 
-def pair_cosines(encoder, olds: list[str], news: list[str]) -> np.ndarray:
-    """Cosine of each (old as stored text, new as a search) with ``encoder``: float ``[n]``."""
-    a = encoder.encode(olds).vectors
-    b = encoder.encode(news, query=True).vectors
-    return np.einsum("ij,ij->i", a, b).astype(float)
+def cosines(encoder, pairs_of_texts: list[tuple[str, str]]) -> np.ndarray:
+    """Cosine of each (search, stored text) with ``encoder`` (the search with ``query=True``):
+    float ``[n]``."""
+    if not pairs_of_texts:
+        return np.zeros(0)
+    queries = sorted({q for q, _ in pairs_of_texts})
+    stored = sorted({m for _, m in pairs_of_texts})
+    qv = dict(zip(queries, encoder.encode(queries, query=True).vectors, strict=True))
+    mv = dict(zip(stored, encoder.encode(stored).vectors, strict=True))
+    return np.array([float(np.dot(qv[q], mv[m])) for q, m in pairs_of_texts])
 
 
-def fit(model: str, fallback: str, knots: int, threads: int) -> None:
+def language_script(pairs: list[dict], lang: str) -> str:
+    """The one script (``script_of``) of every text of ``lang``; raises ``SystemExit`` when
+    its texts are in several."""
+    scripts = {script_of(t) for r in pairs if r["lang"] == lang for t in (r["memory"], r["query"])}
+    if len(scripts) != 1:
+        raise SystemExit(f"{lang}: texts in several scripts {sorted(scripts)}")
+    return scripts.pop()
+
+
+def fit(model: str, fallback: str, threads: int) -> None:
     primary_settings = EmbeddingSettings(model=model, device="cpu")
     fallback_settings = FallbackModelSettings(model=fallback).as_embedding()
-    coverage = TokenizerCoverage.from_settings(primary_settings)
-    rel_old, rel_new, shuf_old, shuf_new = fit_pairs()
-    olds, news = rel_old + shuf_old, rel_new + shuf_new
-    if coverage is not None:
-        missing = [t for t in {*olds, *news} if not coverage.represents(t)]
-        if missing:
-            raise SystemExit(f"the fit needs text both models represent; {model} cannot: {missing[:3]}")
     primary = local_encoder(primary_settings, num_threads=threads)
     second = local_encoder(fallback_settings, num_threads=threads)
-    p_cos, f_cos = pair_cosines(primary, olds, news), pair_cosines(second, olds, news)
-    source = (
-        f"tests/supersession_set/labelled.jsonl: {len(rel_old)} English pairs (kind locomo left out) "
-        f"as written and {len(shuf_old)} shuffled (seed {SHUFFLE_SEED}); old as passage, new as query"
-    )
-    cal = CosineCalibration.fit(
-        f_cos,
-        p_cos,
-        knots=knots,
+    pairs, distractors = load_set()
+    tables: dict[str, CosineCalibration] = {}
+    pooled_x, pooled_y = [], []
+    langs = sorted({r["lang"] for r in pairs} - {"en"})
+    for lang in langs:
+        native, english, related = script_pairs(pairs, distractors, lang, "dev")
+        x, y = cosines(second, native), cosines(primary, english)
+        pooled_x.append(x)
+        pooled_y.append(y)
+        script = language_script(pairs, lang)
+        own = len(x) >= MIN_FIT_PAIRS and int(related.sum()) >= MIN_FIT_RELATED
+        if own:
+            tables[script] = CosineCalibration.linear(x, y)
+        print(
+            f"  {lang} {script:9s} {len(x):4d} pairs ({int(related.sum())} related): "
+            + (f"own table {tables[script].primary_knots}" if own else "too few: the pooled table")
+        )
+    tables[POOLED] = CosineCalibration.linear(np.concatenate(pooled_x), np.concatenate(pooled_y))
+    cal = FallbackCalibration(
+        tuple(sorted(tables.items())),
         model=model,
         fallback=fallback,
         identities=(
             ("fallback", compute_identity(fallback_settings).digest),
             ("model", compute_identity(primary_settings).digest),
         ),
-        source=source,
+        source=(
+            "tests/fallback_set, dev split: per script every (question, memory or distractor) pair, "
+            "the fallback on the script's texts, the model on their English versions; linear equating"
+        ),
     )
     path = calibration_path(model, fallback)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(cal.to_json() + "\n", encoding="utf-8")
-    n = len(rel_old)
-    print(f"wrote {path} ({cal.pairs} pairs, {len(cal.fallback_knots)} knots)")
-    for name, sl in (("related", slice(0, n)), ("shuffled", slice(n, None))):
-        print(
-            f"  {name:8s} {model.split(':')[-1]} cosine mean {p_cos[sl].mean():.3f}  "
-            f"{fallback.split(':')[-1]} mean {f_cos[sl].mean():.3f}  calibrated mean "
-            f"{np.mean([cal(c) for c in f_cos[sl]]):.3f}"
-        )
-    calibrated = np.array([cal(c) for c in f_cos])
-    print(
-        f"  per pair |calibrated - {model.split(':')[-1]}|: median {np.median(np.abs(calibrated - p_cos)):.3f}, "
-        f"rank correlation {np.corrcoef(np.argsort(np.argsort(calibrated)), np.argsort(np.argsort(p_cos)))[0, 1]:.3f}"
-    )
+    print(f"wrote {path}: tables {', '.join(s for s, _ in cal.tables)}")
 
 
 # --------------------------------------------------------------------------- measure
@@ -189,9 +206,12 @@ async def run_mode(
     vectors: Vectors,
     coverage: TokenizerCoverage | None,
     fallback: FallbackModel | None,
-) -> tuple[dict, list[float]]:
-    """Recall per (kind, lang) and search times (ms) of one mode. ``questions``: (user, pair
-    id, lang, kind, text)."""
+) -> tuple[dict, dict[str, list[float]]]:
+    """Recall per (kind, lang) and times (ms) of one mode: ``build`` (a user's first search,
+    which builds the index, until its fallback vectors are all made), ``search`` of a question
+    the model can / cannot represent, ``write`` of one memory it cannot represent (after the
+    searches: the stored texts are the user's questions). ``questions``: (user, pair id,
+    lang, kind, text)."""
     settings = MemoryStoreSettings(backend="inmemory", curation={"enabled": False})
     store = make_store(
         settings,
@@ -202,25 +222,34 @@ async def run_mode(
     )
     assert isinstance(store, HybridStore)  # curation off: the hybrid store is outermost
     store.fallback_queries = "all" if mode == "all" else "unrepresentable"
+    times: dict[str, list[float]] = defaultdict(list)
     for user, memories in users.items():
         await store.store_many([Memory(id=memory_id(user, i), user_id=user, content=t) for i, t in memories])
         warm = RetrieveOptions(
             user_id=user, query="warm up", embedding=vectors.of[memories[0][1]], hybrid=True, limit=1
         )
+        started = time.perf_counter()
         await store.retrieve(warm)  # builds the user's index
         await store.fallback_settled(user)
+        times["build"].append((time.perf_counter() - started) * 1000)
     hits: dict[tuple[str, str], list[tuple[bool, bool]]] = defaultdict(list)
-    times: list[float] = []
+    represents = coverage.represents if coverage is not None else (lambda _t: True)
     for user, pair_id, lang, kind, text in questions:
         options = RetrieveOptions(
             user_id=user, query=text, embedding=(await vectors.embed([text]))[0], hybrid=True, limit=5
         )
         started = time.perf_counter()
         results = await store.retrieve(options)
-        times.append((time.perf_counter() - started) * 1000)
+        elapsed = (time.perf_counter() - started) * 1000
+        times["search, represented" if represents(text) else "search, unrepresentable"].append(elapsed)
         ranked = [r.memory.id for r in results]
         target = memory_id(user, pair_id)
         hits[(kind, lang)].append((ranked[:1] == [target], target in ranked))
+    for n, (user, _, _, kind, text) in enumerate(questions):
+        if kind == "native" and not represents(text):
+            started = time.perf_counter()
+            await store.store(Memory(id=memory_id(user, f"written-{n}"), user_id=user, content=text))
+            times["write, unrepresentable"].append((time.perf_counter() - started) * 1000)
     await store.close()
     return hits, times
 
@@ -295,33 +324,36 @@ async def measure(args) -> None:
             for group in sorted(results["off"][0], key=lambda g: (g.split()[0], "English" in g, g)):
                 cells = " | ".join(f"{results[m][0][group][0]:.3f} / {results[m][0][group][1]:.3f}" for m in MODES)
                 print(f"    {group:28s} n={results['off'][0][group][2]:3d}  {cells}")
-            for mode in MODES:
-                times = results[mode][1]
-                print(
-                    f"    search ms ({mode:15s}): p50 {percentile(times, 50):6.2f}  p95 {percentile(times, 95):6.2f}"
-                    f"  mean {statistics.fmean(times):6.2f}"
-                )
-    if args.check_scale:
-        check_scale(pairs, fallback)
+            for what in sorted(results["off"][1]):
+                print(f"    {what} ms (n={len(results['off'][1][what])}), p50 / p95 by mode:", end="")
+                for mode in MODES:
+                    t = results[mode][1][what]
+                    print(f"  {mode} {percentile(t, 50):.2f} / {percentile(t, 95):.2f}", end="")
+                print()
+    if args.floor_check:
+        for split in splits:
+            floor_check(pairs, distractors, split, fallback, primary)
 
 
-def check_scale(pairs: list[dict], fallback: FallbackModel) -> None:
-    """e5's cosine of each pair (memory as passage, own question as query), mean per script,
-    beside the calibrated value: does one map fit every script?"""
-    enc = fallback.encoder
-    by_lang: dict[str, list[float]] = defaultdict(list)
-    for r in pairs:
-        m = enc.encode([r["memory"]]).vectors[0]
-        q = enc.encode([r["query"]], query=True).vectors[0]
-        by_lang[r["lang"]].append(float(np.dot(m, q)))
-    print("\nfallback cosine of each pair's memory and question, mean (calibrated) per script:")
-    print(
-        "  "
-        + ", ".join(
-            f"{lang} {np.mean(v):.3f} ({np.mean([fallback.similarity(c) for c in v]):.3f})"
-            for lang, v in sorted(by_lang.items())
+def floor_check(pairs: list[dict], distractors: list[dict], split: str, fallback: FallbackModel, primary) -> None:
+    """Per script, the share of the split's related and unrelated (question, memory) pairs
+    whose calibrated fallback similarity reaches the floor, beside the configured model's on
+    the English versions of the same pairs: what the floor means on each side."""
+    floor = DEFAULT_SIMILARITY_THRESHOLD
+    print(f"\nfloor check, split {split}: share of pairs at or above {floor} (related n / unrelated n)")
+    print("  script     fallback calibrated: related  unrelated | model on the English versions: related  unrelated")
+    for lang in sorted({r["lang"] for r in pairs} - {"en"}):
+        native, english, related = script_pairs(pairs, distractors, lang, split)
+        if not related.any():
+            continue
+        scale = fallback.scale_for(native[0][0])
+        calibrated = np.array([scale(c) for c in cosines(fallback.encoder, native)])
+        english_cos = cosines(primary, english)
+        counts = f"{lang} ({int(related.sum())} / {int((~related).sum())})"
+        print(
+            f"  {counts:14s}{np.mean(calibrated[related] >= floor):22.2f} {np.mean(calibrated[~related] >= floor):10.3f} |"
+            f"{np.mean(english_cos[related] >= floor):38.2f} {np.mean(english_cos[~related] >= floor):10.3f}"
         )
-    )
 
 
 def main() -> None:
@@ -329,14 +361,13 @@ def main() -> None:
     ap.add_argument("--fit", action="store_true", help="write the calibration file, then stop")
     ap.add_argument("--model", default=MODEL)
     ap.add_argument("--fallback", default=FALLBACK)
-    ap.add_argument("--knots", type=int, default=21, help="quantiles of the fit (--fit)")
     ap.add_argument("--split", choices=("dev", "holdout", "both"), default="holdout")
     ap.add_argument("--layouts", default="per-script,one", help="per-script, one, or both comma-separated")
     ap.add_argument("--threads", type=int, default=1, help="threads of the MiniLM encoder here")
-    ap.add_argument("--check-scale", action="store_true", help="also print e5's pair cosines per script")
+    ap.add_argument("--floor-check", action="store_true", help="also print what the floor passes per script")
     args = ap.parse_args()
     if args.fit:
-        fit(args.model, args.fallback, args.knots, args.threads)
+        fit(args.model, args.fallback, args.threads)
         return
     load_calibration(args.model, args.fallback)  # fails early without a fit
     asyncio.run(measure(args))

@@ -1,29 +1,31 @@
 """A second model for text the configured model cannot represent (``embedding.fallback``).
 
-all-MiniLM-L6-v2 maps Thai, Lao, Khmer, Amharic, Georgian, Sinhala, emoji... to its unknown
+all-MiniLM-L6-v2 maps Thai, Lao, Khmer, Amharic, Sinhala, Burmese, emoji... to its unknown
 token (``TokenizerCoverage``): such a memory's vector says nothing and it is ranked lexically
 only. With ``embedding.fallback`` (e.g. ``bundled:multilingual-e5-small`` beside MiniLM) each
 store shard loads the fallback model too and ``stores.hybrid.HybridStore`` embeds *those*
 memories with it (as passages), holding the vectors in the user's index (a second matrix,
 ``UserIndex.fallback``: never written to the backend, so the vectors of two models never
-share a collection; rebuilt with the index after a restart or an eviction). A search the
-configured model cannot represent, of a user who holds such vectors in the search's scope, is
-embedded by the fallback too (as a query); the memories with a fallback vector are scored by
-the fallback cosine, mapped onto the configured model's scale (``CosineCalibration``), so
-``threshold`` and the injection floor keep one meaning.
+share a collection; made again when the index is built after a restart or an eviction). A
+search the configured model cannot represent, of a user who holds such vectors in the
+search's scope, is embedded by the fallback too (as a query); the memories with a fallback
+vector are scored by the fallback cosine mapped onto the configured model's scale
+(``FallbackCalibration``), so ``threshold`` and the injection floor keep one meaning.
 
-``CosineCalibration`` is equipercentile equating (Kolen & Brennan, *Test Equating, Scaling,
-and Linking*, ch. 2): a fallback cosine at the p-th percentile of the fallback's cosines over
-a set of text pairs becomes the p-th percentile of the configured model's cosines over the same
-pairs (piecewise linear between ``knots`` quantiles, monotone). Identical texts have cosine 1 in
-both models, so the fit ends with the knot (1, 1) when its pairs stay below it. The shipped
-tables (``calibrations/<model>__<fallback>.json``) were fitted by ``benchmarks/fallback.py
---fit`` on the English pairs of ``tests/supersession_set`` (the project's own; its ``locomo``
-kind left out), each as written (the old statement as the passage, the new one as the query)
-and as many shuffled ones (an old statement with another pair's new one), text both models
-represent; each names the two identities it was fitted on and is refused for any other files.
-Whether the map fitted on English holds for Thai is an assumption (one multilingual model
-puts the scripts on one scale): README "Choosing a model" gives what was measured.
+The map is linear equating, one per script (Kolen & Brennan, *Test Equating, Scaling, and
+Linking*, ch. 2, the single-group design): over a set of (question, memory) pairs written in
+that script, each also in English, the fallback's cosines of the script's texts and the
+configured model's cosines of the English texts are brought to the same mean and standard
+deviation, ``y = μ_y + (σ_y / σ_x)(x − μ_x)``, clamped to [-1, 1]. A cosine scale depends on
+the script (e5 gives unrelated Lao sentences a higher cosine than unrelated English ones), so
+a search's script (``script_of``) picks its table; a script without one gets the table pooled
+over every fitted script (``"*"``). The shipped tables (``calibrations/<model>__<fallback>.json``)
+are fitted by ``benchmarks/fallback.py --fit`` on the dev split of ``tests/fallback_set``
+(the project's own); each file names the two identities it was fitted on and is refused for
+any other files. Linear rather than equipercentile equating: a script's fit has 45 to 725
+pairs, too few for percentiles of the related tail. README "Choosing a model" gives what was
+measured, and what the map cannot do (the fallback tells related from unrelated text less
+sharply than MiniLM reads English, so fewer related pairs pass a floor).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import unicodedata
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -50,32 +53,43 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "CALIBRATION_DIR",
+    "POOLED",
     "CosineCalibration",
+    "FallbackCalibration",
     "FallbackModel",
     "calibration_path",
     "load_calibration",
     "open_fallback",
+    "script_of",
 ]
+
+
+def script_of(text: str) -> str:
+    """The Unicode script most of ``text``'s letters and marks belong to, named as the first
+    word of their Unicode names (``"THAI"``, ``"LAO"``, ``"KHMER"``, ``"ETHIOPIC"``,
+    ``"GEORGIAN"``, ``"SINHALA"``, ``"MYANMAR"``, ``"TAMIL"``, ``"LATIN"``...; ties: the first
+    seen); ``""`` when it has none. Linear in the text."""
+    counts: dict[str, int] = {}
+    for ch in text:
+        if unicodedata.category(ch)[0] in "LM":
+            name = unicodedata.name(ch, "")
+            if name:
+                script = name.split(" ", 1)[0]
+                counts[script] = counts.get(script, 0) + 1
+    return max(counts, key=lambda k: counts[k]) if counts else ""
 
 
 @dataclass(frozen=True)
 class CosineCalibration:
-    """A monotone map from the fallback model's cosines to the configured model's scale.
-
-    ``fallback_knots`` (strictly increasing) and ``primary_knots`` (non-decreasing, same
-    length ≥ 2): ``__call__(c)`` interpolates linearly between them and holds the end values
-    beyond them, clamped to [-1, 1]. ``model``/``fallback`` name the models, ``identities``
-    their ``ModelIdentity`` digests (``{"model": ..., "fallback": ...}``), ``pairs`` how many
-    text pairs the fit saw, ``source`` where they came from. Raises ``ValueError`` for knots
-    out of shape or order."""
+    """A monotone map from the fallback model's cosines to the configured model's scale:
+    ``__call__(c)`` interpolates linearly between ``fallback_knots`` (strictly increasing) and
+    ``primary_knots`` (non-decreasing, same length ≥ 2), holds the end values beyond them and
+    clamps to [-1, 1]. ``pairs``: how many text pairs its fit saw. Raises ``ValueError`` for
+    knots out of shape or order."""
 
     fallback_knots: tuple[float, ...]
     primary_knots: tuple[float, ...]
-    model: str = ""
-    fallback: str = ""
-    identities: tuple[tuple[str, str], ...] = ()
     pairs: int = 0
-    source: str = ""
 
     def __post_init__(self) -> None:
         x, y = np.asarray(self.fallback_knots, float), np.asarray(self.primary_knots, float)
@@ -91,47 +105,68 @@ class CosineCalibration:
         float32 value in [-1, 1] (the precision every reported similarity has)."""
         return as_float32(float(np.clip(np.interp(cos, self.fallback_knots, self.primary_knots), -1.0, 1.0)))
 
+    @classmethod
+    def linear(cls, fallback_cos: Sequence[float], primary_cos: Sequence[float]) -> CosineCalibration:
+        """Linear (mean-sigma) equating of the two models' cosines over the same pairs (pair
+        i in both, n ≥ 2 floats in [-1, 1] each): the map ``y = μ_y + (σ_y / σ_x)(x − μ_x)``,
+        as its two knots at x = -1 and x = 1. Raises ``ValueError`` for unequal lengths, fewer
+        than 2 pairs or fallback cosines that are all equal."""
+        x, y = np.asarray(fallback_cos, float), np.asarray(primary_cos, float)
+        if x.shape != y.shape or x.ndim != 1 or len(x) < 2:
+            raise ValueError("need two equal-length lists of ≥ 2 cosines")
+        sx, sy = float(x.std()), float(y.std())
+        if sx == 0:
+            raise ValueError("the fallback cosines are all equal: nothing to calibrate")
+        slope, mx, my = sy / sx, float(x.mean()), float(y.mean())
+        return cls((-1.0, 1.0), (my + slope * (-1.0 - mx), my + slope * (1.0 - mx)), pairs=len(x))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pairs": self.pairs,
+            "fallback_knots": [round(v, 6) for v in self.fallback_knots],
+            "primary_knots": [round(v, 6) for v in self.primary_knots],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CosineCalibration:
+        """Parse ``to_dict``'s shape. Raises ``ValueError``, ``KeyError``, ``TypeError``."""
+        return cls(
+            tuple(float(v) for v in d["fallback_knots"]),
+            tuple(float(v) for v in d["primary_knots"]),
+            pairs=int(d.get("pairs", 0)),
+        )
+
+
+POOLED = "*"
+"""The table of a script without its own (pooled over every fitted script)."""
+
+
+@dataclass(frozen=True)
+class FallbackCalibration:
+    """The shipped calibration of one (model, fallback) pair: ``tables`` by script
+    (``script_of``; ``POOLED`` required), ``model``/``fallback`` the models' names,
+    ``identities`` their ``ModelIdentity`` digests (``(("fallback", ...), ("model", ...))``),
+    ``source`` where the fit's pairs came from. Raises ``ValueError`` without a pooled
+    table."""
+
+    tables: tuple[tuple[str, CosineCalibration], ...]
+    model: str = ""
+    fallback: str = ""
+    identities: tuple[tuple[str, str], ...] = ()
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if POOLED not in dict(self.tables):
+            raise ValueError(f"a calibration needs the pooled table {POOLED!r}")
+
+    def for_text(self, text: str) -> CosineCalibration:
+        """The table of ``text``'s script, else the pooled one."""
+        tables = dict(self.tables)
+        return tables.get(script_of(text)) or tables[POOLED]
+
     def identity(self, role: str) -> str | None:
         """The digest the fit saw for ``role`` (``"model"`` or ``"fallback"``)."""
         return dict(self.identities).get(role)
-
-    @classmethod
-    def fit(
-        cls,
-        fallback_cos: Sequence[float],
-        primary_cos: Sequence[float],
-        *,
-        knots: int = 21,
-        identical: bool = True,
-        **meta: Any,
-    ) -> CosineCalibration:
-        """Equipercentile equating of the two models' cosines over the same pairs (both
-        sequences of n floats in [-1, 1], pair i in both): the ``knots`` quantiles (0 %, …,
-        100 %) of each, ties in the fallback's quantiles merged (their mean primary value
-        kept); with ``identical`` the knot (1, 1) ends the table when the fallback's cosines
-        stay below 1 (identical texts: cosine 1 in both models). ``meta``: the other fields.
-        Raises ``ValueError`` for fewer than 2 pairs, unequal lengths, ``knots`` < 2 or
-        fallback cosines that are all equal."""
-        x, y = np.asarray(fallback_cos, float), np.asarray(primary_cos, float)
-        if x.shape != y.shape or x.ndim != 1 or len(x) < 2 or knots < 2:
-            raise ValueError("need two equal-length lists of ≥ 2 cosines and knots ≥ 2")
-        qs = np.linspace(0.0, 1.0, knots)
-        fx, fy = np.quantile(x, qs), np.quantile(y, qs)
-        xs: list[float] = []
-        ys: list[list[float]] = []
-        for a, b in zip(fx, fy, strict=True):
-            if xs and a <= xs[-1]:
-                ys[-1].append(float(b))
-            else:
-                xs.append(float(a))
-                ys.append([float(b)])
-        if len(xs) < 2:
-            raise ValueError("the fallback cosines are all equal: nothing to calibrate")
-        primary = [float(np.mean(v)) for v in ys]
-        if identical and xs[-1] < 1.0:
-            xs.append(1.0)
-            primary.append(max(1.0, primary[-1]))
-        return cls(tuple(xs), tuple(primary), pairs=len(x), **meta)
 
     def to_json(self) -> str:
         """The calibration as JSON (the shipped file's format)."""
@@ -140,38 +175,36 @@ class CosineCalibration:
                 "model": self.model,
                 "fallback": self.fallback,
                 "identities": dict(self.identities),
-                "pairs": self.pairs,
                 "source": self.source,
-                "fallback_knots": [round(v, 6) for v in self.fallback_knots],
-                "primary_knots": [round(v, 6) for v in self.primary_knots],
+                "tables": {script: table.to_dict() for script, table in self.tables},
             },
             indent=1,
+            ensure_ascii=False,
         )
 
     @classmethod
-    def from_json(cls, text: str) -> CosineCalibration:
-        """Parse ``to_json``'s format. Raises ``ValueError`` (bad JSON, fields, knots)."""
+    def from_json(cls, text: str) -> FallbackCalibration:
+        """Parse ``to_json``'s format. Raises ``ValueError`` (bad JSON, fields, knots),
+        ``KeyError`` or ``TypeError`` (missing or mistyped fields)."""
         d = json.loads(text)
-        if not isinstance(d, dict):
-            raise ValueError("a calibration is a JSON object")
+        if not isinstance(d, dict) or not isinstance(d.get("tables"), dict):
+            raise ValueError("a calibration is a JSON object with tables")
         return cls(
-            tuple(float(v) for v in d["fallback_knots"]),
-            tuple(float(v) for v in d["primary_knots"]),
+            tuple(sorted((str(k), CosineCalibration.from_dict(v)) for k, v in d["tables"].items())),
             model=str(d.get("model", "")),
             fallback=str(d.get("fallback", "")),
             identities=tuple(sorted((str(k), str(v)) for k, v in (d.get("identities") or {}).items())),
-            pairs=int(d.get("pairs", 0)),
             source=str(d.get("source", "")),
         )
 
 
-def load_calibration(model: str, fallback: str, *, identities: dict[str, str] | None = None) -> CosineCalibration:
+def load_calibration(model: str, fallback: str, *, identities: dict[str, str] | None = None) -> FallbackCalibration:
     """The shipped calibration of the pair, checked against the models' current identity
     digests when ``identities`` (``{"model": digest, "fallback": digest}``) is given. Raises
     ``ConfigError`` when there is none, it cannot be read, or it was fitted on other files."""
     path = calibration_path(model, fallback)
     try:
-        cal = CosineCalibration.from_json(path.read_text())
+        cal = FallbackCalibration.from_json(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"embedding.fallback: no calibration for {model} with {fallback} ({path})") from None
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -253,7 +286,7 @@ class FallbackModel:
 
     ``encoder``: the model (the ``Encoder`` protocol; its ``encode_async`` runs the forward
     pass in a worker thread, off the event loop). ``calibration``: its cosines onto the
-    configured model's scale. ``label``: its name. ``represents``: which texts it can embed
+    configured model's scale, a table per script. ``label``: its name. ``represents``: which texts it can embed
     (its own ``TokenizerCoverage``; ``None``: every text, e5's case). ``passage_batch``:
     passages per engine call (a query waits for at most one such call, see
     ``_QueriesFirst``). Concurrent queries share one engine call (``CoalescingEmbedFn``).
@@ -261,7 +294,7 @@ class FallbackModel:
     """
 
     encoder: Any
-    calibration: CosineCalibration
+    calibration: FallbackCalibration
     label: str
     represents_fn: Callable[[str], bool] | None = None
     passage_batch: int = 8
@@ -301,9 +334,10 @@ class FallbackModel:
         (vector,) = await self._queries([text])
         return np.asarray(vector, dtype=np.float32)
 
-    def similarity(self, cos: float) -> float:
-        """A fallback cosine on the configured model's scale (``calibration``), float32."""
-        return self.calibration(cos)
+    def scale_for(self, query: str) -> CosineCalibration:
+        """The map onto the configured model's scale for a search ``query`` (its script's
+        table): every fallback cosine of one ranking goes through the same map."""
+        return self.calibration.for_text(query)
 
 
 def open_fallback(settings: EmbeddingSettings) -> FallbackModel | None:

@@ -60,7 +60,8 @@ Text the model cannot represent, with a fallback model (``embedding.fallback``:
     "unrepresentable"``; ``"all"``: every search) of a user holding fallback vectors in its
     scope is embedded by the fallback too (as a query), concurrently with the lexical side;
     those memories are then vector candidates scored by the calibrated fallback cosine
-    (``FallbackModel.similarity``: the model's scale, so ``threshold`` keeps its meaning),
+    (``FallbackModel.scale_for``, the table of the search's script: the model's scale, so
+    ``threshold`` keeps its meaning),
     ranked with the model's own vector candidates by that value. The encoder runs in worker
     threads, never on the event loop. A failing fallback encoder is counted
     (``on_event("fallback:error")``) and logged, and the search or write goes on as without the
@@ -121,7 +122,7 @@ from .base import MAX_LIST_LIMIT, StoreDecorator, check_retrieve_options, list_p
 from .user_index import Timeline, UserIndex, UserIndexes, content_key
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..embedding.fallback import FallbackModel
+    from ..embedding.fallback import CosineCalibration, FallbackModel
     from ..retrieval.held_vectors import HeldVectors
 
 log = logging.getLogger(__name__)
@@ -156,22 +157,23 @@ def _types_or_none(types) -> tuple[MemoryType, ...] | None:
 @dataclass
 class _FallbackScores:
     """The fallback side of one ranking: the fallback's query vector ``q`` (unit, float32
-    ``[dim]``), the user's fallback vectors and the calibration onto the model's scale."""
+    ``[dim]``), the user's fallback vectors and the map onto the model's scale (the table of
+    the query's script, ``FallbackModel.scale_for``)."""
 
     q: np.ndarray
     vectors: HeldVectors
-    model: FallbackModel
+    scale: CosineCalibration
 
     def of(self, memory_id: str) -> float | None:
         """The calibrated fallback cosine of ``memory_id`` (None: no fallback vector held)."""
         cos = cosine(self.vectors.get(memory_id), self.q)
-        return None if cos is None else self.model.similarity(cos)
+        return None if cos is None else self.scale(cos)
 
     def top(self, k: int, allowed: np.ndarray) -> list[tuple[str, Memory | None, float]]:
         """The ``k`` best fallback vectors of the rows ``allowed`` marks, as (id, None,
         calibrated cosine), best first (ties by id)."""
         out: list[tuple[str, Memory | None, float]] = [
-            (i, None, self.model.similarity(c)) for i, c in self.vectors.top(self.q, k, allowed=allowed)
+            (i, None, self.scale(c)) for i, c in self.vectors.top(self.q, k, allowed=allowed)
         ]
         out.sort(key=lambda t: (-t[2], t[0]))
         return out
@@ -347,7 +349,7 @@ class HybridStore(StoreDecorator):
         # per user, the task making the fallback vectors its index lacks (``_request_fill``);
         # every fallback task (writes' too) is referenced here until it ends
         self._fills: dict[str, asyncio.Task] = {}
-        self._background: set[asyncio.Future] = set()
+        self._background: dict[str, set[asyncio.Future]] = {}
         self._fallback_failed_at = -float("inf")
         if candidate_pool < 1 or rrf_k < 1:
             raise ValueError("candidate_pool and rrf_k must be ≥ 1")
@@ -492,10 +494,17 @@ class HybridStore(StoreDecorator):
             for _ in range(n):
                 self._on_event(event)
 
-    def _keep(self, future: asyncio.Future) -> asyncio.Future:
-        """Hold a reference to a background fallback task until it ends (the loop does not)."""
-        self._background.add(future)
-        future.add_done_callback(self._background.discard)
+    def _keep(self, user_id: str, future: asyncio.Future) -> asyncio.Future:
+        """Hold a reference to a fallback task of ``user_id`` until it ends (the loop does not)."""
+        tasks = self._background.setdefault(user_id, set())
+        tasks.add(future)
+
+        def done(f: asyncio.Future) -> None:
+            tasks.discard(f)
+            if not tasks and self._background.get(user_id) is tasks:
+                del self._background[user_id]
+
+        future.add_done_callback(done)
         return future
 
     async def _embed_fallback(self, user_id: str, items: Sequence[tuple[str, str, str]]) -> bool:
@@ -534,7 +543,7 @@ class HybridStore(StoreDecorator):
             return task
         task = asyncio.ensure_future(self._fill(user_id, ui))
         self._fills[user_id] = task
-        self._keep(task)
+        self._keep(user_id, task)
         task.add_done_callback(lambda t: self._fills.pop(user_id, None) if self._fills.get(user_id) is t else None)
         return task
 
@@ -549,11 +558,11 @@ class HybridStore(StoreDecorator):
                 return
 
     async def fallback_settled(self, user_id: str) -> None:
-        """Wait until the fallback vectors the user's index is making are made (or given up
-        on): the running fill task, if any. Nothing to wait for without a fallback."""
-        task = self._fills.get(user_id)
-        if task is not None:
-            await asyncio.shield(task)
+        """Wait until the fallback vectors under way for ``user_id`` (writes' and the index's
+        own) are made or given up on; nothing to wait for without a fallback. Never raises
+        what those tasks raised (they count and log their failures)."""
+        while self._background.get(user_id):
+            await asyncio.wait(set(self._background[user_id]))
 
     async def _fallback_after_write(self, user_id: str, memories: Sequence[Memory]) -> None:
         """Give the memories just written that the model cannot represent their fallback
@@ -575,7 +584,7 @@ class HybridStore(StoreDecorator):
                 wanted = not self._represents(m.content)  # the build's replay decides
             if wanted:
                 items.append((m.id, key, m.content))
-        task = self._keep(asyncio.ensure_future(self._embed_fallback(user_id, items))) if items else None
+        task = self._keep(user_id, asyncio.ensure_future(self._embed_fallback(user_id, items))) if items else None
         if ui is not None and len(ui.fallback_pending) > len(items):  # earlier ones left behind
             self._request_fill(user_id, ui)
         if task is not None:
@@ -610,8 +619,9 @@ class HybridStore(StoreDecorator):
 
     async def close(self) -> None:
         """Stop the fallback tasks under way, then close the inner store."""
-        for task in list(self._background):
-            task.cancel()
+        for tasks in list(self._background.values()):
+            for task in list(tasks):
+                task.cancel()
         await self.inner.close()
 
     # ------------------------------------------------------------------ writes
@@ -748,7 +758,7 @@ class HybridStore(StoreDecorator):
             if self._fallback_query_wanted(options, ui, q_represented)
             else None
         )
-        if ui.fallback_pending and user_id not in self._fills:
+        if ui.fallback_pending and user_id not in self._background:
             # memories left without a fallback vector (a failed or cancelled write): retried
             # in the background, not more often than FALLBACK_RETRY_S after a failure
             if time.monotonic() - self._fallback_failed_at >= FALLBACK_RETRY_S:
@@ -779,7 +789,7 @@ class HybridStore(StoreDecorator):
             q,
             q_terms,
             corpus,
-            _FallbackScores(fallback_q, ui.fallback, self.fallback)
+            _FallbackScores(fallback_q, ui.fallback, self.fallback.scale_for(options.query))
             if fallback_q is not None and self.fallback
             else None,
         )
