@@ -22,12 +22,14 @@ Questions: the pair's own (``native``; English pairs are asked in every script's
 the non-English pairs the English question (``english``: cross-lingual). Modes: ``off`` (no
 fallback: such memories are found lexically or not at all), ``unrepresentable`` (the fallback
 embeds the searches MiniLM cannot represent: the shipped behaviour) and ``all`` (it embeds
-every search of a user holding fallback vectors: measured to decide between the two). Then
-the time of one search per mode (p50/p95 over the questions, sequential, this process; the
-MiniLM query vector is given in every mode, so the difference is the fallback's query
-embedding), and the floor check (``--floor-check``): per script, the share of related and of
-unrelated (question, memory) pairs of the split whose calibrated similarity reaches the
-injection floor (0.425), beside MiniLM's on their English versions.
+every search of a user holding fallback vectors: measured to decide between the two); the
+three modes take turns at every search, build and write (their order rotated), so their times
+are measured under the same load: a user's index build until its fallback vectors are made,
+one search (p50/p95 over the questions, sequential, this process; the MiniLM query vector is
+given in every mode, so the difference is the fallback's query embedding) and one write of a
+memory MiniLM cannot represent. Then the floor check (``--floor-check``): per script, the
+share of related and of unrelated (question, memory) pairs of the split whose calibrated
+similarity reaches the injection floor (0.425), beside MiniLM's on their English versions.
 
     PYTHONPATH=. python benchmarks/fallback.py --fit
     PYTHONPATH=. python benchmarks/fallback.py --split dev
@@ -199,59 +201,75 @@ class Vectors:
         return [self.of[t] for t in texts]
 
 
-async def run_mode(
-    mode: str,
+async def run_modes(
     users: dict[str, list[tuple[str, str]]],
     questions: list[tuple[str, str, str, str, str]],
     vectors: Vectors,
     coverage: TokenizerCoverage | None,
-    fallback: FallbackModel | None,
-) -> tuple[dict, dict[str, list[float]]]:
-    """Recall per (kind, lang) and times (ms) of one mode: ``build`` (a user's first search,
-    which builds the index, until its fallback vectors are all made), ``search`` of a question
-    the model can / cannot represent, ``write`` of one memory it cannot represent (after the
-    searches: the stored texts are the user's questions). ``questions``: (user, pair id,
-    lang, kind, text)."""
+    fallback: FallbackModel,
+) -> dict[str, tuple[dict, dict[str, list[float]]]]:
+    """Per mode (``MODES``), recall per (kind, lang) and times (ms): ``build`` (a user's first
+    search, which builds the index, until its fallback vectors are all made), ``search`` of a
+    question the model can / cannot represent, ``write`` of one memory it cannot represent
+    (after the searches: the stored texts are the user's questions). One store per mode, the
+    modes taking turns at every step (their order rotated), so the machine's load falls on
+    them alike. ``questions``: (user, pair id, lang, kind, text)."""
     settings = MemoryStoreSettings(backend="inmemory", curation={"enabled": False})
-    store = make_store(
-        settings,
-        embed=vectors.embed,
-        dimension=384,
-        represents=coverage.represents if coverage is not None else None,
-        fallback=fallback if mode != "off" else None,
-    )
-    assert isinstance(store, HybridStore)  # curation off: the hybrid store is outermost
-    store.fallback_queries = "all" if mode == "all" else "unrepresentable"
-    times: dict[str, list[float]] = defaultdict(list)
-    for user, memories in users.items():
-        await store.store_many([Memory(id=memory_id(user, i), user_id=user, content=t) for i, t in memories])
-        warm = RetrieveOptions(
-            user_id=user, query="warm up", embedding=vectors.of[memories[0][1]], hybrid=True, limit=1
+    stores: dict[str, HybridStore] = {}
+    for mode in MODES:
+        store = make_store(
+            settings,
+            embed=vectors.embed,
+            dimension=384,
+            represents=coverage.represents if coverage is not None else None,
+            fallback=fallback if mode != "off" else None,
         )
-        started = time.perf_counter()
-        await store.retrieve(warm)  # builds the user's index
-        await store.fallback_settled(user)
-        times["build"].append((time.perf_counter() - started) * 1000)
-    hits: dict[tuple[str, str], list[tuple[bool, bool]]] = defaultdict(list)
+        assert isinstance(store, HybridStore)  # curation off: the hybrid store is outermost
+        store.fallback_queries = "all" if mode == "all" else "unrepresentable"
+        stores[mode] = store
+    times: dict[str, dict[str, list[float]]] = {m: defaultdict(list) for m in MODES}
+    hits: dict[str, dict[tuple[str, str], list[tuple[bool, bool]]]] = {m: defaultdict(list) for m in MODES}
+    step = 0
+
+    def turns() -> list[str]:
+        nonlocal step
+        step += 1
+        k = step % len(MODES)
+        return [*MODES[k:], *MODES[:k]]
+
+    for user, memories in users.items():
+        for mode in turns():
+            store = stores[mode]
+            await store.store_many([Memory(id=memory_id(user, i), user_id=user, content=t) for i, t in memories])
+            warm = RetrieveOptions(
+                user_id=user, query="warm up", embedding=vectors.of[memories[0][1]], hybrid=True, limit=1
+            )
+            started = time.perf_counter()
+            await store.retrieve(warm)  # builds the user's index
+            await store.fallback_settled(user)
+            times[mode]["build"].append((time.perf_counter() - started) * 1000)
     represents = coverage.represents if coverage is not None else (lambda _t: True)
     for user, pair_id, lang, kind, text in questions:
         options = RetrieveOptions(
             user_id=user, query=text, embedding=(await vectors.embed([text]))[0], hybrid=True, limit=5
         )
-        started = time.perf_counter()
-        results = await store.retrieve(options)
-        elapsed = (time.perf_counter() - started) * 1000
-        times["search, represented" if represents(text) else "search, unrepresentable"].append(elapsed)
-        ranked = [r.memory.id for r in results]
-        target = memory_id(user, pair_id)
-        hits[(kind, lang)].append((ranked[:1] == [target], target in ranked))
+        for mode in turns():
+            started = time.perf_counter()
+            results = await stores[mode].retrieve(options)
+            elapsed = (time.perf_counter() - started) * 1000
+            times[mode]["search, represented" if represents(text) else "search, unrepresentable"].append(elapsed)
+            ranked = [r.memory.id for r in results]
+            target = memory_id(user, pair_id)
+            hits[mode][(kind, lang)].append((ranked[:1] == [target], target in ranked))
     for n, (user, _, _, kind, text) in enumerate(questions):
         if kind == "native" and not represents(text):
-            started = time.perf_counter()
-            await store.store(Memory(id=memory_id(user, f"written-{n}"), user_id=user, content=text))
-            times["write, unrepresentable"].append((time.perf_counter() - started) * 1000)
-    await store.close()
-    return hits, times
+            for mode in turns():
+                started = time.perf_counter()
+                await stores[mode].store(Memory(id=memory_id(user, f"written-{n}"), user_id=user, content=text))
+                times[mode]["write, unrepresentable"].append((time.perf_counter() - started) * 1000)
+    for store in stores.values():
+        await store.close()
+    return {m: (hits[m], times[m]) for m in MODES}
 
 
 def questions_of(pairs: list[dict], users: dict[str, list[tuple[str, str]]], split: str, layout: str) -> list:
@@ -316,10 +334,10 @@ async def measure(args) -> None:
         print(f"\nlayout {layout}: memories per user: {sizes}")
         for split in splits:
             questions = questions_of(pairs, users, split, layout)
-            results = {}
-            for mode in MODES:
-                hits, times = await run_mode(mode, users, questions, vectors, coverage, fallback)
-                results[mode] = (summarise(hits), times)
+            results = {
+                mode: (summarise(hits), times)
+                for mode, (hits, times) in (await run_modes(users, questions, vectors, coverage, fallback)).items()
+            }
             print(f"  split {split}: recall@1 / recall@5 (n) by mode {' | '.join(MODES)}")
             for group in sorted(results["off"][0], key=lambda g: (g.split()[0], "English" in g, g)):
                 cells = " | ".join(f"{results[m][0][group][0]:.3f} / {results[m][0][group][1]:.3f}" for m in MODES)
