@@ -27,9 +27,11 @@ three modes take turns at every search, build and write (their order rotated), s
 are measured under the same load: a user's index build until its fallback vectors are made,
 one search (p50/p95 over the questions, sequential, this process; the MiniLM query vector is
 given in every mode, so the difference is the fallback's query embedding) and one write of a
-memory MiniLM cannot represent. Then the floor check (``--floor-check``): per script, the
-share of related and of unrelated (question, memory) pairs of the split whose calibrated
-similarity reaches the injection floor (0.425), beside MiniLM's on their English versions.
+memory MiniLM cannot represent; a write through curation (the service's default: its
+candidate search of such a memory is embedded by the fallback too). Then the floor check
+(``--floor-check``): per script, the share of related and of unrelated (question, memory)
+pairs of the split whose calibrated similarity reaches the injection floor (0.425), beside
+MiniLM's on their English versions.
 
     PYTHONPATH=. python benchmarks/fallback.py --fit
     PYTHONPATH=. python benchmarks/fallback.py --split dev
@@ -348,9 +350,47 @@ async def measure(args) -> None:
                     t = results[mode][1][what]
                     print(f"  {mode} {percentile(t, 50):.2f} / {percentile(t, 95):.2f}", end="")
                 print()
+    await curated_writes(pairs, splits, vectors, coverage, fallback)
     if args.floor_check:
         for split in splits:
             floor_check(pairs, distractors, split, fallback, primary)
+
+
+async def curated_writes(
+    pairs: list[dict], splits: tuple[str, ...], vectors: Vectors, coverage: TokenizerCoverage | None, fallback
+) -> None:
+    """The time of a write through curation (``make_store``'s defaults: ``CuratingStore``,
+    whose candidate search of a memory MiniLM cannot represent is embedded by the fallback
+    too) of each non-English memory of the splits into one user, without and with the
+    fallback, taking turns (ms, p50/p95)."""
+    times: dict[str, list[float]] = {"off": [], "on": []}
+    stores = {
+        mode: make_store(
+            MemoryStoreSettings(backend="inmemory"),
+            embed=vectors.embed,
+            dimension=384,
+            identity="bench",
+            represents=coverage.represents if coverage is not None else None,
+            fallback=fallback if mode == "on" else None,
+        )
+        for mode in times
+    }
+    rows = [r for r in pairs if r["lang"] != "en" and r["split"] in splits]
+    for store in stores.values():  # builds the user's index
+        await store.retrieve(
+            RetrieveOptions(user_id="w", query="x", embedding=vectors.of[rows[0]["memory"]], hybrid=True)
+        )
+    for n, r in enumerate(rows):
+        for mode in ("off", "on") if n % 2 else ("on", "off"):
+            started = time.perf_counter()
+            await stores[mode].write([Memory(id=memory_id("w", r["id"]), user_id="w", content=r["memory"])])
+            times[mode].append((time.perf_counter() - started) * 1000)
+    for store in stores.values():
+        await store.close()
+    print(
+        f"\nwrite through curation of a non-English memory (n={len(rows)}), p50 / p95 ms: "
+        + "  ".join(f"{m} {percentile(t, 50):.1f} / {percentile(t, 95):.1f}" for m, t in times.items())
+    )
 
 
 def floor_check(pairs: list[dict], distractors: list[dict], split: str, fallback: FallbackModel, primary) -> None:

@@ -342,7 +342,7 @@ class FallbackModel:
 
 def open_fallback(settings: EmbeddingSettings) -> FallbackModel | None:
     """The fallback model ``settings.fallback`` names, loaded in this process (CPU, one
-    thread), with its calibration checked against both models' identities; ``None`` when
+    thread) and run once, with its calibration checked against both models' identities; ``None`` when
     ``settings.fallback`` is unset. Raises ``ConfigError`` (no or a stale calibration, a model
     that cannot be loaded)."""
     if settings.fallback is None:
@@ -355,8 +355,10 @@ def open_fallback(settings: EmbeddingSettings) -> FallbackModel | None:
     identities = {"model": compute_identity(settings).digest, "fallback": compute_identity(fb).digest}
     calibration = load_calibration(settings.model, fb.model, identities=identities)
     coverage = TokenizerCoverage.from_settings(fb)
+    encoder = local_encoder(fb, num_threads=1)
+    encoder.encode(["warm up"], query=True)  # the first call pages the weights in (~1 s here), not a user's
     return FallbackModel(
-        local_encoder(fb, num_threads=1),
+        encoder,
         calibration,
         fb.model,
         represents_fn=coverage.represents if coverage is not None else None,

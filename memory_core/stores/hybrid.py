@@ -61,9 +61,8 @@ Text the model cannot represent, with a fallback model (``embedding.fallback``:
     scope is embedded by the fallback too (as a query), concurrently with the lexical side;
     those memories are then vector candidates scored by the calibrated fallback cosine
     (``FallbackModel.scale_for``, the table of the search's script: the model's scale, so
-    ``threshold`` keeps its meaning),
-    ranked with the model's own vector candidates by that value. The encoder runs in worker
-    threads, never on the event loop. A failing fallback encoder is counted
+    ``threshold`` keeps its meaning), ranked with the model's own vector candidates by that
+    value. The encoder runs in worker threads, never on the event loop. A failing fallback encoder is counted
     (``on_event("fallback:error")``) and logged, and the search or write goes on as without the
     feature (such memories lexical only); memories left without a vector are retried by the
     next write, build or search of their user (searches at most once per
