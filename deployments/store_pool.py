@@ -30,7 +30,7 @@ from ray import serve
 from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from memory_core.chat.metrics import CACHE_EVENTS
+from memory_core.chat.metrics import CACHE_EVENTS, FALLBACK_EVENTS
 from memory_core.config import MemoryStoreSettings
 from memory_core.embedding import (
     CoalescingEmbedFn,
@@ -40,6 +40,7 @@ from memory_core.embedding import (
     TokenizerCoverage,
     open_local_encoder,
 )
+from memory_core.embedding.fallback import open_fallback
 from memory_core.errors import (
     ConfigError,
     EmbeddingIdentityMismatch,
@@ -78,6 +79,7 @@ SHARD_METRICS = (
     "llm_memory_consolidation_total",
     "llm_memory_judge_opinions_total",
     "llm_memory_cache_total",
+    "llm_memory_fallback_total",
     "memory_cache_events",
     "memory_redactions",
     "memory_store_cancelled",
@@ -157,13 +159,20 @@ class StoreShard:
         self._backend = settings.backend
         self._metrics = RayMetrics(names=SHARD_METRICS)
         self._by_backend = {"backend": self._backend}
-        # text the model cannot represent (mostly [UNK]) is ranked lexically only
+        # text the model cannot represent (mostly [UNK]) is ranked lexically only, or, with
+        # embedding.fallback, embedded by the fallback model: loaded once per shard, here (CPU,
+        # one thread; its calibration checked against both models' files: ConfigError fails
+        # the shard, so the deployment, at start)
         coverage = TokenizerCoverage.from_settings(settings.embedding)
+        fallback = open_fallback(settings.embedding) if coverage is not None else None
+        if settings.embedding.fallback is not None and fallback is None:
+            log.warning("embedding.fallback: the model has no tokenizer to tell unrepresentable text; not loaded")
         self._store = make_store(
             settings,
             embed=self._embed,
             embed_query=embed_query,
             represents=coverage.represents if coverage is not None else None,
+            fallback=fallback,
             dimension=identity.dimension,
             identity=identity.digest,
             collection_suffix=identity.collection_suffix,
@@ -178,7 +187,7 @@ class StoreShard:
 
     def _on_event(self, event: str) -> None:
         """Counts one store event (``CACHE_EVENTS``, ``CURATION_EVENTS``, ``REDACTION_EVENTS``,
-        ``JUDGE_EVENTS``) in its metric; an event none of them holds is logged, never counted
+        ``JUDGE_EVENTS``, ``fallback:`` + ``FALLBACK_EVENTS``) in its metric; an event none of them holds is logged, never counted
         under another metric's label."""
         if event.startswith("redaction:"):  # redaction:<kind>:<policy> (REDACTION_EVENTS)
             _, kind, policy = event.split(":", 2)
@@ -194,6 +203,8 @@ class StoreShard:
             self._metrics.count(
                 "llm_memory_judge_opinions_total", {**self._by_backend, "judge": judge, "verdict": verdict}
             )
+        elif event.startswith("fallback:") and event[len("fallback:") :] in FALLBACK_EVENTS:
+            self._metrics.count("llm_memory_fallback_total", {**self._by_backend, "event": event[len("fallback:") :]})
         elif event in CACHE_EVENTS:
             self._metrics.count("llm_memory_cache_total", {**self._by_backend, "event": event})
             self._metrics.count("memory_cache_events", {"event": event})

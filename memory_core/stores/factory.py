@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from ..config import MemoryStoreSettings
 from ..embedding.identity import physical_name
 from ..errors import ConfigError
 from .base import EmbedFn, MemoryStore, StoreDecorator
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..embedding.fallback import FallbackModel
 
 
 class _CommonArgs(TypedDict):
@@ -31,6 +34,7 @@ def make_store(
     on_event: Callable[[str], None] | None = None,
     embed_query: EmbedFn | None = None,
     represents: Callable[[str], bool] | None = None,
+    fallback: FallbackModel | None = None,
 ) -> MemoryStore | StoreDecorator:
     """The backend named by ``settings.backend`` (``milvus`` | ``qdrant`` | ``valkey`` |
     ``inmemory``), wrapped by :class:`~memory_core.stores.hybrid.HybridStore` when
@@ -43,7 +47,11 @@ def make_store(
     the configured logical names + ``"__" + collection_suffix`` when given. ``on_event`` is
     passed to the cache (counter names such as ``cache_hit``, ``cache_error``). ``embed_query``
     embeds query texts instead of ``embed`` when given; ``represents`` tells which texts the
-    embedding model can represent (see ``MemoryStore``).
+    embedding model can represent (see ``MemoryStore``). ``fallback``: the model for the texts
+    it cannot (``embedding.fallback``, loaded once by the caller with
+    ``memory_core.embedding.fallback.open_fallback``; used by ``HybridStore``, which
+    reports its events to ``on_event``); ignored without hybrid retrieval, which the
+    configuration then refuses.
 
     Credentials come from the environment variables the settings name (``token_env``,
     ``password_env``, ``api_key_env``; ``memory_core.stores.credentials``): the cache reads
@@ -69,7 +77,12 @@ def make_store(
         # are the fused ones and cache invalidation covers them
         from .hybrid import HybridStore
 
-        store = HybridStore.from_settings(store, settings.retrieval)
+        store = HybridStore.from_settings(
+            store,
+            settings.retrieval,
+            fallback=fallback,
+            on_event=on_event,
+        )
     if settings.cache.enabled:
         from .cache import CachingStore
 

@@ -48,6 +48,26 @@ cosine (for text the embedding model cannot represent: the lexical coverage, see
 ``_Similarity``), and ``threshold`` is a floor on it for every candidate whichever side
 found it.
 
+Text the model cannot represent, with a fallback model (``embedding.fallback``:
+``memory_core.embedding.fallback.FallbackModel``)
+    Each memory the model cannot represent (``represents`` false: mostly ``[UNK]``) gets the
+    fallback's passage vector, held in the user's index only (``UserIndex.fallback``: never
+    written to the inner store, so two models' vectors never share a collection). A write
+    embeds its own such memories after the inner store acknowledged it and the index applied
+    it, waiting at most ``fallback_wait_s`` (the rest land in the background); a build of a
+    user's index from the store embeds them all again (the build's first search waits at most
+    ``fallback_wait_s`` too). A search the model cannot represent (``fallback_queries:
+    "unrepresentable"``; ``"all"``: every search) of a user holding fallback vectors in its
+    scope is embedded by the fallback too (as a query), concurrently with the lexical side;
+    those memories are then vector candidates scored by the calibrated fallback cosine
+    (``FallbackModel.scale_for``, the table of the search's script: the model's scale, so
+    ``threshold`` keeps its meaning), ranked with the model's own vector candidates by that
+    value. The encoder runs in worker threads, never on the event loop. A failing fallback encoder is counted
+    (``on_event("fallback:error")``) and logged, and the search or write goes on as without the
+    feature (such memories lexical only); memories left without a vector are retried by the
+    next write, build or search of their user (searches at most once per
+    ``FALLBACK_RETRY_S`` after a failure).
+
 Candidates: the vector top ``candidate_pool`` (≥ ``limit``), the lexical top
 ``candidate_pool`` (honouring ``project_id``/``types``), and the neighbours of the
 ``2 · limit`` best of those. With ``cache_vectors`` lexical and neighbour candidates are scored
@@ -68,10 +88,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 import itertools
+import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -99,10 +121,26 @@ from ..types import (
 from .base import MAX_LIST_LIMIT, StoreDecorator, check_retrieve_options, list_pages
 from .user_index import Timeline, UserIndex, UserIndexes, content_key
 
+if TYPE_CHECKING:  # pragma: no cover
+    from ..embedding.fallback import CosineCalibration, FallbackModel
+    from ..retrieval.held_vectors import HeldVectors
+
+log = logging.getLogger(__name__)
 _D = RetrievalSettings()  # constructor defaults = the configuration defaults
 _PERIOD_YEARS = 200
 """Most years a period without a year ("in June") is looked for in: the latest ones the
 user's memories cover."""
+FallbackQueries = Literal["unrepresentable", "all"]
+FALLBACK_EVENTS = ("fallback:passage", "fallback:query", "fallback:error")
+"""What ``HybridStore`` reports to ``on_event`` with a fallback model: a memory's passage
+vector made, a search embedded by the fallback, a failed fallback encoder call."""
+FALLBACK_WAIT_S = 2.0
+"""Default most seconds a write, or the search that builds a user's index, waits for the
+fallback vectors it needs (about 60 short passages with e5 on one thread here); the rest
+are made in the background."""
+FALLBACK_RETRY_S = 30.0
+"""After a failed fallback encoder call, searches start no retry of the memories left
+without a vector for this many seconds (writes and builds still try theirs)."""
 
 
 def _types_or_none(types) -> tuple[MemoryType, ...] | None:
@@ -120,22 +158,57 @@ def _types_or_none(types) -> tuple[MemoryType, ...] | None:
 
 
 @dataclass
+class _FallbackScores:
+    """The fallback side of one ranking: the fallback's query vector ``q`` (unit, float32
+    ``[dim]``), the user's fallback vectors and the map onto the model's scale (the table of
+    the query's script, ``FallbackModel.scale_for``)."""
+
+    q: np.ndarray
+    vectors: HeldVectors
+    scale: CosineCalibration
+
+    def of(self, memory_id: str) -> float | None:
+        """The calibrated fallback cosine of ``memory_id`` (None: no fallback vector held)."""
+        cos = cosine(self.vectors.get(memory_id), self.q)
+        return None if cos is None else self.scale(cos)
+
+    def top(self, k: int, allowed: np.ndarray) -> list[tuple[str, Memory | None, float]]:
+        """The ``k`` best fallback vectors of the rows ``allowed`` marks, as (id, None,
+        calibrated cosine), best first (ties by id)."""
+        out: list[tuple[str, Memory | None, float]] = [
+            (i, None, self.scale(c)) for i, c in self.vectors.top(self.q, k, allowed=allowed)
+        ]
+        out.sort(key=lambda t: (-t[2], t[0]))
+        return out
+
+
+@dataclass
 class _Similarity:
     """The similarity of the query with each candidate, for one ranking: the cosine of the
     two vectors (``held_vectors.cosine``), except for a pair where either text is
     unrepresentable by the embedding model (``q`` is None, or the memory's index entry says
-    ``represented: False``), whose cosine means nothing: then the lexical coverage
-    (``BM25Corpus.coverage``: the IDF-weighted share of the query's terms in the memory)."""
+    ``represented: False``), whose cosine means nothing: then, for such a memory with a
+    fallback vector when the fallback embedded the query (``fallback``), the calibrated
+    fallback cosine; else the lexical coverage (``BM25Corpus.coverage``: the IDF-weighted
+    share of the query's terms in the memory)."""
 
     q: np.ndarray | None
     terms: list[str]
     corpus: BM25Corpus
+    fallback: _FallbackScores | None = None
 
     def lexical_only(self, memory_id: str) -> bool:
+        """The model's cosine of this pair means nothing (either text unrepresentable)."""
         attrs = self.corpus.attrs(memory_id)
         return self.q is None or (attrs is not None and attrs.get("represented") is False)
 
     def of(self, memory_id: str, vec: np.ndarray | None) -> float | None:
+        if self.fallback is not None:
+            attrs = self.corpus.attrs(memory_id)
+            if attrs is not None and attrs.get("represented") is False:
+                scored = self.fallback.of(memory_id)
+                if scored is not None:
+                    return scored
         if self.lexical_only(memory_id):
             return as_float32(self.corpus.coverage(self.terms, memory_id))
         assert self.q is not None  # lexical_only is True without a query vector
@@ -233,6 +306,15 @@ class HybridStore(StoreDecorator):
         hop_weight, hop_seeds, hop_terms: the second hop (``retrieval.feedback``): weight of
             its max-normalised BM25 (≥ 0; 0 disables), first-hop memories seeding it (≥ 1),
             expansion terms taken from them (≥ 1).
+        fallback: the model for text the inner store's model cannot represent
+            (``embedding.fallback.FallbackModel``, see the module docstring); None: such text
+            is ranked lexically only.
+        fallback_queries: which searches the fallback embeds: ``"unrepresentable"`` (those
+            the model cannot represent) or ``"all"`` (every search of a user holding
+            fallback vectors in its scope).
+        fallback_wait_s: most seconds a write or an index build waits for its fallback
+            vectors (≥ 0; the rest are made in the background).
+        on_event: called with each of ``FALLBACK_EVENTS`` as it happens (metrics).
         Defaults are those of ``RetrievalSettings``.
     Raises ``ValueError`` for parameters out of range.
     """
@@ -259,8 +341,25 @@ class HybridStore(StoreDecorator):
         hop_terms: int = _D.hop_terms,
         date_weight: float = _D.date_weight,
         date_slack_days: float = _D.date_slack_days,
+        fallback: FallbackModel | None = None,
+        fallback_queries: FallbackQueries = "unrepresentable",
+        fallback_wait_s: float = FALLBACK_WAIT_S,
+        on_event: Callable[[str], None] | None = None,
     ):
         super().__init__(inner)
+        if fallback_queries not in ("unrepresentable", "all"):
+            raise ValueError(f"unknown fallback_queries {fallback_queries!r}")
+        if fallback_wait_s < 0:
+            raise ValueError("fallback_wait_s must be ≥ 0")
+        self.fallback = fallback
+        self.fallback_queries = fallback_queries
+        self.fallback_wait_s = fallback_wait_s
+        self._on_event = on_event
+        # per user, the task making the fallback vectors its index lacks (``_request_fill``);
+        # every fallback task (writes' too) is referenced here until it ends
+        self._fills: dict[str, asyncio.Task] = {}
+        self._background: dict[str, set[asyncio.Future]] = {}
+        self._fallback_failed_at = -float("inf")
         if candidate_pool < 1 or rrf_k < 1:
             raise ValueError("candidate_pool and rrf_k must be ≥ 1")
         if fusion not in ("score", "rrf"):
@@ -300,8 +399,9 @@ class HybridStore(StoreDecorator):
             self._inner_touch_kw = False
 
     @classmethod
-    def from_settings(cls, inner, settings) -> HybridStore:
-        """Build from ``memory_core.config.RetrievalSettings``."""
+    def from_settings(cls, inner, settings, **kw: Any) -> HybridStore:
+        """Build from ``memory_core.config.RetrievalSettings``; ``kw``: the other arguments
+        (``fallback``, ``fallback_queries``, ``on_event``...)."""
         return cls(
             inner,
             candidate_pool=settings.candidate_pool,
@@ -322,6 +422,7 @@ class HybridStore(StoreDecorator):
             hop_terms=settings.hop_terms,
             date_weight=settings.date_weight,
             date_slack_days=settings.date_slack_days,
+            **kw,
         )
 
     # ------------------------------------------------------------------ index upkeep
@@ -345,9 +446,18 @@ class HybridStore(StoreDecorator):
         ui = self.index.ready(user_id)
         return ui.held.get(memory_id) if ui is not None else None
 
+    def fallback_vector(self, user_id: str, memory_id: str) -> np.ndarray | None:
+        """A copy of the fallback's unit vector held for ``memory_id`` of a loaded user, else
+        None."""
+        ui = self.index.ready(user_id)
+        return ui.fallback.get(memory_id) if ui is not None else None
+
     def _new_index(self) -> UserIndex:
         return UserIndex(
-            BM25Corpus(self.index.k1, self.index.b), hold_vectors=self.cache_vectors, hold_records=self.cache_vectors
+            BM25Corpus(self.index.k1, self.index.b),
+            hold_vectors=self.cache_vectors,
+            hold_records=self.cache_vectors,
+            track_fallback=self.fallback is not None,
         )
 
     def _apply(self, user_id: str, op: str, arg: Any) -> None:
@@ -392,24 +502,171 @@ class HybridStore(StoreDecorator):
             ui.apply(op, arg, self._represents)
         ui.gen = next(self._seq)
         self.index.put(user_id, ui)
+        fill = self._request_fill(user_id, ui)
+        if fill is not None:  # the vectors of two models never share a collection: made anew
+            await asyncio.wait({fill}, timeout=self.fallback_wait_s)
         return ui
+
+    # ------------------------------------------------------------------ the fallback model
+    def _event(self, event: str, n: int = 1) -> None:
+        if self._on_event is not None:
+            for _ in range(n):
+                self._on_event(event)
+
+    def _keep(self, user_id: str, future: asyncio.Future) -> asyncio.Future:
+        """Hold a reference to a fallback task of ``user_id`` until it ends (the loop does not)."""
+        tasks = self._background.setdefault(user_id, set())
+        tasks.add(future)
+
+        def done(f: asyncio.Future) -> None:
+            tasks.discard(f)
+            if not tasks and self._background.get(user_id) is tasks:
+                del self._background[user_id]
+
+        future.add_done_callback(done)
+        return future
+
+    async def _embed_fallback(self, user_id: str, items: Sequence[tuple[str, str, str]]) -> bool:
+        """Make the fallback vectors of ``items`` ((memory id, content key, text)) and apply
+        them to the user's index (or queue them for its build, ``_apply``); a text the
+        fallback cannot embed either is marked as having none. Returns False when the
+        encoder failed (counted, logged: those memories stay lexical only for now)."""
+        fallback = self.fallback
+        assert fallback is not None
+        usable = [(i, key, text) for i, key, text in items if fallback.represents(text)]
+        for i, key, text in items:
+            if not fallback.represents(text):
+                self._apply(user_id, "fallback", (i, key, None))
+        if not usable:
+            return True
+        try:
+            vectors = await fallback.embed_passages([text for _, _, text in usable])
+        except Exception as e:  # the encoder's failure: rank as without the fallback
+            self._fallback_failed_at = time.monotonic()
+            self._event("fallback:error")
+            log.warning("fallback model %s failed on %d stored texts: %r", fallback.label, len(usable), e)
+            return False
+        for (i, key, _), vector in zip(usable, vectors, strict=True):
+            self._apply(user_id, "fallback", (i, key, vector))
+        self._event("fallback:passage", len(usable))
+        return True
+
+    def _request_fill(self, user_id: str, ui: UserIndex) -> asyncio.Task | None:
+        """The task making the fallback vectors ``ui`` (the user's held index) still lacks
+        (``UserIndex.fallback_pending``): the one under way, or a new one; None when nothing
+        is pending or there is no fallback."""
+        if self.fallback is None or not ui.fallback_pending:
+            return None
+        task = self._fills.get(user_id)
+        if task is not None and not task.done():
+            return task
+        task = asyncio.ensure_future(self._fill(user_id, ui))
+        self._fills[user_id] = task
+        self._keep(user_id, task)
+        task.add_done_callback(lambda t: self._fills.pop(user_id, None) if self._fills.get(user_id) is t else None)
+        return task
+
+    async def _fill(self, user_id: str, ui: UserIndex) -> None:
+        """Embed what ``ui`` lacks, ``passage_batch`` texts at a time, until nothing is
+        pending, the encoder fails or ``ui`` is no longer the user's index."""
+        assert self.fallback is not None
+        batch = self.fallback.passage_batch
+        while self.index.ready(user_id) is ui and ui.fallback_pending:
+            items = [(i, key, text) for i, (key, text) in itertools.islice(ui.fallback_pending.items(), batch)]
+            if not await self._embed_fallback(user_id, items):
+                return
+
+    async def fallback_settled(self, user_id: str) -> None:
+        """Wait until the fallback vectors under way for ``user_id`` (writes' and the index's
+        own) are made or given up on; nothing to wait for without a fallback. Never raises
+        what those tasks raised (they count and log their failures)."""
+        while self._background.get(user_id):
+            await asyncio.wait(set(self._background[user_id]))
+
+    async def _fallback_after_write(self, user_id: str, memories: Sequence[Memory]) -> None:
+        """Give the memories just written that the model cannot represent their fallback
+        vectors, waiting at most ``fallback_wait_s`` (the rest land in the background, even
+        if this write's caller goes away). Only for a user whose index is held or being built
+        (another user's is built, with those vectors, on first use); a held index skips what
+        already has its vector (same text)."""
+        if self.fallback is None or not memories:
+            return
+        ui = self.index.ready(user_id)
+        if ui is None and user_id not in self._builds:
+            return
+        items = []
+        for m in memories:
+            key = content_key(m.content)
+            if ui is not None:
+                wanted = ui.fallback_pending.get(m.id, ("",))[0] == key  # indexed, still without one
+            else:
+                wanted = not self._represents(m.content)  # the build's replay decides
+            if wanted:
+                items.append((m.id, key, m.content))
+        task = self._keep(user_id, asyncio.ensure_future(self._embed_fallback(user_id, items))) if items else None
+        if ui is not None and len(ui.fallback_pending) > len(items):  # earlier ones left behind
+            self._request_fill(user_id, ui)
+        if task is not None:
+            await asyncio.wait({task}, timeout=self.fallback_wait_s)
+
+    def _fallback_query_wanted(self, options: RetrieveOptions, ui: UserIndex, q_represented: bool) -> bool:
+        """Whether the fallback embeds this search: a fallback, a query text it can embed,
+        one the model cannot represent (or ``fallback_queries: "all"``), and fallback
+        vectors of this user in the search's scope."""
+        fallback = self.fallback
+        if fallback is None or not options.query or not len(ui.fallback):
+            return False
+        if q_represented and self.fallback_queries != "all":
+            return False
+        if not ui.vector_mask(options.project_id, options.types, options.states, fallback=True).any():
+            return False
+        return fallback.represents(options.query)
+
+    async def _fallback_query(self, text: str) -> np.ndarray | None:
+        """The fallback's unit query vector of ``text``; None when its encoder failed
+        (counted, logged: the search goes on as without the fallback)."""
+        assert self.fallback is not None
+        try:
+            vector = await self.fallback.embed_query(text)
+        except Exception as e:
+            self._fallback_failed_at = time.monotonic()
+            self._event("fallback:error")
+            log.warning("fallback model %s failed on a search: %r", self.fallback.label, e)
+            return None
+        self._event("fallback:query")
+        return unit_vector(vector)
+
+    async def close(self) -> None:
+        """Stop the fallback tasks under way, then close the inner store."""
+        for tasks in list(self._background.values()):
+            for task in list(tasks):
+                task.cancel()
+        await self.inner.close()
 
     # ------------------------------------------------------------------ writes
     async def store(self, memory: Memory) -> Memory:
+        """``MemoryStore.store``; indexes the stored record (and makes its fallback vector)."""
         stored = await self.inner.store(memory)
         self._apply(stored.user_id, "add", stored)
+        await self._fallback_after_write(stored.user_id, [stored])
         return stored
 
     async def store_many(self, memories: Sequence[Memory]) -> list[Memory]:
-        """As ``MemoryStore.store_many`` (all or nothing); indexes every stored record."""
+        """As ``MemoryStore.store_many`` (all or nothing); indexes every stored record (and
+        makes the fallback vectors)."""
         stored = await self.inner.store_many(memories)
         for memory in stored:
             self._apply(memory.user_id, "add", memory)
+        if stored:
+            await self._fallback_after_write(stored[0].user_id, stored)
         return stored
 
     async def update(self, memory_id: str, user_id: str, changes: MemoryChanges) -> Memory:
+        """``MemoryStore.update``; re-indexes the record (a new text gets a new fallback
+        vector, the old one is dropped at once)."""
         updated = await self.inner.update(memory_id, user_id, changes)
         self._apply(user_id, "add", updated)
+        await self._fallback_after_write(user_id, [updated])
         return updated
 
     async def forget(self, memory_id: str, user_id: str) -> None:
@@ -514,27 +771,51 @@ class HybridStore(StoreDecorator):
             if q_represented
             else None
         )
+        # the fallback model's side, for text the model cannot represent: its query vector
+        fallback_side = (
+            asyncio.ensure_future(self._fallback_query(options.query))
+            if self._fallback_query_wanted(options, ui, q_represented)
+            else None
+        )
+        if ui.fallback_pending and user_id not in self._background:
+            # memories left without a fallback vector (a failed or cancelled write): retried
+            # in the background, not more often than FALLBACK_RETRY_S after a failure
+            if time.monotonic() - self._fallback_failed_at >= FALLBACK_RETRY_S:
+                self._request_fill(user_id, ui)
         try:
             lex_all = dict(corpus.score_terms(q_terms, None, options.project_id, options.types, options.states))
             lex_top = sorted(lex_all.items(), key=lambda kv: (-kv[1], kv[0]))[:pool]
             uncached = [i for i, _ in lex_top if i not in held]
             lex_loaded = await self._load(uncached, user_id, ui)
+            vector, store_hits = (await vector_side) if vector_side is not None else (None, [])
         except BaseException:
-            if vector_side is not None:
-                vector_side.cancel()
-                await asyncio.wait({vector_side})  # never raises: a cancel of this caller still gets through
-                if not vector_side.cancelled():
-                    vector_side.exception()  # retrieved: its outcome is moot now
+            for side in (vector_side, fallback_side):
+                if side is not None:
+                    side.cancel()
+                    await asyncio.wait({side})  # never raises: a cancel of this caller still gets through
+                    if not side.cancelled():
+                        side.exception()  # retrieved: its outcome is moot now
             raise
-        vector, store_hits = (await vector_side) if vector_side is not None else (None, [])
+        fallback_q = (await fallback_side) if fallback_side is not None else None
 
         q = None
         if vector is not None:
             q = unit_vector(vector)
             if q is None:
                 raise InvalidInput("query vector must be finite and non-zero")
-        sim = _Similarity(q, q_terms, corpus)
+        assert self.fallback is not None or fallback_q is None
+        sim = _Similarity(
+            q,
+            q_terms,
+            corpus,
+            _FallbackScores(fallback_q, ui.fallback, self.fallback.scale_for(options.query))
+            if fallback_q is not None and self.fallback
+            else None,
+        )
         vec_top = await self._vector_top(options, ui, gen, sim, vector, store_hits, pool, held_search)
+        if sim.fallback is not None:  # the fallback's candidates, on the model's scale, ranked with the model's
+            allowed = ui.vector_mask(options.project_id, options.types, options.states, fallback=True)
+            vec_top = sorted([*vec_top, *sim.fallback.top(pool, allowed)], key=lambda t: (-t[2], t[0]))
         # id → (record, similarity); the record is None until loaded (candidates scored from a
         # held vector are loaded only if they make the final top ``limit``)
         cands: dict[str, tuple[Memory | None, float]] = {i: (m, cos) for i, m, cos in vec_top}

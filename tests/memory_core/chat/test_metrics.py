@@ -158,3 +158,24 @@ def test_every_event_the_curating_store_reports_is_declared():
                 assert any(e.startswith(head.value) for e in declared), f"line {node.lineno}: {head.value!r}"
                 counted.append(head.value)
     assert "judge:second_opinion:supersedes" in counted and len(counted) >= 8
+
+
+def test_every_event_the_hybrid_store_reports_is_a_declared_fallback_event():
+    """``HybridStore`` reports ``fallback:<event>`` (``hybrid.FALLBACK_EVENTS``, each a value of
+    ``llm_memory_fallback_total{event}``); every ``_event(...)`` call names one of them, and
+    none is an event of another set (the shard's ``_on_event`` routes by prefix)."""
+    from memory_core.chat.metrics import CURATION_EVENTS, FALLBACK_EVENTS, JUDGE_EVENTS, REDACTION_EVENTS
+    from memory_core.stores.hybrid import FALLBACK_EVENTS as REPORTED
+
+    assert {e.removeprefix("fallback:") for e in REPORTED} == FALLBACK_EVENTS
+    assert all(e.startswith("fallback:") for e in REPORTED)
+    others = CURATION_EVENTS | JUDGE_EVENTS | REDACTION_EVENTS | frozenset(EVENT_NAMES.values())
+    assert not others & set(REPORTED)
+    tree = ast.parse((ROOT / "memory_core/stores/hybrid.py").read_text())
+    reported = [
+        node.args[0].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "_event"
+        if isinstance(node.args[0], ast.Constant)
+    ]
+    assert sorted(set(reported)) == sorted(REPORTED)

@@ -275,3 +275,35 @@ def test_the_timeline_finds_every_memory_created_in_an_interval():
     assert ui.timeline.between(start, end + 5 * 86400) == [tid("early"), tid("late")]
     ui.remove_where(None, None)
     assert ui.timeline.span() is None
+
+
+def test_a_fallback_vector_is_held_only_for_the_text_it_was_made_from():
+    """``UserIndex.put_fallback``: a vector made from an older text (a write landed while it
+    was being made) is refused and the memory stays pending with its new text; ``None`` (the
+    fallback cannot embed it either) ends the wait without a vector; a represented text
+    needs none."""
+    from memory_core.stores.user_index import content_key
+
+    ui = UserIndex(BM25Corpus(), track_fallback=True)
+    old = Memory(id=tid("a"), user_id="u", content="ฉันแพ้กุ้ง")
+    ui.put(old, represented=False)
+    assert ui.fallback_pending == {old.id: (content_key(old.content), old.content)}
+    new = old.model_copy(update={"content": "ฉันแพ้ปู"})
+    ui.put(new, represented=False)
+    assert not ui.put_fallback(old.id, content_key(old.content), np.ones(4))  # made from the old text
+    assert old.id not in ui.fallback and ui.fallback_pending[old.id][1] == "ฉันแพ้ปู"
+    assert ui.put_fallback(old.id, content_key(new.content), np.ones(4))
+    assert old.id in ui.fallback and not ui.fallback_pending
+    ui.put(new.model_copy(update={"metadata": {"k": "v"}}), represented=False)  # same text: kept
+    assert old.id in ui.fallback and not ui.fallback_pending
+    ui.put(new.model_copy(update={"content": "now in English"}), represented=True)
+    assert old.id not in ui.fallback and not ui.fallback_pending
+    ui.put(old, represented=False)
+    assert not ui.put_fallback(old.id, content_key(old.content), None)  # none can be made
+    assert old.id not in ui.fallback and not ui.fallback_pending
+    ui.put(new, represented=False)
+    ui.remove(old.id)
+    assert not ui.fallback_pending and not ui.put_fallback(old.id, content_key(new.content), np.ones(4))
+    untracked = UserIndex(BM25Corpus())  # no fallback configured: nothing is noted
+    untracked.put(old, represented=False)
+    assert not untracked.fallback_pending
