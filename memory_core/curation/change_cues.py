@@ -424,8 +424,17 @@ def _has_gapped(words: list[str]) -> bool:
     return False
 
 
+CUES_CACHE = 4096
+"""Statements whose ``Cues`` are kept (least recently used dropped first). Curation judges each
+memory written against up to ``curation.candidates`` stored ones, and each stored memory
+against every later one near it: a statement is read once while it stays in the cache."""
+
+
+@lru_cache(maxsize=CUES_CACHE)
 def read_cues(text: str) -> Cues:
-    """Read ``text`` (one statement) into ``Cues``. Linear in its length."""
+    """Read ``text`` (one statement) into ``Cues``. Linear in its length; pure, so the last
+    ``CUES_CACHE`` texts' readings are reused (``Cues`` is frozen: shared safely across
+    threads)."""
     norm = unicodedata.normalize("NFKC", text).lower()
     words = [m.group(0) for m in _WORDS.finditer(norm)]
     pairs = set(zip(words, words[1:], strict=False))

@@ -37,6 +37,7 @@ from memory_core.chat.inject import format_memory_block, render_memory_text, str
 from memory_core.chat.routing import is_greeting, is_punctuation_only
 from memory_core.chat.tokens import count_cjk, estimate_tokens, word_tokens
 from memory_core.config import ReflectionSettings
+from memory_core.curation.change_cues import read_cues
 from memory_core.curation.consolidate import merged_content, plan_groups
 from memory_core.curation.consolidate import words as consolidation_words
 from memory_core.curation.judge import judge, same_values, strip_lead_in
@@ -107,6 +108,12 @@ def _tokenize_uncached(text: str) -> object:
     return tokenize(text)
 
 
+def _judge_uncached(old: str, new: str) -> object:
+    """``judge`` as for texts never seen (the cache of ``read_cues`` would hide a repeat's cost)."""
+    read_cues.cache_clear()
+    return judge(old, new)
+
+
 @dataclass(frozen=True)
 class Rule:
     """One rule reading caller text: ``fn(text)``, timed on inputs up to ``max_bytes``."""
@@ -140,10 +147,10 @@ RULES: dict[str, Rule] = {
     "is_request": Rule(is_request, CHAT_MAX_BYTES),
     "join_sentences": Rule(lambda t: join_sentences(t.split(".")), CHAT_MAX_BYTES),
     # the curation judge: the adversarial text old, new, and both
-    "judge(old)": Rule(lambda t: judge(t, "My code is a1b2 now, I moved to Paris.")),
-    "judge(new)": Rule(lambda t: judge("My code is a1b2 and I live in Boston.", t)),
-    "judge(both)": Rule(lambda t: judge(t, t)),
-    "judge(both, differing)": Rule(lambda t: judge(t, t + " now")),
+    "judge(old)": Rule(lambda t: _judge_uncached(t, "My code is a1b2 now, I moved to Paris.")),
+    "judge(new)": Rule(lambda t: _judge_uncached("My code is a1b2 and I live in Boston.", t)),
+    "judge(both)": Rule(lambda t: _judge_uncached(t, t)),
+    "judge(both, differing)": Rule(lambda t: _judge_uncached(t, t + " now")),
     "same_values": Rule(lambda t: same_values(t, t + " 1")),
     "strip_lead_in": Rule(strip_lead_in),
     # consolidation
