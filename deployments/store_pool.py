@@ -32,6 +32,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from memory_core.chat.metrics import CACHE_EVENTS, FALLBACK_EVENTS
 from memory_core.config import MemoryStoreSettings
+from memory_core.cpu_pool import favour_the_event_loop
 from memory_core.embedding import (
     CoalescingEmbedFn,
     LocalEncoder,
@@ -146,6 +147,8 @@ class StoreShard:
         from memory_core.stores.factory import make_store
 
         setup_tracing(tracing or TracingSettings(), "store_shard")
+        # curation's pool threads run Python beside the loop that serves every user's reads
+        favour_the_event_loop()
         self._embedder = embedder
         self._identity = identity
         self._log = json_lines_logger("memory_router.store_shard")

@@ -11,6 +11,14 @@ matches; Python code and ``re`` hold it, and the loop then gets the GIL back at 
 interval (``sys.getswitchinterval()``, 5 ms) instead of after the whole call.
 
 Functions run here must be pure or thread-safe (no asyncio objects, no shared mutable state).
+
+Python code on the pool's threads holds the GIL while it runs, and a thread that wants the GIL
+back (the event loop, to answer another user) waits for the holder's switch interval
+(``sys.getswitchinterval()``; CPython's default 5 ms) at every such hand-over: a request that
+changes hands a dozen times (an await, a worker-thread result, a Ray reply) pays it a dozen
+times. ``favour_the_event_loop`` shortens the interval for the whole process; the store shard
+and the ingress call it at start (README "Measured": a victim's search/chat p95 during another
+user's maximal batch 315 → 88 ms, within 2× of its idle p95).
 """
 
 from __future__ import annotations
@@ -27,6 +35,27 @@ T = TypeVar("T")
 
 DEFAULT_THREADS = 2
 """Worker threads of a pool when none is given (the service's hosts have few cores each)."""
+
+LOOP_SWITCH_INTERVAL_S = 0.0005
+"""The GIL switch interval of a process whose event loop serves every user while pool threads
+run Python (``favour_the_event_loop``). Measured with ``python -m benchmarks.lanes --ops
+batch,import`` (a victim's p95 during another user's maximal batch / import, ÷ its idle p95):
+5 ms (CPython's default) 6.19× / 6.04×, 1 ms 1.58× / 1.90×, 0.5 ms 1.73× / 2.40× with the
+lowest absolute p95 (88 / 121 ms against 116 / 139 and 315 / 308); the operations themselves
+took as long (86–105 s and 139–143 s)."""
+
+
+def favour_the_event_loop(interval_s: float = LOOP_SWITCH_INTERVAL_S) -> float:
+    """Set this process's GIL switch interval to ``interval_s`` seconds (``sys.setswitchinterval``),
+    so that the event loop waits at most that long for a pool thread running Python to hand
+    the GIL over. Returns the previous interval. Raises ``ValueError`` when ``interval_s`` ≤ 0."""
+    import sys
+
+    if interval_s <= 0:
+        raise ValueError("interval_s must be > 0")
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(interval_s)
+    return previous
 
 
 class CpuPool:

@@ -19,6 +19,7 @@ from memory_core.chat.background import BackgroundWrites
 from memory_core.chat.metrics import decision_values
 from memory_core.chat.pipeline import MemoryPipeline
 from memory_core.config import RouterConfig
+from memory_core.cpu_pool import favour_the_event_loop
 from memory_core.curation.llm import http_complete
 from memory_core.tracing import setup_tracing
 
@@ -64,6 +65,7 @@ class MemoryIngress(ChatRoutes, MemoryRoutes, AdminRoutes, ServiceRoutes, McpRou
     def __init__(self, config: RouterConfig, embedder, store_pool, echo=None, consolidator=None, webhooks=None):
         self.config = config
         setup_tracing(config.global_.tracing, "ingress")  # once per process; off without an OTLP endpoint
+        favour_the_event_loop()  # extraction, the gate and injection run Python on pool threads
         self.embedder = embedder
         self.store = StorePoolClient(store_pool)
         self.store_pool = store_pool
