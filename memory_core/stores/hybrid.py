@@ -355,9 +355,9 @@ class HybridStore(StoreDecorator):
         self.fallback_queries = fallback_queries
         self.fallback_wait_s = fallback_wait_s
         self._on_event = on_event
-        # per user, the task making the fallback vectors its index lacks (``_request_fill``);
-        # every fallback task (writes' too) is referenced here until it ends
-        self._fills: dict[str, asyncio.Task] = {}
+        # per user, the index being filled and the task making the fallback vectors it lacks
+        # (``_request_fill``); every fallback task (writes' too) is referenced here until it ends
+        self._fills: dict[str, tuple[UserIndex, asyncio.Task]] = {}
         self._background: dict[str, set[asyncio.Future]] = {}
         self._fallback_failed_at = -float("inf")
         if candidate_pool < 1 or rrf_k < 1:
@@ -557,13 +557,14 @@ class HybridStore(StoreDecorator):
         is pending or there is no fallback."""
         if self.fallback is None or not ui.fallback_pending:
             return None
-        task = self._fills.get(user_id)
-        if task is not None and not task.done():
-            return task
+        filling, task = self._fills.get(user_id, (None, None))
+        if filling is ui and task is not None and not task.done():
+            return task  # (the fill of an evicted index stops at its next batch: not this one's)
         task = asyncio.ensure_future(self._fill(user_id, ui))
-        self._fills[user_id] = task
+        entry = (ui, task)
+        self._fills[user_id] = entry
         self._keep(user_id, task)
-        task.add_done_callback(lambda t: self._fills.pop(user_id, None) if self._fills.get(user_id) is t else None)
+        task.add_done_callback(lambda _t: self._fills.pop(user_id, None) if self._fills.get(user_id) is entry else None)
         return task
 
     async def _fill(self, user_id: str, ui: UserIndex) -> None:
