@@ -359,6 +359,9 @@ class HybridStore(StoreDecorator):
         # (``_request_fill``); every fallback task (writes' too) is referenced here until it ends
         self._fills: dict[str, tuple[UserIndex, asyncio.Task]] = {}
         self._background: dict[str, set[asyncio.Future]] = {}
+        # per user, the (memory id, content key) pairs a task is making the vector of now: a
+        # fill leaves them to that task (``_claim``/``_release``)
+        self._making: dict[str, set[tuple[str, str]]] = {}
         self._fallback_failed_at = -float("inf")
         if candidate_pool < 1 or rrf_k < 1:
             raise ValueError("candidate_pool and rrf_k must be ≥ 1")
@@ -551,6 +554,24 @@ class HybridStore(StoreDecorator):
         self._event("fallback:passage", len(usable))
         return True
 
+    def _claim(self, user_id: str, items: Sequence[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+        """Those of ``items`` ((memory id, content key, text)) no task is making the vector
+        of, now marked as made by the caller (``_release`` them when it ends)."""
+        making = self._making.setdefault(user_id, set())
+        out = [(i, key, text) for i, key, text in items if (i, key) not in making]
+        making.update((i, key) for i, key, _ in out)
+        if not making:
+            del self._making[user_id]
+        return out
+
+    def _release(self, user_id: str, items: Sequence[tuple[str, str, str]]) -> None:
+        """End the claim ``_claim`` gave on ``items``."""
+        making = self._making.get(user_id)
+        if making is not None:
+            making.difference_update((i, key) for i, key, _ in items)
+            if not making:
+                del self._making[user_id]
+
     def _request_fill(self, user_id: str, ui: UserIndex) -> asyncio.Task | None:
         """The task making the fallback vectors ``ui`` (the user's held index) still lacks
         (``UserIndex.fallback_pending``): the one under way, or a new one; None when nothing
@@ -569,13 +590,21 @@ class HybridStore(StoreDecorator):
 
     async def _fill(self, user_id: str, ui: UserIndex) -> None:
         """Embed what ``ui`` lacks, ``passage_batch`` texts at a time, until nothing is
-        pending, the encoder fails or ``ui`` is no longer the user's index."""
+        pending but what writes' tasks are making, the encoder fails or ``ui`` is no longer
+        the user's index."""
         assert self.fallback is not None
         batch = self.fallback.passage_batch
         while self.index.ready(user_id) is ui and ui.fallback_pending:
-            items = [(i, key, text) for i, (key, text) in itertools.islice(ui.fallback_pending.items(), batch)]
-            if not await self._embed_fallback(user_id, items):
-                return
+            making = self._making.get(user_id, set())
+            unclaimed = ((i, key, text) for i, (key, text) in ui.fallback_pending.items() if (i, key) not in making)
+            items = self._claim(user_id, list(itertools.islice(unclaimed, batch)))
+            if not items:
+                return  # the rest are under way
+            try:
+                if not await self._embed_fallback(user_id, items):
+                    return
+            finally:
+                self._release(user_id, items)
 
     async def fallback_settled(self, user_id: str) -> None:
         """Wait until the fallback vectors under way for ``user_id`` (writes' and the index's
@@ -604,9 +633,12 @@ class HybridStore(StoreDecorator):
                 wanted = not self._represents(m.content)  # the build's replay decides
             if wanted:
                 items.append((m.id, key, m.content))
+        items = self._claim(user_id, items)  # (one under way already is not made twice)
         task = self._keep(user_id, asyncio.ensure_future(self._embed_fallback(user_id, items))) if items else None
-        if ui is not None and len(ui.fallback_pending) > len(items):  # earlier ones left behind
-            self._request_fill(user_id, ui)
+        if task is not None:
+            task.add_done_callback(lambda _t: self._release(user_id, items))
+        if ui is not None and len(ui.fallback_pending) > len(self._making.get(user_id, ())):
+            self._request_fill(user_id, ui)  # earlier ones left behind, no task making them
         if task is not None:
             await asyncio.wait({task}, timeout=self.fallback_wait_s)
 

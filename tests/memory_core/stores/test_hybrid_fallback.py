@@ -383,3 +383,20 @@ async def test_an_index_rebuilt_while_the_evicted_ones_fill_runs_gets_all_its_ve
     encoder.gate.set()
     await asyncio.wait_for(store.fallback_settled("u1"), 5)
     assert [n for n in range(len(texts)) if store.fallback_vector("u1", tid(f"M{n}")) is None] == []
+
+
+async def test_writes_overlapping_a_busy_fallback_embed_each_memory_once():
+    """Writes whose vectors are still under way (the engine busy past ``fallback_wait_s``):
+    the next write's fill of what earlier ones "left behind" does not embed those again."""
+    encoder = FakeFallbackEncoder()
+    store = HybridStore(make_inner(), **plain(), fallback=fallback_model(encoder), fallback_wait_s=0.01)
+    await store.retrieve(opts("warm up"))
+    encoder.gate = asyncio.Event()
+    texts = [f"§ blarg w{n}" for n in range(6)]
+    for n, text in enumerate(texts):
+        await store.store(Memory(id=tid(f"M{n}"), user_id="u1", content=text))
+    encoder.gate.set()
+    await asyncio.wait_for(store.fallback_settled("u1"), 5)
+    assert all(store.fallback_vector("u1", tid(f"M{n}")) is not None for n in range(len(texts)))
+    assert sorted(encoder.texts) == sorted(texts)  # each once
+    assert store._making == {} and store._fills == {} and store._background == {}  # nothing left per user
