@@ -130,6 +130,8 @@ _D = RetrievalSettings()  # constructor defaults = the configuration defaults
 _PERIOD_YEARS = 200
 """Most years a period without a year ("in June") is looked for in: the latest ones the
 user's memories cover."""
+_MIN_TS = datetime(1, 1, 1, tzinfo=UTC).timestamp()
+_MAX_TS = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()
 FallbackQueries = Literal["unrepresentable", "all"]
 FALLBACK_EVENTS = ("fallback:passage", "fallback:query", "fallback:error")
 """What ``HybridStore`` reports to ``on_event`` with a fallback model: a memory's passage
@@ -902,7 +904,7 @@ class HybridStore(StoreDecorator):
     ) -> frozenset[str]:
         """The memories created within the periods the query names (``retrieval.querytime``,
         each widened by ``date_slack_days``; a period without a year in each year the user's
-        memories cover, at most ``_PERIOD_YEARS`` of them, the latest); empty when it names
+        memories cover, widened by that slack, at most ``_PERIOD_YEARS`` of them, the latest); empty when it names
         none. The best ``pool`` of them by BM25 and, with the held search, by cosine join
         ``cands``: a memory of that time is ranked even when neither side's overall top
         found it."""
@@ -910,7 +912,10 @@ class HybridStore(StoreDecorator):
         bounds = ui.timeline.span() if spans else None
         if bounds is None:
             return frozenset()
-        first, last = (datetime.fromtimestamp(t, UTC).year for t in bounds)
+        # the years whose period, widened by the slack, can hold one of the user's memories
+        slack_s = self.date_slack_days * 86400.0
+        lo, hi = max(bounds[0] - slack_s, _MIN_TS), min(bounds[1] + slack_s, _MAX_TS)
+        first, last = (datetime.fromtimestamp(t, UTC).year for t in (lo, hi))
         years = range(max(first, last - _PERIOD_YEARS + 1, 1), min(last, 9998) + 1)
         period: set[str] = set()
         for span in spans:
