@@ -121,7 +121,9 @@ class TimeSpan:
 
 
 def _month(name: str) -> int:
-    return _MONTHS[name.lower().rstrip(".")]
+    """The month ``name`` (as the pattern matched it) names: case-folded, since RE2's
+    case-insensitive ``s`` also matches U+017F (``ſ``)."""
+    return _MONTHS[name.casefold().rstrip(".")]
 
 
 def query_spans(query: str) -> list[TimeSpan]:
@@ -158,7 +160,7 @@ def _span(m) -> TimeSpan | None:
     if g[6] is not None:  # month year
         return TimeSpan(int(g[7]), _month(g[6]))
     if g[8] is not None:  # season year
-        first, months = _SEASONS[g[8].lower()]
+        first, months = _SEASONS[g[8].casefold()]
         return TimeSpan(int(g[9]), first, None, months)
     if g[10] is not None:  # lead word + month
         if not _may_is_a_month(g[10]):
@@ -172,7 +174,7 @@ def _span(m) -> TimeSpan | None:
 def _may_is_a_month(name: str) -> bool:
     """Without a year beside it, "may" names the month only when written ``May`` (the
     lower-case word is the verb: "in may be", "I may 2 ...")."""
-    return name.lower() != "may" or name == "May"
+    return name.casefold() != "may" or name == "May"
 
 
 def _int(text: str | None) -> int | None:

@@ -75,6 +75,11 @@ async def test_the_period_bonus_honours_the_threshold_and_filters():
     assert "film" not in ids(await h.retrieve(opts(query=q, project_id="elsewhere")))
 
 
+async def test_a_month_spelt_with_a_long_s_is_a_search_like_any_other():
+    h = await dated_store(date_weight=0.3)
+    assert "f0" in ids(await h.retrieve(opts(query="Which movie did Joanna watch in \u017feptember?", limit=40)))
+
+
 async def test_a_day_without_a_year_reaches_across_new_year_with_its_slack():
     """The years a period without a year is looked for in are those its slack can reach from
     the user's memories: a memory of 1 January told of the day before is matched by "on 31

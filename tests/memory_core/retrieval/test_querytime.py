@@ -56,6 +56,21 @@ def test_no_period(query):
     assert query_spans(query) == []
 
 
+@pytest.mark.parametrize(
+    "query, spans",
+    [
+        # RE2's case-insensitive "s" is also U+017F (long s), "k" also U+212A (Kelvin sign): such
+        # a month or season name was looked up as written and raised KeyError (a failed search)
+        ("in \u017feptember", [TimeSpan(None, 9)]),
+        ("\u017fummer 2021", [TimeSpan(2021, 6, None, 3)]),
+        ("in Augu\u017ft 2020", [TimeSpan(2020, 8)]),
+        ("on 3 \u017fep 2021", [TimeSpan(2021, 9, 3)]),
+    ],
+)
+def test_a_name_read_through_unicode_case_folding_is_its_month(query, spans):
+    assert query_spans(query) == spans
+
+
 def test_a_lower_case_may_with_a_year_or_day_is_the_month():
     assert query_spans("may 2023") == [TimeSpan(2023, 5)]
     assert query_spans("on 4 may 2023") == [TimeSpan(2023, 5, 4)]
