@@ -27,7 +27,7 @@ gives the memories created within them a bonus (``RetrievalSettings.date_weight`
 the best of them by cosine and by BM25 as candidates.
 
 The patterns run on RE2 (``memory_core.linear_re``): linear in the query's length, at most
-``MAX_SPANS`` spans read.
+``MAX_SPANS`` spans read; two periods one character apart ("2021-2022") are both read.
 """
 
 from __future__ import annotations
@@ -138,17 +138,25 @@ def query_spans(query: str) -> list[TimeSpan]:
     []
     """
     out: list[TimeSpan] = []
-    for m in _QUERY_TIME.finditer(query or ""):
-        span = _span(m)
+    # UTF-8 bytes: RE2 searches them from an offset without converting the whole text again
+    # (a str's offsets are mapped back to characters at every call: quadratic in the query)
+    text, pos = (query or "").encode("utf-8"), 0
+    while len(out) < MAX_SPANS and (m := _QUERY_TIME.search(text, pos)) is not None:
+        span = _span(tuple(g.decode("utf-8") if g is not None else None for g in m.groups()))
         if span is not None:
             out.append(span)
-            if len(out) >= MAX_SPANS:
-                break
+        # the word edge after a match (linear_re.END: a character it consumed) may be the next
+        # one's start ("2021-2022"): search on from that character's first byte
+        pos = m.end() - 1
+        while pos > m.start() + 1 and text[pos] & 0xC0 == 0x80:
+            pos -= 1
+        pos = max(pos, m.start() + 1)
     return out
 
 
-def _span(m) -> TimeSpan | None:
-    g = m.groups()
+def _span(g: tuple[str | None, ...]) -> TimeSpan | None:
+    """The period of one match's groups (``_QUERY_TIME``'s, in order), None when they name
+    none (``may`` the verb)."""
     if g[0] is not None:  # day month [year]
         if g[2] is None and not _may_is_a_month(g[1]):
             return None

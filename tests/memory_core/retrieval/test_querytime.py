@@ -32,6 +32,11 @@ def ts(*args: int) -> float:
         ("on June 3rd", [TimeSpan(None, 6, 3)]),
         ("How many times has Melanie gone to the beach in 2023?", [TimeSpan(2023)]),
         ("between 2021 and 2022", [TimeSpan(2021), TimeSpan(2022)]),
+        # periods one character apart: the character after one is the start of the next
+        ("What did I do in 2021-2022?", [TimeSpan(2021), TimeSpan(2022)]),
+        ("2022 2023", [TimeSpan(2022), TimeSpan(2023)]),
+        ("in 2021\u20132022", [TimeSpan(2021), TimeSpan(2022)]),  # an en dash: 3 bytes of UTF-8
+        ("on 1 May/2 May 2022", [TimeSpan(None, 5, 1), TimeSpan(2022, 5, 2)]),
     ],
 )
 def test_periods_a_query_names(query, spans):
