@@ -35,6 +35,7 @@ from __future__ import annotations
 import calendar
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from .. import linear_re
 
@@ -154,7 +155,7 @@ def query_spans(query: str) -> list[TimeSpan]:
     return out
 
 
-def _span(g: tuple[str | None, ...]) -> TimeSpan | None:
+def _span(g: tuple[Any, ...]) -> TimeSpan | None:
     """The period of one match's groups (``_QUERY_TIME``'s, in order), None when they name
     none (``may`` the verb)."""
     if g[0] is not None:  # day month [year]
