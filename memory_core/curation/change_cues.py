@@ -428,13 +428,25 @@ CUES_CACHE = 4096
 """Statements whose ``Cues`` are kept (least recently used dropped first). Curation judges each
 memory written against up to ``curation.candidates`` stored ones, and each stored memory
 against every later one near it: a statement is read once while it stays in the cache."""
+CUES_CACHE_MAX_CHARS = 512
+"""Longest statement (characters) whose ``Cues`` are kept: a reading holds ~25-50 bytes per
+character (its words and terms), so the cache holds at most ~100 MB whatever is written
+(memories of 16 KB would have made it ~2.4 GB); longer statements are read each time."""
 
 
-@lru_cache(maxsize=CUES_CACHE)
 def read_cues(text: str) -> Cues:
     """Read ``text`` (one statement) into ``Cues``. Linear in its length; pure, so the last
-    ``CUES_CACHE`` texts' readings are reused (``Cues`` is frozen: shared safely across
-    threads)."""
+    ``CUES_CACHE`` readings of texts up to ``CUES_CACHE_MAX_CHARS`` are reused (``Cues`` is
+    frozen: shared safely across threads; ``clear_cues_cache`` empties it)."""
+    return _read_cues_cached(text) if len(text) <= CUES_CACHE_MAX_CHARS else _read_cues(text)
+
+
+def clear_cues_cache() -> None:
+    """Forget the readings ``read_cues`` kept."""
+    _read_cues_cached.cache_clear()
+
+
+def _read_cues(text: str) -> Cues:
     norm = unicodedata.normalize("NFKC", text).lower()
     words = [m.group(0) for m in _WORDS.finditer(norm)]
     pairs = set(zip(words, words[1:], strict=False))
@@ -490,6 +502,8 @@ def read_cues(text: str) -> Cues:
         frames=frozenset(frames),
     )
 
+
+_read_cues_cached = lru_cache(maxsize=CUES_CACHE)(_read_cues)
 
 _TOO_AT_END = linear_re.compile(rf"{linear_re.START}too{linear_re.SPACE}*(?:[.,!?;:)]|$)")
 

@@ -27,7 +27,7 @@ gives the memories created within them a bonus (``RetrievalSettings.date_weight`
 the best of them by cosine and by BM25 as candidates.
 
 The patterns run on RE2 (``memory_core.linear_re``): linear in the query's length, at most
-``MAX_SPANS`` spans read.
+``MAX_SPANS`` spans read; two periods one character apart ("2021-2022") are both read.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from __future__ import annotations
 import calendar
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from .. import linear_re
 
@@ -121,7 +122,9 @@ class TimeSpan:
 
 
 def _month(name: str) -> int:
-    return _MONTHS[name.lower().rstrip(".")]
+    """The month ``name`` (as the pattern matched it) names: case-folded, since RE2's
+    case-insensitive ``s`` also matches U+017F (``ſ``)."""
+    return _MONTHS[name.casefold().rstrip(".")]
 
 
 def query_spans(query: str) -> list[TimeSpan]:
@@ -136,17 +139,25 @@ def query_spans(query: str) -> list[TimeSpan]:
     []
     """
     out: list[TimeSpan] = []
-    for m in _QUERY_TIME.finditer(query or ""):
-        span = _span(m)
+    # UTF-8 bytes: RE2 searches them from an offset without converting the whole text again
+    # (a str's offsets are mapped back to characters at every call: quadratic in the query)
+    text, pos = (query or "").encode("utf-8"), 0
+    while len(out) < MAX_SPANS and (m := _QUERY_TIME.search(text, pos)) is not None:
+        span = _span(tuple(g.decode("utf-8") if g is not None else None for g in m.groups()))
         if span is not None:
             out.append(span)
-            if len(out) >= MAX_SPANS:
-                break
+        # the word edge after a match (linear_re.END: a character it consumed) may be the next
+        # one's start ("2021-2022"): search on from that character's first byte
+        pos = m.end() - 1
+        while pos > m.start() + 1 and text[pos] & 0xC0 == 0x80:
+            pos -= 1
+        pos = max(pos, m.start() + 1)
     return out
 
 
-def _span(m) -> TimeSpan | None:
-    g = m.groups()
+def _span(g: tuple[Any, ...]) -> TimeSpan | None:
+    """The period of one match's groups (``_QUERY_TIME``'s, in order), None when they name
+    none (``may`` the verb)."""
     if g[0] is not None:  # day month [year]
         if g[2] is None and not _may_is_a_month(g[1]):
             return None
@@ -158,7 +169,7 @@ def _span(m) -> TimeSpan | None:
     if g[6] is not None:  # month year
         return TimeSpan(int(g[7]), _month(g[6]))
     if g[8] is not None:  # season year
-        first, months = _SEASONS[g[8].lower()]
+        first, months = _SEASONS[g[8].casefold()]
         return TimeSpan(int(g[9]), first, None, months)
     if g[10] is not None:  # lead word + month
         if not _may_is_a_month(g[10]):
@@ -172,7 +183,7 @@ def _span(m) -> TimeSpan | None:
 def _may_is_a_month(name: str) -> bool:
     """Without a year beside it, "may" names the month only when written ``May`` (the
     lower-case word is the verb: "in may be", "I may 2 ...")."""
-    return name.lower() != "may" or name == "May"
+    return name.casefold() != "may" or name == "May"
 
 
 def _int(text: str | None) -> int | None:

@@ -130,6 +130,8 @@ _D = RetrievalSettings()  # constructor defaults = the configuration defaults
 _PERIOD_YEARS = 200
 """Most years a period without a year ("in June") is looked for in: the latest ones the
 user's memories cover."""
+_MIN_TS = datetime(1, 1, 1, tzinfo=UTC).timestamp()
+_MAX_TS = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()
 FallbackQueries = Literal["unrepresentable", "all"]
 FALLBACK_EVENTS = ("fallback:passage", "fallback:query", "fallback:error")
 """What ``HybridStore`` reports to ``on_event`` with a fallback model: a memory's passage
@@ -355,10 +357,13 @@ class HybridStore(StoreDecorator):
         self.fallback_queries = fallback_queries
         self.fallback_wait_s = fallback_wait_s
         self._on_event = on_event
-        # per user, the task making the fallback vectors its index lacks (``_request_fill``);
-        # every fallback task (writes' too) is referenced here until it ends
-        self._fills: dict[str, asyncio.Task] = {}
+        # per user, the index being filled and the task making the fallback vectors it lacks
+        # (``_request_fill``); every fallback task (writes' too) is referenced here until it ends
+        self._fills: dict[str, tuple[UserIndex, asyncio.Task]] = {}
         self._background: dict[str, set[asyncio.Future]] = {}
+        # per user, the (memory id, content key) pairs a task is making the vector of now: a
+        # fill leaves them to that task (``_claim``/``_release``)
+        self._making: dict[str, set[tuple[str, str]]] = {}
         self._fallback_failed_at = -float("inf")
         if candidate_pool < 1 or rrf_k < 1:
             raise ValueError("candidate_pool and rrf_k must be ≥ 1")
@@ -551,30 +556,57 @@ class HybridStore(StoreDecorator):
         self._event("fallback:passage", len(usable))
         return True
 
+    def _claim(self, user_id: str, items: Sequence[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+        """Those of ``items`` ((memory id, content key, text)) no task is making the vector
+        of, now marked as made by the caller (``_release`` them when it ends)."""
+        making = self._making.setdefault(user_id, set())
+        out = [(i, key, text) for i, key, text in items if (i, key) not in making]
+        making.update((i, key) for i, key, _ in out)
+        if not making:
+            del self._making[user_id]
+        return out
+
+    def _release(self, user_id: str, items: Sequence[tuple[str, str, str]]) -> None:
+        """End the claim ``_claim`` gave on ``items``."""
+        making = self._making.get(user_id)
+        if making is not None:
+            making.difference_update((i, key) for i, key, _ in items)
+            if not making:
+                del self._making[user_id]
+
     def _request_fill(self, user_id: str, ui: UserIndex) -> asyncio.Task | None:
         """The task making the fallback vectors ``ui`` (the user's held index) still lacks
         (``UserIndex.fallback_pending``): the one under way, or a new one; None when nothing
         is pending or there is no fallback."""
         if self.fallback is None or not ui.fallback_pending:
             return None
-        task = self._fills.get(user_id)
-        if task is not None and not task.done():
-            return task
+        filling, task = self._fills.get(user_id, (None, None))
+        if filling is ui and task is not None and not task.done():
+            return task  # (the fill of an evicted index stops at its next batch: not this one's)
         task = asyncio.ensure_future(self._fill(user_id, ui))
-        self._fills[user_id] = task
+        entry = (ui, task)
+        self._fills[user_id] = entry
         self._keep(user_id, task)
-        task.add_done_callback(lambda t: self._fills.pop(user_id, None) if self._fills.get(user_id) is t else None)
+        task.add_done_callback(lambda _t: self._fills.pop(user_id, None) if self._fills.get(user_id) is entry else None)
         return task
 
     async def _fill(self, user_id: str, ui: UserIndex) -> None:
         """Embed what ``ui`` lacks, ``passage_batch`` texts at a time, until nothing is
-        pending, the encoder fails or ``ui`` is no longer the user's index."""
+        pending but what writes' tasks are making, the encoder fails or ``ui`` is no longer
+        the user's index."""
         assert self.fallback is not None
         batch = self.fallback.passage_batch
         while self.index.ready(user_id) is ui and ui.fallback_pending:
-            items = [(i, key, text) for i, (key, text) in itertools.islice(ui.fallback_pending.items(), batch)]
-            if not await self._embed_fallback(user_id, items):
-                return
+            making = self._making.get(user_id, set())
+            unclaimed = ((i, key, text) for i, (key, text) in ui.fallback_pending.items() if (i, key) not in making)
+            items = self._claim(user_id, list(itertools.islice(unclaimed, batch)))
+            if not items:
+                return  # the rest are under way
+            try:
+                if not await self._embed_fallback(user_id, items):
+                    return
+            finally:
+                self._release(user_id, items)
 
     async def fallback_settled(self, user_id: str) -> None:
         """Wait until the fallback vectors under way for ``user_id`` (writes' and the index's
@@ -603,9 +635,12 @@ class HybridStore(StoreDecorator):
                 wanted = not self._represents(m.content)  # the build's replay decides
             if wanted:
                 items.append((m.id, key, m.content))
+        items = self._claim(user_id, items)  # (one under way already is not made twice)
         task = self._keep(user_id, asyncio.ensure_future(self._embed_fallback(user_id, items))) if items else None
-        if ui is not None and len(ui.fallback_pending) > len(items):  # earlier ones left behind
-            self._request_fill(user_id, ui)
+        if task is not None:
+            task.add_done_callback(lambda _t: self._release(user_id, items))
+        if ui is not None and len(ui.fallback_pending) > len(self._making.get(user_id, ())):
+            self._request_fill(user_id, ui)  # earlier ones left behind, no task making them
         if task is not None:
             await asyncio.wait({task}, timeout=self.fallback_wait_s)
 
@@ -869,7 +904,7 @@ class HybridStore(StoreDecorator):
     ) -> frozenset[str]:
         """The memories created within the periods the query names (``retrieval.querytime``,
         each widened by ``date_slack_days``; a period without a year in each year the user's
-        memories cover, at most ``_PERIOD_YEARS`` of them, the latest); empty when it names
+        memories cover, widened by that slack, at most ``_PERIOD_YEARS`` of them, the latest); empty when it names
         none. The best ``pool`` of them by BM25 and, with the held search, by cosine join
         ``cands``: a memory of that time is ranked even when neither side's overall top
         found it."""
@@ -877,7 +912,10 @@ class HybridStore(StoreDecorator):
         bounds = ui.timeline.span() if spans else None
         if bounds is None:
             return frozenset()
-        first, last = (datetime.fromtimestamp(t, UTC).year for t in bounds)
+        # the years whose period, widened by the slack, can hold one of the user's memories
+        slack_s = self.date_slack_days * 86400.0
+        lo, hi = max(bounds[0] - slack_s, _MIN_TS), min(bounds[1] + slack_s, _MAX_TS)
+        first, last = (datetime.fromtimestamp(t, UTC).year for t in (lo, hi))
         years = range(max(first, last - _PERIOD_YEARS + 1, 1), min(last, 9998) + 1)
         period: set[str] = set()
         for span in spans:

@@ -37,7 +37,7 @@ from memory_core.chat.inject import format_memory_block, render_memory_text, str
 from memory_core.chat.routing import is_greeting, is_punctuation_only
 from memory_core.chat.tokens import count_cjk, estimate_tokens, word_tokens
 from memory_core.config import ReflectionSettings
-from memory_core.curation.change_cues import read_cues
+from memory_core.curation.change_cues import clear_cues_cache
 from memory_core.curation.consolidate import merged_content, plan_groups
 from memory_core.curation.consolidate import words as consolidation_words
 from memory_core.curation.judge import judge, same_values, strip_lead_in
@@ -110,7 +110,7 @@ def _tokenize_uncached(text: str) -> object:
 
 def _judge_uncached(old: str, new: str) -> object:
     """``judge`` as for texts never seen (the cache of ``read_cues`` would hide a repeat's cost)."""
-    read_cues.cache_clear()
+    clear_cues_cache()
     return judge(old, new)
 
 

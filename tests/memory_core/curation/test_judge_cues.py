@@ -1,10 +1,13 @@
 """The judge's multilingual cue classes (memory_core.curation.change_cues, judge._moved_on):
 each class with sentences of its own, in several languages (none from the labelled set)."""
 
+import tracemalloc
+
 import pytest
 
 from memory_core.curation.change_cues import read_cues
 from memory_core.curation.judge import Verdict, judge
+from memory_core.retrieval import lexical
 
 S, C = Verdict.SUPERSEDES, Verdict.COMPATIBLE
 
@@ -115,3 +118,24 @@ def test_going_to_before_a_verb_is_a_plan_not_before_a_place():
 def test_a_person_is_read_after_a_possessive_only():
     assert read_cues("My older brother lives in Oslo.").people == {"brother"}
     assert read_cues("My password manager is KeePass.").people == frozenset()
+
+
+def test_the_cache_of_readings_keeps_no_long_statement():
+    """A reading holds ~40 bytes per character of its statement (its words and terms): a
+    cache of the last 4,096 readings of memories up to 16 KB each held ~2.4 GB per process,
+    filled by one user's writes. Long statements are read again instead of kept."""
+    words = [f"w{n}x" for n in range(4000)]
+    statements = [" ".join(words[k : k + 2000]) + " is my favourite" for k in range(0, 16, 2)]  # ~13 KB each
+    read_cues("warm up: my sister lives in Oslo")
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for text in statements:
+            read_cues(text)
+        lexical._terms.cache_clear()  # the tokenizer's own caches (bounded by texts and words) aside
+        lexical._stem.cache_clear()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 256 * 1024, f"{kept / len(statements):.0f} bytes kept per long statement read"
+    assert read_cues(statements[0]) == read_cues(statements[0])  # read again: the same reading

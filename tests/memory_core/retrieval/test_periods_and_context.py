@@ -75,6 +75,30 @@ async def test_the_period_bonus_honours_the_threshold_and_filters():
     assert "film" not in ids(await h.retrieve(opts(query=q, project_id="elsewhere")))
 
 
+async def test_a_month_spelt_with_a_long_s_is_a_search_like_any_other():
+    h = await dated_store(date_weight=0.3)
+    assert "f0" in ids(await h.retrieve(opts(query="Which movie did Joanna watch in \u017feptember?", limit=40)))
+
+
+async def test_a_day_without_a_year_reaches_across_new_year_with_its_slack():
+    """The years a period without a year is looked for in are those its slack can reach from
+    the user's memories: a memory of 1 January told of the day before is matched by "on 31
+    December" whether or not the user has memories of the year before (and forward)."""
+
+    async def party_score(when: datetime, query: str, weight: float) -> float:
+        h = HybridStore(InMemoryStore(embed=fake_embed, dimension=DIM), **plain(date_weight=weight, date_slack_days=1))
+        await h.store(memory("party", "Joanna: the party was loud", when))
+        await h.store(memory("other", "Joanna: the party was fun", when + timedelta(days=60)))
+        return by_name(await h.retrieve(opts(query=query, limit=5)))["party"]
+
+    for when, query in (
+        (datetime(2024, 1, 1, 10, tzinfo=UTC), "What was the party like on 31 December?"),
+        (datetime(2023, 12, 31, 23, tzinfo=UTC), "What was the party like on 1 January?"),
+    ):
+        bonus = await party_score(when, query, 0.3) - await party_score(when, query, 0.0)
+        assert bonus == pytest.approx(0.3, abs=1e-6), query
+
+
 def turn(name: str, speaker: str, text: str, i: int, day: int = 0) -> Memory:
     t0 = datetime(2023, 5, 8, 13, 0, tzinfo=UTC) + timedelta(days=day, seconds=i)
     return memory(name, f"{speaker}: {text}", t0)

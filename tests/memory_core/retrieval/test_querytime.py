@@ -32,6 +32,11 @@ def ts(*args: int) -> float:
         ("on June 3rd", [TimeSpan(None, 6, 3)]),
         ("How many times has Melanie gone to the beach in 2023?", [TimeSpan(2023)]),
         ("between 2021 and 2022", [TimeSpan(2021), TimeSpan(2022)]),
+        # periods one character apart: the character after one is the start of the next
+        ("What did I do in 2021-2022?", [TimeSpan(2021), TimeSpan(2022)]),
+        ("2022 2023", [TimeSpan(2022), TimeSpan(2023)]),
+        ("in 2021\u20132022", [TimeSpan(2021), TimeSpan(2022)]),  # an en dash: 3 bytes of UTF-8
+        ("on 1 May/2 May 2022", [TimeSpan(None, 5, 1), TimeSpan(2022, 5, 2)]),
     ],
 )
 def test_periods_a_query_names(query, spans):
@@ -54,6 +59,21 @@ def test_periods_a_query_names(query, spans):
 )
 def test_no_period(query):
     assert query_spans(query) == []
+
+
+@pytest.mark.parametrize(
+    "query, spans",
+    [
+        # RE2's case-insensitive "s" is also U+017F (long s), "k" also U+212A (Kelvin sign): such
+        # a month or season name was looked up as written and raised KeyError (a failed search)
+        ("in \u017feptember", [TimeSpan(None, 9)]),
+        ("\u017fummer 2021", [TimeSpan(2021, 6, None, 3)]),
+        ("in Augu\u017ft 2020", [TimeSpan(2020, 8)]),
+        ("on 3 \u017fep 2021", [TimeSpan(2021, 9, 3)]),
+    ],
+)
+def test_a_name_read_through_unicode_case_folding_is_its_month(query, spans):
+    assert query_spans(query) == spans
 
 
 def test_a_lower_case_may_with_a_year_or_day_is_the_month():

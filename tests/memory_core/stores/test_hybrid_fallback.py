@@ -364,3 +364,39 @@ async def test_e5_beside_minilm_finds_a_thai_memory_from_a_thai_question_among_d
     assert "target" in found
     best = max(ranked["with"], key=lambda r: r.similarity)
     assert tname(best.memory.id) == "target"
+
+
+async def test_an_index_rebuilt_while_the_evicted_ones_fill_runs_gets_all_its_vectors():
+    """The evicted index's fill (still under way) is not the rebuilt index's: the rebuild
+    starts its own, so every pending memory gets its vector, not only the batch the old
+    fill had in hand when it noticed the eviction."""
+    encoder = FakeFallbackEncoder()
+    inner = make_inner()
+    texts = ("§ blarg mip", "§ nib wump", "§ quux fizz", "§ zork wump", "§ blarg fizz")  # > 2 batches of 2
+    for n, text in enumerate(texts):
+        await inner.store(Memory(id=tid(f"M{n}"), user_id="u1", content=text))
+    store = HybridStore(inner, **plain(max_users=1), fallback=fallback_model(encoder), fallback_wait_s=0.01)
+    encoder.gate = asyncio.Event()
+    await store.retrieve(opts())  # builds u1; its fill waits at the gate
+    await store.retrieve(opts(user="u2"))  # evicts u1
+    await store.retrieve(opts())  # rebuilds u1 while the old fill is still under way
+    encoder.gate.set()
+    await asyncio.wait_for(store.fallback_settled("u1"), 5)
+    assert [n for n in range(len(texts)) if store.fallback_vector("u1", tid(f"M{n}")) is None] == []
+
+
+async def test_writes_overlapping_a_busy_fallback_embed_each_memory_once():
+    """Writes whose vectors are still under way (the engine busy past ``fallback_wait_s``):
+    the next write's fill of what earlier ones "left behind" does not embed those again."""
+    encoder = FakeFallbackEncoder()
+    store = HybridStore(make_inner(), **plain(), fallback=fallback_model(encoder), fallback_wait_s=0.01)
+    await store.retrieve(opts("warm up"))
+    encoder.gate = asyncio.Event()
+    texts = [f"§ blarg w{n}" for n in range(6)]
+    for n, text in enumerate(texts):
+        await store.store(Memory(id=tid(f"M{n}"), user_id="u1", content=text))
+    encoder.gate.set()
+    await asyncio.wait_for(store.fallback_settled("u1"), 5)
+    assert all(store.fallback_vector("u1", tid(f"M{n}")) is not None for n in range(len(texts)))
+    assert sorted(encoder.texts) == sorted(texts)  # each once
+    assert store._making == {} and store._fills == {} and store._background == {}  # nothing left per user
