@@ -78,10 +78,16 @@ MAX_STEM_CHARS = 64
 time grows faster than the word: a 16 KB "word" would take seconds)."""
 
 
-@lru_cache(maxsize=65536)
 def _stem(word: str) -> str:
+    """The Snowball stem of ``word``; a word longer than ``MAX_STEM_CHARS`` as it is, and
+    never cached (65,536 cached 16 KB "words" would hold a gigabyte)."""
     if len(word) > MAX_STEM_CHARS:
         return word
+    return _stem_cached(word)
+
+
+@lru_cache(maxsize=65536)
+def _stem_cached(word: str) -> str:
     stemmer = getattr(_STEMMERS, "english", None)
     if stemmer is None:
         stemmer = _STEMMERS.english = snowballstemmer.stemmer("english")

@@ -103,7 +103,7 @@ def _gate(text: str) -> object:
 
 def _tokenize_uncached(text: str) -> object:
     """``tokenize`` as for a text never seen (its stemming cache would hide a repeat's cost)."""
-    lexical._stem.cache_clear()
+    lexical._stem_cached.cache_clear()
     lexical._terms.cache_clear()
     return tokenize(text)
 

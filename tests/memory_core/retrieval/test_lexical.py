@@ -103,3 +103,15 @@ def test_search_limit_and_tie_order():
     for i in ("z", "y", "x"):
         c.add(i, "same words here")
     assert [i for i, _ in c.search("words", limit=2)] == ["x", "y"]
+
+
+def test_a_word_too_long_to_stem_is_not_cached():
+    """A 16 KB "word" is indexed as it is and never kept in the stem cache."""
+    from memory_core.retrieval import lexical
+
+    lexical._stem_cached.cache_clear()
+    long_word = "x" * (lexical.MAX_STEM_CHARS + 1)
+    assert lexical._stem(long_word) == long_word
+    assert lexical._stem_cached.cache_info().currsize == 0
+    assert lexical._stem("painting") == "paint"
+    assert lexical._stem_cached.cache_info().currsize == 1
