@@ -38,18 +38,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .. import linear_re
+from .timeparse import MONTHS
 
 MAX_SPANS = 4
 """Most spans read from one query (the first ones)."""
 
-_MONTHS = {
-    "january": 1, "jan": 1, "february": 2, "feb": 2, "march": 3, "mar": 3, "april": 4, "apr": 4,
-    "may": 5, "june": 6, "jun": 6, "july": 7, "jul": 7, "august": 8, "aug": 8,
-    "september": 9, "sept": 9, "sep": 9, "october": 10, "oct": 10, "november": 11, "nov": 11,
-    "december": 12, "dec": 12,
-}  # fmt: skip
 _FULL_MONTHS = "january|february|march|april|may|june|july|august|september|october|november|december"
-_ANY_MONTH = "|".join(sorted(_MONTHS, key=len, reverse=True))
+_ANY_MONTH = "|".join(sorted(MONTHS, key=len, reverse=True))
 _SEASONS = {"spring": (3, 3), "summer": (6, 3), "fall": (9, 3), "autumn": (9, 3), "winter": (12, 3)}
 """Season → (first month, number of months)."""
 
@@ -124,7 +119,7 @@ class TimeSpan:
 def _month(name: str) -> int:
     """The month ``name`` (as the pattern matched it) names: case-folded, since RE2's
     case-insensitive ``s`` also matches U+017F (``ſ``)."""
-    return _MONTHS[name.casefold().rstrip(".")]
+    return MONTHS[name.casefold().rstrip(".")]
 
 
 def query_spans(query: str) -> list[TimeSpan]:

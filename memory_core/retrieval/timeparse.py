@@ -21,13 +21,14 @@ from datetime import UTC, datetime
 
 from ..errors import InvalidInput
 
-_MONTHS = {
+MONTHS = {
     "january": 1, "jan": 1, "february": 2, "feb": 2, "march": 3, "mar": 3, "april": 4, "apr": 4,
     "may": 5, "june": 6, "jun": 6, "july": 7, "jul": 7, "august": 8, "aug": 8,
     "september": 9, "sep": 9, "sept": 9, "october": 10, "oct": 10, "november": 11, "nov": 11,
     "december": 12, "dec": 12,
 }  # fmt: skip
-_MONTH_RE = "|".join(sorted(_MONTHS, key=len, reverse=True))
+"""English month names and their abbreviations (lower case) → month number."""
+_MONTH_RE = "|".join(sorted(MONTHS, key=len, reverse=True))
 _TIME = r"(?P<h>\d{1,2})(?::(?P<mi>\d{2}))?\s*(?P<ampm>[ap]\.?m\.?)?"
 _DMY = re.compile(rf"(?P<d>\d{{1,2}})(?:st|nd|rd|th)?\s+(?P<mon>{_MONTH_RE})\.?,?\s+(?P<y>\d{{4}})", re.I)
 _MDY = re.compile(rf"(?P<mon>{_MONTH_RE})\.?\s+(?P<d>\d{{1,2}})(?:st|nd|rd|th)?,?\s+(?P<y>\d{{4}})", re.I)
@@ -52,7 +53,7 @@ def parse_session_date(text: str) -> datetime:
     m = _DMY.search(s) or _MDY.search(s)
     if not m:
         raise InvalidInput(f"no date found in {text!r}")
-    day, month, year = int(m.group("d")), _MONTHS[m.group("mon").lower().rstrip(".")], int(m.group("y"))
+    day, month, year = int(m.group("d")), MONTHS[m.group("mon").casefold().rstrip(".")], int(m.group("y"))
     rest = (s[: m.start()] + " " + s[m.end() :]).strip()
     hour = minute = 0
     t = None

