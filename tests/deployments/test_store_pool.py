@@ -173,16 +173,20 @@ def test_a_shard_loads_the_fallback_once_and_counts_its_events(monkeypatch):
     from memory_core.embedding import compute_identity
     from memory_core.stores.hybrid import HybridStore
 
+    shard_class = store_pool.StoreShard.__ray_metadata__.modified_class
+    # once an earlier test in the session has held a shard's actor handle, Ray has loaded the
+    # class by value (cloudpickle) into this process: its __init__ then reads a copy of the
+    # module's globals, not store_pool.__dict__, so the patch goes where __init__ looks
+    init_globals = next(k.__dict__["__init__"].__globals__ for k in shard_class.__mro__ if k.__qualname__ == "StoreShard")
     opened = []
-    real_open = store_pool.open_fallback
+    real_open = init_globals["open_fallback"]
 
     def counting_open(settings):
         model = real_open(settings)
         opened.append(model)
         return model
 
-    monkeypatch.setattr(store_pool, "open_fallback", counting_open)
-    shard_class = store_pool.StoreShard.__ray_metadata__.modified_class
+    monkeypatch.setitem(init_globals, "open_fallback", counting_open)
     for fallback in (None, {}):
         settings = MemoryStoreSettings(backend="inmemory", embedding={"fallback": fallback})
         shard = shard_class(settings, compute_identity(settings.embedding), None)
