@@ -24,6 +24,14 @@ in-sample figure well above the leave-one-out one, is fitted to the set.
 
     python benchmarks/locomo_loo.py
     python benchmarks/locomo_loo.py --limit-samples 3     # quicker
+    python benchmarks/locomo_loo.py --model bundled:all-mpnet-base-v2   # another model
+
+``--model`` (any ``embedding.model``) loads the model as the service does
+(``embedding.local_encoder``; e5 gets its ``"query: "`` prefix for the questions) and caches its
+vectors per model identity under ``--cache-dir`` (``models_<identity>_passage.npz`` /
+``_query.npz``, the caches ``benchmarks/models.py`` uses, saved every few hundred texts), so a
+slow model encodes once; the store then uses that model's dimension and tokenizer coverage.
+Without it: all-MiniLM-L6-v2 through ``--embed-cache`` as before.
 """
 
 from __future__ import annotations
@@ -32,7 +40,9 @@ import argparse
 import asyncio
 import sys
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -42,7 +52,13 @@ from locomo_offline import EmbedCache, replay  # noqa: E402
 from rich.console import Console  # noqa: E402
 
 from memory_core import locomo as ld  # noqa: E402
-from memory_core.config import CurationSettings, MemoryStoreSettings, RetrievalSettings  # noqa: E402
+from memory_core.config import (  # noqa: E402
+    CurationSettings,
+    EmbeddingSettings,
+    MemoryStoreSettings,
+    RetrievalSettings,
+)
+from memory_core.embedding import TokenizerCoverage  # noqa: E402
 from memory_core.stores import make_store  # noqa: E402
 from memory_core.types import RetrieveOptions  # noqa: E402
 
@@ -65,16 +81,67 @@ SWEEPS: dict[str, tuple] = {
 Rows = dict[str, list[tuple[int, float, float]]]  # sample_id → (category, r@5, r@10) per question
 
 
-async def evaluate(settings: RetrievalSettings, samples: list[dict], cache: EmbedCache) -> Rows:
+@dataclass
+class Vectors:
+    """One model's vectors: ``stored`` (text → vector of stored text, and the store's embed
+    function), ``queries`` (of questions), the model's settings and dimension."""
+
+    stored: Any
+    queries: Any
+    embedding: EmbeddingSettings
+    dimension: int
+
+
+def vectors_of(model: str | None, embed_cache: str, cache_dir: str) -> Vectors:
+    """MiniLM through ``EmbedCache`` (``model`` None), else ``model`` loaded as the service
+    loads it, its vectors cached per identity under ``cache_dir``."""
+    if model is None:
+        cache = EmbedCache(embed_cache)
+        return Vectors(cache, cache, EmbeddingSettings(), 384)
+    from models import ModelVectors
+
+    from memory_core.embedding import compute_identity, local_encoder
+
+    settings = EmbeddingSettings(model=model)
+    identity = compute_identity(settings)
+
+    class Lazy:
+        """The encoder, loaded on the first text not in the cache."""
+
+        _enc = None
+
+        def encode(self, texts, query=False):
+            if Lazy._enc is None:
+                Lazy._enc = local_encoder(settings, num_threads=2)
+            return Lazy._enc.encode(texts, query=query)
+
+    enc = Lazy()
+    d = Path(cache_dir)
+    return Vectors(
+        ModelVectors(enc, d / f"models_{identity.short}_passage.npz", query=False),
+        ModelVectors(enc, d / f"models_{identity.short}_query.npz", query=True),
+        settings,
+        identity.dimension,
+    )
+
+
+async def evaluate(settings: RetrievalSettings, samples: list[dict], vectors: Vectors) -> Rows:
     """Per-conversation question rows for one ``RetrievalSettings``."""
+    coverage = TokenizerCoverage.from_settings(vectors.embedding)
     store = make_store(
-        MemoryStoreSettings(backend="inmemory", retrieval=settings, curation=CurationSettings(enabled=False)),
-        embed=cache.embed,
-        dimension=384,
+        MemoryStoreSettings(
+            backend="inmemory",
+            embedding=vectors.embedding,
+            retrieval=settings,
+            curation=CurationSettings(enabled=False),
+        ),
+        embed=vectors.stored.embed,
+        dimension=vectors.dimension,
+        represents=coverage.represents if coverage else None,
     )
     await store.open()
     try:
-        await replay(store, samples, cache)
+        await replay(store, samples, vectors.stored)
         out: Rows = {}
         for s in samples:
             rows = out.setdefault(s["sample_id"], [])
@@ -83,7 +150,7 @@ async def evaluate(settings: RetrievalSettings, samples: list[dict], cache: Embe
                     RetrieveOptions(
                         user_id=s["sample_id"],
                         query=q.question,
-                        embedding=cache[q.question],
+                        embedding=vectors.queries[q.question],
                         limit=10,
                         hybrid=True,
                         lexical_weight=settings.lexical_weight,
@@ -124,14 +191,19 @@ async def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=None)
     ap.add_argument("--limit-samples", type=int, default=None)
-    ap.add_argument("--embed-cache", default="/tmp/locomo_minilm_cache.npz")
+    ap.add_argument("--embed-cache", default="/tmp/locomo_minilm_cache.npz", help="MiniLM's cache (no --model)")
+    ap.add_argument("--model", default=None, help="embedding.model (default: all-MiniLM-L6-v2 via --embed-cache)")
+    ap.add_argument("--cache-dir", default="/tmp", help="per-identity vector caches of --model")
+    ap.add_argument("--encode-only", action="store_true", help="fill the vector caches, then stop")
     args = ap.parse_args(argv)
     samples = ld.load_samples(args.data, args.limit_samples)
     ids = [s["sample_id"] for s in samples]
-    cache = EmbedCache(args.embed_cache)
-    cache.ensure(
-        [t.content for s in samples for t in ld.turns(s)] + [q.question for s in samples for q in ld.questions(s)]
-    )
+    cache = vectors_of(args.model, args.embed_cache, args.cache_dir)
+    cache.stored.ensure([t.content for s in samples for t in ld.turns(s)])
+    cache.queries.ensure([q.question for s in samples for q in ld.questions(s)])
+    if args.encode_only:
+        return
+    print(f"model: {args.model or 'bundled:all-MiniLM-L6-v2'} (dimension {cache.dimension})")
     default = RetrievalSettings()
     results: dict[tuple[str, object], Rows] = {}
     for name, values in SWEEPS.items():
