@@ -2,7 +2,8 @@
 
 The ranking constants of ``RetrievalSettings`` (lexical weight, BM25 k1 and b, neighbour weight
 and radius, speaker and temporal weights, candidate pool, the second hop's weight and term
-count, the weight and slack of the periods a query names) are each swept over a grid with the
+count, the weight and slack of the periods a query names, how much lower a memory that asks
+ranks) are each swept over a grid with the
 others at their defaults (``SWEEPS``); every configuration is evaluated once per conversation
 (in-memory backend, hybrid retrieval, top 10, the questions' evidence recall as in
 ``benchmarks/locomo_offline.py``; curation off, so the store holds one memory per turn).
@@ -75,6 +76,7 @@ SWEEPS: dict[str, tuple] = {
     "hop_terms": (4, 8, 16),
     "date_weight": (0.0, 0.15, 0.3, 0.5),
     "date_slack_days": (0.0, 1.0, 2.0, 3.0),
+    "question_weight": (0.0, 0.1, 0.15, 0.2, 0.3),
 }
 """Values tried per constant (each with the others at their defaults)."""
 
