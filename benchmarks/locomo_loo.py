@@ -61,6 +61,7 @@ from memory_core.config import (  # noqa: E402
 )
 from memory_core.embedding import TokenizerCoverage  # noqa: E402
 from memory_core.stores import make_store  # noqa: E402
+from memory_core.stores.hybrid import HybridStore  # noqa: E402
 from memory_core.types import RetrieveOptions  # noqa: E402
 
 SWEEPS: dict[str, tuple] = {
@@ -127,43 +128,73 @@ def vectors_of(model: str | None, embed_cache: str, cache_dir: str) -> Vectors:
     )
 
 
-async def evaluate(settings: RetrievalSettings, samples: list[dict], vectors: Vectors) -> Rows:
-    """Per-conversation question rows for one ``RetrievalSettings``."""
-    coverage = TokenizerCoverage.from_settings(vectors.embedding)
-    store = make_store(
-        MemoryStoreSettings(
-            backend="inmemory",
-            embedding=vectors.embedding,
-            retrieval=settings,
-            curation=CurationSettings(enabled=False),
-        ),
-        embed=vectors.stored.embed,
-        dimension=vectors.dimension,
-        represents=coverage.represents if coverage else None,
-    )
-    await store.open()
-    try:
+_INDEXED: dict[tuple, tuple[Any, frozenset[str]]] = {}
+"""(BM25 k1, b, vectors) → (an opened store holding the conversations, their ids): the
+index depends on these only, so configurations that differ in the ranking's other constants
+share one replay (each user's index is its own: a conversation ranks the same in a store
+holding others)."""
+
+
+async def indexed(settings: RetrievalSettings, samples: list[dict], vectors: Vectors) -> HybridStore:
+    """The ``HybridStore`` (in-memory backend, curation off) holding ``samples``, built and
+    replayed once per BM25 k1 and b (``_INDEXED``)."""
+    key = (settings.bm25_k1, settings.bm25_b, id(vectors))
+    wanted = frozenset(s["sample_id"] for s in samples)
+    held = _INDEXED.get(key)
+    if held is None or not wanted <= held[1]:
+        if held is not None:
+            await held[0].close()
+        coverage = TokenizerCoverage.from_settings(vectors.embedding)
+        store = make_store(
+            MemoryStoreSettings(
+                backend="inmemory",
+                embedding=vectors.embedding,
+                retrieval=settings,
+                curation=CurationSettings(enabled=False),
+            ),
+            embed=vectors.stored.embed,
+            dimension=vectors.dimension,
+            represents=coverage.represents if coverage else None,
+        )
+        assert isinstance(store, HybridStore)
+        await store.open()
         await replay(store, samples, vectors.stored)
-        out: Rows = {}
-        for s in samples:
-            rows = out.setdefault(s["sample_id"], [])
-            for q in ld.questions(s):
-                res = await store.retrieve(
-                    RetrieveOptions(
-                        user_id=s["sample_id"],
-                        query=q.question,
-                        embedding=vectors.queries[q.question],
-                        limit=10,
-                        hybrid=True,
-                        lexical_weight=settings.lexical_weight,
-                        temporal_boost=settings.temporal_boost,
-                    )
-                )
-                ids = [ld.dia_ids_of(r.memory.metadata) for r in res]
-                rows.append((q.category, ld.recall_at_k(ids, q.evidence, 5), ld.recall_at_k(ids, q.evidence, 10)))
-        return out
-    finally:
+        held = _INDEXED[key] = (store, wanted)
+    return held[0]
+
+
+async def evaluate(settings: RetrievalSettings, samples: list[dict], vectors: Vectors) -> Rows:
+    """Per-conversation question rows for one ``RetrievalSettings``: a ``HybridStore`` built
+    from ``settings`` over the replayed store of ``indexed`` and its users' indexes."""
+    base = await indexed(settings, samples, vectors)
+    store = HybridStore.from_settings(base.inner, settings)
+    store.index = base.index
+    out: Rows = {}
+    for s in samples:
+        rows = out.setdefault(s["sample_id"], [])
+        for q in ld.questions(s):
+            res = await store.retrieve(
+                RetrieveOptions(
+                    user_id=s["sample_id"],
+                    query=q.question,
+                    embedding=vectors.queries[q.question],
+                    limit=10,
+                    hybrid=True,
+                    lexical_weight=settings.lexical_weight,
+                    temporal_boost=settings.temporal_boost,
+                ),
+                touch=False,
+            )
+            ids = [ld.dia_ids_of(r.memory.metadata) for r in res]
+            rows.append((q.category, ld.recall_at_k(ids, q.evidence, 5), ld.recall_at_k(ids, q.evidence, 10)))
+    return out
+
+
+async def close_indexed() -> None:
+    """Close the stores ``indexed`` built."""
+    for store, _ in _INDEXED.values():
         await store.close()
+    _INDEXED.clear()
 
 
 def mean_r5(rows: Rows, samples: list[str]) -> float:
@@ -230,6 +261,7 @@ async def main(argv: list[str] | None = None) -> None:
             picks[name][v] += 1
         held_sample = [s for s in samples if s["sample_id"] == held]
         loo_rows += (await evaluate(default.model_copy(update=chosen), held_sample, cache))[held]
+    await close_indexed()
 
     print(f"\nLoCoMo leave-one-conversation-out over {len(ids)} conversations")
     print(f"defaults       {figures([r for s in ids for r in results[('default', None)][s]])}")
