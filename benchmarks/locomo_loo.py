@@ -26,6 +26,7 @@ in-sample figure well above the leave-one-out one, is fitted to the set.
     python benchmarks/locomo_loo.py
     python benchmarks/locomo_loo.py --limit-samples 3     # quicker
     python benchmarks/locomo_loo.py --model bundled:all-mpnet-base-v2   # another model
+    python benchmarks/locomo_loo.py --set bm25_k1=1.2 --set hop_weight=0.2   # another starting point
 
 ``--model`` (any ``embedding.model``) loads the model as the service does
 (``embedding.local_encoder``; e5 gets its ``"query: "`` prefix for the questions) and caches its
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -197,15 +199,29 @@ async def close_indexed() -> None:
     _INDEXED.clear()
 
 
+def parse_setting(text: str) -> tuple[str, object]:
+    """``"name=value"`` → (name, value as the ``RetrievalSettings`` field's type). Raises
+    ``SystemExit`` for an unknown field."""
+    name, _, value = text.partition("=")
+    if name not in RetrievalSettings.model_fields:
+        raise SystemExit(f"--set: no RetrievalSettings field {name!r}")
+    current = getattr(RetrievalSettings(), name)
+    if isinstance(current, bool):
+        return name, value.lower() in ("1", "true", "yes")
+    return name, type(current)(value) if isinstance(current, int | float) else value
+
+
 def mean_r5(rows: Rows, samples: list[str]) -> float:
     flat = [r for s in samples for r in rows[s]]
     return sum(r[1] for r in flat) / len(flat)
 
 
-def choose(results: dict[tuple[str, object], Rows], on: list[str]) -> dict[str, object]:
+def choose(
+    results: dict[tuple[str, object], Rows], on: list[str], default: RetrievalSettings | None = None
+) -> dict[str, object]:
     """Each constant's value with the best mean recall@5 over the questions of ``on`` (ties:
-    the default value, then the first in the grid)."""
-    default = RetrievalSettings()
+    the value of ``default`` (the shipped defaults when None), then the first in the grid)."""
+    default = default or RetrievalSettings()
     chosen = {}
     for name, values in SWEEPS.items():
         chosen[name] = max(
@@ -228,6 +244,15 @@ async def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model", default=None, help="embedding.model (default: all-MiniLM-L6-v2 via --embed-cache)")
     ap.add_argument("--cache-dir", default="/tmp", help="per-identity vector caches of --model")
     ap.add_argument("--encode-only", action="store_true", help="fill the vector caches, then stop")
+    ap.add_argument("--save-rows", default=None, help="write every configuration's question rows here (JSON)")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="start from the defaults with this RetrievalSettings field changed (repeatable): the point "
+        "the sweeps move around and the folds' ties go to",
+    )
     args = ap.parse_args(argv)
     samples = ld.load_samples(args.data, args.limit_samples)
     ids = [s["sample_id"] for s in samples]
@@ -237,7 +262,9 @@ async def main(argv: list[str] | None = None) -> None:
     if args.encode_only:
         return
     print(f"model: {args.model or 'bundled:all-MiniLM-L6-v2'} (dimension {cache.dimension})")
-    default = RetrievalSettings()
+    default = RetrievalSettings(**dict(parse_setting(a) for a in args.set))
+    if args.set:
+        print(f"starting point: the shipped defaults with {' '.join(args.set)}")
     results: dict[tuple[str, object], Rows] = {}
     for name, values in SWEEPS.items():
         for v in values:
@@ -251,12 +278,15 @@ async def main(argv: list[str] | None = None) -> None:
     if ("default", None) not in results:
         results[("default", None)] = await evaluate(default, samples, cache)
 
-    in_sample_choice = choose(results, ids)
+    if args.save_rows:
+        with open(args.save_rows, "w", encoding="utf-8") as fh:
+            json.dump([[name, v, rows] for (name, v), rows in results.items()], fh)
+    in_sample_choice = choose(results, ids, default)
     in_sample = await evaluate(default.model_copy(update=in_sample_choice), samples, cache)
     loo_rows: list[tuple[int, float, float]] = []
     picks: dict[str, Counter] = {name: Counter() for name in SWEEPS}
     for held in ids:
-        chosen = choose(results, [s for s in ids if s != held])
+        chosen = choose(results, [s for s in ids if s != held], default)
         for name, v in chosen.items():
             picks[name][v] += 1
         held_sample = [s for s in samples if s["sample_id"] == held]
