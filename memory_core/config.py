@@ -416,7 +416,7 @@ class RetrievalSettings(_Strict):
     hop_terms: int = Field(default=8, ge=1, le=100)
     date_weight: float = Field(default=0.3, ge=0)
     date_slack_days: float = Field(default=1.0, ge=0, le=366)
-    question_weight: float = Field(default=0.2, ge=0)
+    question_weight: float = Field(default=0.15, ge=0)
     max_index_users: int = Field(default=1024, ge=1)
     cache_vectors: bool = True
     held_search_max: int = Field(default=10000, ge=0)
