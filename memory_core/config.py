@@ -378,7 +378,9 @@ class RetrievalSettings(_Strict):
     memories that mention a time for queries asking when; ``date_weight`` rewards memories
     created within a period the query names ("on 1 May, 2022", "in June", "in 2023":
     ``memory_core.retrieval.querytime``), widened by ``date_slack_days`` on each side, and the
-    best of them by BM25 and cosine become candidates (0: off). ``bm25_k1``/``bm25_b``: BM25
+    best of them by BM25 and cosine become candidates (0: off). ``question_weight``: how much
+    lower a memory that asks ranks (its text ends with a question mark,
+    ``memory_core.retrieval.questions``: it states nothing of its own; 0: off). ``bm25_k1``/``bm25_b``: BM25
     parameters; ``hop_weight`` (0: off), ``hop_seeds``, ``hop_terms``: the second hop, a BM25
     pass for ``hop_terms`` terms of the first hop's best ``hop_seeds`` memories
     (``memory_core.retrieval.feedback``), its max-normalised score added × ``hop_weight``; ``max_index_users``: user indexes held in memory (LRU); ``cache_vectors``: the
@@ -414,6 +416,7 @@ class RetrievalSettings(_Strict):
     hop_terms: int = Field(default=8, ge=1, le=100)
     date_weight: float = Field(default=0.3, ge=0)
     date_slack_days: float = Field(default=1.0, ge=0, le=366)
+    question_weight: float = Field(default=0.15, ge=0)
     max_index_users: int = Field(default=1024, ge=1)
     cache_vectors: bool = True
     held_search_max: int = Field(default=10000, ge=0)

@@ -3,7 +3,7 @@
 (``FusionWeights``). ``memory_core.stores.hybrid.HybridStore`` gathers the candidates and
 their signals; this module decides their order, and can be read and tested alone.
 
-All terms are ≥ 0 and on the scale of cosine similarity::
+All terms are on the scale of cosine similarity, and all but the last are ≥ 0::
 
     base(d)  = (1 − w) · sim(q, d) + w · bm25(q, d) / max_d' bm25(q, d')     fusion="score"
              | ((1 − w) · rrf_vec(d) + w · rrf_lex(d)) · (k + 1)              fusion="rrf"
@@ -11,6 +11,7 @@ All terms are ≥ 0 and on the scale of cosine similarity::
     score(d) = base(d) + neighbor_weight · max(base(n) for n in window(d))
              + speaker_weight · [d's speaker is named in q]
              + date_weight · [d was created within a period q names]
+             − question_weight · [d asks: its text ends with a question mark]
 
 ``w`` = ``lexical_weight``. ``sim`` is the cosine (or, for text the embedding model cannot
 represent, the lexical coverage: see ``HybridStore``). RRF: reciprocal rank fusion,
@@ -19,7 +20,9 @@ factor puts a first rank at 1, the scale of a cosine. BM25: Robertson & Zaragoza
 ``memory_core.retrieval.lexical``). ``window(d)``: the ``neighbor_radius`` memories before and
 after ``d`` in time within the same conversation, a session's context (``HybridStore`` finds
 them); a neighbour counts only when it is a candidate itself. The periods a query names ("on 1 May, 2022", "in June") are read by
-``memory_core.retrieval.querytime``; ``HybridStore`` matches them against ``created_at``.
+``memory_core.retrieval.querytime``; ``HybridStore`` matches them against ``created_at``. A memory that asks
+(``memory_core.retrieval.questions``) states nothing of its own: it ranks ``question_weight``
+lower, while its base score still counts as context for its neighbours (the answer after it).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ class FusionWeights:
     speaker_weight: float
     temporal_weight: float
     date_weight: float = 0.0
+    question_weight: float = 0.0
 
     @property
     def w(self) -> float:
@@ -55,7 +59,8 @@ class Signals:
     lexical side did not find it); its 1-based ranks on the vector and the lexical side
     (``None``: not found there); whether the query asks when and the memory mentions a time
     (``temporal_match``); whether the memory's speaker is named in the query; whether the
-    memory was created within a period the query names (``date_match``)."""
+    memory was created within a period the query names (``date_match``); whether the memory
+    asks rather than states (``asks``, ``memory_core.retrieval.questions``)."""
 
     similarity: float
     bm25: float = 0.0
@@ -64,6 +69,7 @@ class Signals:
     temporal_match: bool = False
     speaker_named: bool = False
     date_match: bool = False
+    asks: bool = False
 
 
 def base_score(signals: Signals, weights: FusionWeights, max_bm25: float) -> float:
@@ -86,7 +92,8 @@ def final_score(base: float, neighbour_bases: Iterable[float], signals: Signals,
     """``score(d)`` of the module docstring: ``base`` plus the best of ``neighbour_bases``
     (the base scores of the adjacent memories that are candidates) weighted by
     ``neighbor_weight``, plus ``speaker_weight`` when the speaker is named and
-    ``date_weight`` when the memory lies in a period the query names."""
+    ``date_weight`` when the memory lies in a period the query names, minus
+    ``question_weight`` when the memory asks."""
     score = base
     best = max(neighbour_bases, default=None)
     if weights.neighbor_weight > 0 and best is not None:
@@ -95,4 +102,6 @@ def final_score(base: float, neighbour_bases: Iterable[float], signals: Signals,
         score += weights.speaker_weight
     if signals.date_match:
         score += weights.date_weight
+    if signals.asks:
+        score -= weights.question_weight
     return score

@@ -254,6 +254,7 @@ class _Scoring:
                 self.speaker_weight > 0 and a.get("speaker_terms") and a["speaker_terms"] & self.query_terms
             ),
             date_match=memory_id in self.in_period,
+            asks=bool(a.get("asks")),
         )
 
     def add(self, memory_id: str, similarity: float) -> None:
@@ -305,6 +306,8 @@ class HybridStore(StoreDecorator):
         held_search_max: users with at most this many indexed memories get the vector side
             from an exact search of their held vectors, not from the inner store (needs
             ``cache_vectors``; 0: always the inner store).
+        question_weight: how much lower a memory that asks ranks
+            (``retrieval.questions``; ≥ 0; 0 disables).
         hop_weight, hop_seeds, hop_terms: the second hop (``retrieval.feedback``): weight of
             its max-normalised BM25 (≥ 0; 0 disables), first-hop memories seeding it (≥ 1),
             expansion terms taken from them (≥ 1).
@@ -343,6 +346,7 @@ class HybridStore(StoreDecorator):
         hop_terms: int = _D.hop_terms,
         date_weight: float = _D.date_weight,
         date_slack_days: float = _D.date_slack_days,
+        question_weight: float = _D.question_weight,
         fallback: FallbackModel | None = None,
         fallback_queries: FallbackQueries = "unrepresentable",
         fallback_wait_s: float = FALLBACK_WAIT_S,
@@ -379,6 +383,9 @@ class HybridStore(StoreDecorator):
             raise ValueError("neighbor_radius must be ≥ 1")
         if date_weight < 0 or date_slack_days < 0:
             raise ValueError("date_weight and date_slack_days must be ≥ 0")
+        if question_weight < 0:
+            raise ValueError("question_weight must be ≥ 0")
+        self.question_weight = question_weight
         self.neighbor_radius = neighbor_radius
         self.date_weight, self.date_slack_days = date_weight, date_slack_days
         self.hop_weight, self.hop_seeds, self.hop_terms = hop_weight, hop_seeds, hop_terms
@@ -427,6 +434,7 @@ class HybridStore(StoreDecorator):
             hop_terms=settings.hop_terms,
             date_weight=settings.date_weight,
             date_slack_days=settings.date_slack_days,
+            question_weight=settings.question_weight,
             **kw,
         )
 
@@ -440,6 +448,7 @@ class HybridStore(StoreDecorator):
             speaker_weight=self.speaker_weight,
             temporal_weight=self.temporal_weight,
             date_weight=self.date_weight,
+            question_weight=self.question_weight,
         )
 
     def _represents(self, text: str) -> bool:

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..retrieval.held_vectors import HeldVectors
 from ..retrieval.lexical import DEFAULT_B, DEFAULT_K1, BM25Corpus, tokenize
+from ..retrieval.questions import is_question
 from ..retrieval.speaker import speaker_and_body
 from ..retrieval.timeparse import has_time_expression
 from ..types import Memory, MemoryState, MemoryType
@@ -190,6 +191,7 @@ class UserIndex:
             "key": key,
             "speaker_terms": frozenset(tokenize(speaker)) if speaker else frozenset(),
             "temporal": has_time_expression(body),
+            "asks": is_question(body),
             "group": group,
             "ts": ts,
             "seq": seq,

@@ -47,6 +47,7 @@ from memory_core.errors import InvalidInput
 from memory_core.retrieval import lexical
 from memory_core.retrieval.lexical import tokenize
 from memory_core.retrieval.querytime import query_spans
+from memory_core.retrieval.questions import is_question
 from memory_core.retrieval.speaker import leading_speaker
 from memory_core.retrieval.timeparse import has_time_expression, parse_session_date, temporal_intent
 from memory_core.sanitize import (
@@ -189,6 +190,8 @@ RULES: dict[str, Rule] = {
     "temporal_intent": Rule(temporal_intent, CHAT_MAX_BYTES),
     "query_spans": Rule(query_spans, CHAT_MAX_BYTES),
     "has_time_expression": Rule(has_time_expression),
+    "is_question": Rule(is_question),
+    "is_question(closing run)": Rule(lambda t: is_question("?" + " )" * (len(t) // 2))),
     "parse_session_date": Rule(_swallow(parse_session_date)),
 }
 

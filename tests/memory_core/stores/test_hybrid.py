@@ -41,7 +41,14 @@ def cos(a: str, b: str) -> float:
 
 def plain(**kw) -> dict:
     """HybridStore kwargs with every extra signal off: pure cosine/BM25 fusion."""
-    return {"neighbor_weight": 0.0, "speaker_weight": 0.0, "temporal_weight": 0.0, "date_weight": 0.0, **kw}
+    return {
+        "neighbor_weight": 0.0,
+        "speaker_weight": 0.0,
+        "temporal_weight": 0.0,
+        "date_weight": 0.0,
+        "question_weight": 0.0,
+        **kw,
+    }
 
 
 def opts(user="u1", query="", **kw) -> RetrieveOptions:
