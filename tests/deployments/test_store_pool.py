@@ -177,7 +177,9 @@ def test_a_shard_loads_the_fallback_once_and_counts_its_events(monkeypatch):
     # once an earlier test in the session has held a shard's actor handle, Ray has loaded the
     # class by value (cloudpickle) into this process: its __init__ then reads a copy of the
     # module's globals, not store_pool.__dict__, so the patch goes where __init__ looks
-    init_globals = next(k.__dict__["__init__"].__globals__ for k in shard_class.__mro__ if k.__qualname__ == "StoreShard")
+    init_globals = next(
+        k.__dict__["__init__"].__globals__ for k in shard_class.__mro__ if k.__qualname__ == "StoreShard"
+    )
     opened = []
     real_open = init_globals["open_fallback"]
 
