@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+import cachetools
 import snowballstemmer
 
 DEFAULT_K1 = 1.2
@@ -94,15 +95,31 @@ def _stem_cached(word: str) -> str:
     return stemmer.stemWord(word)
 
 
-TOKENS_CACHE_TEXTS = 2048
-"""Texts whose terms ``tokenize`` keeps (LRU): a batch's texts tokenized off the event loop
-(``pretokenize``) are found here when the index adds them and searches with them."""
+TOKENS_CACHE_BUDGET = 262_144
+"""Size of ``tokenize``'s cache (LRU) in weight units: a text weighs its number of terms plus
+one per ``_CHARS_PER_UNIT`` characters of it, plus one. A batch's texts tokenized off the
+event loop (``pretokenize``) are found there when the index adds them and searches with
+them. About 12,000 chat-sized texts (~20 terms) fit; 16 KB of CJK text (~11,000 terms) only
+about 23, so what the cache holds stays under ~30 MB whatever the texts (a cache of 2,048
+texts, bounded by count, held ~1.9 GB of RSS after 2,048 distinct 16 KB CJK texts: one
+user's writes could fill it). A text heavier than the whole budget is never kept."""
+
+_CHARS_PER_UNIT = 16
+
+
+def _tokens_weight(entry: tuple[int, tuple[str, ...]]) -> int:
+    chars, terms = entry
+    return len(terms) + chars // _CHARS_PER_UNIT + 1
+
+
+_terms_cache: cachetools.LRUCache = cachetools.LRUCache(maxsize=TOKENS_CACHE_BUDGET, getsizeof=_tokens_weight)
+_terms_lock = threading.Lock()
 
 
 def tokenize(text: str) -> list[str]:
     """Index terms of ``text`` in order (see the module docstring). Empty for empty text.
-    The terms of the last ``TOKENS_CACHE_TEXTS`` texts are cached (thread-safe): a text seen
-    before costs a hash of it, not its stemming.
+    The terms of recent texts are cached up to ``TOKENS_CACHE_BUDGET`` (thread-safe): a text
+    seen before costs a hash of it, not its stemming.
 
     >>> tokenize("Caroline's painting classes!")
     ['carolin', 'paint', 'class']
@@ -120,8 +137,28 @@ def pretokenize(texts: Iterable[str]) -> None:
         _terms(text or "")
 
 
-@lru_cache(maxsize=TOKENS_CACHE_TEXTS)
 def _terms(text: str) -> tuple[str, ...]:
+    """``tokenize``'s terms of ``text`` through the weight-bounded cache."""
+    with _terms_lock:
+        entry = _terms_cache.get(text)
+    if entry is not None:
+        return entry[1]
+    terms = _read_terms(text)
+    try:
+        with _terms_lock:
+            _terms_cache[text] = (len(text), terms)
+    except ValueError:  # heavier than the whole budget: not kept (cachetools raises "value too large")
+        pass
+    return terms
+
+
+def _clear_terms_cache() -> None:
+    """Empty ``tokenize``'s cache (tests, benchmarks)."""
+    with _terms_lock:
+        _terms_cache.clear()
+
+
+def _read_terms(text: str) -> tuple[str, ...]:
     text = unicodedata.normalize("NFKC", text or "").lower()
     out: list[str] = []
     for m in _WORD.finditer(text):

@@ -105,7 +105,7 @@ def _gate(text: str) -> object:
 def _tokenize_uncached(text: str) -> object:
     """``tokenize`` as for a text never seen (its stemming cache would hide a repeat's cost)."""
     lexical._stem_cached.cache_clear()
-    lexical._terms.cache_clear()
+    lexical._clear_terms_cache()
     return tokenize(text)
 
 

@@ -132,7 +132,7 @@ def test_the_cache_of_readings_keeps_no_long_statement():
         before = tracemalloc.get_traced_memory()[0]
         for text in statements:
             read_cues(text)
-        lexical._terms.cache_clear()  # the tokenizer's own caches (bounded by texts and words) aside
+        lexical._clear_terms_cache()  # the tokenizer's own caches (bounded by texts and words) aside
         lexical._stem_cached.cache_clear()
         kept = tracemalloc.get_traced_memory()[0] - before
     finally:

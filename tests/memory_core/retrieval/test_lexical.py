@@ -115,3 +115,36 @@ def test_a_word_too_long_to_stem_is_not_cached():
     assert lexical._stem_cached.cache_info().currsize == 0
     assert lexical._stem("painting") == "paint"
     assert lexical._stem_cached.cache_info().currsize == 1
+
+
+def test_the_terms_cache_is_bounded_by_weight_not_by_count():
+    """``tokenize``'s cache holds terms up to ``TOKENS_CACHE_BUDGET`` whatever the texts: 300
+    distinct 16 KB CJK texts (~11,000 terms each) once held ~280 MB (2,048 of them ~1.9 GB,
+    a cache bounded by count), now what is kept stays under the budget's ~30 MB; a chat-sized
+    text seen again is served from the cache, and a text heavier than the whole budget is
+    tokenized but not kept."""
+    import random
+    import tracemalloc
+
+    from memory_core.retrieval import lexical
+
+    rng = random.Random(7)
+    texts = ["".join(chr(0x4E00 + rng.randrange(20000)) for _ in range(5400)) for _ in range(300)]
+    lexical._clear_terms_cache()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for text in texts:
+            lexical.tokenize(text)
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 40 * 2**20, f"{kept / 2**20:.0f} MiB kept by the terms cache"
+    assert lexical._terms_cache.currsize <= lexical.TOKENS_CACHE_BUDGET
+
+    lexical._clear_terms_cache()
+    chat = "Caroline went to the LGBTQ support group yesterday"
+    assert lexical._terms(chat) is lexical._terms(chat)  # the second from the cache
+    heavy = " ".join(f"w{n}" for n in range(lexical.TOKENS_CACHE_BUDGET + 1))
+    assert len(lexical.tokenize(heavy)) == lexical.TOKENS_CACHE_BUDGET + 1
+    assert heavy not in lexical._terms_cache and chat in lexical._terms_cache
