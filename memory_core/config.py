@@ -398,6 +398,8 @@ class RetrievalSettings(_Strict):
     every write of the user: a user is pinned to one shard; ``stores.hybrid``).
     """
 
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)  # every weight finite
+
     hybrid: bool = True
     lexical_weight: float = Field(default=DEFAULT_LEXICAL_WEIGHT, ge=0, le=1)
     temporal_boost: bool = True
@@ -416,7 +418,7 @@ class RetrievalSettings(_Strict):
     hop_terms: int = Field(default=8, ge=1, le=100)
     date_weight: float = Field(default=0.3, ge=0)
     date_slack_days: float = Field(default=1.0, ge=0, le=366)
-    question_weight: float = Field(default=0.15, ge=0)
+    question_weight: float = Field(default=0.15, ge=0, le=1)
     max_index_users: int = Field(default=1024, ge=1)
     cache_vectors: bool = True
     held_search_max: int = Field(default=10000, ge=0)

@@ -97,19 +97,25 @@ def _stem_cached(word: str) -> str:
 
 TOKENS_CACHE_BUDGET = 262_144
 """Size of ``tokenize``'s cache (LRU) in weight units: a text weighs its number of terms plus
-one per ``_CHARS_PER_UNIT`` characters of it, plus one. A batch's texts tokenized off the
-event loop (``pretokenize``) are found there when the index adds them and searches with
-them. About 12,000 chat-sized texts (~20 terms) fit; 16 KB of CJK text (~11,000 terms) only
-about 23, so what the cache holds stays under ~30 MB whatever the texts (a cache of 2,048
+one per ``_CHARS_PER_UNIT`` characters of it, plus ``_ENTRY_UNITS``. A batch's texts
+tokenized off the event loop (``pretokenize``) are found there when the index adds them and
+searches with them. About 8,000 chat-sized texts (~20 terms) fit, 16 KB of CJK text (~11,000
+terms) about 23, one-word searches about 29,000: what the cache holds stays near 30 MB
+whatever the texts (a cache of 2,048
 texts, bounded by count, held ~1.9 GB of RSS after 2,048 distinct 16 KB CJK texts: one
 user's writes could fill it). A text heavier than the whole budget is never kept."""
 
 _CHARS_PER_UNIT = 16
 
 
+_ENTRY_UNITS = 8
+"""Weight of an entry's own bookkeeping (key, value, the cache's dicts: ~200-440 bytes), so
+that many tiny texts (searches of one word) are bounded as well as a few large ones."""
+
+
 def _tokens_weight(entry: tuple[int, tuple[str, ...]]) -> int:
     chars, terms = entry
-    return len(terms) + chars // _CHARS_PER_UNIT + 1
+    return len(terms) + chars // _CHARS_PER_UNIT + _ENTRY_UNITS
 
 
 _terms_cache: cachetools.LRUCache = cachetools.LRUCache(maxsize=TOKENS_CACHE_BUDGET, getsizeof=_tokens_weight)

@@ -8,32 +8,57 @@ a memory that only asks states nothing of its own, though it often shares the se
 lends its neighbours context (the answer that follows it).
 
 The rule (``is_question``): the memory's text, its speaker's name taken off, ends with a
-question mark (``?``, the full-width ``？``, the Arabic ``؟``, the Greek question mark
-``;`` is not read: it is also the semicolon), trailing white space and closing quotes or
-brackets aside. A text that asks and then states ("Did you go? We did.") states; a shared
-photo's caption after a question (``"… right? [shares a photo: …]"``) states too.
+question mark: ``?``, the full-width ``？``, the Arabic ``؟``, ``‽``, ``❓``, ``❔``, or a
+character whose compatibility form (NFKC) holds ``?`` (``⁇``, ``⁈``, ``⁉``, the small and
+vertical forms ``﹖`` ``︖``); the Greek question mark ``;`` is not read: it is also the
+semicolon. What may follow the mark is set aside: white space, ``!`` and ``！`` ("Really?!"),
+closing and quoting punctuation of any script (Unicode categories Pe, Pf, Pi: ``)`` ``]``
+``}`` ``”`` ``“`` ``»`` ``›`` ``》`` ``」``...), format characters (Cf: zero-width space, BOM),
+marks (Mn: emoji variation selectors), symbols (So, Sk: emoji, skin tones), the markdown
+emphasis characters ``*`` ``_`` `````` ``~`` and straight quotes. A text that asks and then
+states ("Did you go? We did.") states; a shared photo's caption after a question
+(``"… right? [shares a photo: …]"``) states too. Reported speech ending in a quoted
+question (``She asked "why?"``) counts as asking: the rule does not read quotes' pairing.
 
-Linear in the text (one pass from its end); no regular expression.
+Constant time: at most ``MAX_TRAILING`` characters after the mark are looked at (a text
+that ends in a longer run of such characters does not ask); no regular expression.
 """
 
 from __future__ import annotations
 
-QUESTION_MARKS = frozenset("?？؟")
-_CLOSING = frozenset("\"'”’»)）]】」』")
-"""Closing quotes and brackets that may follow a question's mark."""
+import unicodedata
+
+QUESTION_MARKS = frozenset("?？؟‽❓❔")
+"""Question marks read as they are; any other character whose NFKC form holds ``?`` asks too."""
+MAX_TRAILING = 64
+"""Most characters looked at after a question's mark (module docstring)."""
+_TRAILING_CATEGORIES = frozenset({"Pe", "Pf", "Pi", "Cf", "Mn", "So", "Sk"})
+_TRAILING = frozenset("!！\"'*_`~")
+
+
+def _is_mark(ch: str) -> bool:
+    return ch in QUESTION_MARKS or (not ch.isascii() and "?" in unicodedata.normalize("NFKC", ch))
+
+
+def _may_follow(ch: str) -> bool:
+    return ch.isspace() or ch in _TRAILING or unicodedata.category(ch) in _TRAILING_CATEGORIES
 
 
 def is_question(text: str) -> bool:
-    """True when ``text`` ends with a question mark (module docstring).
+    """True when ``text`` ends with a question mark, what may follow one aside (module
+    docstring). Looks at most at its last ``MAX_TRAILING`` + 1 characters.
 
     >>> is_question("What kind of music do you play?")
     True
-    >>> is_question('She asked "why?"  ')
+    >>> is_question("How are you? 😊")
     True
     >>> is_question("Did you go? We did.")
     False
     """
-    i = len(text)
-    while i > 0 and (text[i - 1].isspace() or text[i - 1] in _CLOSING):
-        i -= 1
-    return i > 0 and text[i - 1] in QUESTION_MARKS
+    for i in range(len(text) - 1, max(len(text) - MAX_TRAILING - 2, -1), -1):
+        ch = text[i]
+        if _is_mark(ch):
+            return True
+        if not _may_follow(ch):
+            return False
+    return False

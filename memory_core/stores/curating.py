@@ -74,6 +74,7 @@ from ..errors import DuplicateMemory, InvalidInput, MemoryNotFound, StateConflic
 from ..redaction import Redactor, redact_changes, redact_memories, withheld
 from ..retrieval.held_vectors import cosine, unit_vector
 from ..retrieval.lexical import pretokenize
+from ..retrieval.speaker import speaker_and_body
 from ..sanitize import MAX_CONTENT_BYTES, new_memory_id, require_user_id
 from ..tracing import span
 from ..types import (
@@ -479,9 +480,15 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         return None if reason is None else f"screening: {reason}"
 
     def _screened_and_tokenized(self, batch: Sequence[Memory]) -> list[str | None]:
-        """``_screening_reasons(batch)``, after putting the batch's texts' index terms in the
-        tokenizer's cache (``lexical.pretokenize``). Pure CPU: runs on the pool."""
-        pretokenize([m.content for m in batch])
+        """``_screening_reasons(batch)``, after putting in the tokenizer's cache
+        (``lexical.pretokenize``) the terms of what will be tokenized next: each content (the
+        candidate search's query) and what the per-user index reads of it (the body and the
+        speaker, ``speaker_and_body``). Pure CPU: runs on the pool."""
+        texts: list[str] = []
+        for m in batch:
+            body, speaker = speaker_and_body(m.content, m.metadata)
+            texts += [m.content, body] if speaker is None else [m.content, body, speaker]
+        pretokenize(texts)
         return self._screening_reasons(batch)
 
     def _screening_reasons(self, batch: Sequence[Memory]) -> list[str | None]:

@@ -383,8 +383,8 @@ class HybridStore(StoreDecorator):
             raise ValueError("neighbor_radius must be ≥ 1")
         if date_weight < 0 or date_slack_days < 0:
             raise ValueError("date_weight and date_slack_days must be ≥ 0")
-        if question_weight < 0:
-            raise ValueError("question_weight must be ≥ 0")
+        if not 0 <= question_weight <= 1:  # NaN fails too
+            raise ValueError("question_weight must be in [0, 1]")
         self.question_weight = question_weight
         self.neighbor_radius = neighbor_radius
         self.date_weight, self.date_slack_days = date_weight, date_slack_days

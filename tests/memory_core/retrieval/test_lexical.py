@@ -143,6 +143,11 @@ def test_the_terms_cache_is_bounded_by_weight_not_by_count():
     assert lexical._terms_cache.currsize <= lexical.TOKENS_CACHE_BUDGET
 
     lexical._clear_terms_cache()
+    for n in range(lexical.TOKENS_CACHE_BUDGET // lexical._ENTRY_UNITS + 1000):  # one-word searches
+        lexical.tokenize(f"q{n}")
+    assert len(lexical._terms_cache) <= lexical.TOKENS_CACHE_BUDGET // lexical._ENTRY_UNITS
+
+    lexical._clear_terms_cache()
     chat = "Caroline went to the LGBTQ support group yesterday"
     assert lexical._terms(chat) is lexical._terms(chat)  # the second from the cache
     heavy = " ".join(f"w{n}" for n in range(lexical.TOKENS_CACHE_BUDGET + 1))

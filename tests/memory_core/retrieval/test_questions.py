@@ -27,6 +27,32 @@ from tests.memory_core.stores.test_hybrid import DIM, by_name, fake_embed, ids, 
         "你去过北京吗？",
         "هل ذهبت؟",
         "Which one? [maybe?]",
+        # what chat puts after a question's mark: "!", emoji, variation selectors,
+        # zero-width and format characters, any script's closing or quoting marks, markdown
+        "Really?!",
+        "How are you? 😊",
+        "How are you? 👍🏽",
+        "Why?\ufe0f",
+        "Why?\u200b",
+        "Why?\ufeff",
+        "„warum?“",
+        "‚warum?‘",
+        "‹pourquoi?›",
+        "《为什么？》",
+        "{why?}",
+        "*why?*",
+        "_why?_",
+        "`why?`",
+        # other question marks, and those whose compatibility form holds "?"
+        "Are you ok❓",
+        "Are you ok❔",
+        "Really‽",
+        "What⁇",
+        "Really⁉",
+        "Really⁈",
+        "Why\ufe56",
+        "Why\ufe16",
+        "x?" + "!" * 64,
     ],
 )
 def test_a_text_ending_with_a_question_mark_asks(text):
@@ -44,6 +70,10 @@ def test_a_text_ending_with_a_question_mark_asks(text):
         "I wonder why",
         "Is it good; yes",
         "the ? is in the middle",
+        "I love it!",
+        "Great 😊",
+        "x?" + "!" * 65,  # more than MAX_TRAILING characters after the mark: not read as one
+        "Why?" + ")" * 16_000,
     ],
 )
 def test_a_text_that_ends_otherwise_states(text):
@@ -104,3 +134,16 @@ def test_question_weight_is_checked():
         ).question_weight
         == 0.15
     )
+
+
+@pytest.mark.parametrize("value", [float("inf"), "inf", float("nan"), -0.1, 1.5])
+def test_the_question_weight_is_a_finite_share(value):
+    """``retrieval.question_weight`` is in [0, 1] and finite (an infinite weight made every
+    question score -inf: the search route could not encode its answer, a 500)."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        RetrievalSettings(question_weight=value)
+    if isinstance(value, float):
+        with pytest.raises(ValueError):
+            HybridStore(InMemoryStore(embed=fake_embed, dimension=DIM), **plain(question_weight=value))

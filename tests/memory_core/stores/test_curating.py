@@ -454,3 +454,30 @@ async def test_a_write_hands_its_cpu_work_to_the_pool_in_a_bounded_number_of_cal
     assert sorted(calls) == sorted(["_validated", "redact_memories", "_screened_and_tokenized"] + ["_verdicts"] * 3), (
         calls
     )
+
+
+async def test_a_write_tokenizes_its_texts_on_the_pool_not_on_the_event_loop(embed, monkeypatch):
+    """Curation puts in the tokenizer's cache, on its CPU pool, every text the write tokenizes
+    next on the event loop: the content (the candidate search's query) and what the per-user
+    index reads of it, the body without the leading "Name: " and the speaker. Before, only the
+    content was: every "Speaker: text" turn was stemmed again on the loop that serves
+    everyone."""
+    from memory_core.retrieval import lexical
+
+    store = build(embed)
+    await store.store(fact("Dana: my first memory, to load the index"))  # the user's index exists
+    loop_thread = threading.get_ident()
+    on_loop: list[str] = []
+    read_terms = lexical._read_terms
+
+    def recording(text: str) -> tuple[str, ...]:
+        if threading.get_ident() == loop_thread:
+            on_loop.append(text)
+        return read_terms(text)
+
+    monkeypatch.setattr(lexical, "_read_terms", recording)
+    lexical._clear_terms_cache()
+    for content in ("Caroline: I went to a LGBTQ support group yesterday.", "My sister moved to Lisbon in May."):
+        await store.store(fact(content))
+    assert on_loop == []
+    assert (await search(store, "Which support group did Caroline go to?"))[0].startswith("Caroline:")
