@@ -8,7 +8,10 @@
    halves every half-life (exponential recency decay as in Park et al. 2023, "Generative
    Agents: Interactive Simulacra of Human Behavior", whose recency factor decays per hour
    since last access; here per day since ``updated_at``, else ``created_at``). Age is measured
-   to ``now``; a timestamp in the future, or none at all, gives age 0 (no decay);
+   to ``now``; a timestamp in the future, or none at all, gives age 0 (no decay). A negative
+   score (fused scores can be: a cosine below 0, the question discount) loses ``1 − factor``
+   instead (``decayed_score``), so that age ranks it lower too — multiplied, an older
+   negative score would rise above a newer one;
 3. **sort** — by decayed score, descending; ties broken by memory id, ascending (stable);
 4. **dedup** — a candidate whose word-level Jaccard similarity with a higher-ranked kept one is
    ``>= dedup_threshold`` (inclusive) is dropped (near-duplicate detection by Jaccard
@@ -54,6 +57,13 @@ def compile_block_patterns(patterns: tuple[str, ...]) -> tuple[linear_re.Pattern
     for i, p in enumerate(patterns):
         linear_re.compile_operator(p, ignore_case=True, field=f"block_patterns[{i}]")
     return (linear_re.compile_operator("|".join(f"(?:{p})" for p in patterns), ignore_case=True),)
+
+
+def decayed_score(score: float, factor: float) -> float:
+    """``score`` after a recency ``factor`` in [0, 1]: ``score × factor`` for a score ≥ 0, and
+    ``score − (1 − factor)`` for a negative one (older ranks lower whatever the sign; finite
+    and never above a non-negative score's decay)."""
+    return score * factor if score >= 0 else score - (1.0 - factor)
 
 
 def recency_factor(timestamp: datetime | None, now: datetime, half_life_days: float) -> float:
@@ -139,7 +149,7 @@ class HeuristicGate:
                 blocked += 1
                 continue
             m = c.memory
-            decayed = c.score * recency_factor(m.updated_at or m.created_at, now, half_life)
+            decayed = decayed_score(c.score, recency_factor(m.updated_at or m.created_at, now, half_life))
             ranked.append((-decayed, m.id, c))
         ranked.sort(key=lambda t: (t[0], t[1]))
 

@@ -3,7 +3,9 @@
 (``FusionWeights``). ``memory_core.stores.hybrid.HybridStore`` gathers the candidates and
 their signals; this module decides their order, and can be read and tested alone.
 
-All terms are on the scale of cosine similarity, and all but the last are ≥ 0::
+All terms are on the scale of cosine similarity; all but the cosine and the last (the
+question discount) are ≥ 0, so a score can be negative (the reflection gate decays such a
+score by subtraction, ``memory_core.chat.gate.decayed_score``)::
 
     base(d)  = (1 − w) · sim(q, d) + w · bm25(q, d) / max_d' bm25(q, d')     fusion="score"
              | ((1 − w) · rrf_vec(d) + w · rrf_lex(d)) · (k + 1)              fusion="rrf"

@@ -16,6 +16,7 @@ from memory_core.chat.gate import (
     NoopGate,
     ReflectionGate,
     compile_block_patterns,
+    decayed_score,
     get_gate,
     recency_factor,
     select_gate,
@@ -65,6 +66,35 @@ def test_decay_exact_values_and_order():
     assert out[1].score == pytest.approx(0.225, rel=1e-12)  # two half-lives: 0.9 / 4
     # similarity is kept as is
     assert (out[0].similarity, out[1].similarity) == (0.8, 0.9)
+
+
+def test_age_ranks_a_negative_score_lower_too():
+    """A fused score can be negative (a cosine below 0, the question discount); multiplied by
+    the recency factor an older one would rise above a newer one. It loses ``1 − factor``
+    instead: older ranks lower whatever the sign, and no negative score passes a non-negative one."""
+    out = run([sm("old", "an old question", -0.06, age_days=90), sm("new", "a new question", -0.05, age_days=0)])
+    assert ids(out) == ["new", "old"]
+    assert out[1].score == pytest.approx(-0.06 - (1 - 2 ** (-3)), rel=1e-12)
+    assert out[0].score == -0.05
+    ancient = sm("ancient", "a very old memory", 0.0, age_days=100_000)  # factor 0.0 (underflow)
+    assert ids(run([sm("neg", "negative today", -0.01), ancient])) == ["ancient", "neg"]
+
+
+@given(
+    st.floats(-2, 2, allow_nan=False),
+    st.floats(-2, 2, allow_nan=False),
+    st.floats(0, 1),
+    st.floats(0, 1),
+)
+@hsettings(max_examples=300, deadline=None)
+def test_decay_keeps_the_order_of_scores_and_of_ages(a, b, fa, fb):
+    """``decayed_score`` is monotone in the score (same factor) and in the factor (same
+    score), and finite."""
+    if a <= b:
+        assert decayed_score(a, fa) <= decayed_score(b, fa)
+    if fa <= fb:
+        assert decayed_score(a, fa) <= decayed_score(a, fb)
+    assert abs(decayed_score(a, fa)) <= 3
 
 
 def test_half_life_setting():
@@ -254,9 +284,10 @@ def test_property_subset_in_non_increasing_order(cands, budget, thr):
     assert all(out[i].score >= out[i + 1].score for i in range(len(out) - 1))
     if cands:
         assert len(out) >= 1
-    for o in out:
+    for o in out:  # decay never raises a score; a non-negative one stays non-negative
         src = next(c for c in cands if c.memory is o.memory)
-        assert abs(o.score) <= abs(src.score) + 1e-12
+        assert o.score <= src.score + 1e-12
+        assert src.score < 0 or o.score >= 0
 
 
 def test_drops_are_counted_by_reason():
