@@ -101,9 +101,9 @@ one per ``_CHARS_PER_UNIT`` characters of it, plus ``_ENTRY_UNITS``. A batch's t
 tokenized off the event loop (``pretokenize``) are found there when the index adds them and
 searches with them. About 8,000 chat-sized texts (~20 terms) fit, 16 KB of CJK text (~11,000
 terms) about 23, one-word searches about 29,000: what the cache holds stays near 30 MB
-whatever the texts (a cache of 2,048
-texts, bounded by count, held ~1.9 GB of RSS after 2,048 distinct 16 KB CJK texts: one
-user's writes could fill it). A text heavier than the whole budget is never kept."""
+whatever the texts (a cache of 2,048 texts, bounded by count, held ~1.9 GB of RSS after
+2,048 distinct 16 KB CJK texts: one user's writes could fill it). A text heavier than the
+whole budget is never kept."""
 
 _CHARS_PER_UNIT = 16
 

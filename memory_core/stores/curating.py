@@ -74,7 +74,6 @@ from ..errors import DuplicateMemory, InvalidInput, MemoryNotFound, StateConflic
 from ..redaction import Redactor, redact_changes, redact_memories, withheld
 from ..retrieval.held_vectors import cosine, unit_vector
 from ..retrieval.lexical import pretokenize
-from ..retrieval.speaker import speaker_and_body
 from ..sanitize import MAX_CONTENT_BYTES, new_memory_id, require_user_id
 from ..tracing import span
 from ..types import (
@@ -91,6 +90,7 @@ from ..types import (
     WriteResult,
 )
 from .base import MAX_BATCH, MAX_LIST_LIMIT, MAX_RETRIEVE_LIMIT, StoreDecorator, list_pages, utcnow
+from .user_index import split_speaker
 
 log = logging.getLogger(__name__)
 
@@ -483,10 +483,10 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         """``_screening_reasons(batch)``, after putting in the tokenizer's cache
         (``lexical.pretokenize``) the terms of what will be tokenized next: each content (the
         candidate search's query) and what the per-user index reads of it (the body and the
-        speaker, ``speaker_and_body``). Pure CPU: runs on the pool."""
+        speaker, ``user_index.split_speaker``: the index's own rule). Pure CPU: runs on the pool."""
         texts: list[str] = []
         for m in batch:
-            body, speaker = speaker_and_body(m.content, m.metadata)
+            body, speaker = split_speaker(m)
             texts += [m.content, body] if speaker is None else [m.content, body, speaker]
         pretokenize(texts)
         return self._screening_reasons(batch)
