@@ -4,8 +4,9 @@
 Data: JSON lines ``{"old", "new", "label"}``, label one of ``supersedes`` | ``compatible`` |
 ``duplicate`` | ``refinement`` (default ``../shared/data/contradictions_dev.jsonl``; the
 project's own set of 417 pairs in six languages is ``tests/supersession_set/labelled.jsonl``,
-with ``split``, ``lang`` and ``kind``: ``--split holdout`` measures the half no rule was
-written from, and prints no holdout pair, only counts).
+with ``split``, ``lang`` and ``kind``: its holdout (``--split holdout``) was measured seven
+times and retired on 2026-12-05; ``tests/supersession_set/blind.jsonl`` is the set written
+blind to replace it, measured once. Neither prints a pair, only counts).
 
 For each pair a fresh user writes ``old`` then ``new`` (type ``semantic``, the API's default),
 and the observed verdict is read back:
@@ -260,10 +261,10 @@ def main(
     data: Path = typer.Option(DEFAULT_DATA, help="labelled pairs (JSON lines)"),
     loo: bool = typer.Option(False, help="in process: choose the cosine constants by leave-one-out"),
     api_key: str = typer.Option(None, help="sent as Authorization: Bearer (API mode)"),
-    split: str = typer.Option(None, help="only the pairs of this split (dev | holdout)"),
+    split: str = typer.Option(None, help="only the pairs of this split (dev | holdout | blind)"),
 ) -> None:
     pairs = load_pairs(data, split)
-    show_misses = split != "holdout"
+    show_misses = split != "holdout" and not any(p.split == "blind" for p in pairs)  # never print a blind pair
     console.print(f"{len(pairs)} pairs: " + ", ".join(f"{a} {sum(p.label == a for p in pairs)}" for a in LABELS))
     if url:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}

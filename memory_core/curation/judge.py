@@ -36,7 +36,10 @@ Rules, in order (``judge``):
    one lacks — ending, a plan then no plan, or change with an old value gone — about the
    same subject and the same people, nothing added ("also"), no passing state ("today"),
    no other place or time of day ("at home" / "at work") → ``supersedes``; an old statement
-   of a finished past time ("last summer") or another dated occasion stays compatible;
+   of a finished past time ("last summer") or another dated occasion stays compatible, and
+   so does, whatever the cue, an old statement of what was already over when it was said
+   ("I used to…", "my first job was…", "as a kid…", 小时候; ``_over_already``) unless the new
+   one corrects it ("actually", "never");
 7. otherwise → ``compatible``.
 
 Names a statement addresses ("Hey Gina!", "Thanks, Jon.") are not read as values.
@@ -620,6 +623,8 @@ def _decide(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) -> V
         return Verdict.COMPATIBLE  # "a Mac at work" / "Windows at home": two places, two habits
     if _someone_else(old_cues, new_cues) or (new_cues.additive and not old_cues.additive):
         return Verdict.COMPATIBLE  # "我老婆现在在上海工作" after "我在北京工作"; "now … as well"
+    if _over_already(old, new):
+        return Verdict.COMPATIBLE  # "my first job was at a bakery" / "I work in insurance now"
     if moved_on:
         return Verdict.SUPERSEDES
     if not negates and (_PAST_TIME.search(old.text) or _another_occasion(old, new)):
@@ -639,6 +644,53 @@ _PAST_TIME = linear_re.compile(
 """A statement about a finished past time ("I spent last summer in Portugal"): a new value
 said later is another time, not a correction (only an ending or change cue supersedes it)."""
 _TIME_KINDS = frozenset({"date", "month", "weekday", "number:year"})
+_FORMER_THINGS = (
+    "job|jobs|car|house|flat|apartment|home|place|boss|manager|school|company|employer|phone|"
+    "bike|partner|girlfriend|boyfriend|husband|wife|dog|cat|pet|team|band|language"
+)
+_FORMER = linear_re.compile(
+    rf"{linear_re.START}(?:used{_S}+to|"
+    rf"my{_S}+(?:first|old|former|previous|ex){_S}+(?:{_FORMER_THINGS}){_S}+(?:was|were)|"
+    rf"as{_S}+a{_S}+(?:kid|child|teenager|teen)|growing{_S}+up|"
+    rf"when{_S}+i{_S}+was{_S}+(?:a|little|young|younger|{linear_re.DIGIT}+)|"
+    rf"solía|solia|de{_S}+(?:niño|niña|pequeño|pequeña|joven)|cuando{_S}+era{_S}+(?:niño|niña|pequeño|pequeña|joven)|"
+    rf"mi{_S}+(?:primer|antiguo){_S}+(?:trabajo|empleo|coche|piso|jefe|novio){_S}+fue|"
+    rf"quand{_S}+j'étais{_S}+(?:petit|petite|enfant|jeune|étudiant|étudiante)|autrefois|"
+    rf"mon{_S}+(?:premier|ancien){_S}+(?:travail|emploi|job|appartement|patron|copain){_S}+(?:était|a{_S}+été)|"
+    rf"als{_S}+kind|mein{_S}+(?:erster|alter){_S}+(?:job|wagen|chef|freund){_S}+war)"
+    rf"{linear_re.END}|^{_S}*früher{linear_re.END}|früher{_S}*,"
+    rf"|小时候|小時候|(?:^|[，,。；;！!？?]|{_S}|我|我们|咱们)(?:以前|从前)|子供の頃|子どもの頃|昔は|第一份工作是|最初の仕事は",
+    linear_re.IGNORECASE,
+)
+"""A statement of what is already over when said ("I used to…", "my first job was…", "as a
+kid…", "de niño…", "Früher, …", 我以前…, 小时候, 子供の頃): nothing said later can make it
+untrue. "Former" things are named (``_FORMER_THINGS``: "my first meeting was at 9" is a
+daily habit, not a past); "früher" only opens a sentence or a clause ("ich stehe früher auf"
+is "earlier"); 以前 only after a clause start or a pronoun ("十点以前" is "before ten")."""
+_ACCUSTOMED = linear_re.compile(
+    rf"(?:{linear_re.START}(?:am|is|are|be|been|being|get|gets|got|getting|was|were)|['’](?:m|s|re)){_S}+used{_S}+to"
+    rf"{linear_re.END}",
+    linear_re.IGNORECASE,
+)
+""""I'm used to waking at 6", "a tool that is used to edit": "used to" as accustomed or as a
+passive, not as "formerly"."""
+_CORRECTION = linear_re.compile(
+    rf"{linear_re.START}(?:never|actually|in{_S}+fact|sorry|nunca|jamás|en{_S}+realidad|jamais|en{_S}+fait|"
+    rf"nie|eigentlich|tatsächlich){linear_re.END}|从来没|从没|其实|一度も|実は",
+    linear_re.IGNORECASE,
+)
+"""A new statement that corrects what the old one said ("Actually I never lived in Leeds")."""
+
+
+def _over_already(old: Statement, new: Statement) -> bool:
+    """``old`` says what is already over (``_FORMER``, not "used to" as accustomed:
+    ``_ACCUSTOMED``) and ``new`` does not, nor corrects it (``_CORRECTION``: "actually",
+    "never"): a later value is the present, not a correction ("I used to live in Leeds" /
+    "I live in York now"). Both saying it (two accounts of one past) is left to the other
+    rules."""
+    if not _FORMER.search(old.text) or _FORMER.search(new.text) or _CORRECTION.search(new.text):
+        return False
+    return not (_ACCUSTOMED.search(old.text) and not _FORMER.search(_ACCUSTOMED.sub(" ", old.text)))
 
 
 def _another_occasion(old: Statement, new: Statement) -> bool:
@@ -745,7 +797,7 @@ def compatible_on_purpose(old_text: str, new_text: str) -> str | None:
     "as well", in any language of ``change_cues``), ``"someone else"`` (the statements are
     about different people), ``"another setting"`` ("at work" / "at home"), ``"passing"``
     (a passing state: "today", "this week"), ``"another occasion"`` (an old statement of a
-    finished past time, or two dated occasions), ``"long"`` (more than
+    finished past time or of what was already over, or two dated occasions), ``"long"`` (more than
     ``MAX_SUPERSEDE_WORDS`` words: several things said at once). A second opinion
     (``curation.second_opinion``) never overrides these. Linear in the texts (the readers
     ``judge`` uses)."""
@@ -766,7 +818,12 @@ def _on_purpose(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) 
         return "another setting"
     if new_cues.transient and not old_cues.transient:
         return "passing"
-    if _PAST_TIME.search(old.text) or _another_occasion(old, new) or _habit_then_occasion(old, new, new_cues):
+    if (
+        _PAST_TIME.search(old.text)
+        or _over_already(old, new)
+        or _another_occasion(old, new)
+        or _habit_then_occasion(old, new, new_cues)
+    ):
         return "another occasion"
     return None
 

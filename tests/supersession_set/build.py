@@ -14,7 +14,7 @@ LoCoMo sentences (CC BY-NC 4.0).
 Labels: ``supersedes`` (the new statement makes the old one no longer true), ``duplicate``
 (the same fact), ``refinement`` (the same fact with more detail), ``compatible`` (both true).
 
-    python tests/supersession_set/build.py
+    python tests/supersession_set/build.py   # writes labelled.jsonl and blind.jsonl
 """
 
 from __future__ import annotations
@@ -57,11 +57,36 @@ def rows() -> list[dict]:
     return out
 
 
+def blind_rows() -> list[dict]:
+    """The pairs of ``blind_2026_12_05.py`` as rows with ``split`` ``blind``: a set written on
+    2026-12-05 by a writer who had read neither the rules nor the pairs above, to be measured
+    once (it replaces the holdout above, retired after its seventh measurement). A pair also
+    in ``labelled.jsonl`` (the same two statements) is left out: it was not written blind.
+    Raises ``ValueError`` as ``rows`` does."""
+    from blind_2026_12_05 import PAIRS as BLIND
+
+    known = {(r["old"], r["new"]) for r in rows()}
+    out = [
+        {"lang": a, "kind": k, "label": lab, "old": o, "new": n, "split": "blind"}
+        for a, k, lab, o, n in BLIND
+        if (o, n) not in known
+    ]
+    seen: set[tuple[str, str]] = set()
+    for row in out:
+        key = (row["old"], row["new"])
+        if row["label"] not in LABELS:
+            raise ValueError(f"unknown label {row['label']!r}")
+        if key in seen:
+            raise ValueError("a blind pair written twice")
+        seen.add(key)
+    print(f"blind set: {len(BLIND) - len(out)} of {len(BLIND)} pairs left out (also in labelled.jsonl)")
+    return out
+
+
 def main() -> None:
-    path = HERE / "labelled.jsonl"
-    data = rows()
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in data), encoding="utf-8")
-    print(f"wrote {path} ({len(data)} pairs)")
+    for path, data in ((HERE / "labelled.jsonl", rows()), (HERE / "blind.jsonl", blind_rows())):
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in data), encoding="utf-8")
+        print(f"wrote {path} ({len(data)} pairs)")
 
 
 if __name__ == "__main__":

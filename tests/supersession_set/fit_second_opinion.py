@@ -1,22 +1,24 @@
 """Fits ``memory_core/curation/second_opinion.json``: the second opinion on supersession
 (``memory_core.curation.second_opinion``), a logistic regression on the bundled
 all-MiniLM-L6-v2's vectors (384 floats, L2-normalised) of the two statements: ``diff`` =
-``embed(new) − embed(old)``, or ``diff+new`` = that and ``embed(new)`` (``FEATURES``).
+``embed(new) − embed(old)``, ``diff+new`` = that and ``embed(new)``, or ``diff+prod`` = that
+and ``embed(new) ⊙ embed(old)`` (``FEATURES``).
 
-Training data: the ``dev`` split of ``labelled.jsonl`` (the holdout is never read: rows of
-another split are skipped unread) and ``train_extra.py``; target: label ``supersedes``
-against the three others.
+Training data: ``labelled.jsonl`` (its dev split and its holdout, retired on 2026-12-05 after
+its seventh measurement; the blind set ``blind_2026_12_05.py`` replaces it) and the pairs of
+``EXTRA_FILES``; no pair sharing a statement with the blind set is read into training;
+target: label ``supersedes`` against the three others.
 
-Choice, by cross-validation on dev only: 5 folds grouped by the old statement (pairs sharing
+Choice, by cross-validation on ``labelled.jsonl``: 5 folds grouped by the old statement (pairs sharing
 an old statement never straddle folds), repeated with ``SEEDS`` fold assignments, the extra
 pairs always in training. For each feature set, L2 penalty of ``PENALTIES`` and threshold of
 ``THRESHOLDS``, the out-of-fold predictions are combined with the rules as the store combines
 them (the rules' ``judge`` verdict; a ``compatible`` verdict becomes ``supersedes`` when the
 probability reaches the threshold, unless the rules hold it compatible on purpose:
-``judge.compatible_on_purpose``) and scored on dev. Kept: a threshold with no compatible
-pair lost at it and at the next lower threshold (a margin: a compatible memory lost is worse
-than a missed supersession) and precision ≥ ``MIN_PRECISION``; of those the highest recall,
-then fewer features, then the larger penalty, then the higher threshold. The final fit uses every training pair.
+``judge.compatible_on_purpose``) and scored on those pairs. Kept: a threshold at which the
+second opinion loses no compatible pair beyond the rules' own, at it and at the next lower
+threshold (a margin: a compatible memory lost is worse than a missed supersession) and precision ≥ ``MIN_PRECISION``; of those the highest recall,
+then the kind earlier in ``FEATURES``, then the larger penalty, then the higher threshold. The final fit uses every training pair.
 
 Deterministic: Newton's method from zeros, no randomness but the seeded fold assignment.
 Printed: the cross-validated figures (overall, per language, per kind) of the choice next
@@ -55,39 +57,55 @@ MIN_PRECISION = 0.95
 NEWTON_STEPS = 100
 
 
-def training_rows() -> tuple[list[dict], list[dict]]:
-    """The dev pairs of ``labelled.jsonl`` and the pairs of ``train_extra.py``, as rows
-    ``{old, new, label, lang, kind}``. An extra pair with a statement (case and spacing
-    aside) that is also a statement of ``labelled.jsonl``, of either split, is left out: no
-    holdout statement is trained on (they were written independently; the rows are
-    compared, never printed)."""
-    spec = importlib.util.spec_from_file_location("train_extra", HERE / "train_extra.py")
+EXTRA_FILES = ("train_extra.py", "train_extra_2026_12_05a.py", "train_extra_2026_12_05b.py")
+"""Pairs written only to train the second opinion (each a module with ``PAIRS``)."""
+BLIND_FILES = ("blind_2026_12_05.py",)
+"""Pairs written to measure it once: no training pair shares a statement with them."""
+
+
+def _pairs_of(name: str) -> list[tuple[str, str, str, str, str]]:
+    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), HERE / name)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    pairs = module.PAIRS
-    dev, statements = [], set()
+    return list(module.PAIRS)
+
+
+def training_rows() -> tuple[list[dict], list[dict]]:
+    """The cross-validation pairs (every row of ``labelled.jsonl``: its dev split and its
+    holdout, retired on 2026-12-05 after its seventh measurement) and the pairs of
+    ``EXTRA_FILES``, as rows ``{old, new, label, lang, kind}``. A pair with a statement (case
+    and spacing aside) of a ``BLIND_FILES`` pair is left out, and an extra pair with a
+    statement also in ``labelled.jsonl``: nothing measured blind is trained on, and no
+    cross-validation statement leaks into every fold (the rows are compared, never
+    printed). Raises ``FileNotFoundError`` when a blind file is missing (nothing would keep
+    its pairs out)."""
+    blind = {_normal(text) for name in BLIND_FILES for *_, old, new in _pairs_of(name) for text in (old, new)}
+    cv, statements = [], set()
     for line in (HERE / "labelled.jsonl").read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
-        statements.add(_normal(row["old"]))  # every split's statements, compared, never shown
+        statements.add(_normal(row["old"]))
         statements.add(_normal(row["new"]))
-        if row["split"] == "dev":
-            dev.append(row)
+        if _normal(row["old"]) not in blind and _normal(row["new"]) not in blind:
+            cv.append(row)
+    pairs = [p for name in EXTRA_FILES for p in _pairs_of(name)]
+    seen = statements | blind
     extra = [
         {"lang": a, "kind": k, "label": lab, "old": o, "new": n}
         for a, k, lab, o, n in pairs
-        if _normal(o) not in statements and _normal(n) not in statements
+        if _normal(o) not in seen and _normal(n) not in seen
     ]
     print(
-        f"train_extra.py: {len(pairs) - len(extra)} of {len(pairs)} pairs left out (a statement also in labelled.jsonl)"
+        f"extra pairs: {len(pairs) - len(extra)} of {len(pairs)} left out (a statement also in labelled.jsonl "
+        f"or a blind set); labelled.jsonl: {sum(1 for _ in (HERE / 'labelled.jsonl').open()) - len(cv)} left out"
     )
-    return dev, extra
+    return cv, extra
 
 
-def training_digest(dev: list[dict], extra: list[dict]) -> str:
+def training_digest(cv: list[dict], extra: list[dict]) -> str:
     """SHA-256 (hex) of the training pairs ``(old, new, label)`` in order: what the fitted
     file records, so that a file left behind by a change of the data is seen."""
-    rows = [[r["old"], r["new"], r["label"]] for r in dev + extra]
+    rows = [[r["old"], r["new"], r["label"]] for r in cv + extra]
     return hashlib.sha256(json.dumps(rows, ensure_ascii=False).encode()).hexdigest()
 
 
@@ -148,15 +166,15 @@ def figures(labels: list[str], rules: list[tuple[Verdict, bool]], p: np.ndarray,
     }
 
 
-def out_of_fold(x_dev, y_dev, groups, x_extra, y_extra, penalty: float, seed: int) -> np.ndarray:
-    """Dev probabilities, each from a fit without its fold (the extra pairs always in)."""
+def out_of_fold(x_cv, y_cv, groups, x_extra, y_extra, penalty: float, seed: int) -> np.ndarray:
+    """Cross-validation probabilities, each from a fit without its fold (the extra pairs always in)."""
     order = np.random.RandomState(seed).permutation(int(groups.max()) + 1)
     fold = order[groups] % FOLDS
-    p = np.zeros(len(y_dev))
+    p = np.zeros(len(y_cv))
     for k in range(FOLDS):
         train = fold != k
-        w, b, mean, std = fit(np.vstack([x_dev[train], x_extra]), np.concatenate([y_dev[train], y_extra]), penalty)
-        p[fold == k] = predict(x_dev[fold == k], *folded(w, b, mean, std))
+        w, b, mean, std = fit(np.vstack([x_cv[train], x_extra]), np.concatenate([y_cv[train], y_extra]), penalty)
+        p[fold == k] = predict(x_cv[fold == k], *folded(w, b, mean, std))
     return p
 
 
@@ -166,34 +184,35 @@ def main() -> None:
     args = parser.parse_args()
     from locomo_offline import EmbedCache
 
-    dev, extra = training_rows()
+    cv, extra = training_rows()
     cache = EmbedCache(None)  # no file: every vector from the model, in this run
-    cache.ensure([t for r in dev + extra for t in (r["old"], r["new"])])
+    cache.ensure([t for r in cv + extra for t in (r["old"], r["new"])])
 
     def design(rows: list[dict], kind: str) -> np.ndarray:
         return np.array([features(kind, cache.vectors[r["old"]], cache.vectors[r["new"]]) for r in rows])
 
-    y_dev = np.array([r["label"] == "supersedes" for r in dev], dtype=np.float64)
+    y_cv = np.array([r["label"] == "supersedes" for r in cv], dtype=np.float64)
     y_extra = np.array([r["label"] == "supersedes" for r in extra], dtype=np.float64)
     ids: dict[str, int] = {}
-    groups = np.array([ids.setdefault(r["old"], len(ids)) for r in dev])
-    labels = [r["label"] for r in dev]
-    rules = [(judge(r["old"], r["new"]), compatible_on_purpose(r["old"], r["new"]) is not None) for r in dev]
+    groups = np.array([ids.setdefault(r["old"], len(ids)) for r in cv])
+    labels = [r["label"] for r in cv]
+    rules = [(judge(r["old"], r["new"]), compatible_on_purpose(r["old"], r["new"]) is not None) for r in cv]
 
     per_config: dict[tuple[str, float, float], list[dict]] = defaultdict(list)
     oof: dict[tuple[str, float], list[np.ndarray]] = {}
     for kind in FEATURES:
-        x_dev, x_extra = design(dev, kind), design(extra, kind)
+        x_cv, x_extra = design(cv, kind), design(extra, kind)
         for penalty in PENALTIES:
-            oof[(kind, penalty)] = [out_of_fold(x_dev, y_dev, groups, x_extra, y_extra, penalty, s) for s in SEEDS]
+            oof[(kind, penalty)] = [out_of_fold(x_cv, y_cv, groups, x_extra, y_extra, penalty, s) for s in SEEDS]
             for t in THRESHOLDS:
                 per_config[(kind, penalty, t)] = [figures(labels, rules, p, t) for p in oof[(kind, penalty)]]
 
     def mean(config: tuple[str, float, float], key: str) -> float:
         return float(np.mean([f[key] for f in per_config[config]]))
 
-    print(f"{len(dev)} dev pairs, {len(extra)} extra pairs; grouped {FOLDS}-fold CV × {len(SEEDS)} seeds")
+    print(f"{len(cv)} cross-validation pairs, {len(extra)} extra pairs; grouped {FOLDS}-fold CV × {len(SEEDS)} seeds")
     print("features  penalty threshold  precision recall lost")
+    base = figures(labels, rules, np.zeros(len(cv)), 2.0)
     eligible = []
     for kind in FEATURES:
         for penalty in PENALTIES:
@@ -202,19 +221,18 @@ def main() -> None:
                 p, r, lost = mean(c, "precision"), mean(c, "recall"), mean(c, "lost")
                 print(f"{kind:9} {penalty:7.0f} {t:9.2f}  {p:9.3f} {r:6.3f} {lost:4.1f}")
                 below = mean((kind, penalty, THRESHOLDS[i - 1]), "lost") if i else lost
-                if lost == 0 and below == 0 and p >= MIN_PRECISION:
-                    # highest recall; then fewer features, a larger penalty, a higher threshold
+                if lost == base["lost"] and below == base["lost"] and p >= MIN_PRECISION:
+                    # highest recall; then the kind earlier in FEATURES, a larger penalty, a higher threshold
                     eligible.append((r, -FEATURES.index(kind), penalty, t))
     if not eligible:
         raise SystemExit("no penalty and threshold meets the constraints: nothing written")
     recall, minus_index, penalty, threshold = max(eligible)
     kind = FEATURES[-minus_index]
-    x_dev, x_extra = design(dev, kind), design(extra, kind)
-    base = figures(labels, rules, np.zeros(len(dev)), 2.0)
+    x_cv, x_extra = design(cv, kind), design(extra, kind)
     chosen = [figures(labels, rules, p, threshold) for p in oof[(kind, penalty)]]
     print(f"\nchosen: features {kind}, penalty {penalty:g}, threshold {threshold:.2f}")
     print(
-        f"rules alone (dev):           precision {base['precision']:.3f} recall {base['recall']:.3f} lost {base['lost']}"
+        f"rules alone (all cv pairs): precision {base['precision']:.3f} recall {base['recall']:.3f} lost {base['lost']}"
     )
     print(
         f"rules + second opinion (CV): precision {np.mean([f['precision'] for f in chosen]):.3f} "
@@ -224,8 +242,8 @@ def main() -> None:
     p0 = oof[(kind, penalty)][0]  # per group: the first fold assignment
     for key in ("lang", "kind"):
         print(f"\nper {key} (CV, seed {SEEDS[0]}): caught rules → rules+second opinion, said wrongly, compatible lost")
-        for g in sorted({r[key] for r in dev}):
-            sel = [i for i, r in enumerate(dev) if r[key] == g]
+        for g in sorted({r[key] for r in cv}):
+            sel = [i for i, r in enumerate(cv) if r[key] == g]
             sub = [labels[i] for i in sel], [rules[i] for i in sel]
             a = figures(*sub, np.zeros(len(sel)), 2.0)
             c = figures(*sub, p0[sel], threshold)
@@ -234,9 +252,9 @@ def main() -> None:
                 f"wrong {a['said_wrongly']} → {c['said_wrongly']}  lost {a['lost']} → {c['lost']}"
             )
 
-    w, b, m, s = fit(np.vstack([x_dev, x_extra]), np.concatenate([y_dev, y_extra]), penalty)
+    w, b, m, s = fit(np.vstack([x_cv, x_extra]), np.concatenate([y_cv, y_extra]), penalty)
     weights, bias = folded(w, b, m, s)
-    digest = training_digest(dev, extra)
+    digest = training_digest(cv, extra)
     doc = {
         "identity": compute_identity(EmbeddingSettings()).digest,
         "features": kind,
@@ -246,7 +264,7 @@ def main() -> None:
         "provenance": {
             "model": f"logistic regression on features {kind!r} of the bundled all-MiniLM-L6-v2's vectors",
             "script": "tests/supersession_set/fit_second_opinion.py",
-            "training": f"labelled.jsonl split dev ({len(dev)} pairs) + train_extra.py ({len(extra)} pairs)",
+            "training": f"labelled.jsonl, both splits ({len(cv)} pairs) + {', '.join(EXTRA_FILES)} ({len(extra)} pairs)",
             "training_sha256": digest,
             "penalty": penalty,
             "cv": {

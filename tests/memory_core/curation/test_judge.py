@@ -202,3 +202,79 @@ def test_long_statements_are_never_replaced_wholesale():
 def test_an_attribute_of_two_different_things_is_compatible():
     assert judge("My locker code is 4817.", "My bike lock code is 2290.") == C
     assert judge("My locker code is 4817.", "My gym locker code is 2290.") == S  # the same thing, qualified
+
+
+# An old statement of what was already over when it was said: a later value is the present,
+# not a correction (written for this test, in the languages of change_cues).
+ALREADY_OVER = [
+    ("My first job was at a bakery.", "I work in insurance now."),
+    ("I used to live in Leeds.", "I live in York now."),
+    ("I used to play the cello.", "I play the guitar now."),
+    ("As a kid I had a rabbit called Bun.", "We have a dog called Pip now."),
+    ("Growing up I spoke Polish at home.", "At home we speak English now."),
+    ("When I was 20 I worked as a waiter.", "I'm a nurse now."),
+    ("My old car was a Golf.", "I drive a Tesla now."),
+    ("De niño vivía en Sevilla.", "Ahora vivo en Madrid."),
+    ("Solía correr por las mañanas.", "Ahora nado por las tardes."),
+    ("Quand j'étais étudiant, je travaillais dans un bar.", "Maintenant je suis comptable."),
+    ("Früher wohnte ich in Köln.", "Jetzt wohne ich in Bonn."),
+    ("Als Kind spielte ich Fußball.", "Jetzt spiele ich Tennis."),
+    ("小时候我住在北京。", "我现在住在上海。"),
+    ("子供の頃は大阪に住んでいました。", "今は東京に住んでいます。"),
+]
+
+
+@pytest.mark.parametrize(("old", "new"), ALREADY_OVER)
+def test_what_was_already_over_stays_true(old, new):
+    from memory_core.curation.judge import compatible_on_purpose
+
+    assert judge(old, new) == C
+    assert compatible_on_purpose(old, new) == "another occasion"  # the second opinion may not override it
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("I live in Leeds.", "I live in York now."),
+        ("My car is a Golf.", "I drive a Tesla now."),
+        ("I play the cello.", "I play the guitar now."),
+        ("Vivo en Sevilla.", "Ahora vivo en Madrid."),
+        ("Ich wohne in Köln.", "Jetzt wohne ich in Bonn."),
+        ("我住在北京。", "我现在住在上海。"),
+        ("大阪に住んでいます。", "今は東京に住んでいます。"),
+    ],
+)
+def test_the_same_changes_of_a_present_fact_supersede(old, new):
+    """The control of ``test_what_was_already_over_stays_true``: without the past marker, the
+    same new statements replace the old ones."""
+    assert judge(old, new) == S
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        # "used to" as accustomed, not as formerly
+        ("I'm used to waking up at 6.", "I wake up at 8 now."),
+        ("I got used to working from home.", "I work from the office now."),
+        # 以前 as "before (a time)", früher as "earlier", a "first" that is a daily habit
+        ("我每天十点以前睡觉。", "我现在每天十二点才睡。"),
+        ("My first meeting was at 9 every day.", "My first meeting is at 10 now."),
+        # a correction of the past itself
+        ("I used to live in Leeds.", "Sorry, I never lived in Leeds, it was York."),
+    ],
+)
+def test_phrases_that_only_look_like_a_past_are_not_read_as_one(old, new):
+    """The negatives of ``test_what_was_already_over_stays_true`` (pairs a review wrote): the
+    old statement is not of what was already over, or the new one corrects it."""
+    from memory_core.curation.judge import compatible_on_purpose
+
+    assert compatible_on_purpose(old, new) != "another occasion"
+    assert judge(old, new) == S
+
+
+def test_earlier_in_german_is_not_formerly():
+    from memory_core.curation.judge import _FORMER
+
+    assert _FORMER.search("Früher wohnte ich in Köln.")
+    assert _FORMER.search("Ich wohne jetzt in Bonn, früher, als Student, in Köln.")
+    assert not _FORMER.search("Ich stehe früher auf als mein Mann.")
