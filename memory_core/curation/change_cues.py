@@ -270,20 +270,41 @@ _ADDITIVE_WORDS = frozenset(
     "anche inoltre além".split()
 )
 _ADDITIVE_PHRASES = frozenset({("as", "well"), ("in", "addition"), ("de", "plus"), ("en", "plus")})
-_ADDITIVE_CJK = ("也", "还", "另外", "此外", "も")
+_ADDITIVE_CJK = ("也", "还", "另外", "此外")
+_JA_NOT_ADDITIVE_NEXT = frozenset("うしのらっちとり")
+"""Kana after も that make another word (もう "already / any more", もし "if", もの, もらう,
+もっと, もちろん, もと, もり): not the particle "too"."""
+_JA_NOT_ADDITIVE_PREV = frozenset("でとど何誰つ")
+"""Characters before も that make another word (でも "but", とも, 子ども, 何も "nothing",
+誰も "nobody", いつも "always"): not the particle "too"."""
+
+
+def _ja_too(text: str) -> bool:
+    """Whether ``text`` holds the Japanese particle も ("too, also"), not も inside another
+    word (``_JA_NOT_ADDITIVE_NEXT``, ``_JA_NOT_ADDITIVE_PREV``). One pass."""
+    for i, c in enumerate(text):
+        if c != "も":
+            continue
+        nxt = text[i + 1] if i + 1 < len(text) else ""
+        prev = text[i - 1] if i else ""
+        if nxt not in _JA_NOT_ADDITIVE_NEXT and prev not in _JA_NOT_ADDITIVE_PREV:
+            return True
+    return False
+
+
 _PEOPLE_WORDS = frozenset(
     # en
     "sister brother mother mom mum father dad wife husband partner girlfriend boyfriend friend son daughter "
     "kid kids child children boss manager colleague coworker neighbor neighbour cousin aunt uncle grandma "
     "grandpa roommate parents he she they "
     # es
-    "hermana hermano madre padre mamá papá esposa esposo mujer marido hijo hija hijos padres amigo amiga "
+    "hermana hermano madre padre mamá papá esposa esposo mujer marido hijo hija hijos padres amigo amiga novio novia "
     "jefe jefa compañero compañera vecino vecina primo prima abuela abuelo él ella ellos "
     # fr
-    "sœur soeur frère mère père maman papa femme mari fils fille enfants parents ami amie chef collègue "
+    "sœur soeur frère mère père maman papa femme mari fils fille enfants parents ami amie copain copine chef collègue "
     "voisin voisine cousin cousine il elle ils "
     # de
-    "schwester bruder mutter vater mama frau mann sohn tochter kinder eltern kollege kollegin nachbar "
+    "schwester bruder mutter vater mama frau mann sohn tochter kinder eltern freund freundin partnerin kollege kollegin nachbar "
     "nachbarin chef chefin er sie "
     # it, pt
     "sorella fratello madre padre moglie marito figlio figlia irmã irmão mãe pai esposa marido filho filha".split()
@@ -356,7 +377,9 @@ _FRAMES = {
     "relationship": "girlfriend boyfriend partner husband wife dating married single "
     "novio novia pareja casado casada soltero soltera "
     "copain copine mari femme mariée marié célibataire "
-    "freund freundin partnerin verheiratet ledig",
+    "freund freundin partnerin verheiratet ledig "
+    "engaged divorced prometido prometida casados divorciado divorciada fiancé fiancée divorcé divorcée "
+    "verlobt geheiratet geschieden getrennt",
     "diet": "eat eating diet vegan vegetarian como comer mange manger esse essen mangio",
     "drink": "drink drinking bebo beber bois boire trinke trinken",
     "smoking": "smoke smoking fumo fumar fume fumer rauche rauchen",
@@ -365,7 +388,21 @@ _FRAME_WORDS = {name: frozenset(words.split()) for name, words in _FRAMES.items(
 _FRAMES_CJK = {
     "residence": ("住", "搬", "家在", "引っ越"),
     "work": ("工作", "上班", "公司", "职", "働", "仕事", "勤め", "会社"),
-    "relationship": ("男朋友", "女朋友", "分手", "单身", "彼氏", "彼女", "別れ"),
+    "relationship": (
+        "男朋友",
+        "女朋友",
+        "分手",
+        "单身",
+        "彼氏",
+        "彼女",
+        "別れ",
+        "订婚",
+        "结婚",
+        "离婚",
+        "婚約",
+        "結婚",
+        "離婚",
+    ),
     "smoking": ("烟", "タバコ", "煙草"),
 }
 _CJK_FUNCTION = frozenset("我你他她它们的了在是有不也还很就要一个这那没都和把被给对从吗呢吧啊已经现今最近改换搬")
@@ -469,6 +506,7 @@ def _read_cues(text: str) -> Cues:
         bool(word_set & _ADDITIVE_WORDS or pairs & _ADDITIVE_PHRASES)
         or _ends_with_too(words, norm)
         or any(c in text for c in _ADDITIVE_CJK)
+        or ("も" in text and _ja_too(text))
     )
     people = frozenset(
         w

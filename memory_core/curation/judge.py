@@ -609,6 +609,8 @@ def _decide(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) -> V
                 return Verdict.REFINES
         if new.terms <= old.terms and nv <= ov and new.terms:
             return Verdict.DUPLICATE  # the new one says less: the old one already holds it
+    if _status_changed(old, new, old_cues, new_cues):
+        return Verdict.SUPERSEDES  # "Ich bin verlobt." / "Wir haben im Mai geheiratet."
     if not readable:
         return Verdict.SUPERSEDES if moved_on else Verdict.COMPATIBLE
     if new.additive and not new.change:
@@ -691,6 +693,62 @@ def _over_already(old: Statement, new: Statement) -> bool:
     if not _FORMER.search(old.text) or _FORMER.search(new.text) or _CORRECTION.search(new.text):
         return False
     return not (_ACCUSTOMED.search(old.text) and not _FORMER.search(_ACCUSTOMED.sub(" ", old.text)))
+
+
+_STATUS_PHRASES = {
+    "single": rf"single|soltero|soltera|célibataire|ledig|not{_S}+seeing{_S}+anyone",
+    "dating": rf"dating|seeing{_S}+someone|in{_S}+a{_S}+relationship|(?:have|got){_S}+a{_S}+(?:boyfriend|girlfriend)|"
+    rf"en{_S}+couple|en{_S}+pareja|tengo{_S}+(?:novio|novia)|in{_S}+einer{_S}+beziehung|vergeben",
+    "engaged": rf"engaged|fiancé|fiancée|fiancés|fiancée?s|prometido|prometida|comprometido|comprometida|"
+    rf"nos{_S}+comprometimos|verlobt",
+    "married": rf"married|casado|casada|casados|nos{_S}+casamos|marié|mariée|mariés|verheiratet|geheiratet",
+    "apart": rf"divorced|separated|broke{_S}+up|split{_S}+up|divorciado|divorciada|divorciados|nos{_S}+divorciamos|"
+    rf"nos{_S}+separamos|separados|divorcé|divorcée|divorcés|séparés|séparées|geschieden|getrennt",
+    "widowed": r"widowed|widow|widower|viudo|viuda|veuf|veuve|verwitwet",
+}
+_STATUS_CJK = {
+    "single": ("单身", "独身"),
+    "dating": ("谈恋爱", "有男朋友", "有女朋友", "付き合って", "彼氏ができ", "彼女ができ"),
+    "engaged": ("订婚", "婚約"),
+    "married": ("结婚", "领证", "已婚", "結婚"),
+    "apart": ("离婚", "分手", "離婚", "別れ"),
+}
+_STATUS = {
+    name: linear_re.compile(rf"{linear_re.START}(?:{phrases}){linear_re.END}", linear_re.IGNORECASE)
+    for name, phrases in _STATUS_PHRASES.items()
+}
+_STATUS_NEGATION = linear_re.compile(
+    rf"{linear_re.START}(?:not|never|no|nunca|pas|plus|jamais|nicht|nie|kein|keine)"
+    rf"{linear_re.END}|n't|n’t|不|没|ない|ません",
+    linear_re.IGNORECASE,
+)
+"""A negation anywhere in a statement: its relationship status is not read ("I'm not married
+yet" says no status)."""
+
+
+def relationship_status(text: str) -> str | None:
+    """The one relationship status ``text`` states of its speaker (``single``, ``dating``,
+    ``engaged``, ``married``, ``apart``, ``widowed``), in English, Spanish, French, German,
+    Chinese or Japanese; None when it states none, several, or holds a negation. Linear in
+    the text (RE2 and substring tests)."""
+    if _STATUS_NEGATION.search(text):
+        return None
+    found = {name for name, pattern in _STATUS.items() if pattern.search(text)}
+    found |= {name for name, words in _STATUS_CJK.items() if any(w in text for w in words)}
+    return found.pop() if len(found) == 1 else None
+
+
+def _status_changed(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) -> bool:
+    """Both statements state the speaker's relationship status (``relationship_status``) and
+    the statuses differ ("single" / "in a relationship", "verlobt" / "geheiratet", 订婚 /
+    领证结婚), about the same people (a partner aside), nothing added, nothing already over or
+    passing: the new status replaces the old one."""
+    if _someone_else(old_cues, new_cues) or (new_cues.additive and not old_cues.additive) or _over_already(old, new):
+        return False
+    if new_cues.transient or _PAST_TIME.search(old.text):
+        return False
+    before, after = relationship_status(old.text), relationship_status(new.text)
+    return before is not None and after is not None and before != after
 
 
 def _another_occasion(old: Statement, new: Statement) -> bool:
@@ -838,9 +896,21 @@ _HABIT = linear_re.compile(
 
 
 def _habit_then_occasion(old: Statement, new: Statement, new_cues: Cues) -> bool:
-    """``old`` states a recurring habit and ``new`` one dated occasion (a date, month or
-    weekday ``old`` does not name) without a change marker or cue: "I run 5 km every
+    """``old`` states a recurring habit and ``new`` one occasion (a date, month or weekday
+    ``old`` does not name, or a day's occasion: ``_ONE_OCCASION``) without a change marker or cue: "I run 5 km every
     Saturday" / "I signed up for a half marathon in October" — the habit stays."""
     if not _HABIT.search(old.text) or _HABIT.search(new.text) or new.change or new_cues.shifts or new_cues.ends:
         return False
+    if _ONE_OCCASION.search(new.text):
+        return True  # "I usually go to bed around 11" / "stayed up till 2am last night"
     return any(new.values.get(k, set()) - old.values.get(k, set()) for k in _TIME_KINDS)
+
+
+_ONE_OCCASION = linear_re.compile(
+    rf"{linear_re.START}(?:yesterday|last{_S}+night|tonight|tomorrow|this{_S}+(?:morning|evening|afternoon)|"
+    rf"anoche|ayer|esta{_S}+(?:noche|mañana|tarde)|hier|demain|ce{_S}+(?:soir|matin)|cette{_S}+nuit|"
+    rf"gestern|heute{_S}+(?:abend|morgen|früh)|letzte{_S}+nacht){linear_re.END}"
+    r"|昨天|昨晚|明天|今晚|今天早上|昨日|昨夜|明日|今夜|今朝",
+    linear_re.IGNORECASE,
+)
+"""One day's occasion ("last night", "tomorrow", "ayer", "hier soir", "gestern", 昨晚, 昨夜)."""

@@ -14,7 +14,7 @@ which point anywhere. The classifier is fitted on labelled pairs (``tests/supers
 decision threshold by cross-validation on ``labelled.jsonl`` (a compatible memory lost costs
 more than a missed supersession: the threshold is the lowest at which the second opinion
 loses no compatible pair beyond the rules' own, at it and one step below it). Its figures on
-a set written blind and measured once (``tests/supersession_set/blind.jsonl``) are in the
+sets written blind and measured once (``tests/supersession_set/blind*.jsonl``) are in the
 README ("Measured"). The fitted file (``second_opinion.json``, beside this module) holds the
 weights folded with the standardisation (``p = sigmoid(w · features + b)``), the
 threshold, the identity digest of the embedding model the vectors came from, and its

@@ -14,12 +14,13 @@ LoCoMo sentences (CC BY-NC 4.0).
 Labels: ``supersedes`` (the new statement makes the old one no longer true), ``duplicate``
 (the same fact), ``refinement`` (the same fact with more detail), ``compatible`` (both true).
 
-    python tests/supersession_set/build.py   # writes labelled.jsonl and blind.jsonl
+    python tests/supersession_set/build.py   # writes labelled.jsonl, blind.jsonl, blind_b.jsonl
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -57,18 +58,23 @@ def rows() -> list[dict]:
     return out
 
 
-def blind_rows() -> list[dict]:
-    """The pairs of ``blind_2026_12_05.py`` as rows with ``split`` ``blind``: a set written on
-    2026-12-05 by a writer who had read neither the rules nor the pairs above, to be measured
-    once (it replaces the holdout above, retired after its seventh measurement). A pair also
-    in ``labelled.jsonl`` (the same two statements) is left out: it was not written blind.
-    Raises ``ValueError`` as ``rows`` does."""
-    from blind_2026_12_05 import PAIRS as BLIND
+BLIND_SETS = {"blind.jsonl": "blind_2026_12_05", "blind_b.jsonl": "blind_2026_12_05b"}
+"""Sets written blind on 2026-12-05 (output file → module), each by a writer who had read
+neither the rules nor any pair above nor the other blind set, each measured once: ``blind``
+(set A) replaced the holdout above, retired after its seventh measurement, and was itself
+retired into the second opinion's training after it was measured; ``blind_b`` (set B)
+replaced it."""
 
+
+def blind_rows(module: str) -> list[dict]:
+    """The pairs of the blind set ``module`` (one of ``BLIND_SETS``) as rows with ``split``
+    ``blind``. A pair also in ``labelled.jsonl`` (the same two statements) is left out: it
+    was not written blind. Raises ``ValueError`` as ``rows`` does."""
+    pairs = importlib.import_module(module).PAIRS
     known = {(r["old"], r["new"]) for r in rows()}
     out = [
         {"lang": a, "kind": k, "label": lab, "old": o, "new": n, "split": "blind"}
-        for a, k, lab, o, n in BLIND
+        for a, k, lab, o, n in pairs
         if (o, n) not in known
     ]
     seen: set[tuple[str, str]] = set()
@@ -79,12 +85,14 @@ def blind_rows() -> list[dict]:
         if key in seen:
             raise ValueError("a blind pair written twice")
         seen.add(key)
-    print(f"blind set: {len(BLIND) - len(out)} of {len(BLIND)} pairs left out (also in labelled.jsonl)")
+    print(f"{module}: {len(pairs) - len(out)} of {len(pairs)} pairs left out (also in labelled.jsonl)")
     return out
 
 
 def main() -> None:
-    for path, data in ((HERE / "labelled.jsonl", rows()), (HERE / "blind.jsonl", blind_rows())):
+    outputs = [(HERE / "labelled.jsonl", rows())]
+    outputs += [(HERE / name, blind_rows(module)) for name, module in BLIND_SETS.items()]
+    for path, data in outputs:
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in data), encoding="utf-8")
         print(f"wrote {path} ({len(data)} pairs)")
 

@@ -278,3 +278,85 @@ def test_earlier_in_german_is_not_formerly():
     assert _FORMER.search("Früher wohnte ich in Köln.")
     assert _FORMER.search("Ich wohne jetzt in Bonn, früher, als Student, in Köln.")
     assert not _FORMER.search("Ich stehe früher auf als mein Mann.")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        # も inside another word (もう "any more", でも "but", 何も "nothing") is not "too"
+        ("毎日タバコを吸っています。", "タバコはやめました。もう半年吸っていません。", S),
+        ("犬を飼っています。", "猫も飼い始めました。", C),  # the particle: "a cat too"
+    ],
+)
+def test_japanese_too_is_the_particle_not_a_syllable(old, new, expected):
+    assert judge(old, new) == expected
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("J'habite à Paris.", "Ma copine habite à Lille."),
+        ("Vivo en Madrid.", "Mi novia vive en Valencia."),
+        ("Ich wohne in Berlin.", "Meine Freundin wohnt in Leipzig."),
+    ],
+)
+def test_a_partner_named_in_another_language_is_someone_else(old, new):
+    from memory_core.curation.judge import compatible_on_purpose
+
+    assert judge(old, new) == C
+    assert compatible_on_purpose(old, new) == "someone else"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        ("I usually go to bed around 11.", "Stayed up till 2am last night finishing a book.", C),
+        ("I go running every morning.", "Skipped my run this morning, too tired.", C),
+        ("Todos los días como a las dos.", "Ayer comí a las cuatro.", C),
+        # a cue of change or of an end still replaces the habit
+        ("I usually go to bed around 11.", "These days I go to bed at 1.", S),
+        ("I run every morning.", "I quit running yesterday.", S),
+    ],
+)
+def test_a_habit_then_one_day_is_another_occasion(old, new, expected):
+    assert judge(old, new) == expected
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("I'm single.", "I'm in a relationship with Noor now."),
+        ("Ich bin verlobt.", "Wir haben im Mai geheiratet."),
+        ("Je suis célibataire.", "Je suis en couple depuis cet été."),
+        ("Estoy casado con Lucía.", "Lucía y yo nos divorciamos el año pasado."),
+        ("Estoy soltera.", "Tengo novio desde marzo."),
+        ("我和男朋友订婚了。", "我们上个月领证了，正式结婚啦！"),
+        ("婚約しました。", "先月結婚しました。"),
+    ],
+)
+def test_a_new_relationship_status_replaces_the_old_one(old, new):
+    assert judge(old, new) == S
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("I'm married.", "My sister got divorced."),  # someone else's status
+        ("I'm married.", "I got married in 2015."),  # the same status
+        ("Ich bin verlobt.", "Wir sind noch nicht verheiratet."),  # a negation states no status
+        ("I used to be married.", "I'm single."),  # what was already over
+    ],
+)
+def test_a_status_of_someone_else_or_the_same_status_replaces_nothing(old, new):
+    assert judge(old, new) != S
+
+
+def test_relationship_status_reads_one_status_or_none():
+    from memory_core.curation.judge import relationship_status
+
+    assert relationship_status("We got engaged in Paris!") == "engaged"
+    assert relationship_status("Wir haben uns getrennt.") == "apart"
+    assert relationship_status("我现在单身。") == "single"
+    assert relationship_status("I'm not married.") is None
+    assert relationship_status("Divorced, now engaged again.") is None  # two statuses: none read
+    assert relationship_status("I live in Leeds.") is None
