@@ -506,10 +506,25 @@ def _names_value(phrase: str, value: str) -> bool:
     return bool(words) and (value == phrase or value in words or set(words) <= set(value.split()))
 
 
+def _narrows(value: str, other: str) -> bool:
+    """Whether ``other`` names a part of ``value``'s place or name: it begins with ``value``
+    and goes on (杭州 → 杭州西湖区, ``hamburg`` → ``hamburg-altona``, ``san diego`` →
+    ``san diego county``), at a word's edge in scripts with spaces. ``york`` does not narrow
+    to ``new york``."""
+    if len(other) <= len(value) or not other.startswith(value):
+        return False
+    return bool(_CJK_CHAR.match(value[-1:])) or other[len(value)] in " -,/"
+
+
+_NARROWING_KINDS = frozenset({"place", "name"})
+
+
 def _value_conflict(old: Statement, new: Statement) -> bool:
     for kind, old_values in old.values.items():
         new_values = new.values.get(kind, set())
         gone = old_values - new_values
+        if kind in _NARROWING_KINDS:  # "杭州" / "杭州西湖区": the same place, said more precisely
+            gone = {v for v in gone if not any(_narrows(v, nv) for nv in new_values)}
         if gone and new_values - old_values:
             return True  # an old value of this kind replaced by a new one of the same kind
     old_words = {w for v in old.all_values() for w in v.split()} | set(old.norm.split())

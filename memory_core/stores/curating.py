@@ -653,9 +653,11 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
 
     async def _candidates(self, memory: Memory, plan: _BatchPlan) -> list[tuple[Memory, float]]:
         """The owner's active memories to judge ``memory`` against, best first: the batch's
-        earlier new memories, then the stored ones (as the batch left them), the most similar
-        of the same type and project with cosine ≥ ``candidate_min_cosine``; semantic ones
-        too for an episodic memory."""
+        earlier new memories, then the stored ones (as the batch left them), the best of the
+        same type and project by the hybrid ranking (``2 × candidates`` asked) with cosine ≥
+        ``candidate_min_cosine`` — a floor that applies only where the model represents both
+        texts (``MemoryStore.represents``): a pair with a text it cannot represent is a
+        candidate on its rank alone; semantic ones too for an episodic memory."""
         s = self.settings
         types = (memory.type, MemoryType.SEMANTIC) if memory.type == MemoryType.EPISODIC else (memory.type,)
         query = plan.unit(memory)
@@ -667,13 +669,19 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             if cos is not None and cos >= s.candidate_min_cosine:
                 pending.append((m, cos))
         pending.sort(key=lambda mc: -mc[1])
+        # the cosine floor applies where both texts are ones the model can represent: the
+        # cosine of a text it cannot (much of simplified Chinese for MiniLM's vocabulary, Thai)
+        # says nothing, so such a pair is a candidate when the hybrid ranking (its lexical side
+        # finds the shared words) puts it in the top; the backend is asked without the floor,
+        # for twice as many, and the floor is applied here pair by pair
+        represented = self.inner.represents(memory.content)
         hits = await self.inner.retrieve(
             RetrieveOptions(
                 user_id=memory.user_id,
                 query=memory.content,
                 embedding=memory.embedding,
-                limit=s.candidates,
-                threshold=s.candidate_min_cosine,
+                limit=2 * s.candidates,
+                threshold=-1.0,
                 hybrid=True,
                 types=types,
                 states=(MemoryState.ACTIVE,),
@@ -685,7 +693,12 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             for h in hits
             if h.memory.project_id == memory.project_id and h.memory.id not in plan.new
         ]
-        stored = [(m, cos) for m, cos in stored if m.state == MemoryState.ACTIVE]
+        stored = [
+            (m, cos)
+            for m, cos in stored
+            if m.state == MemoryState.ACTIVE
+            and (cos >= s.candidate_min_cosine or not (represented and self.inner.represents(m.content)))
+        ]
         return (pending + stored)[: s.candidates]
 
     # ------------------------------------------------------------------ other writes

@@ -360,3 +360,19 @@ def test_relationship_status_reads_one_status_or_none():
     assert relationship_status("I'm not married.") is None
     assert relationship_status("Divorced, now engaged again.") is None  # two statuses: none read
     assert relationship_status("I live in Leeds.") is None
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        # the same place said more precisely is no new value
+        ("我住在杭州。", "我住在杭州西湖区，离公司很近。", C),
+        ("Ich wohne in Hamburg.", "Ich wohne in Hamburg-Altona, nah an der Elbe.", C),
+        ("I live in San Diego.", "I live in San Diego County, near the coast.", C),
+        # another place that only shares a word is one
+        ("I live in York.", "I live in New York.", S),
+        ("我住在杭州。", "我现在住在上海。", S),
+    ],
+)
+def test_a_place_said_more_precisely_is_not_a_new_place(old, new, expected):
+    assert judge(old, new) == expected

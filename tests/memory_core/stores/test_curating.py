@@ -322,6 +322,36 @@ async def test_text_the_model_cannot_represent_is_never_deduplicated_by_its_cosi
     assert await active(store) == sorted(thai)
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "outcome", "old_state"),
+    [
+        # pairs written for this test, in simplified Chinese much of which MiniLM's vocabulary
+        # cannot represent (its cosine says nothing): the rules must still see the pair
+        ("我住在杭州西湖区。", "我现在住在上海徐汇区，已经不住杭州了。", WriteOutcome.CREATED, MemoryState.SUPERSEDED),
+        ("我最喜欢的水果是荔枝。", "我最喜欢的水果是荔枝！", WriteOutcome.REINFORCED, MemoryState.ACTIVE),
+        ("我养了一只猫，叫咪咪。", "我养了一只猫，叫咪咪，三岁了。", WriteOutcome.REFINED, MemoryState.ACTIVE),
+        (
+            "我在腾讯做前端工程师。",
+            "我已经从腾讯离职了，现在在美团做产品经理。",
+            WriteOutcome.CREATED,
+            MemoryState.SUPERSEDED,
+        ),
+    ],
+)
+async def test_a_pair_the_model_cannot_represent_is_still_judged(embed, old, new, outcome, old_state):
+    from memory_core.config import EmbeddingSettings
+    from memory_core.embedding import TokenizerCoverage
+
+    coverage = TokenizerCoverage.from_settings(EmbeddingSettings())
+    assert not (coverage.represents(old) and coverage.represents(new))  # what this test is about
+    settings = MemoryStoreSettings(backend="inmemory", retrieval={"hybrid": True})
+    store = make_store(settings, embed=embed, dimension=384, identity="minilm", represents=coverage.represents)
+    (first,) = await store.write([fact(old)])
+    (second,) = await store.write([fact(new)])
+    assert second.outcome == outcome
+    assert (await store.get(first.memory.id, "alice")).state == old_state
+
+
 HELD = ["Remember: my locker code is 4817.", "Our office is in Building 7.", "I live in Boston."]
 
 
