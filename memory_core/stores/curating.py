@@ -654,7 +654,7 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
     async def _candidates(self, memory: Memory, plan: _BatchPlan) -> list[tuple[Memory, float]]:
         """The owner's active memories to judge ``memory`` against, best first: the batch's
         earlier new memories, then the stored ones (as the batch left them), the best of the
-        same type and project by the hybrid ranking (``2 × candidates`` asked) with cosine ≥
+        same type and project by the hybrid ranking (``candidates`` asked) with cosine ≥
         ``candidate_min_cosine`` — a floor that applies only where the model represents both
         texts (``MemoryStore.represents``): a pair with a text it cannot represent is a
         candidate on its rank alone; semantic ones too for an episodic memory."""
@@ -672,15 +672,15 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         # the cosine floor applies where both texts are ones the model can represent: the
         # cosine of a text it cannot (much of simplified Chinese for MiniLM's vocabulary, Thai)
         # says nothing, so such a pair is a candidate when the hybrid ranking (its lexical side
-        # finds the shared words) puts it in the top; the backend is asked without the floor,
-        # for twice as many, and the floor is applied here pair by pair
+        # finds the shared words) puts it in the top; the backend is asked without the floor
+        # (as many as before: the write costs the same) and the floor is applied here
         represented = self.inner.represents(memory.content)
         hits = await self.inner.retrieve(
             RetrieveOptions(
                 user_id=memory.user_id,
                 query=memory.content,
                 embedding=memory.embedding,
-                limit=2 * s.candidates,
+                limit=s.candidates,
                 threshold=-1.0,
                 hybrid=True,
                 types=types,
