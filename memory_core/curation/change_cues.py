@@ -237,6 +237,12 @@ _TRANSIENT_PHRASES = frozenset(
      ("cette", "semaine"), ("diese", "woche"), ("questa", "settimana"), ("esta", "noche"), ("ce", "soir")}
 )  # fmt: skip
 _TRANSIENT_CJK = ("今天", "今晚", "这周", "本周", "今日", "今晩", "今週")
+_PERIOD_WORDS = frozenset("tonight".split())
+_PERIOD_PHRASES = _TRANSIENT_PHRASES - {("this", "morning")}
+_PERIOD_CJK = ("今晚", "这周", "本周", "今晩", "今週")
+"""The transient cues that bound a stretch the statement holds for ("this week", "for now",
+"tonight", 这周): what is said passes with it. "today" and "this morning" alone may also date
+an event that ends a state for good ("braces came off today"): ``Cues.period`` is false."""
 _SETTINGS = {
     "work": (("at", "work"), ("for", "work"), ("el", "trabajo"), ("au", "travail"), ("au", "boulot"),
              ("der", "arbeit"), ("al", "lavoro"), ("no", "trabalho")),
@@ -292,7 +298,7 @@ def _ja_too(text: str) -> bool:
     return False
 
 
-_PEOPLE_WORDS = frozenset(
+PEOPLE_WORDS = frozenset(
     # en
     "sister brother mother mom mum father dad wife husband partner girlfriend boyfriend friend son daughter "
     "kid kids child children boss manager colleague coworker neighbor neighbour cousin aunt uncle grandma "
@@ -337,7 +343,9 @@ def _after_possessive(words: list[str], i: int) -> bool:
     return i > 1 and words[i - 1] in _PERSON_ADJECTIVES and words[i - 2] in _POSSESSIVES
 
 
-_PRONOUNS = frozenset("he she they él ella ellos ellas il elle ils elles er".split())
+_FORMER_PARTNER = frozenset("ex former".split())
+"""Before a person noun, another person than the noun alone: "my ex-wife" is not "my wife"."""
+PRONOUNS = frozenset("he she they él ella ellos ellas il elle ils elles er".split())
 _NAMING_WORDS = frozenset("called named llama llamo appelle heißt heisst chiama chama".split())
 _COPULAS = frozenset("is was es era est était ist war è é".split())
 _NAMING_CJK = ("叫", "の名前")
@@ -434,9 +442,12 @@ class Cues:
     shifts: bool
     plans: bool
     transient: bool
+    """A time that bounds what is said to now ("today", "this week"): a passing state."""
+    period: bool
+    """A transient cue that names a stretch of time (``_PERIOD_PHRASES``: "this week", "for
+    now", "tonight"), not only the day."""
     settings: frozenset[str]
     """Where what is said holds (``_SETTINGS``: work, home)."""
-    """A time that bounds what is said to now ("today", "this week"): a passing state."""
     negated: frozenset[str]
     """The content terms a negation is about (``not … anymore`` keeps the terms after it)."""
     additive: bool
@@ -501,6 +512,7 @@ def _read_cues(text: str) -> Cues:
     transient = bool(word_set & _TRANSIENT_WORDS or pairs & _TRANSIENT_PHRASES) or any(
         c in text for c in _TRANSIENT_CJK
     )
+    period = bool(word_set & _PERIOD_WORDS or pairs & _PERIOD_PHRASES) or any(c in text for c in _PERIOD_CJK)
     negated = _negated_terms(text)
     additive = (
         bool(word_set & _ADDITIVE_WORDS or pairs & _ADDITIVE_PHRASES)
@@ -509,10 +521,10 @@ def _read_cues(text: str) -> Cues:
         or ("も" in text and _ja_too(text))
     )
     people = frozenset(
-        w
+        ("ex-" + w if i and words[i - 1] in _FORMER_PARTNER else w)
         for i, w in enumerate(words)
-        if w in _PEOPLE_WORDS
-        and (w in _PRONOUNS or _after_possessive(words, i))
+        if w in PEOPLE_WORDS
+        and (w in PRONOUNS or _after_possessive(words, i))
         and not _names_slot(w, words[i + 1 : i + 3])
     )
     people |= {p for p in _PEOPLE_CJK if p in text and not any(p + n in text for n in _naming_cjk(p))}
@@ -531,6 +543,7 @@ def _read_cues(text: str) -> Cues:
         shifts=shifts,
         plans=plans,
         transient=transient,
+        period=period,
         settings=frozenset(settings),
         negated=negated,
         additive=additive,

@@ -60,7 +60,7 @@ from enum import Enum
 
 from .. import linear_re
 from ..retrieval.lexical import tokenize
-from .change_cues import RELATIONSHIP_NOUNS, Cues, read_cues
+from .change_cues import PEOPLE_WORDS, PRONOUNS, RELATIONSHIP_NOUNS, Cues, read_cues
 
 
 class Verdict(str, Enum):
@@ -624,13 +624,15 @@ def _decide(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) -> V
                 return Verdict.REFINES
         if new.terms <= old.terms and nv <= ov and new.terms:
             return Verdict.DUPLICATE  # the new one says less: the old one already holds it
-    if _status_changed(old, new, old_cues, new_cues):
-        return Verdict.SUPERSEDES  # "Ich bin verlobt." / "Wir haben im Mai geheiratet."
+    if _status_changed(old, new, old_cues, new_cues) or _born_after_expecting(old, new, old_cues, new_cues):
+        return (
+            Verdict.SUPERSEDES
+        )  # "Ich bin verlobt." / "Wir haben im Mai geheiratet."; "I'm pregnant" / "she was born"
     if not readable:
         return Verdict.SUPERSEDES if moved_on else Verdict.COMPATIBLE
     if new.additive and not new.change:
         return Verdict.COMPATIBLE
-    if old.people != new.people and not moved_on:
+    if _someone_else(old, new, old_cues, new_cues) and not moved_on:
         return Verdict.COMPATIBLE  # about someone else: "my sister lives in Boston" vs "I moved to Paris"
     if _different_things(old, new, new.change or new_cues.shifts) and not over:
         return Verdict.COMPATIBLE
@@ -638,7 +640,7 @@ def _decide(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) -> V
         return Verdict.COMPATIBLE  # several things said at once: never replaced wholesale
     if old_cues.settings and new_cues.settings and old_cues.settings != new_cues.settings:
         return Verdict.COMPATIBLE  # "a Mac at work" / "Windows at home": two places, two habits
-    if _someone_else(old_cues, new_cues) or (new_cues.additive and not old_cues.additive):
+    if new_cues.additive and not old_cues.additive:
         return Verdict.COMPATIBLE  # "我老婆现在在上海工作" after "我在北京工作"; "now … as well"
     if _over_already(old, new):
         return Verdict.COMPATIBLE  # "my first job was at a bakery" / "I work in insurance now"
@@ -758,12 +760,62 @@ def _status_changed(old: Statement, new: Statement, old_cues: Cues, new_cues: Cu
     the statuses differ ("single" / "in a relationship", "verlobt" / "geheiratet", 订婚 /
     领证结婚), about the same people (a partner aside), nothing added, nothing already over or
     passing: the new status replaces the old one."""
-    if _someone_else(old_cues, new_cues) or (new_cues.additive and not old_cues.additive) or _over_already(old, new):
+    if (
+        _someone_else(old, new, old_cues, new_cues)
+        or (new_cues.additive and not old_cues.additive)
+        or _over_already(old, new)
+    ):
         return False
     if new_cues.transient or _PAST_TIME.search(old.text):
         return False
     before, after = relationship_status(old.text), relationship_status(new.text)
     return before is not None and after is not None and before != after
+
+
+_EXPECTING = linear_re.compile(
+    rf"{linear_re.START}(?:pregnant|expecting|due{_S}+in|trying{_S}+for{_S}+a{_S}+baby|embarazada|esperamos{_S}+un|"
+    rf"esperando{_S}+un|enceinte|attend{_S}+un|attendons{_S}+un|schwanger|erwarten{_S}+ein|incinta|grávida)"
+    rf"{linear_re.END}|怀孕|备孕|怀了|妊娠|身ごも|おめでた",
+    linear_re.IGNORECASE,
+)
+"""A pregnancy (or trying for one) stated: the state a birth ends."""
+_BORN = linear_re.compile(
+    rf"{linear_re.START}(?:born|gave{_S}+birth|delivered|nació|nacido|nacida|dio{_S}+a{_S}+luz|né|née|nés|"
+    rf"accouché|geboren|zur{_S}+welt|entbunden|nato|nata|nasceu)"
+    rf"{linear_re.END}|出生|生了|生下|满月|生まれ|出産|産まれ",
+    linear_re.IGNORECASE,
+)
+_BABY = linear_re.compile(
+    rf"{linear_re.START}(?:baby|babies|son|daughter|twins|newborn|bebé|bebe|hijo|hija|bébé|fils|fille|"
+    rf"jumeaux|jumelles|sohn|tochter|zwillinge|kind|figlio|figlia)"
+    rf"{linear_re.END}|宝宝|儿子|女儿|孩子|双胞胎|赤ちゃん|息子|娘|長男|長女|次男|次女|双子",
+    linear_re.IGNORECASE,
+)
+_ARRIVED = linear_re.compile(
+    rf"{linear_re.START}(?:arrived|is{_S}+here|llegó|est{_S}+arrivée?|ist{_S}+da|kam)"
+    rf"{linear_re.END}|来了|到来",
+    linear_re.IGNORECASE,
+)
+"""A birth said as an arrival ("our daughter Maya arrived"), read only beside a ``_BABY`` word."""
+_PARENTS_AND_BABY = RELATIONSHIP_NOUNS | frozenset(
+    "son daughter kid kids child children hijo hija hijos fils fille enfants sohn tochter kinder figlio figlia "
+    "filho filha 女儿 儿子 孩子 宝宝 娘 息子 長男 長女 次男 次女 赤ちゃん".split()
+)
+"""The people a pregnancy and a birth are about: the partner and the child."""
+
+
+def _born_after_expecting(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) -> bool:
+    """``old`` states a pregnancy of the speaker or their partner (``_EXPECTING``) and
+    ``new`` a baby's birth or arrival (``_BORN`` or ``_ARRIVED``, with ``_BABY``) with no
+    negation, nobody else in either (the partner and the child aside): the pregnancy is
+    over ("I'm pregnant with our first" / "Our daughter was born on Tuesday", "我老婆怀孕六个月了"
+    / "宝宝上周出生了"). Not "my sister is pregnant" / "my niece was born"."""
+    if not _EXPECTING.search(old.text) or _EXPECTING.search(new.text) or _STATUS_NEGATION.search(new.text):
+        return False
+    if not ((_BORN.search(new.text) or _ARRIVED.search(new.text)) and _BABY.search(new.text)):
+        return False  # a baby's: "I was born in Leeds", "my niece was born" end no pregnancy
+    others = (set(old.people) | set(old_cues.people) | set(new.people) | set(new_cues.people)) - _ALL_PRONOUNS
+    return not others - _PARENTS_AND_BABY
 
 
 def _another_occasion(old: Statement, new: Statement) -> bool:
@@ -805,11 +857,71 @@ _OPEN_KINDS = frozenset({"name", "number:count", "code"})
 weight each are about one weight; two with a name each may be about two things."""
 
 
-def _someone_else(old_cues: Cues, new_cues: Cues) -> bool:
+_ALL_PRONOUNS = PRONOUNS | {"he", "she", "they"}
+_FIRST_PERSON_OBJECTS = frozenset("me my us our mine ours m mon ma mes nous moi mich mir mein meine uns nos".split())
+"""An impersonal "they" acts on the speaker ("they hired me", "ils m'ont embauchée", "they
+reset the lockers, my code is 2290 now"): in a statement with one of these and nobody for
+"they" to stand for, it is nobody the statement is about."""
+_NOT_A_PERSON = linear_re.compile(
+    rf"{linear_re.START}(?:he{_S}+[\p{{L}}]+(?:ado|ido|ada|ida|to|cho)|il{_S}+(?:y|reste|faut|fait|pleut|s'agit|est{_S}+temps))"
+    rf"{linear_re.END}",
+    linear_re.IGNORECASE,
+)
+"""A pronoun that is not one: Spanish "he" before a participle ("he bajado a 71 kg": I have),
+French impersonal "il" ("il y a trois mois", "il m'en reste deux" is not: see
+``_FIRST_PERSON_OBJECTS``)."""
+_COMPANION = linear_re.compile(
+    rf"{linear_re.START}(?:with|chez|bei|con|avec|mit|com){_S}+(?:my|our|mes|mon|ma|nos|mis|mi|meinen|meiner|meinem|"
+    rf"unseren|unserer|nuestros|nuestra|nuestro|meus|minha|meu){_S}+([\p{{L}}]+)",
+    linear_re.IGNORECASE,
+)
+"""A person the speaker lives with ("still living with my parents", "chez mes parents", "bei
+meinen Eltern"), read in a statement about where one lives (the ``residence`` frame): how
+the speaker lives, not someone else the statement is about ("a 1:1 with my manager" is)."""
+
+
+def _persons(s: Statement, cues: Cues, antecedents: set[str]) -> set[str]:
+    """The people ``s`` is about other than the speaker: both readings (the judge's English
+    ``_PERSON`` and ``change_cues``' multilingual one), without companions (``_COMPANION``)
+    and pronouns that are not (``_NOT_A_PERSON``), with a pronoun read as the person noun it
+    stands for — of ``s`` itself, else ``antecedents`` (the other statement's) — and an
+    impersonal "they" (``_FIRST_PERSON_OBJECTS``) as nobody. A pronoun with no person to
+    stand for stays a person of its own ("she lives in Paris" after "I live in Boston")."""
+    found = _person_nouns(s, cues) | (set(s.people) | set(cues.people)) & _ALL_PRONOUNS
+    for m in _NOT_A_PERSON.finditer(s.norm):
+        found.discard(m.group(0).split()[0].lower())
+    pronouns = found & _ALL_PRONOUNS
+    nouns = found - pronouns
+    if not pronouns:
+        return nouns
+    if nouns or antecedents:
+        return nouns or set(antecedents)  # "my sister … she lives in Reading": the sister
+    words = set(re.findall(r"\w+", s.norm))
+    if pronouns <= {"they", "ils", "ellos", "ellas", "elles", "sie"} and words & _FIRST_PERSON_OBJECTS:
+        return set()  # "they hired me full-time"
+    return found
+
+
+def _person_nouns(s: Statement, cues: Cues) -> set[str]:
+    """The person nouns (no pronouns) of both readings of ``s``, companions left out."""
+    lives = "residence" in s.frames | cues.frames
+    companions = {m.group(1).lower() for m in _COMPANION.finditer(s.norm)} if lives else set()
+    return (set(s.people) | set(cues.people)) - _ALL_PRONOUNS - companions
+
+
+def _someone_else(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) -> bool:
     """One statement is about a person the other is not ("mi hermana vive en Sevilla" after
-    "vivo en Madrid"); a partner named in two statements about the relationship is its value."""
+    "vivo en Madrid"; people read by ``_persons``). Not someone else: a partner in two
+    statements about the relationship (its value), and a person the other statement names
+    by the same name ("my girlfriend Priya and I live together" / "Priya and I broke up": one
+    person, said two ways)."""
+    shared_names = old.values.get("name", set()) & new.values.get("name", set())
+    if any(not set(name.split()) & PEOPLE_WORDS for name in shared_names):
+        return False  # (a German noun is capitalised: "Meine Tochter" names no one)
+    old_nouns, new_nouns = _person_nouns(old, old_cues), _person_nouns(new, new_cues)
+    before, after = _persons(old, old_cues, new_nouns), _persons(new, new_cues, old_nouns)
     partners = RELATIONSHIP_NOUNS if "relationship" in old_cues.frames & new_cues.frames else frozenset()
-    return bool((new_cues.people ^ old_cues.people) - partners)
+    return bool((before ^ after) - partners)
 
 
 def _moved_on(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) -> str | None:
@@ -836,7 +948,7 @@ def _moved_on(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) ->
         return None  # "closed early today", "not working this week": a passing state
     if old_cues.settings and new_cues.settings and old_cues.settings != new_cues.settings:
         return None  # "a Mac at work" / "Windows at home": two places, two habits
-    if _someone_else(old_cues, new_cues):
+    if _someone_else(old, new, old_cues, new_cues):
         return None
     if max(len(old.norm.split()), len(new.norm.split())) > MAX_SUPERSEDE_WORDS:
         return None
@@ -885,12 +997,12 @@ def _on_purpose(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) 
         return "long"
     if (new.additive and not new.change) or (new_cues.additive and not old_cues.additive):
         return "additive"
-    if old.people != new.people or _someone_else(old_cues, new_cues):
+    if _someone_else(old, new, old_cues, new_cues):
         return "someone else"
     if old_cues.settings and new_cues.settings and old_cues.settings != new_cues.settings:
         return "another setting"
-    if new_cues.transient and not old_cues.transient:
-        return "passing"
+    if new_cues.period and not old_cues.period:
+        return "passing"  # "this week": bounded; "today" alone may date a change for good: the opinion may say
     if (
         _PAST_TIME.search(old.text)
         or _over_already(old, new)

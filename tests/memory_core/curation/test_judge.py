@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from memory_core.curation.judge import Verdict, judge, read_statement
+from memory_core.curation.judge import Verdict, compatible_on_purpose, judge, read_statement
 
 S, D, R, C = Verdict.SUPERSEDES, Verdict.DUPLICATE, Verdict.REFINES, Verdict.COMPATIBLE
 
@@ -376,3 +376,76 @@ def test_relationship_status_reads_one_status_or_none():
 )
 def test_a_place_said_more_precisely_is_not_a_new_place(old, new, expected):
     assert judge(old, new) == expected
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("My flatmate is Rosa.", "Rosa moved out last month."),  # the person named in both
+        ("My boss is Tomasz.", "Tomasz retired, I report to Ines now."),
+        ("My boyfriend Luca and I live together.", "Luca and I broke up."),
+        ("Mi compañera de piso es Lucía.", "Lucía se fue del piso en mayo."),
+        ("My locker number is 311.", "They moved me to locker 482."),  # an impersonal "they"
+        ("I'm an apprentice at a bakery.", "They took me on as a full baker."),
+        ("Je fais un stage chez Renault.", "Ils m'ont embauché en CDI."),
+        ("My brother lives in Lyon.", "He lives in Nantes now."),  # the pronoun stands for the brother
+        ("I live with my parents.", "I moved into my own flat."),  # the parents are where one lives
+        ("Ich wohne bei meinen Eltern.", "Ich habe jetzt eine eigene Wohnung."),
+        ("Peso 90 kilos.", "He bajado a 82 kilos."),  # Spanish "he": I have
+    ],
+)
+def test_the_same_person_said_another_way_is_not_someone_else(old, new):
+    """Each was held compatible "on purpose" as about someone else (so never put to the
+    second opinion) before the people of both statements were read as one reading."""
+    assert compatible_on_purpose(old, new) != "someone else"
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("I live in Boston.", "She lives in Paris."),  # a pronoun with no one to stand for
+        ("My sister lives in Madrid.", "I moved to Paris."),
+        ("My wife's name is Ingrid.", "My ex-wife's name is Monica."),  # an ex is someone else
+        ("I have lunch with my sister every Sunday.", "I moved to Berlin."),  # not where one lives
+        ("Ich habe eine Tochter.", "Meine Tochter geht jetzt zur Schule."),  # a capitalised noun names no one
+    ],
+)
+def test_someone_else_stays_someone_else(old, new):
+    assert judge(old, new) != Verdict.SUPERSEDES and compatible_on_purpose(old, new) == "someone else"
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("I'm pregnant, due in June.", "Our son was born on June 3rd."),
+        ("My wife is expecting our second.", "Our daughter arrived yesterday, 3.2 kg."),
+        ("Estoy embarazada de seis meses.", "Nuestra hija nació el martes."),
+        ("Je suis enceinte.", "Notre fille est née ce matin."),
+        ("Meine Freundin ist schwanger.", "Unser Sohn ist letzte Woche zur Welt gekommen."),
+        ("我老婆怀孕了。", "宝宝昨天出生了。"),
+        ("妻が妊娠しています。", "昨日、娘が生まれました。"),
+    ],
+)
+def test_a_birth_ends_a_pregnancy(old, new):
+    assert judge(old, new) == Verdict.SUPERSEDES
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("I'm pregnant.", "My sister's baby was born yesterday."),  # someone else's birth
+        ("My wife is expecting.", "My niece was born last week."),
+        ("I'm pregnant.", "I was born in Leeds."),  # the speaker's own birth: no baby, no arrival
+        ("We're expecting a baby in May.", "The baby isn't born yet."),
+    ],
+)
+def test_a_birth_of_someone_else_or_a_negated_one_ends_nothing(old, new):
+    assert judge(old, new) != Verdict.SUPERSEDES
+
+
+def test_a_day_alone_is_not_held_passing_a_stretch_is():
+    """ "today" may date a change for good (the second opinion is asked); "this week" bounds it."""
+    assert compatible_on_purpose("I have braces.", "My braces came off today!") is None
+    assert compatible_on_purpose("I live in Leeds.", "I'm in Rome this week for work.") == "passing"
+    assert compatible_on_purpose("我住在上海。", "这周我在杭州出差。") == "passing"
+    assert judge("The bakery opens at 7.", "The bakery closed early today.") == Verdict.COMPATIBLE
