@@ -83,6 +83,12 @@ class SecondOpinion:
             weights also read (``features`` of ``kind`` of its two vectors, after the first
             model's), or None; ``extra_identity`` its identity digest and ``extra_dimension``
             its vector length (0 without one).
+        ask_floor: with an extra model, the probability of the first model's opinion alone
+            (``bundled()``) below which the extra model's vectors are not computed (the pair
+            is held compatible: that opinion says no at any threshold above it). Chosen by
+            the fit where it changes no cross-validated decision (the file's
+            ``extra_model.ask_floor``; 0: always asked). It spares the extra model's cost on
+            pairs of two plainly different facts, the usual case.
     """
 
     weights: np.ndarray
@@ -94,6 +100,7 @@ class SecondOpinion:
     extra_model: str | None = None
     extra_identity: str | None = None
     extra_dimension: int = 0
+    ask_floor: float = 0.0
 
     @property
     def dimension(self) -> int:
@@ -117,19 +124,33 @@ class SecondOpinion:
             extra_model = None if extra is None else str(extra["model"])
             extra_identity = None if extra is None else str(extra["identity"])
             extra_dimension = 0 if extra is None else int(extra["dimension"])
+            ask_floor = 0.0 if extra is None else float(extra.get("ask_floor", 0.0))
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"{path}: not a second-opinion file ({e})") from e
         if weights.ndim != 1 or not weights.size or not np.isfinite(weights).all() or not math.isfinite(bias):
             raise ValueError(f"{path}: weights must be a non-empty flat list of finite numbers")
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"{path}: threshold {threshold} outside 0–1")
+        if not 0.0 <= ask_floor <= 1.0:
+            raise ValueError(f"{path}: ask_floor {ask_floor} outside 0–1")
         if kind not in FEATURES or weights.size % _BLOCKS[kind]:
             raise ValueError(f"{path}: features {kind!r} do not fit {weights.size} weights")
         if extra_dimension < 0 or weights.size // _BLOCKS[kind] <= extra_dimension:
             raise ValueError(
                 f"{path}: an extra model of dimension {extra_dimension} does not fit {weights.size} weights"
             )
-        return cls(weights, bias, threshold, identity, provenance, kind, extra_model, extra_identity, extra_dimension)
+        return cls(
+            weights,
+            bias,
+            threshold,
+            identity,
+            provenance,
+            kind,
+            extra_model,
+            extra_identity,
+            extra_dimension,
+            ask_floor,
+        )
 
     def probability(
         self,

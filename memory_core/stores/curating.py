@@ -584,10 +584,12 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         the owner's records (retrieval returns none); the opinion is then one dot product per
         pair, whatever the texts' length (on the loop: microseconds, less than a hand-off).
         With ``curation.second_opinion_e5``, the new statement and its ``MAX_STATEMENTS`` − 1
-        most similar asked candidates are first embedded by multilingual-e5-small in one call
-        on its own thread (``curation.opinion_vectors``: bounded in length and wait) and the
-        opinion fitted on both models' vectors is asked about them; about the others, or when
-        that call fails, the one fitted on the store's vectors alone."""
+        most similar asked candidates that the opinion on the store's vectors alone does not
+        rule out (its probability ≥ the e5 file's ``ask_floor``) are then embedded by
+        multilingual-e5-small in one call on its own thread (``curation.opinion_vectors``:
+        bounded in length and wait) and the opinion fitted on both models' vectors is asked
+        about them; about the others, or when that call fails, the one fitted on the store's
+        vectors alone (below the floor: no)."""
         out = [False] * len(candidates)
         opinion = self._opinion
         asked = [i for i, o in enumerate(open_) if o]
@@ -595,23 +597,29 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             return out
         missing = [candidates[i][0].id for i in asked if candidates[i][0].embedding is None]
         vectors = {m.id: m.embedding for m in await self.inner.get_many(missing, new.user_id)} if missing else {}
-        extra: dict[str, Any] = {}
-        if self._opinion_e5 is not None and self._extra_vectors is not None:
-            # the new statement and its most similar asked candidates, one engine call
-            nearest = sorted(asked, key=lambda i: -candidates[i][1])[: MAX_STATEMENTS - 1]
-            texts = [new.content, *(candidates[i][0].content for i in nearest)]
-            got = await self._extra_vectors.vectors_async(texts)
-            if got is not None:
-                extra = dict(zip(texts, got, strict=True))
+        alone: dict[int, tuple[Any, float]] = {}  # i → (its vector, the opinion on the store's vectors)
         for i in asked:
             old = candidates[i][0]
             vector = old.embedding if old.embedding is not None else vectors.get(old.id)
-            if vector is None or not len(vector) == opinion.dimension == len(new.embedding):
-                continue
-            if self._opinion_e5 is not None and old.content in extra and new.content in extra:
-                out[i] = self._opinion_e5.supersedes(vector, new.embedding, extra[old.content], extra[new.content])
+            if vector is not None and len(vector) == opinion.dimension == len(new.embedding):
+                alone[i] = (vector, opinion.probability(vector, new.embedding))
+        extra: dict[str, Any] = {}
+        with_e5 = self._opinion_e5
+        if with_e5 is not None and self._extra_vectors is not None:
+            # the new statement and its most similar candidates the opinion alone does not rule out, one engine call
+            worth = [i for i, (_, p) in alone.items() if p >= with_e5.ask_floor]
+            nearest = sorted(worth, key=lambda i: -candidates[i][1])[: MAX_STATEMENTS - 1]
+            if nearest:
+                texts = [new.content, *(candidates[i][0].content for i in nearest)]
+                got = await self._extra_vectors.vectors_async(texts)
+                if got is not None:
+                    extra = dict(zip(texts, got, strict=True))
+        for i, (vector, p) in alone.items():
+            old = candidates[i][0]
+            if with_e5 is not None and p >= with_e5.ask_floor and old.content in extra and new.content in extra:
+                out[i] = with_e5.supersedes(vector, new.embedding, extra[old.content], extra[new.content])
             else:
-                out[i] = opinion.supersedes(vector, new.embedding)
+                out[i] = p >= opinion.threshold
         return out
 
     def _asks_model(self, memory: Memory, calls: int) -> bool:

@@ -14,7 +14,7 @@ LoCoMo sentences (CC BY-NC 4.0).
 Labels: ``supersedes`` (the new statement makes the old one no longer true), ``duplicate``
 (the same fact), ``refinement`` (the same fact with more detail), ``compatible`` (both true).
 
-    python tests/supersession_set/build.py   # writes labelled.jsonl, blind.jsonl, blind_b.jsonl
+    python tests/supersession_set/build.py   # writes labelled.jsonl and blind*.jsonl
 """
 
 from __future__ import annotations
@@ -58,12 +58,20 @@ def rows() -> list[dict]:
     return out
 
 
-BLIND_SETS = {"blind.jsonl": "blind_2026_12_05", "blind_b.jsonl": "blind_2026_12_05b"}
+BLIND_SETS = {
+    "blind.jsonl": "blind_2026_12_05",
+    "blind_b.jsonl": "blind_2026_12_05b",
+    "blind_c.jsonl": "blind_2026_12_05c",
+    "blind_d.jsonl": "blind_2026_12_05d",
+}
 """Sets written blind on 2026-12-05 (output file → module), each by a writer who had read
-neither the rules nor any pair above nor the other blind set, each measured once: ``blind``
-(set A) replaced the holdout above, retired after its seventh measurement, and was itself
-retired into the second opinion's training after it was measured; ``blind_b`` (set B)
-replaced it."""
+neither the rules nor any pair above nor the other blind sets: ``blind`` (set A) replaced
+the holdout above, retired after its seventh measurement, and was itself retired into the
+second opinion's training after it was measured once; ``blind_b`` (set B) replaced it and
+was retired after its second measurement; ``blind_c`` (set C, asked for hard compatible
+pairs) after its first, which showed the second opinion losing compatible memories that
+cross-validation on one writer's pairs had hidden; ``blind_d`` (set D) is the one not yet
+read."""
 
 
 def blind_rows(module: str) -> list[dict]:
