@@ -3,8 +3,9 @@
 ``memory_core/curation/second_opinion_e5.json`` reads, beside the store's own vectors of two
 statements, their vectors of multilingual-e5-small (``extra_model``): a model trained on
 sentence pairs in about 100 languages separates a changed fact from two compatible ones
-better than the store's 6-layer English model does (cross-validated figures in the README,
-"Measured"). The store does not hold those vectors: ``ExtraVectors`` embeds the statements
+better than the store's 6-layer English model does (held-out figures in the README,
+"Measured"). It is asked only where the opinion on the store's vectors alone reaches the
+file's ``ask_floor``. The store does not hold those vectors: ``ExtraVectors`` embeds the statements
 of a pair the second opinion is asked about, when it is asked, as passages (``"passage: "``),
 and keeps the last ``MAX_CACHED`` of them by text (a statement is usually asked about again
 when the next fact of the same subject arrives).
