@@ -60,7 +60,7 @@ _END_WORDS = frozenset(
     "quitté arrêté arrêtée annulé annulée vendu vendue fermé fermée terminé réussi guéri guérie rompu séparés "
     "abandonné "
     # de
-    "aufgehört gekündigt verkauft abgeschafft abgesagt geschlossen getrennt bestanden geheilt beendet "
+    "aufgehört gekündigt verkauft abgeschafft abgesagt geschlossen getrennt bestanden geheilt beendet ausgezogen "
     # it, pt
     "smesso venduto annullato lasciato parei vendi cancelei larguei".split()
 )
@@ -375,7 +375,7 @@ _FRAMES = {
     "residence": "live lives living lived moved move relocated home flat apartment house address reside "
     "vivo vive vivimos vivir mudamos mudé mudado piso casa barrio "
     "habite habites habitons habiter vis vit vivons vivent déménagé déménagée installé installée appartement maison "
-    "wohne wohnt wohnen gezogen umgezogen wohnung haus "
+    "wohne wohnt wohnen gezogen umgezogen ausgezogen eingezogen wohnung haus "
     "abito abitiamo moro moramos",
     "work": "work works working worked job employer company office "
     "trabajo trabajas trabaja trabajamos empresa oficina "

@@ -60,7 +60,7 @@ from enum import Enum
 
 from .. import linear_re
 from ..retrieval.lexical import tokenize
-from .change_cues import PEOPLE_WORDS, PRONOUNS, RELATIONSHIP_NOUNS, Cues, read_cues
+from .change_cues import PRONOUNS, RELATIONSHIP_NOUNS, Cues, read_cues
 
 
 class Verdict(str, Enum):
@@ -773,9 +773,11 @@ def _status_changed(old: Statement, new: Statement, old_cues: Cues, new_cues: Cu
 
 
 _EXPECTING = linear_re.compile(
-    rf"{linear_re.START}(?:pregnant|expecting|due{_S}+in|trying{_S}+for{_S}+a{_S}+baby|embarazada|esperamos{_S}+un|"
-    rf"esperando{_S}+un|enceinte|attend{_S}+un|attendons{_S}+un|schwanger|erwarten{_S}+ein|incinta|grávida)"
-    rf"{linear_re.END}|怀孕|备孕|怀了|妊娠|身ごも|おめでた",
+    rf"{linear_re.START}(?:pregnant|pregnancy|expecting{_S}+(?:a{_S}+|our{_S}+|my{_S}+)?"
+    rf"(?:baby|child|first|second|third|twins|boy|girl|son|daughter)|trying{_S}+for{_S}+a{_S}+baby|"
+    rf"embarazada|esperamos{_S}+(?:un|una){_S}+(?:bebé|bebe|hijo|hija|niño|niña)|enceinte|"
+    rf"attend(?:ons)?{_S}+un{_S}+(?:bébé|enfant)|schwanger|erwarten{_S}+(?:ein|unser){_S}+(?:baby|kind)|"
+    rf"incinta|grávida){linear_re.END}|怀孕|备孕|怀了|妊娠|身ごも|おめでた",
     linear_re.IGNORECASE,
 )
 """A pregnancy (or trying for one) stated: the state a birth ends."""
@@ -804,18 +806,28 @@ _PARENTS_AND_BABY = RELATIONSHIP_NOUNS | frozenset(
 """The people a pregnancy and a birth are about: the partner and the child."""
 
 
+_YEAR = linear_re.compile(r"(?:^|[^0-9])(?:19|20)[0-9][0-9](?:[^0-9]|$)")
+_SOMEONES = linear_re.compile(
+    rf"[\p{{L}}]+['’]s{_S}+(?:baby|babies|son|daughter|child|twins|kid)", linear_re.IGNORECASE
+)
+
+
 def _born_after_expecting(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) -> bool:
-    """``old`` states a pregnancy of the speaker or their partner (``_EXPECTING``) and
-    ``new`` a baby's birth or arrival (``_BORN`` or ``_ARRIVED``, with ``_BABY``) with no
-    negation, nobody else in either (the partner and the child aside): the pregnancy is
-    over ("I'm pregnant with our first" / "Our daughter was born on Tuesday", "我老婆怀孕六个月了"
+    """``old`` states a pregnancy (``_EXPECTING``: "pregnant", "expecting a baby / our
+    first", not "expecting guests") of the speaker or their partner (no other person in it)
+    and ``new`` a baby's birth or arrival (``_BORN`` or ``_ARRIVED``, with ``_BABY``) with
+    no negation, no year (not a birth long ago), nobody's but the couple's (the partner and
+    the child aside; not "my daughter's baby"): the pregnancy is over ("I'm pregnant with our first" / "Our daughter was born on Tuesday", "我老婆怀孕六个月了"
     / "宝宝上周出生了"). Not "my sister is pregnant" / "my niece was born"."""
     if not _EXPECTING.search(old.text) or _EXPECTING.search(new.text) or _STATUS_NEGATION.search(new.text):
         return False
     if not ((_BORN.search(new.text) or _ARRIVED.search(new.text)) and _BABY.search(new.text)):
         return False  # a baby's: "I was born in Leeds", "my niece was born" end no pregnancy
-    others = (set(old.people) | set(old_cues.people) | set(new.people) | set(new_cues.people)) - _ALL_PRONOUNS
-    return not others - _PARENTS_AND_BABY
+    if _YEAR.search(new.text) or _SOMEONES.search(new.text):
+        return False  # a birth years ago ("our son was born in 2019"), someone's baby ("my daughter's baby")
+    old_people = (set(old.people) | set(old_cues.people)) - PRONOUNS
+    new_people = (set(new.people) | set(new_cues.people)) - PRONOUNS
+    return not old_people - RELATIONSHIP_NOUNS and not new_people - _PARENTS_AND_BABY
 
 
 def _another_occasion(old: Statement, new: Statement) -> bool:
@@ -857,69 +869,106 @@ _OPEN_KINDS = frozenset({"name", "number:count", "code"})
 weight each are about one weight; two with a name each may be about two things."""
 
 
-_ALL_PRONOUNS = PRONOUNS | {"he", "she", "they"}
-_FIRST_PERSON_OBJECTS = frozenset("me my us our mine ours m mon ma mes nous moi mich mir mein meine uns nos".split())
-"""An impersonal "they" acts on the speaker ("they hired me", "ils m'ont embauchée", "they
-reset the lockers, my code is 2290 now"): in a statement with one of these and nobody for
-"they" to stand for, it is nobody the statement is about."""
-_NOT_A_PERSON = linear_re.compile(
-    rf"{linear_re.START}(?:he{_S}+[\p{{L}}]+(?:ado|ido|ada|ida|to|cho)|il{_S}+(?:y|reste|faut|fait|pleut|s'agit|est{_S}+temps))"
+_IMPERSONAL_THEY = linear_re.compile(
+    rf"{linear_re.START}(?:they|they've|they'd|ellos){_S}+(?:[\p{{L}}']+{_S}+){{0,2}}?(?:me|us)"
+    rf"{linear_re.END}|{linear_re.START}ils{_S}+(?:m|nous)(?:['’]|{_S})|{linear_re.START}sie{_S}+haben{_S}+(?:mich|uns)"
     rf"{linear_re.END}",
     linear_re.IGNORECASE,
 )
-"""A pronoun that is not one: Spanish "he" before a participle ("he bajado a 71 kg": I have),
-French impersonal "il" ("il y a trois mois", "il m'en reste deux" is not: see
-``_FIRST_PERSON_OBJECTS``)."""
+"""An impersonal "they" acting on the speaker, the speaker its object within two words ("they
+hired me", "they took me on", "they moved me to locker 482", "ils m'ont embauchée"): an
+employer or an office, nobody the statement is about. "They moved to Denver, near my office"
+and "they eat meat now, it drives me crazy" are about someone."""
+_NOT_A_PRONOUN = {
+    "he": linear_re.compile(
+        rf"{linear_re.START}he{_S}+[\p{{L}}]+(?:ado|ido|ada|ida|to|cho){linear_re.END}", linear_re.IGNORECASE
+    ),
+    "il": linear_re.compile(
+        rf"{linear_re.START}il{_S}+(?:y|reste|faut|fait|pleut|s'agit|est{_S}+temps){linear_re.END}",
+        linear_re.IGNORECASE,
+    ),
+}
+"""A word that is a pronoun only elsewhere: Spanish "he" before a participle ("he bajado a
+71 kg": I have), French impersonal "il" ("il y a trois mois", "il faut"). It is not read as a
+person only when every occurrence in the statement is of this kind ("Il a déménagé à Paris
+il y a un mois" is about him)."""
+_PRONOUN_WORD = {
+    w: linear_re.compile(rf"{linear_re.START}{w}{linear_re.END}", linear_re.IGNORECASE) for w in _NOT_A_PRONOUN
+}
 _COMPANION = linear_re.compile(
     rf"{linear_re.START}(?:with|chez|bei|con|avec|mit|com){_S}+(?:my|our|mes|mon|ma|nos|mis|mi|meinen|meiner|meinem|"
-    rf"unseren|unserer|nuestros|nuestra|nuestro|meus|minha|meu){_S}+([\p{{L}}]+)",
+    rf"unseren|unserer|nuestros|nuestra|nuestro|meus|minha|meu){_S}+([\p{{L}}]+)(?:{_S}+([\p{{L}}]+))?",
     linear_re.IGNORECASE,
 )
 """A person the speaker lives with ("still living with my parents", "chez mes parents", "bei
-meinen Eltern"), read in a statement about where one lives (the ``residence`` frame): how
-the speaker lives, not someone else the statement is about ("a 1:1 with my manager" is)."""
+meinen Eltern", "with my older sister": the possessive's next two words), read in a
+statement about where one lives (the ``residence`` frame): how the speaker lives, not
+someone else the statement is about ("a 1:1 with my manager" is)."""
+_NAMED_PERSON = linear_re.compile(
+    rf"([\p{{L}}]+){_S}*(?:,{_S}*)?(?:(?:is|es|est|ist|è|é){_S}+|(?:is{_S}+)?(?:called|named){_S}+|se{_S}+llama{_S}+|"
+    rf"s'appelle{_S}+|heißt{_S}+)?([\p{{Lu}}][\p{{L}}'-]*)"
+)
+"""A person noun and the name that follows it, directly or after a copula or a naming verb:
+"my girlfriend Priya", "my boss is Tomasz", "mi novia se llama Marta"."""
 
 
-def _persons(s: Statement, cues: Cues, antecedents: set[str]) -> set[str]:
+def _person_names(s: Statement, cues: Cues) -> set[str]:
+    """The names ``s`` gives its person nouns (``_NAMED_PERSON``), lower case."""
+    nouns = set(s.people) | set(cues.people) | _companions(s, cues)
+    return {m.group(2).lower() for m in _NAMED_PERSON.finditer(s.text) if m.group(1).lower() in nouns}
+
+
+_PLACE_OF = linear_re.compile(
+    rf"([\p{{L}}]+)['’]s?{_S}+(?:place|house|home|flat|apartment|basement)", linear_re.IGNORECASE
+)
+"""A person's home ("my parents' place", "my aunt's house"): a place one lives in."""
+
+
+def _companions(s: Statement, cues: Cues) -> set[str]:
+    """The people ``s`` says the speaker lives with or at (``_COMPANION``, ``_PLACE_OF``), in
+    a statement about where one lives."""
+    if "residence" not in s.frames | cues.frames:
+        return set()
+    out = {w.lower() for m in _COMPANION.finditer(s.norm) for w in m.groups() if w}
+    return out | {m.group(1).lower() for m in _PLACE_OF.finditer(s.text)}
+
+
+def _persons(s: Statement, cues: Cues) -> set[str]:
     """The people ``s`` is about other than the speaker: both readings (the judge's English
-    ``_PERSON`` and ``change_cues``' multilingual one), without companions (``_COMPANION``)
-    and pronouns that are not (``_NOT_A_PERSON``), with a pronoun read as the person noun it
-    stands for — of ``s`` itself, else ``antecedents`` (the other statement's) — and an
-    impersonal "they" (``_FIRST_PERSON_OBJECTS``) as nobody. A pronoun with no person to
-    stand for stays a person of its own ("she lives in Paris" after "I live in Boston")."""
-    found = _person_nouns(s, cues) | (set(s.people) | set(cues.people)) & _ALL_PRONOUNS
-    for m in _NOT_A_PERSON.finditer(s.norm):
-        found.discard(m.group(0).split()[0].lower())
-    pronouns = found & _ALL_PRONOUNS
+    ``_PERSON`` and ``change_cues``' multilingual one), without the people the speaker lives
+    with (``_companions``) and words that are no pronoun here (``_NOT_A_PRONOUN``); a
+    pronoun beside a person noun of ``s`` stands for it ("my sister is back in the UK, she
+    lives in Reading"), an impersonal "they" (``_IMPERSONAL_THEY``) is nobody, and any other
+    pronoun is a person of its own: it is never bound to the other statement's person ("my
+    brother lives in Madrid" / "she moved to Paris" are two people)."""
+    found = (set(s.people) | set(cues.people)) - _companions(s, cues)
+    for word, pattern in _NOT_A_PRONOUN.items():
+        if word in found and len(pattern.findall(s.norm)) == len(_PRONOUN_WORD[word].findall(s.norm)):
+            found.discard(word)
+    pronouns = found & PRONOUNS
     nouns = found - pronouns
-    if not pronouns:
+    if nouns:
         return nouns
-    if nouns or antecedents:
-        return nouns or set(antecedents)  # "my sister … she lives in Reading": the sister
-    words = set(re.findall(r"\w+", s.norm))
-    if pronouns <= {"they", "ils", "ellos", "ellas", "elles", "sie"} and words & _FIRST_PERSON_OBJECTS:
+    if pronouns <= {"they", "ellos", "ils"} and _IMPERSONAL_THEY.search(s.norm):
         return set()  # "they hired me full-time"
     return found
-
-
-def _person_nouns(s: Statement, cues: Cues) -> set[str]:
-    """The person nouns (no pronouns) of both readings of ``s``, companions left out."""
-    lives = "residence" in s.frames | cues.frames
-    companions = {m.group(1).lower() for m in _COMPANION.finditer(s.norm)} if lives else set()
-    return (set(s.people) | set(cues.people)) - _ALL_PRONOUNS - companions
 
 
 def _someone_else(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) -> bool:
     """One statement is about a person the other is not ("mi hermana vive en Sevilla" after
     "vivo en Madrid"; people read by ``_persons``). Not someone else: a partner in two
-    statements about the relationship (its value), and a person the other statement names
-    by the same name ("my girlfriend Priya and I live together" / "Priya and I broke up": one
-    person, said two ways)."""
-    shared_names = old.values.get("name", set()) & new.values.get("name", set())
-    if any(not set(name.split()) & PEOPLE_WORDS for name in shared_names):
-        return False  # (a German noun is capitalised: "Meine Tochter" names no one)
-    old_nouns, new_nouns = _person_nouns(old, old_cues), _person_nouns(new, new_cues)
-    before, after = _persons(old, old_cues, new_nouns), _persons(new, new_cues, old_nouns)
+    statements about the relationship (its value), and one person said two ways — one
+    statement names its person ("my girlfriend Priya", "my boss is Tomasz": ``_NAMED_PERSON``)
+    and the other names that name with no person of its own ("Priya and I broke up",
+    "Tomasz retired, I report to Ines now"). A shared name of a place, employer or brand
+    ("I work at Google" / "my brother quit Google") is not a person."""
+    before, after = _persons(old, old_cues), _persons(new, new_cues)
+    named = _person_names(old, old_cues)
+    if named & new.values.get("name", set()) and not after:
+        return False
+    named = _person_names(new, new_cues)
+    if named & old.values.get("name", set()) and not before:
+        return False
     partners = RELATIONSHIP_NOUNS if "relationship" in old_cues.frames & new_cues.frames else frozenset()
     return bool((before ^ after) - partners)
 
@@ -981,7 +1030,8 @@ def compatible_on_purpose(old_text: str, new_text: str) -> str | None:
     None: the reasons of ``judge`` that say both stay true — ``"additive"`` ("also", "too",
     "as well", in any language of ``change_cues``), ``"someone else"`` (the statements are
     about different people), ``"another setting"`` ("at work" / "at home"), ``"passing"``
-    (a passing state: "today", "this week"), ``"another occasion"`` (an old statement of a
+    (a state bounded by a stretch of time: "this week", "for now", "tonight", 这周; "today"
+    alone is not held, it may date a change for good: "my braces came off today"), ``"another occasion"`` (an old statement of a
     finished past time or of what was already over, or two dated occasions), ``"long"`` (more than
     ``MAX_SUPERSEDE_WORDS`` words: several things said at once). A second opinion
     (``curation.second_opinion``) never overrides these. Linear in the texts (the readers
