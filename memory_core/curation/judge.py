@@ -787,18 +787,12 @@ _BORN = linear_re.compile(
     rf"{linear_re.END}|出生|生了|生下|满月|生まれ|出産|産まれ",
     linear_re.IGNORECASE,
 )
-_BABY = linear_re.compile(
-    rf"{linear_re.START}(?:baby|babies|son|daughter|twins|newborn|bebé|bebe|hijo|hija|bébé|fils|fille|"
-    rf"jumeaux|jumelles|sohn|tochter|zwillinge|kind|figlio|figlia)"
-    rf"{linear_re.END}|宝宝|儿子|女儿|孩子|双胞胎|赤ちゃん|息子|娘|長男|長女|次男|次女|双子",
-    linear_re.IGNORECASE,
-)
 _ARRIVED = linear_re.compile(
     rf"{linear_re.START}(?:arrived|is{_S}+here|llegó|est{_S}+arrivée?|ist{_S}+da|kam)"
     rf"{linear_re.END}|来了|到来",
     linear_re.IGNORECASE,
 )
-"""A birth said as an arrival ("our daughter Maya arrived"), read only beside a ``_BABY`` word."""
+"""A birth said as an arrival ("our daughter Maya arrived"), read only of the couple's baby (``_OURS``)."""
 _PARENTS_AND_BABY = RELATIONSHIP_NOUNS | frozenset(
     "son daughter kid kids child children hijo hija hijos fils fille enfants sohn tochter kinder figlio figlia "
     "filho filha 女儿 儿子 孩子 宝宝 娘 息子 長男 長女 次男 次女 赤ちゃん".split()
@@ -808,20 +802,30 @@ _PARENTS_AND_BABY = RELATIONSHIP_NOUNS | frozenset(
 
 _YEAR = linear_re.compile(r"(?:^|[^0-9])(?:19|20)[0-9][0-9](?:[^0-9]|$)")
 _SOMEONES = linear_re.compile(
-    rf"[\p{{L}}]+['’]s{_S}+(?:baby|babies|son|daughter|child|twins|kid)", linear_re.IGNORECASE
+    rf"[\p{{L}}]+(?:['’]s|s['’]){_S}+(?:baby|babies|son|daughter|child|twins|kid)", linear_re.IGNORECASE
 )
+_OURS = linear_re.compile(
+    rf"{linear_re.START}(?:our|my|nuestro|nuestra|mi|notre|mon|ma|unser|unsere|unseren|nostro|nostra|mio|mia|"
+    rf"nosso|nossa|meu|minha){_S}+(?:[\p{{L}}]+{_S}+)?(?:baby|son|daughter|twins|newborn|bebé|bebe|hijo|hija|bébé|"
+    rf"fils|fille|jumeaux|jumelles|sohn|tochter|zwillinge|figlio|figlia|filho|filha){linear_re.END}"
+    r"|宝宝|儿子|女儿|赤ちゃん|息子|娘|長男|長女|次男|次女|双子",
+    linear_re.IGNORECASE,
+)
+"""The couple's own baby ("our son", "mi hija", "notre fille", "unser Sohn", 宝宝): "the baby
+next door" or "a baby on our street" is not."""
 
 
 def _born_after_expecting(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) -> bool:
     """``old`` states a pregnancy (``_EXPECTING``: "pregnant", "expecting a baby / our
     first", not "expecting guests") of the speaker or their partner (no other person in it)
-    and ``new`` a baby's birth or arrival (``_BORN`` or ``_ARRIVED``, with ``_BABY``) with
+    and ``new`` a baby's birth or arrival (``_BORN`` or ``_ARRIVED``, of the couple's own baby:
+    ``_OURS``) with
     no negation, no year (not a birth long ago), nobody's but the couple's (the partner and
     the child aside; not "my daughter's baby"): the pregnancy is over ("I'm pregnant with our first" / "Our daughter was born on Tuesday", "我老婆怀孕六个月了"
     / "宝宝上周出生了"). Not "my sister is pregnant" / "my niece was born"."""
     if not _EXPECTING.search(old.text) or _EXPECTING.search(new.text) or _STATUS_NEGATION.search(new.text):
         return False
-    if not ((_BORN.search(new.text) or _ARRIVED.search(new.text)) and _BABY.search(new.text)):
+    if not ((_BORN.search(new.text) or _ARRIVED.search(new.text)) and _OURS.search(new.text)):
         return False  # a baby's: "I was born in Leeds", "my niece was born" end no pregnancy
     if _YEAR.search(new.text) or _SOMEONES.search(new.text):
         return False  # a birth years ago ("our son was born in 2019"), someone's baby ("my daughter's baby")
@@ -870,21 +874,23 @@ weight each are about one weight; two with a name each may be about two things."
 
 
 _IMPERSONAL_THEY = linear_re.compile(
-    rf"{linear_re.START}(?:they|they've|they'd|ellos){_S}+(?:[\p{{L}}']+{_S}+){{0,2}}?(?:me|us)"
+    rf"{linear_re.START}(?:they|ellos){_S}+(?:ve{_S}+|have{_S}+|had{_S}+)?(?:[\p{{L}}]+ly{_S}+)?[\p{{L}}]+{_S}+(?:me|us)"
     rf"{linear_re.END}|{linear_re.START}ils{_S}+(?:m|nous)(?:['’]|{_S})|{linear_re.START}sie{_S}+haben{_S}+(?:mich|uns)"
     rf"{linear_re.END}",
     linear_re.IGNORECASE,
 )
-"""An impersonal "they" acting on the speaker, the speaker its object within two words ("they
-hired me", "they took me on", "they moved me to locker 482", "ils m'ont embauchée"): an
-employer or an office, nobody the statement is about. "They moved to Denver, near my office"
-and "they eat meat now, it drives me crazy" are about someone."""
+"""An impersonal "they" acting on the speaker, the speaker the object of its verb ("they hired
+me", "they took me on", "they finally moved me onto days", "ils m'ont embauchée"): an
+employer or an office, nobody the statement is about. "They moved to Denver, near my
+office", "they moved near us" and "they eat meat now, it drives me crazy" are about
+someone."""
 _NOT_A_PRONOUN = {
     "he": linear_re.compile(
         rf"{linear_re.START}he{_S}+[\p{{L}}]+(?:ado|ido|ada|ida|to|cho){linear_re.END}", linear_re.IGNORECASE
     ),
     "il": linear_re.compile(
-        rf"{linear_re.START}il{_S}+(?:y|reste|faut|fait|pleut|s'agit|est{_S}+temps){linear_re.END}",
+        rf"{linear_re.START}il{_S}+(?:y{_S}+a|faut|pleut|s'agit|est{_S}+temps|fait{_S}+(?:beau|froid|chaud|nuit|jour|gris)|"
+        rf"reste{_S}+(?:un|une|deux|trois|des|du|de|peu|encore)){linear_re.END}",
         linear_re.IGNORECASE,
     ),
 }
@@ -919,9 +925,12 @@ def _person_names(s: Statement, cues: Cues) -> set[str]:
 
 
 _PLACE_OF = linear_re.compile(
-    rf"([\p{{L}}]+)['’]s?{_S}+(?:place|house|home|flat|apartment|basement)", linear_re.IGNORECASE
+    rf"{linear_re.START}(?:at|in|into|of|from){_S}+(?:my|our){_S}+([\p{{L}}]+)['’]s?{_S}+"
+    rf"(?:place|house|home|flat|apartment|basement)",
+    linear_re.IGNORECASE,
 )
-"""A person's home ("my parents' place", "my aunt's house"): a place one lives in."""
+"""A person's home the speaker lives at, moves into or out of ("staying at my aunt's place",
+"moved out of my parents' place"); not "my parents' house is in Ohio" (theirs)."""
 
 
 def _companions(s: Statement, cues: Cues) -> set[str]:

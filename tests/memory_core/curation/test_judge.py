@@ -424,6 +424,12 @@ def test_the_same_person_said_another_way_is_not_someone_else(old, new):
         ("I live in Boston.", "They moved to Denver, near my office."),
         ("I'm vegetarian.", "They eat meat now, it drives me crazy."),
         ("J'habite à Lyon.", "Ils ont déménagé à Paris, près de mon bureau."),
+        # a second review's cases: someone's home is theirs; "they" near the speaker is someone
+        ("I live in Boston.", "My parents' house is in Ohio now."),
+        ("My parents' house is in Ohio.", "I live in Denver now."),
+        ("I live in Leeds.", "My sister's flat is in York now."),
+        ("I live in Boston.", "They moved near us."),
+        ("J'habite à Paris.", "Il fait ses études à Lyon maintenant."),
         # a real "il" beside an impersonal one
         ("J'habite à Lyon.", "Il a déménagé à Paris il y a un mois."),
         ("Je travaille chez Renault.", "Il a quitté Renault il y a deux semaines."),
@@ -465,6 +471,10 @@ def test_a_birth_ends_a_pregnancy(old, new):
         ("We're expecting our second child.", "Our first daughter was born in 2020."),
         ("I'm pregnant.", "My daughter's baby was born yesterday."),
         ("My daughter is pregnant.", "My son was born last week."),
+        ("I'm pregnant.", "Our neighbours' baby was born."),
+        ("I'm pregnant.", "The Smiths' baby was born today."),
+        ("I'm pregnant.", "The baby next door was born yesterday."),
+        ("I'm pregnant.", "A baby was born on our street yesterday."),
     ],
 )
 def test_a_birth_of_someone_else_or_a_negated_one_ends_nothing(old, new):
