@@ -63,6 +63,7 @@ BLIND_SETS = {
     "blind_b.jsonl": "blind_2026_12_05b",
     "blind_c.jsonl": "blind_2026_12_05c",
     "blind_d.jsonl": "blind_2026_12_05d",
+    "blind_e.jsonl": "blind_2026_12_05e",
 }
 """Sets written blind on 2026-12-05 (output file → module), each by a writer who had read
 neither the rules nor any pair above nor the other blind sets: ``blind`` (set A) replaced
@@ -70,8 +71,9 @@ the holdout above, retired after its seventh measurement, and was itself retired
 second opinion's training after it was measured once; ``blind_b`` (set B) replaced it and
 was retired after its second measurement; ``blind_c`` (set C, asked for hard compatible
 pairs) after its first, which showed the second opinion losing compatible memories that
-cross-validation on one writer's pairs had hidden; ``blind_d`` (set D) is the one not yet
-read."""
+cross-validation on one writer's pairs had hidden; ``blind_d`` (set D) after its second (a
+review then found that the first had measured rules that read other people's names as the
+speaker's); ``blind_e`` (set E) is the one not yet read."""
 
 
 def blind_rows(module: str) -> list[dict]:

@@ -72,12 +72,13 @@ EXTRA_FILES = (
     "blind_2026_12_05.py",
     "blind_2026_12_05b.py",
     "blind_2026_12_05c.py",
+    "blind_2026_12_05d.py",
 )
 """Pairs to train the second opinion on (each a module with ``PAIRS``), each file another
 writer's: written only for training (``train_extra_2026_12_05e.py``: hard pairs, half of them
-compatible pairs that look like changes), and the first three blind sets, each retired into
-training after it was measured (A once, B twice, C once)."""
-BLIND_FILES = ("blind_2026_12_05d.py",)
+compatible pairs that look like changes), and the first four blind sets, each retired into
+training after it was measured (A once, B twice, C once, D twice)."""
+BLIND_FILES = ("blind_2026_12_05e.py",)
 """Pairs written to measure it once: no training pair shares a statement with them."""
 
 

