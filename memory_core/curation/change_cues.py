@@ -253,6 +253,8 @@ _SETTING_WORDS = {
     "morning": frozenset("morning mornings matin morgens morgen mattina manhã".split()),
     "evening": frozenset("evening evenings night nights soir noche noches abends abend sera noite".split()),
 }
+TIME_OF_DAY_WORDS = _SETTING_WORDS["morning"] | _SETTING_WORDS["evening"]
+"""The words that name a time of day as a setting."""
 _SETTINGS_CJK = {
     "work": ("在公司", "上班时", "仕事では", "職場"),
     "home": ("在家", "家では", "家で"),
@@ -277,6 +279,34 @@ _ADDITIVE_WORDS = frozenset(
 )
 _ADDITIVE_PHRASES = frozenset({("as", "well"), ("in", "addition"), ("de", "plus"), ("en", "plus")})
 _ADDITIVE_CJK = ("也", "还", "另外", "此外")
+ANOTHER_STRETCH = frozenset(
+    "year years term semester season month week day go round time shot try chance parent person one".split()
+)
+"""Words after "another" that make it no addition: "renewed the lease for another year", "give
+it another go", "handed the team over to another parent" (one thing goes on or changes hands)."""
+_ZH_STILL = frozenset("是在没不")
+"""Characters after 还 that make it "still" or "rather" (还是, 还在, 还没, 还不), not "also"."""
+
+
+def additive_cjk(text: str) -> bool:
+    """An additive character (``_ADDITIVE_CJK``), 还 only where it means "also" (not 还是
+    "rather", 还在 "still", 还没, 还不)."""
+    for c in _ADDITIVE_CJK:
+        if c != "还" and c in text:
+            return True
+    return any(text[i + 1 : i + 2] not in _ZH_STILL for i, ch in enumerate(text) if ch == "还")
+
+
+def _another_thing(words: list[str]) -> bool:
+    """An additive word other than "another", or "another" before a word that is no stretch
+    of time or handing over (``ANOTHER_STRETCH``)."""
+    for i, w in enumerate(words):
+        stretch = w == "another" and i + 1 < len(words) and words[i + 1] in ANOTHER_STRETCH
+        if w in _ADDITIVE_WORDS and not stretch:
+            return True
+    return False
+
+
 _JA_NOT_ADDITIVE_NEXT = frozenset("うしのらっちとり")
 """Kana after も that make another word (もう "already / any more", もし "if", もの, もらう,
 もっと, もちろん, もと, もり): not the particle "too"."""
@@ -331,7 +361,8 @@ _POSSESSIVES = frozenset(
 """A person noun is someone the statement is about after a possessive (``_after_possessive``)."""
 _PERSON_ADJECTIVES = frozenset(
     "new old former current ex little older younger big best eldest youngest grande petite petit "
-    "nueva nuevo antiguo antigua ältere älterer jüngere jüngerer kleine kleiner große großer beste bester".split()
+    "nueva nuevo antiguo antigua ältere älterer jüngere jüngerer kleine kleiner große großer beste bester besten "
+    "meilleur meilleure mejor migliore melhor".split()
 )
 
 
@@ -343,8 +374,38 @@ def _after_possessive(words: list[str], i: int) -> bool:
     return i > 1 and words[i - 1] in _PERSON_ADJECTIVES and words[i - 2] in _POSSESSIVES
 
 
+def _of_someone(words: list[str], i: int) -> bool:
+    """Whether the person noun ``words[i]`` is someone's by name: after an English
+    possessive "'s" ("Tom's brother", "Jamie's older sister": the word list holds the "s"
+    apart; not "it's", "that's"), or after an article and before "de"/"di"/"von" ("la
+    hermana de Tom", "le frère de Julie", "der Bruder von Tom")."""
+    j = i - 1 if i and words[i - 1] not in _PERSON_ADJECTIVES else i - 2
+    if j >= 1 and words[j] == "s" and words[j - 1] not in _NOT_A_POSSESSOR:
+        return True
+    return 0 < i < len(words) - 1 and words[i - 1] in _ARTICLES and words[i + 1] in _OF_WORDS
+
+
+_NOT_A_POSSESSOR = frozenset("it that he she what there here who let where how".split())
+"""Words whose "'s" is "is" or "us", not a possessive ("it's my brother")."""
+_ARTICLES = frozenset("el la los las le les l der die den dem des il lo gli".split())
+_OF_WORDS = frozenset("de del di della dello da do du des von vom".split())
+
+
+def _person_word(words: list[str], i: int) -> str:
+    """The person noun ``words[i]`` as a person: "ex-wife" after "ex"/"former" ("my
+    ex-wife" is not "my wife"), "best-friend" after "best"/"beste"/"meilleure"/"mejor"…
+    (a best friend is a friend, not the partner a relationship's "Freund" or "amie" may
+    be), else the word."""
+    if i and words[i - 1] in _FORMER_PARTNER:
+        return "ex-" + words[i]
+    if i and words[i - 1] in _BEST:
+        return "best-" + words[i]
+    return words[i]
+
+
 _FORMER_PARTNER = frozenset("ex former".split())
 """Before a person noun, another person than the noun alone: "my ex-wife" is not "my wife"."""
+_BEST = frozenset("best beste bester besten meilleur meilleure mejor mejores migliore melhor".split())
 PRONOUNS = frozenset("he she they él ella ellos ellas il elle ils elles er".split())
 _NAMING_WORDS = frozenset("called named llama llamo appelle heißt heisst chiama chama".split())
 _COPULAS = frozenset("is was es era est était ist war è é".split())
@@ -423,6 +484,21 @@ _CUE_WORDS = (
     | _NEGATION_WORDS
     | {w for p in _END_PHRASES | _SHIFT_PHRASES for w in p}
 )
+
+
+@lru_cache(maxsize=1)
+def _italian_and_french_only() -> tuple[frozenset[str], frozenset[str]]:
+    """The stop words (``stopwordsiso``) Italian has and French has not, and the other way."""
+    it, fr = set(stopwordsiso.stopwords("it")), set(stopwordsiso.stopwords("fr"))
+    return frozenset(it - fr), frozenset(fr - it)
+
+
+def _italian(words: list[str]) -> bool:
+    """Whether ``words`` read as Italian rather than French: more of Italian's own stop words
+    than of French's ("ho lasciato la banca e ora faccio il consulente"). There "il" is the
+    article, not the French "he"."""
+    italian, french = _italian_and_french_only()
+    return sum(w in italian for w in words) > sum(w in french for w in words)
 
 
 @lru_cache(maxsize=1)
@@ -515,17 +591,21 @@ def _read_cues(text: str) -> Cues:
     period = bool(word_set & _PERIOD_WORDS or pairs & _PERIOD_PHRASES) or any(c in text for c in _PERIOD_CJK)
     negated = _negated_terms(text)
     additive = (
-        bool(word_set & _ADDITIVE_WORDS or pairs & _ADDITIVE_PHRASES)
+        bool((word_set & _ADDITIVE_WORDS and _another_thing(words)) or pairs & _ADDITIVE_PHRASES)
         or _ends_with_too(words, norm)
-        or any(c in text for c in _ADDITIVE_CJK)
+        or additive_cjk(text)
         or ("も" in text and _ja_too(text))
     )
     people = frozenset(
-        ("ex-" + w if i and words[i - 1] in _FORMER_PARTNER else w)
+        _person_word(words, i)
         for i, w in enumerate(words)
         if w in PEOPLE_WORDS
-        and (w in PRONOUNS or _after_possessive(words, i))
-        and not _names_slot(w, words[i + 1 : i + 3])
+        and (
+            (w in PRONOUNS and not (w == "il" and _italian(words)))
+            or _after_possessive(words, i)
+            or _of_someone(words, i)
+        )
+        and not _names_slot(_person_word(words, i), words[i + 1 : i + 3])
     )
     people |= {p for p in _PEOPLE_CJK if p in text and not any(p + n in text for n in _naming_cjk(p))}
     content = [w for w in words if w not in _stopwords() and w not in _CUE_WORDS and not _has_cjk(w)]

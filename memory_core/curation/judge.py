@@ -57,10 +57,19 @@ import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from .. import linear_re
 from ..retrieval.lexical import tokenize
-from .change_cues import PRONOUNS, RELATIONSHIP_NOUNS, Cues, read_cues
+from .change_cues import (
+    ANOTHER_STRETCH,
+    PRONOUNS,
+    RELATIONSHIP_NOUNS,
+    TIME_OF_DAY_WORDS,
+    Cues,
+    additive_cjk,
+    read_cues,
+)
 
 
 class Verdict(str, Enum):
@@ -113,13 +122,17 @@ _CHANGE_MARKERS = re.compile(
     r"\b(now|new|newly|moved|move|changed|change|switched|switch|swapped|replaced|sold|no longer|anymore|"
     r"instead|turned|became|become|started|stopped|quit|left|rebooked|rescheduled|postponed|pushed|cancell?ed|"
     r"delayed|brought forward|updated|upgraded|downgraded|relocated|transferred|promoted|renamed|"
-    r"from now on|these days|nowadays)\b",
+    r"from now on|these days|nowadays|starting|as of|going forward)\b",
     re.I,
 )
 _CHANGE_MARKERS_ZH = ("搬到", "搬去", "搬了", "改成", "改为", "改到", "换成", "换到", "换了", "变成", "现在",
                       "不再", "已经", "推迟", "提前", "新的", "新")  # fmt: skip
-_ADDITIVE = re.compile(r"\b(also|too|as well|another|additionally|in addition|besides|plus)\b", re.I)
-_ADDITIVE_ZH = ("也", "还", "另外", "此外")
+_ADDITIVE = re.compile(
+    r"\b(also|too|as well|another(?!\s+(?:"
+    + "|".join(sorted(ANOTHER_STRETCH))
+    + r")\b)|additionally|in addition|besides|plus(?!\s+(?:aucun|aucune|de|jamais|rien|personne|du|d)\b))\b",
+    re.I,
+)
 _PEOPLE = {
     "sister", "brother", "mother", "mom", "mum", "father", "dad", "wife", "husband", "partner",
     "girlfriend", "boyfriend", "friend", "son", "daughter", "kid", "kids", "child", "children",
@@ -191,7 +204,7 @@ _DATE = re.compile(
 )
 _NEGATED = re.compile(
     r"(?:\b(?:not|no longer|never|instead of|rather than|cancell?ed|quit|left|stopped|dropped|sold|gave up|"
-    r"ended|finished|got rid of)|n't)\s+(?:the\s+|a\s+|an\s+|my\s+|our\s+|with\s+|via\s+|through\s+)?"
+    r"ended|finished|got rid of|replaced|traded(?: in)?|ditched|deleted|uninstalled|swapped|dumped)|n't)\s+(?:the\s+|a\s+|an\s+|my\s+|our\s+|with\s+|via\s+|through\s+)?"
     r"([\w'-]+(?:\s+(?!(?:and|or|but|to|so|then|because|with|for|in|on|at)\b)[\w'-]+)?)",
     re.I,
 )
@@ -462,8 +475,8 @@ def read_statement(text: str, other: str = "") -> Statement:
         p for p in _PEOPLE if not p.isascii() and p in text
     }
     change = bool(_CHANGE_MARKERS.search(text)) or any(m in text for m in _CHANGE_MARKERS_ZH)
-    additive = bool(_ADDITIVE.search(text)) or any(m in text for m in _ADDITIVE_ZH)
-    negated = _first_phrases(_NEGATED.finditer(text))
+    additive = bool(_ADDITIVE.search(text)) or additive_cjk(text)
+    negated = _first_phrases([*_NEGATED.finditer(text), *_GONE.finditer(text)])
     from_values = _first_phrases(_FROM_TO.finditer(text))
     return Statement(text, norm, terms, reader.values, frames, people, change, additive, negated, from_values)
 
@@ -474,7 +487,16 @@ each is looked for in the other statement's text, so their number is bounded (a 
 saying more is long: it supersedes nothing, rule 4)."""
 
 
-def _first_phrases(matches: Iterable[re.Match[str]]) -> set[str]:
+_GONE = linear_re.compile(
+    rf"([\p{{L}}\p{{N}}][\p{{L}}\p{{N}}'’-]*){_S}+(?:(?:finally|officially|just|now){_S}+)?"
+    rf"(?:(?:is|are|was|were){_S}+)?(?:gone|dead|history|behind{_S}+me|died|broke{_S}+down){linear_re.END}",
+    linear_re.IGNORECASE,
+)
+"""What a statement says is over, named before its verb: "Slack is gone", "the Corolla
+finally died", "Hackney is behind me" (the word before, as ``_NEGATED``'s phrases)."""
+
+
+def _first_phrases(matches: Iterable[Any]) -> set[str]:
     """The first ``MAX_PHRASES`` distinct normalised ``group(1)`` of ``matches``."""
     out: set[str] = set()
     for m in matches:
@@ -632,18 +654,22 @@ def _decide(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) -> V
         return Verdict.SUPERSEDES if moved_on else Verdict.COMPATIBLE
     if new.additive and not new.change:
         return Verdict.COMPATIBLE
+    if _unasserted(old, new):
+        return Verdict.COMPATIBLE  # "if I ever got a remote job I'd move to Vermont"; "should I move?"
+    if _one_off(old, new):
+        return Verdict.COMPATIBLE  # "standup every day" / "tomorrow's standup is cancelled"
     if _someone_else(old, new, old_cues, new_cues) and not moved_on:
         return Verdict.COMPATIBLE  # about someone else: "my sister lives in Boston" vs "I moved to Paris"
     if _different_things(old, new, new.change or new_cues.shifts) and not over:
         return Verdict.COMPATIBLE
     if max(len(old.norm.split()), len(new.norm.split())) > MAX_SUPERSEDE_WORDS:
         return Verdict.COMPATIBLE  # several things said at once: never replaced wholesale
-    if old_cues.settings and new_cues.settings and old_cues.settings != new_cues.settings:
+    if _two_settings(old, new, old_cues, new_cues):
         return Verdict.COMPATIBLE  # "a Mac at work" / "Windows at home": two places, two habits
     if new_cues.additive and not old_cues.additive:
         return Verdict.COMPATIBLE  # "我老婆现在在上海工作" after "我在北京工作"; "now … as well"
-    if _over_already(old, new):
-        return Verdict.COMPATIBLE  # "my first job was at a bakery" / "I work in insurance now"
+    if _over_already(old, new) or _tells_the_past(old, new, old_cues, new_cues):
+        return Verdict.COMPATIBLE  # "my first job was at a bakery" / "I work in insurance now", and back
     if moved_on:
         return Verdict.SUPERSEDES
     if not negates and (_PAST_TIME.search(old.text) or _another_occasion(old, new)):
@@ -670,7 +696,8 @@ _FORMER_THINGS = (
 _FORMER = linear_re.compile(
     rf"{linear_re.START}(?:used{_S}+to|"
     rf"my{_S}+(?:first|old|former|previous|ex){_S}+(?:{_FORMER_THINGS}){_S}+(?:was|were)|"
-    rf"as{_S}+a{_S}+(?:kid|child|teenager|teen)|growing{_S}+up|"
+    rf"as{_S}+a{_S}+(?:kid|child|teenager|teen)|growing{_S}+up|grew{_S}+up|crecí|me{_S}+crié|j'ai{_S}+grandi|"
+    rf"aufgewachsen|sono{_S}+cresciut[oa]|cresci|"
     rf"when{_S}+i{_S}+was{_S}+(?:a|little|young|younger|{linear_re.DIGIT}+)|"
     rf"solía|solia|de{_S}+(?:niño|niña|pequeño|pequeña|joven)|cuando{_S}+era{_S}+(?:niño|niña|pequeño|pequeña|joven)|"
     rf"mi{_S}+(?:primer|antiguo){_S}+(?:trabajo|empleo|coche|piso|jefe|novio){_S}+fue|"
@@ -678,11 +705,12 @@ _FORMER = linear_re.compile(
     rf"mon{_S}+(?:premier|ancien){_S}+(?:travail|emploi|job|appartement|patron|copain){_S}+(?:était|a{_S}+été)|"
     rf"als{_S}+kind|mein{_S}+(?:erster|alter){_S}+(?:job|wagen|chef|freund){_S}+war)"
     rf"{linear_re.END}|^{_S}*früher{linear_re.END}|früher{_S}*,"
-    rf"|小时候|小時候|(?:^|[，,。；;！!？?]|{_S}|我|我们|咱们)(?:以前|从前)|子供の頃|子どもの頃|昔は|第一份工作是|最初の仕事は",
+    rf"|小时候|小時候|(?:^|[，,。；;！!？?]|{_S}|我|我们|咱们)(?:以前|从前)|子供の頃|子どもの頃|昔は|第一份工作是|最初の仕事は"
+    rf"|(?:^|我|我们)在[^，,。！!？?]{{1,12}}长大|で育(?:ち|った)",
     linear_re.IGNORECASE,
 )
 """A statement of what is already over when said ("I used to…", "my first job was…", "as a
-kid…", "de niño…", "Früher, …", 我以前…, 小时候, 子供の頃): nothing said later can make it
+kid…", "I grew up in…", "de niño…", "Früher, …", 我以前…, 我在…长大, 小时候, 子供の頃): nothing said later can make it
 untrue. "Former" things are named (``_FORMER_THINGS``: "my first meeting was at 9" is a
 daily habit, not a past); "früher" only opens a sentence or a clause ("ich stehe früher auf"
 is "earlier"); 以前 only after a clause start or a pronoun ("十点以前" is "before ten")."""
@@ -710,6 +738,20 @@ def _over_already(old: Statement, new: Statement) -> bool:
     if not _FORMER.search(old.text) or _FORMER.search(new.text) or _CORRECTION.search(new.text):
         return False
     return not (_ACCUSTOMED.search(old.text) and not _FORMER.search(_ACCUSTOMED.sub(" ", old.text)))
+
+
+def _tells_the_past(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) -> bool:
+    """``new`` tells what was already over (``_FORMER``: "I used to be a barista before I got
+    into tech"), ``old`` does not, and the two share no value and no content term: a past
+    beside the present, not the present ended ("I work as a software engineer" stays
+    true). "I used to live in Leeds" after "I live in Leeds", or "I used to smoke" after "I
+    smoke", share what ends: the other rules read it."""
+    if not _FORMER.search(new.text) or _FORMER.search(old.text) or _CORRECTION.search(new.text):
+        return False
+    if _ACCUSTOMED.search(new.text) and not _FORMER.search(_ACCUSTOMED.sub(" ", new.text)):
+        return False
+    shared = (old_cues.terms & new_cues.terms | _compound_parts(old_cues.words, new_cues.words)) - _WEAK_TERMS
+    return not shared and not old.all_values() & new.all_values()
 
 
 _STATUS_PHRASES = {
@@ -875,13 +917,15 @@ weight each are about one weight; two with a name each may be about two things."
 
 _IMPERSONAL_THEY = linear_re.compile(
     rf"{linear_re.START}(?:they|ellos){_S}+(?:ve{_S}+|have{_S}+|had{_S}+)?(?:[\p{{L}}]+ly{_S}+)?[\p{{L}}]+{_S}+(?:me|us)"
-    rf"{linear_re.END}|{linear_re.START}ils{_S}+(?:m|nous)(?:['’]|{_S})|{linear_re.START}sie{_S}+haben{_S}+(?:mich|uns)"
+    rf"{linear_re.END}|{linear_re.START}they{_S}+(?:ve{_S}+|have{_S}+|had{_S}+)?(?:postponed|rescheduled|cancell?ed|"
+    rf"moved|pushed|delayed|changed|bumped|shifted|brought{_S}+forward){_S}+(?:the|our|my){linear_re.END}|{linear_re.START}ils{_S}+(?:m|nous)(?:['’]|{_S})|{linear_re.START}sie{_S}+haben{_S}+(?:mich|uns)"
     rf"{linear_re.END}",
     linear_re.IGNORECASE,
 )
 """An impersonal "they" acting on the speaker, the speaker the object of its verb ("they hired
-me", "they took me on", "they finally moved me onto days", "ils m'ont embauchée"): an
-employer or an office, nobody the statement is about. "They moved to Denver, near my
+me", "they took me on", "they finally moved me onto days", "ils m'ont embauchée"), or
+rescheduling the speaker's thing ("they postponed the wedding", "they moved our meeting"):
+an employer, an office or organisers, nobody the statement is about. "They moved to Denver, near my
 office", "they moved near us" and "they eat meat now, it drives me crazy" are about
 someone."""
 _NOT_A_PRONOUN = {
@@ -925,7 +969,7 @@ def _person_names(s: Statement, cues: Cues) -> set[str]:
 
 
 _PLACE_OF = linear_re.compile(
-    rf"{linear_re.START}(?:at|in|into|of|from){_S}+(?:my|our){_S}+([\p{{L}}]+)['’]s?{_S}+"
+    rf"{linear_re.START}(?:at|in|into|of|from){_S}+(?:my|our){_S}+([\p{{L}}]+)(?:['’]s?)?{_S}+"
     rf"(?:place|house|home|flat|apartment|basement)",
     linear_re.IGNORECASE,
 )
@@ -973,13 +1017,26 @@ def _someone_else(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues
     ("I work at Google" / "my brother quit Google") is not a person."""
     before, after = _persons(old, old_cues), _persons(new, new_cues)
     named = _person_names(old, old_cues)
-    if named & new.values.get("name", set()) and not after:
-        return False
+    if named & new.values.get("name", set()) and not after - PRONOUNS:
+        return False  # "Priya and I broke up, she moved out": the pronoun stands for the name beside it
     named = _person_names(new, new_cues)
-    if named & old.values.get("name", set()) and not before:
+    if named & old.values.get("name", set()) and not before - PRONOUNS:
         return False
-    partners = RELATIONSHIP_NOUNS if "relationship" in old_cues.frames & new_cues.frames else frozenset()
+    couple = "relationship" in old_cues.frames & new_cues.frames
+    partners = RELATIONSHIP_NOUNS if couple else frozenset()
+    if couple:  # "she said yes, we're engaged": in the couple's own news a pronoun is the partner
+        before, after = (
+            people - PRONOUNS if _WE.search(s.text) else people for s, people in ((old, before), (new, after))
+        )
     return bool((before ^ after) - partners)
+
+
+_WE = linear_re.compile(
+    rf"{linear_re.START}(?:we|we['’]re|we['’]ve|us|our|nous|nos|nosotros|nosotras|wir|uns|noi|nós){linear_re.END}"
+    r"|我们|咱们|私たち|僕ら",
+    linear_re.IGNORECASE,
+)
+"""The speaker and someone as one subject ("we", "nous", "wir", 我们)."""
 
 
 def _moved_on(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) -> str | None:
@@ -1004,7 +1061,7 @@ def _moved_on(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) ->
         return None
     if new_cues.transient and not old_cues.transient:
         return None  # "closed early today", "not working this week": a passing state
-    if old_cues.settings and new_cues.settings and old_cues.settings != new_cues.settings:
+    if _two_settings(old, new, old_cues, new_cues):
         return None  # "a Mac at work" / "Windows at home": two places, two habits
     if _someone_else(old, new, old_cues, new_cues):
         return None
@@ -1022,11 +1079,41 @@ def _moved_on(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) ->
     if not shifts or not (same or (_read_language(old) and not _CJK_CHAR.search(old.text) and _same_subject(old, new))):
         return None  # (the English reading's subject terms of Chinese are single characters: not a subject)
     old_values = old.all_values() | (old_cues.words & RELATIONSHIP_NOUNS)  # "my boyfriend is Sam": two values
-    if old_values and old_values <= new.all_values() | (new_cues.words & RELATIONSHIP_NOUNS):
+    kept = old_values - _left_behind(old_values, new)
+    if kept and kept <= new.all_values() | (new_cues.words & RELATIONSHIP_NOUNS):
         return None  # every value of the old statement kept ("at Google" / "my team at Google … now")
     old_only = old_cues.terms - new_cues.terms or old.all_values() - new.all_values()
     new_only = new_cues.terms - old_cues.terms or new.all_values() - old.all_values()
     return "shift" if old_only and new_only else None
+
+
+_TIMES_OF_DAY = frozenset({"morning", "evening"})
+_TIME_OF_DAY_TERMS = frozenset(tokenize(" ".join(sorted(TIME_OF_DAY_WORDS))))
+
+
+def _two_settings(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) -> bool:
+    """The two statements hold in different settings (``change_cues``: "at work" / "at home",
+    "in the morning" / "in the evening"): two habits, both true ("a Mac at work" / "Windows at
+    home"). A time of day with a change said ("evenings work better for my workouts now",
+    跑步改成晚上) is the one habit moved, unless each statement names its own thing ("café le
+    matin" / "le soir … maintenant du thé": two habits)."""
+    if not (old_cues.settings and new_cues.settings and old_cues.settings != new_cues.settings):
+        return False
+    times_only = (old_cues.settings | new_cues.settings) <= _TIMES_OF_DAY
+    old_terms, new_terms = old_cues.terms - _TIME_OF_DAY_TERMS, new_cues.terms - _TIME_OF_DAY_TERMS
+    two_things = bool(old_terms - new_terms and new_terms - old_terms)
+    return not (times_only and (new.change or new_cues.shifts or new_cues.ends) and not two_things)
+
+
+def _left_behind(values: set[str], new: Statement) -> set[str]:
+    """Those of ``values`` that ``new`` names as what is over or replaced: after an ending
+    verb (``_NEGATED``: "replaced my Fitbit", "dropped Adobe", "sold the Civic") or as the
+    "from" of a change ("switched from Slack to Teams"). Named in ``new``, they are not kept."""
+    return {
+        v
+        for v in values
+        if any(_names_value(p, v) for p in new.negated) or any(v in f or f in v for f in new.from_values if f)
+    }
 
 
 def same_values(a: str, b: str) -> bool:
@@ -1058,27 +1145,104 @@ def _on_purpose(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) 
         return "additive"
     if _someone_else(old, new, old_cues, new_cues):
         return "someone else"
-    if old_cues.settings and new_cues.settings and old_cues.settings != new_cues.settings:
+    if _unasserted(old, new):
+        return "unasserted"
+    if _two_settings(old, new, old_cues, new_cues):
         return "another setting"
     if new_cues.period and not old_cues.period:
         return "passing"  # "this week": bounded; "today" alone may date a change for good: the opinion may say
     if (
         _PAST_TIME.search(old.text)
         or _over_already(old, new)
+        or _tells_the_past(old, new, old_cues, new_cues)
         or _another_occasion(old, new)
         or _habit_then_occasion(old, new, new_cues)
+        or _one_off(old, new)
     ):
         return "another occasion"
     return None
 
 
+_CLAUSE = r"[^.!?;。！？；]*"
+_UNASSERTED = linear_re.compile(
+    rf"{linear_re.START}if{linear_re.END}{_CLAUSE}(?:{linear_re.START}(?:would|could|might|ever){linear_re.END}|['’]d{linear_re.END})"
+    rf"|(?:{linear_re.START}(?:would|could|might){linear_re.END}|['’]d{linear_re.END}){_CLAUSE}{linear_re.START}if{linear_re.END}"
+    rf"|{linear_re.START}(?:what{_S}+if|(?:should|shall){_S}+(?:i|we)|do{_S}+you{_S}+think{_S}+(?:i|we){_S}+should|"
+    rf"wondering{_S}+(?:if|whether)|y{_S}+si|et{_S}+si|soll{_S}+ich|sollte{_S}+ich|sollen{_S}+wir|devrais-je|"
+    rf"debería{_S}+(?:yo{_S}+)?(?:\p{{L}}+){_S}*\?){linear_re.END}"
+    rf"|{linear_re.START}si{linear_re.END}{_CLAUSE}\p{{L}}+(?:ría|rían|ríamos|rais|rait|rions|riez|raient){linear_re.END}"
+    rf"|{linear_re.START}(?:wenn|falls){linear_re.END}{_CLAUSE}{linear_re.START}(?:würde|würden|wäre|wären|hätte|hätten|"
+    rf"könnte|könnten){linear_re.END}"
+    rf"|{linear_re.START}se{linear_re.END}{_CLAUSE}\p{{L}}+(?:rei|rebbe|remmo|ria|riam|ríamos){linear_re.END}"
+    rf"|如果|要是|假如|万一|要不要|该不该|(?:^|[、。，,！!？?「]|{_S})もし",
+    linear_re.IGNORECASE,
+)
+"""A clause that asserts nothing as true: a condition with what would follow ("if I ever got
+a remote job I'd move to Vermont", "si me saliera, me mudaría", "wenn ich könnte, würde
+ich…", 如果…的话, もし… at a clause's start: not the もし of 手伝いもしてます), or a question about what to do ("should I move to Manchester?",
+"what if we sold the house", 要不要). English "if" counts only with a "would"/"could"/"'d"/
+"ever" in its sentence: "if you're wondering, we moved" asserts the move."""
+_SENTENCE = linear_re.compile(r"[^.!?;。！？；]+")
+
+
+def _unasserted(old: Statement, new: Statement) -> bool:
+    """``new`` says what would be or asks what to do (``_UNASSERTED``), ``old`` does not, and
+    the rest of ``new`` (its other sentences) states no change ("Should I move to
+    Manchester? Rents are crazy" / "I live in Sheffield": Sheffield stays; "We moved to
+    Leeds. Should we get a dog?" states the move). The opinion is not asked: nothing in
+    ``new`` is said to be so."""
+    if not _UNASSERTED.search(new.text) or _UNASSERTED.search(old.text):
+        return False
+    rest = " ".join(m.group(0) for m in _SENTENCE.finditer(new.text) if not _UNASSERTED.search(m.group(0)))
+    if not rest.strip():
+        return True
+    cues = read_cues(rest)
+    return not (cues.ends or cues.shifts or _CHANGE_MARKERS.search(rest))
+
+
 _HABIT = linear_re.compile(
     rf"{linear_re.START}(?:every|each|daily|weekly|monthly|usually|always|most{_S}+days|"
     rf"cada|todos{_S}+los|todas{_S}+las|siempre|chaque|tous{_S}+les|toutes{_S}+les|toujours|"
-    rf"jeden|jede|jedes|immer|ogni|sempre|todos{_S}+os|todas{_S}+as){linear_re.END}|每|毎|いつも",
+    rf"jeden|jede|jedes|immer|ogni|sempre|todos{_S}+os|todas{_S}+as|"
+    rf"mondays|tuesdays|wednesdays|thursdays|fridays|saturdays|sundays|weekdays|weekends|"
+    rf"(?:los|le){_S}+(?:lunes|martes|miércoles|jueves|viernes|sábados|domingos|lundi|mardi|mercredi|jeudi|vendredi|samedi|dimanche)|"
+    rf"montags|dienstags|mittwochs|donnerstags|freitags|samstags|sonntags|werktags){linear_re.END}|每|毎|いつも",
     linear_re.IGNORECASE,
 )
-"""A statement of a recurring habit ("every Saturday", "cada lunes", "tous les jours", 每天)."""
+"""A statement of a recurring habit ("every Saturday", "on Tuesdays", "cada lunes", "le
+lundi", "tous les jours", "dienstags", 每天)."""
+_THIS_ONE = linear_re.compile(
+    rf"{linear_re.START}(?:tomorrow|today|tonight|this{_S}+(?:week|morning|evening|afternoon|monday|tuesday|wednesday|"
+    rf"thursday|friday|saturday|sunday)|next{_S}+(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)|"
+    rf"mañana|hoy|esta{_S}+semana|este{_S}+(?:lunes|martes|miércoles|jueves|viernes|sábado|domingo)|demain|"
+    rf"aujourd['’]hui|cette{_S}+semaine|ce{_S}+(?:lundi|mardi|mercredi|jeudi|vendredi|samedi|dimanche)|morgen|heute|"
+    rf"diese{_S}+woche|diesen{_S}+(?:montag|dienstag|mittwoch|donnerstag|freitag|samstag|sonntag)){linear_re.END}"
+    r"|明天|今天|这周|本周|明日|今日|今週",
+    linear_re.IGNORECASE,
+)
+"""One occasion of a habit named by its day ("tomorrow's standup", "this Tuesday's lesson",
+"ce jeudi", "diesen Freitag", 明天)."""
+_FOR_GOOD = linear_re.compile(
+    rf"{linear_re.START}(?:from{_S}+now{_S}+on|as{_S}+of|starting|anymore|any{_S}+more|no{_S}+longer|permanently|for{_S}+good|"
+    rf"from{_S}+then{_S}+on|going{_S}+forward|onwards|a{_S}+partir{_S}+de|desde|ab{_S}+(?:jetzt|sofort|morgen|nächste)|"
+    rf"dauerhaft|plus|ya{_S}+no|nicht{_S}+mehr){linear_re.END}|以后|开始|から|もう",
+    linear_re.IGNORECASE,
+)
+"""A change said to last ("from now on", "as of today", "starting tomorrow", "no longer", "à partir de",
+"ab morgen", 以后, から): not one occasion."""
+
+
+def _one_off(old: Statement, new: Statement) -> bool:
+    """``old`` states a habit (``_HABIT``) and ``new`` changes one occasion of it, named by its
+    day (``_THIS_ONE``), not for good (``_FOR_GOOD``): "I have standup at 9:30 every day" /
+    "Tomorrow's standup is cancelled"; "piano lessons on Tuesdays" / "this Tuesday's lesson
+    got moved to Wednesday". The habit stays. "Starting tomorrow standup is at 10" changes it."""
+    return bool(
+        _HABIT.search(old.text)
+        and not _HABIT.search(new.text)
+        and _THIS_ONE.search(new.text)
+        and not _FOR_GOOD.search(new.text)
+    )
 
 
 def _habit_then_occasion(old: Statement, new: Statement, new_cues: Cues) -> bool:
@@ -1087,6 +1251,8 @@ def _habit_then_occasion(old: Statement, new: Statement, new_cues: Cues) -> bool
     Saturday" / "I signed up for a half marathon in October" — the habit stays."""
     if not _HABIT.search(old.text) or _HABIT.search(new.text) or new.change or new_cues.shifts or new_cues.ends:
         return False
+    if _FOR_GOOD.search(new.text):
+        return False  # "starting tomorrow, standup is at 10": the habit itself changes
     if _ONE_OCCASION.search(new.text):
         return True  # "I usually go to bed around 11" / "stayed up till 2am last night"
     return any(new.values.get(k, set()) - old.values.get(k, set()) for k in _TIME_KINDS)

@@ -487,3 +487,134 @@ def test_a_day_alone_is_not_held_passing_a_stretch_is():
     assert compatible_on_purpose("I live in Leeds.", "I'm in Rome this week for work.") == "passing"
     assert compatible_on_purpose("我住在上海。", "这周我在杭州出差。") == "passing"
     assert judge("The bakery opens at 7.", "The bakery closed early today.") == Verdict.COMPATIBLE
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        # someone's by name: "Lena's cousin", "la hermana de Tom"
+        ("I'm married to Lena.", "Lena's cousin just got divorced."),
+        ("I'm engaged to Marco.", "Marco's sister got married last weekend."),
+        ("I live in Denver.", "La hermana de Tom se mudó a Denver."),
+        # a best friend is no partner, in a statement about a relationship or not
+        ("I'm single.", "My best friend is dating someone new."),
+        ("Estoy casada.", "Mi mejor amiga se acaba de divorciar."),
+        ("Je suis mariée.", "Ma meilleure amie vient de se fiancer."),
+        ("Ich bin single.", "Meine beste Freundin ist jetzt verlobt."),
+    ],
+)
+def test_someone_named_by_another_or_a_best_friend_is_someone_else(old, new):
+    assert judge(old, new) == Verdict.COMPATIBLE and compatible_on_purpose(old, new) == "someone else"
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("I grew up in Porto.", "I live in Madrid now."),
+        ("Crecí en Sevilla.", "Ahora vivo en Valencia."),
+        ("J'ai grandi à Lille.", "J'habite à Nantes maintenant."),
+        ("Ich bin in Graz aufgewachsen.", "Jetzt wohne ich in Wien."),
+        ("我在成都长大。", "我现在住在上海。"),
+        ("大阪で育ちました。", "今は東京に住んでいます。"),
+        # the past told after the present, naming nothing of it
+        ("I'm a nurse at St Mary's.", "I used to be a bartender back in college."),
+    ],
+)
+def test_an_upbringing_or_a_past_told_later_stays_beside_the_present(old, new):
+    assert judge(old, new) == Verdict.COMPATIBLE and compatible_on_purpose(old, new) == "another occasion"
+
+
+def test_a_past_that_names_the_present_ends_it():
+    assert judge("I live in Leeds.", "I used to live in Leeds, I'm in York now.") == Verdict.SUPERSEDES
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("I live in Glasgow.", "If I ever won the lottery I'd move to Tuscany."),
+        ("I drive a Golf.", "Should I get an electric car? The Golf is getting old."),
+        ("Vivo en Bilbao.", "Si encontrara trabajo allí, me mudaría a Barcelona."),
+        ("Je travaille chez Renault.", "Si on me proposait un poste chez Airbus, je partirais."),
+        ("Ich arbeite bei Siemens.", "Wenn ich könnte, würde ich zu BMW wechseln."),
+        ("我在杭州工作。", "如果有机会的话，我想去深圳工作。"),
+        ("Abito a Torino.", "Se trovassi lavoro a Milano, mi trasferirei."),
+    ],
+)
+def test_what_would_be_or_a_question_of_what_to_do_asserts_no_change(old, new):
+    assert judge(old, new) == Verdict.COMPATIBLE and compatible_on_purpose(old, new) == "unasserted"
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("I live in York.", "We moved to Leeds. Should we get a dog?"),  # the question is about something else
+        ("We live in Leeds.", "If you're wondering, we moved to Bristol in May."),  # an "if" with nothing that would be
+    ],
+)
+def test_a_change_said_beside_a_question_or_an_if_still_supersedes(old, new):
+    assert judge(old, new) == Verdict.SUPERSEDES
+
+
+def test_japanese_if_only_opens_a_clause():
+    """もし inside 手伝いもしてます is the particle も and する, not "if"."""
+    assert compatible_on_purpose("エンジニアとして働いています。", "週末は店の手伝いもしてます。") != "unasserted"
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("I swim every Thursday at 7.", "This Thursday's swim is off, the pool is closed."),
+        ("Tengo clase de inglés los lunes.", "Este lunes no hay clase, la profesora está enferma."),
+        ("Je fais du vélo tous les dimanches.", "Ce dimanche je ne roule pas, il pleut."),
+        ("Ich gehe dienstags zum Training.", "Diesen Dienstag fällt das Training aus."),
+        ("I have piano on Wednesdays.", "Tomorrow's lesson moved to Friday, my teacher is away."),
+    ],
+)
+def test_one_occasion_of_a_habit_changed_leaves_the_habit(old, new):
+    assert judge(old, new) == Verdict.COMPATIBLE and compatible_on_purpose(old, new) == "another occasion"
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("I have standup at 9:30 every day.", "Starting tomorrow, standup is at 10."),
+        ("I drink coffee every morning.", "As of today I've quit coffee."),
+    ],
+)
+def test_a_habit_changed_for_good_from_a_day_on_is_superseded(old, new):
+    assert judge(old, new) == Verdict.SUPERSEDES
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("I read on a Kindle.", "Replaced my Kindle with a Kobo."),
+        ("I drive a Passat.", "The Passat finally died, I got a Skoda."),
+        ("We chat on Discord.", "Discord is gone, we're on Matrix now."),
+        ("The conference is in September.", "They moved the conference to October."),  # organisers, not someone
+        ("Lavoro in banca.", "Ho lasciato la banca, ora faccio il fotografo."),  # Italian "il" is an article
+        ("My girlfriend Mia and I live together.", "Mia and I split up, she moved out in May."),
+    ],
+)
+def test_a_value_named_as_left_behind_is_not_kept(old, new):
+    assert judge(old, new) == Verdict.SUPERSEDES
+
+
+@pytest.mark.parametrize(
+    "old, new, held",
+    [
+        ("My lease ends in March.", "Renewed the lease for another year, it runs until next March now.", None),
+        ("I have a cat.", "We got another cat.", "additive"),
+        ("我打算明年换工作。", "想了想还是不换了。", None),  # 还是: "rather"
+        ("我有一只猫。", "我还养了一只狗。", "additive"),  # 还: "also"
+        ("J'ai une tendinite au coude.", "Plus aucune douleur au coude, j'ai repris le tennis.", None),
+        ("I have a car.", "Plus I bought a bike.", "additive"),
+        ("I run in the mornings.", "I run in the evenings now, mornings are too cold.", None),
+        ("I run in the mornings.", "I also do yoga in the evenings.", "additive"),
+        ("I use a Mac at work.", "At home I switched to Linux.", "another setting"),
+    ],
+)
+def test_additions_and_settings_are_held_only_when_they_are_some(old, new, held):
+    """ "another year", 还是, French "plus aucune" add nothing; a time of day with a change said is
+    the habit moved: none of them holds the pair from the second opinion."""
+    assert compatible_on_purpose(old, new) == held
