@@ -231,18 +231,19 @@ def _going_to_verb(words: list[str]) -> bool:
     )
 
 
-_TRANSIENT_WORDS = frozenset("today tonight hoy aujourd heute oggi hoje".split())
-_TRANSIENT_PHRASES = frozenset(
-    {("this", "week"), ("this", "weekend"), ("this", "morning"), ("for", "now"), ("esta", "semana"),
-     ("cette", "semaine"), ("diese", "woche"), ("questa", "settimana"), ("esta", "noche"), ("ce", "soir")}
+_DAY_WORDS = frozenset("today hoy aujourd heute oggi hoje".split())
+_DAY_PHRASES = frozenset({("this", "morning")})
+_DAY_CJK = ("今天", "今日")
+"""Transient cues that name a day ("today", "this morning", 今天): what is said may pass with
+it, or the day may date an event that ends a state for good ("braces came off today")."""
+_STRETCH_WORDS = frozenset("tonight".split())
+_STRETCH_PHRASES = frozenset(
+    {("this", "week"), ("this", "weekend"), ("for", "now"), ("esta", "semana"), ("cette", "semaine"),
+     ("diese", "woche"), ("questa", "settimana"), ("esta", "noche"), ("ce", "soir")}
 )  # fmt: skip
-_TRANSIENT_CJK = ("今天", "今晚", "这周", "本周", "今日", "今晩", "今週")
-_PERIOD_WORDS = frozenset("tonight".split())
-_PERIOD_PHRASES = _TRANSIENT_PHRASES - {("this", "morning")}
-_PERIOD_CJK = ("今晚", "这周", "本周", "今晩", "今週")
-"""The transient cues that bound a stretch the statement holds for ("this week", "for now",
-"tonight", 这周): what is said passes with it. "today" and "this morning" alone may also date
-an event that ends a state for good ("braces came off today"): ``Cues.period`` is false."""
+_STRETCH_CJK = ("今晚", "这周", "本周", "今晩", "今週")
+"""Transient cues that bound a stretch the statement holds for ("this week", "for now",
+"tonight", 这周): what is said passes with it (``Cues.period``)."""
 _SETTINGS = {
     "work": (("at", "work"), ("for", "work"), ("el", "trabajo"), ("au", "travail"), ("au", "boulot"),
              ("der", "arbeit"), ("al", "lavoro"), ("no", "trabalho")),
@@ -279,9 +280,7 @@ _ADDITIVE_WORDS = frozenset(
 )
 _ADDITIVE_PHRASES = frozenset({("as", "well"), ("in", "addition"), ("de", "plus"), ("en", "plus")})
 _ADDITIVE_CJK = ("也", "还", "另外", "此外")
-ANOTHER_STRETCH = frozenset(
-    "year years term semester season month week day go round time shot try chance parent person one".split()
-)
+ANOTHER_STRETCH = frozenset("year years month week day go round time shot try chance parent".split())
 """Words after "another" that make it no addition: "renewed the lease for another year", "give
 it another go", "handed the team over to another parent" (one thing goes on or changes hands)."""
 _ZH_STILL = frozenset("是在没不")
@@ -375,16 +374,24 @@ def _after_possessive(words: list[str], i: int) -> bool:
 
 
 def _of_someone(words: list[str], i: int) -> bool:
-    """Whether the person noun ``words[i]`` is someone's by name: after an English
-    possessive "'s" ("Tom's brother", "Jamie's older sister": the word list holds the "s"
-    apart; not "it's", "that's"), or after an article and before "de"/"di"/"von" ("la
-    hermana de Tom", "le frère de Julie", "der Bruder von Tom")."""
+    """Whether the person noun ``words[i]`` is someone's by name and what its clause is
+    about: after an English possessive "'s" ("Tom's brother", "Jamie's older sister": the
+    word list holds the "s" apart; not "it's", "that's"), or after an article and before
+    "de"/"di"/"von" ("la hermana de Tom", "le frère de Julie", "der Bruder von Tom"), the
+    phrase opening the statement or a clause joined by "and", "but"… (``_CLAUSE_JOINERS``).
+    Not the object of the speaker's own doing ("I moved in with Tom's sister", "a casa de
+    la hermana de Luis"), nor a possessor itself ("Dave's brother's startup")."""
+    if i + 1 < len(words) and words[i + 1] == "s":
+        return False
     j = i - 1 if i and words[i - 1] not in _PERSON_ADJECTIVES else i - 2
     if j >= 1 and words[j] == "s" and words[j - 1] not in _NOT_A_POSSESSOR:
-        return True
-    return 0 < i < len(words) - 1 and words[i - 1] in _ARTICLES and words[i + 1] in _OF_WORDS
+        return j == 1 or words[j - 2] in _CLAUSE_JOINERS
+    if 0 < i < len(words) - 1 and words[i - 1] in _ARTICLES and words[i + 1] in _OF_WORDS:
+        return i == 1 or words[i - 2] in _CLAUSE_JOINERS
+    return False
 
 
+_CLAUSE_JOINERS = frozenset("and but so then y pero et mais und aber e ma mas".split())
 _NOT_A_POSSESSOR = frozenset("it that he she what there here who let where how".split())
 """Words whose "'s" is "is" or "us", not a possessive ("it's my brother")."""
 _ARTICLES = frozenset("el la los las le les l der die den dem des il lo gli".split())
@@ -407,8 +414,8 @@ _FORMER_PARTNER = frozenset("ex former".split())
 """Before a person noun, another person than the noun alone: "my ex-wife" is not "my wife"."""
 _BEST = frozenset("best beste bester besten meilleur meilleure mejor mejores migliore melhor".split())
 PRONOUNS = frozenset("he she they él ella ellos ellas il elle ils elles er".split())
-_NAMING_WORDS = frozenset("called named llama llamo appelle heißt heisst chiama chama".split())
-_COPULAS = frozenset("is was es era est était ist war è é".split())
+NAMING_WORDS = frozenset("called named llama llamo appelle heißt heisst chiama chama".split())
+COPULAS = frozenset("is was es era est était ist war è é".split())
 _NAMING_CJK = ("叫", "の名前")
 _COPULAS_CJK = ("是", "は")
 
@@ -419,7 +426,7 @@ def _names_slot(person: str, following: list[str]) -> bool:
     right before a copula ("my boyfriend is Sam"; "meine Schwester ist nach Bonn gezogen" is
     about the sister)."""
     after = set(following)
-    return bool(after & _NAMING_WORDS) or (person in RELATIONSHIP_NOUNS and bool(after & _COPULAS))
+    return bool(after & NAMING_WORDS) or (person in RELATIONSHIP_NOUNS and bool(after & COPULAS))
 
 
 def _naming_cjk(person: str) -> tuple[str, ...]:
@@ -520,7 +527,7 @@ class Cues:
     transient: bool
     """A time that bounds what is said to now ("today", "this week"): a passing state."""
     period: bool
-    """A transient cue that names a stretch of time (``_PERIOD_PHRASES``: "this week", "for
+    """A transient cue that names a stretch of time (``_STRETCH_PHRASES``: "this week", "for
     now", "tonight"), not only the day."""
     settings: frozenset[str]
     """Where what is said holds (``_SETTINGS``: work, home)."""
@@ -585,10 +592,8 @@ def _read_cues(text: str) -> Cues:
     settings = {k for k, phrases in _SETTINGS.items() if pairs & set(phrases)}
     settings |= {k for k, vocab in _SETTING_WORDS.items() if word_set & vocab}
     settings |= {k for k, subs in _SETTINGS_CJK.items() if any(c in text for c in subs)}
-    transient = bool(word_set & _TRANSIENT_WORDS or pairs & _TRANSIENT_PHRASES) or any(
-        c in text for c in _TRANSIENT_CJK
-    )
-    period = bool(word_set & _PERIOD_WORDS or pairs & _PERIOD_PHRASES) or any(c in text for c in _PERIOD_CJK)
+    period = bool(word_set & _STRETCH_WORDS or pairs & _STRETCH_PHRASES) or any(c in text for c in _STRETCH_CJK)
+    transient = period or bool(word_set & _DAY_WORDS or pairs & _DAY_PHRASES) or any(c in text for c in _DAY_CJK)
     negated = _negated_terms(text)
     additive = (
         bool((word_set & _ADDITIVE_WORDS and _another_thing(words)) or pairs & _ADDITIVE_PHRASES)
@@ -596,15 +601,12 @@ def _read_cues(text: str) -> Cues:
         or additive_cjk(text)
         or ("も" in text and _ja_too(text))
     )
+    italian = "il" in word_set and _italian(words)
     people = frozenset(
-        _person_word(words, i)
+        _person_word(words, i) if (w in PRONOUNS or _after_possessive(words, i)) else "of-" + w
         for i, w in enumerate(words)
         if w in PEOPLE_WORDS
-        and (
-            (w in PRONOUNS and not (w == "il" and _italian(words)))
-            or _after_possessive(words, i)
-            or _of_someone(words, i)
-        )
+        and ((w in PRONOUNS and not (w == "il" and italian)) or _after_possessive(words, i) or _of_someone(words, i))
         and not _names_slot(_person_word(words, i), words[i + 1 : i + 3])
     )
     people |= {p for p in _PEOPLE_CJK if p in text and not any(p + n in text for n in _naming_cjk(p))}

@@ -63,6 +63,8 @@ from .. import linear_re
 from ..retrieval.lexical import tokenize
 from .change_cues import (
     ANOTHER_STRETCH,
+    COPULAS,
+    NAMING_WORDS,
     PRONOUNS,
     RELATIONSHIP_NOUNS,
     TIME_OF_DAY_WORDS,
@@ -247,6 +249,10 @@ class Statement:
     additive: bool
     negated: set[str] = field(default_factory=set)
     from_values: set[str] = field(default_factory=set)
+    persons: frozenset[str] | None = field(default=None, compare=False, repr=False)
+    """The people read by ``_persons`` (set on the first reading: several rules ask)."""
+    person_names: frozenset[str] | None = field(default=None, compare=False, repr=False)
+    """The names read by ``_person_names`` (likewise)."""
 
     def all_values(self) -> set[str]:
         return {v for vs in self.values.values() for v in vs}
@@ -489,7 +495,7 @@ saying more is long: it supersedes nothing, rule 4)."""
 
 _GONE = linear_re.compile(
     rf"([\p{{L}}\p{{N}}][\p{{L}}\p{{N}}'’-]*){_S}+(?:(?:finally|officially|just|now){_S}+)?"
-    rf"(?:(?:is|are|was|were){_S}+)?(?:gone|dead|history|behind{_S}+me|died|broke{_S}+down){linear_re.END}",
+    rf"(?:(?:is|are|was|were){_S}+)?(?:gone|dead|history|behind{_S}+me|died){linear_re.END}",
     linear_re.IGNORECASE,
 )
 """What a statement says is over, named before its verb: "Slack is gone", "the Corolla
@@ -646,6 +652,10 @@ def _decide(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) -> V
                 return Verdict.REFINES
         if new.terms <= old.terms and nv <= ov and new.terms:
             return Verdict.DUPLICATE  # the new one says less: the old one already holds it
+    if _unasserted(old, new, old_cues):
+        return Verdict.COMPATIBLE  # "if I ever got a remote job I'd move to Vermont"; "should I move?"
+    if _one_off(old, new):
+        return Verdict.COMPATIBLE  # "standup every day" / "tomorrow's standup is cancelled"
     if _status_changed(old, new, old_cues, new_cues) or _born_after_expecting(old, new, old_cues, new_cues):
         return (
             Verdict.SUPERSEDES
@@ -654,10 +664,6 @@ def _decide(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) -> V
         return Verdict.SUPERSEDES if moved_on else Verdict.COMPATIBLE
     if new.additive and not new.change:
         return Verdict.COMPATIBLE
-    if _unasserted(old, new):
-        return Verdict.COMPATIBLE  # "if I ever got a remote job I'd move to Vermont"; "should I move?"
-    if _one_off(old, new):
-        return Verdict.COMPATIBLE  # "standup every day" / "tomorrow's standup is cancelled"
     if _someone_else(old, new, old_cues, new_cues) and not moved_on:
         return Verdict.COMPATIBLE  # about someone else: "my sister lives in Boston" vs "I moved to Paris"
     if _different_things(old, new, new.change or new_cues.shifts) and not over:
@@ -729,6 +735,18 @@ _CORRECTION = linear_re.compile(
 """A new statement that corrects what the old one said ("Actually I never lived in Leeds")."""
 
 
+_PRESENT_TOO = linear_re.compile(
+    rf"{linear_re.START}(?:still|todavía|aún|toujours|encore|noch|ancora|ainda|"
+    rf"(?:where|donde|où|wo|dove|onde){_S}+(?:i{_S}+|je{_S}+|j['’]|ich{_S}+|yo{_S}+|io{_S}+|eu{_S}+)?"
+    rf"(?:grew|crecí|me{_S}+crié|ai{_S}+grandi|sono{_S}+cresciut|cresci|bin{_S}+aufgewachsen|aufgewachsen)|"
+    rf"grew{_S}+up{_S}+in{_S}*(?:[.!?,;]|$)){linear_re.END}|还|现在|今も|今でも|まだ",
+    linear_re.IGNORECASE,
+)
+"""What is over said beside a present that goes on: "still" ("I grew up in Leeds and still live
+there", 现在还住在成都, 今も), or the past only as a relative clause ("the town I grew up in",
+"where I grew up", "donde crecí")."""
+
+
 def _over_already(old: Statement, new: Statement) -> bool:
     """``old`` says what is already over (``_FORMER``, not "used to" as accustomed:
     ``_ACCUSTOMED``) and ``new`` does not, nor corrects it (``_CORRECTION``: "actually",
@@ -737,6 +755,8 @@ def _over_already(old: Statement, new: Statement) -> bool:
     rules."""
     if not _FORMER.search(old.text) or _FORMER.search(new.text) or _CORRECTION.search(new.text):
         return False
+    if _PRESENT_TOO.search(old.text):
+        return False  # "I live in the town I grew up in": the present is what a move ends
     return not (_ACCUSTOMED.search(old.text) and not _FORMER.search(_ACCUSTOMED.sub(" ", old.text)))
 
 
@@ -745,11 +765,14 @@ def _tells_the_past(old: Statement, new: Statement, old_cues: Cues, new_cues: Cu
     into tech"), ``old`` does not, and the two share no value and no content term: a past
     beside the present, not the present ended ("I work as a software engineer" stays
     true). "I used to live in Leeds" after "I live in Leeds", or "I used to smoke" after "I
-    smoke", share what ends: the other rules read it."""
+    smoke", share what ends, and a change said beside the past ("I grew up in Cork and moved
+    back there") is a change: the other rules read them."""
     if not _FORMER.search(new.text) or _FORMER.search(old.text) or _CORRECTION.search(new.text):
         return False
     if _ACCUSTOMED.search(new.text) and not _FORMER.search(_ACCUSTOMED.sub(" ", new.text)):
         return False
+    if new.change or new_cues.shifts or _PRESENT_TOO.search(new.text):
+        return False  # "I grew up in Cork and moved back there", "…, now I'm in real estate"
     shared = (old_cues.terms & new_cues.terms | _compound_parts(old_cues.words, new_cues.words)) - _WEAK_TERMS
     return not shared and not old.all_values() & new.all_values()
 
@@ -835,9 +858,13 @@ _ARRIVED = linear_re.compile(
     linear_re.IGNORECASE,
 )
 """A birth said as an arrival ("our daughter Maya arrived"), read only of the couple's baby (``_OURS``)."""
-_PARENTS_AND_BABY = RELATIONSHIP_NOUNS | frozenset(
-    "son daughter kid kids child children hijo hija hijos fils fille enfants sohn tochter kinder figlio figlia "
-    "filho filha 女儿 儿子 孩子 宝宝 娘 息子 長男 長女 次男 次女 赤ちゃん".split()
+_SON_OR_DAUGHTER = frozenset(
+    "son daughter hijo hija fils fille sohn tochter figlio figlia filho filha 女儿 儿子 宝宝 娘 息子 長男 長女 次男 次女 "
+    "赤ちゃん".split()
+)
+_NEWBORN = frozenset("baby twins newborn bebé bebe bébé jumeaux jumelles zwillinge 双子".split())
+_PARENTS_AND_BABY = (
+    RELATIONSHIP_NOUNS | _SON_OR_DAUGHTER | frozenset("kid kids child children hijos enfants kinder 孩子".split())
 )
 """The people a pregnancy and a birth are about: the partner and the child."""
 
@@ -846,11 +873,11 @@ _YEAR = linear_re.compile(r"(?:^|[^0-9])(?:19|20)[0-9][0-9](?:[^0-9]|$)")
 _SOMEONES = linear_re.compile(
     rf"[\p{{L}}]+(?:['’]s|s['’]){_S}+(?:baby|babies|son|daughter|child|twins|kid)", linear_re.IGNORECASE
 )
+_CJK_WORD = {w for w in _SON_OR_DAUGHTER | _NEWBORN if any("\u3040" <= c <= "\u9fff" for c in w)}
 _OURS = linear_re.compile(
     rf"{linear_re.START}(?:our|my|nuestro|nuestra|mi|notre|mon|ma|unser|unsere|unseren|nostro|nostra|mio|mia|"
-    rf"nosso|nossa|meu|minha){_S}+(?:[\p{{L}}]+{_S}+)?(?:baby|son|daughter|twins|newborn|bebé|bebe|hijo|hija|bébé|"
-    rf"fils|fille|jumeaux|jumelles|sohn|tochter|zwillinge|figlio|figlia|filho|filha){linear_re.END}"
-    r"|宝宝|儿子|女儿|赤ちゃん|息子|娘|長男|長女|次男|次女|双子",
+    rf"nosso|nossa|meu|minha){_S}+(?:[\p{{L}}]+{_S}+)?"
+    rf"(?:{'|'.join(sorted((_SON_OR_DAUGHTER | _NEWBORN) - _CJK_WORD))}){linear_re.END}|{'|'.join(sorted(_CJK_WORD))}",
     linear_re.IGNORECASE,
 )
 """The couple's own baby ("our son", "mi hija", "notre fille", "unser Sohn", 宝宝): "the baby
@@ -955,17 +982,23 @@ meinen Eltern", "with my older sister": the possessive's next two words), read i
 statement about where one lives (the ``residence`` frame): how the speaker lives, not
 someone else the statement is about ("a 1:1 with my manager" is)."""
 _NAMED_PERSON = linear_re.compile(
-    rf"([\p{{L}}]+){_S}*(?:,{_S}*)?(?:(?:is|es|est|ist|è|é){_S}+|(?:is{_S}+)?(?:called|named){_S}+|se{_S}+llama{_S}+|"
-    rf"s'appelle{_S}+|heißt{_S}+)?([\p{{Lu}}][\p{{L}}'-]*)"
+    rf"([\p{{L}}]+){_S}*(?:,{_S}*)?(?:(?:{'|'.join(sorted(COPULAS))}){_S}+|"
+    rf"(?:(?:{'|'.join(sorted(COPULAS))}){_S}+|se{_S}+|s['’]|si{_S}+)?(?:{'|'.join(sorted(NAMING_WORDS))}){_S}+)?"
+    rf"([\p{{Lu}}][\p{{L}}'-]*)"
 )
-"""A person noun and the name that follows it, directly or after a copula or a naming verb:
-"my girlfriend Priya", "my boss is Tomasz", "mi novia se llama Marta"."""
+"""A person noun and the name that follows it, directly or after a copula or a naming verb
+(``change_cues.COPULAS``, ``NAMING_WORDS``, with a reflexive "se"/"s'"/"si"): "my girlfriend
+Priya", "my boss is Tomasz", "my son is called Leo", "mi novia se llama Marta"."""
 
 
 def _person_names(s: Statement, cues: Cues) -> set[str]:
     """The names ``s`` gives its person nouns (``_NAMED_PERSON``), lower case."""
-    nouns = set(s.people) | set(cues.people) | _companions(s, cues)
-    return {m.group(2).lower() for m in _NAMED_PERSON.finditer(s.text) if m.group(1).lower() in nouns}
+    if s.person_names is None:
+        nouns = set(s.people) | set(cues.people) | _companions(s, cues)
+        s.person_names = frozenset(
+            m.group(2).lower() for m in _NAMED_PERSON.finditer(s.text) if m.group(1).lower() in nouns
+        )
+    return set(s.person_names)
 
 
 _PLACE_OF = linear_re.compile(
@@ -994,6 +1027,13 @@ def _persons(s: Statement, cues: Cues) -> set[str]:
     lives in Reading"), an impersonal "they" (``_IMPERSONAL_THEY``) is nobody, and any other
     pronoun is a person of its own: it is never bound to the other statement's person ("my
     brother lives in Madrid" / "she moved to Paris" are two people)."""
+    if s.persons is None:
+        s.persons = frozenset(_read_persons(s, cues))
+    return set(s.persons)
+
+
+def _read_persons(s: Statement, cues: Cues) -> set[str]:
+    """``_persons``, read."""
     found = (set(s.people) | set(cues.people)) - _companions(s, cues)
     for word, pattern in _NOT_A_PRONOUN.items():
         if word in found and len(pattern.findall(s.norm)) == len(_PRONOUN_WORD[word].findall(s.norm)):
@@ -1106,14 +1146,27 @@ def _two_settings(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues
 
 
 def _left_behind(values: set[str], new: Statement) -> set[str]:
-    """Those of ``values`` that ``new`` names as what is over or replaced: after an ending
-    verb (``_NEGATED``: "replaced my Fitbit", "dropped Adobe", "sold the Civic") or as the
-    "from" of a change ("switched from Slack to Teams"). Named in ``new``, they are not kept."""
+    """Those of ``values`` that ``new`` names as what is over or replaced: the whole thing
+    after an ending verb (``_NEGATED``: "replaced my Fitbit", "dropped Adobe entirely",
+    "sold the Civic"; not a part of it: "swapped my Garmin strap", "deleted the Slack app")
+    or before "is gone"/"died" (``_GONE``), or as the "from" of a change ("switched from
+    Slack to Teams"). Named in ``new``, they are not kept."""
     return {
         v
         for v in values
-        if any(_names_value(p, v) for p in new.negated) or any(v in f or f in v for f in new.from_values if f)
+        if any(_names_only(p, v) for p in new.negated) or any(v in f or f in v for f in new.from_values if f)
     }
+
+
+_AFTER_THE_THING = frozenset("entirely completely altogether for good now today yesterday finally".split())
+
+
+def _names_only(phrase: str, value: str) -> bool:
+    """Whether ``phrase`` (what follows an ending verb) names ``value`` and nothing else: its
+    words, adverbs ("entirely", ``_AFTER_THE_THING``) aside, all in the value ("the Civic" for
+    ``honda civic``; not "Garmin strap" for ``garmin``)."""
+    words = [w for w in phrase.split() if w not in _AFTER_THE_THING and not w.endswith("ly")]
+    return bool(words) and set(words) <= set(value.split())
 
 
 def same_values(a: str, b: str) -> bool:
@@ -1145,7 +1198,7 @@ def _on_purpose(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) 
         return "additive"
     if _someone_else(old, new, old_cues, new_cues):
         return "someone else"
-    if _unasserted(old, new):
+    if _unasserted(old, new, old_cues):
         return "unasserted"
     if _two_settings(old, new, old_cues, new_cues):
         return "another setting"
@@ -1164,40 +1217,67 @@ def _on_purpose(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) 
 
 
 _CLAUSE = r"[^.!?;。！？；]*"
+_ROMANCE_CONDITIONAL = (
+    rf"(?:(?:me|te|se|nos|os|mi|ti|ci|vi|si|y|en|je|tu|il|elle|on|nous|vous|ils|elles|yo){_S}+|[jm]['’])"
+    r"\p{L}+(?:ría|rías|ríamos|rían|rais|rait|rions|riez|raient|rei|resti|rebbe|remmo|rebbero|ria|riam)"
+    rf"{linear_re.END}"
+)
+"""A Romance conditional after its subject pronoun or clitic ("me mudaría", "je partirais",
+"j'irais", "mi trasferirei"): a noun in -ría ("una librería", "la panadería") is none."""
 _UNASSERTED = linear_re.compile(
     rf"{linear_re.START}if{linear_re.END}{_CLAUSE}(?:{linear_re.START}(?:would|could|might|ever){linear_re.END}|['’]d{linear_re.END})"
     rf"|(?:{linear_re.START}(?:would|could|might){linear_re.END}|['’]d{linear_re.END}){_CLAUSE}{linear_re.START}if{linear_re.END}"
     rf"|{linear_re.START}(?:what{_S}+if|(?:should|shall){_S}+(?:i|we)|do{_S}+you{_S}+think{_S}+(?:i|we){_S}+should|"
-    rf"wondering{_S}+(?:if|whether)|y{_S}+si|et{_S}+si|soll{_S}+ich|sollte{_S}+ich|sollen{_S}+wir|devrais-je|"
+    rf"y{_S}+si|et{_S}+si|soll{_S}+ich|sollte{_S}+ich|sollen{_S}+wir|devrais-je|"
     rf"debería{_S}+(?:yo{_S}+)?(?:\p{{L}}+){_S}*\?){linear_re.END}"
-    rf"|{linear_re.START}si{linear_re.END}{_CLAUSE}\p{{L}}+(?:ría|rían|ríamos|rais|rait|rions|riez|raient){linear_re.END}"
+    rf"|{linear_re.START}si{linear_re.END}{_CLAUSE}{_ROMANCE_CONDITIONAL}"
     rf"|{linear_re.START}(?:wenn|falls){linear_re.END}{_CLAUSE}{linear_re.START}(?:würde|würden|wäre|wären|hätte|hätten|"
     rf"könnte|könnten){linear_re.END}"
-    rf"|{linear_re.START}se{linear_re.END}{_CLAUSE}\p{{L}}+(?:rei|rebbe|remmo|ria|riam|ríamos){linear_re.END}"
+    rf"|{linear_re.START}se{linear_re.END}{_CLAUSE}{_ROMANCE_CONDITIONAL}"
     rf"|如果|要是|假如|万一|要不要|该不该|(?:^|[、。，,！!？?「]|{_S})もし",
     linear_re.IGNORECASE,
 )
-"""A clause that asserts nothing as true: a condition with what would follow ("if I ever got
-a remote job I'd move to Vermont", "si me saliera, me mudaría", "wenn ich könnte, würde
-ich…", 如果…的话, もし… at a clause's start: not the もし of 手伝いもしてます), or a question about what to do ("should I move to Manchester?",
-"what if we sold the house", 要不要). English "if" counts only with a "would"/"could"/"'d"/
-"ever" in its sentence: "if you're wondering, we moved" asserts the move."""
-_SENTENCE = linear_re.compile(r"[^.!?;。！？；]+")
+"""A statement that says what would be, or asks what to do: a condition with what would
+follow ("if I ever got a remote job I'd move to Vermont", "si me saliera, me mudaría",
+"wenn ich könnte, würde ich…", 如果…的话, もし… at a clause's start: not the もし of
+手伝いもしてます), or a question about what to do ("should I move to Manchester?", "what if
+we sold the house", 要不要). English "if" counts only with a "would"/"could"/"'d"/"ever"
+in its sentence: "if you're wondering, we moved" asserts the move."""
+_NOT_SO = linear_re.compile(
+    rf"{linear_re.START}(?:if|whether|would|could|might|should|maybe|perhaps|si|se|wenn|falls|würde|würden|wäre|wären|hätte|"
+    rf"hätten|könnte|könnten|vielleicht|quizás|quizá|peut-être|forse|talvez){linear_re.END}|['’]d{linear_re.END}|"
+    rf"{_ROMANCE_CONDITIONAL}|{linear_re.START}(?:should|shall){_S}+(?:i|we)|soll{_S}+ich|sollte{_S}+ich|"
+    rf"sollen{_S}+wir|devrais-je|debería{linear_re.END}|如果|要是|假如|万一|可能|要不要|该不该|的话|もし|かも|たら|なら",
+    linear_re.IGNORECASE,
+)
+"""A clause of a statement ``_UNASSERTED`` reads that is part of what would be (a condition,
+what would follow, a maybe) rather than said to be so."""
+_CLAUSES = linear_re.compile(r"[^.!?;。！？；,，、—–]+")
 
 
-def _unasserted(old: Statement, new: Statement) -> bool:
+def _unasserted(old: Statement, new: Statement, old_cues: Cues) -> bool:
     """``new`` says what would be or asks what to do (``_UNASSERTED``), ``old`` does not, and
-    the rest of ``new`` (its other sentences) states no change ("Should I move to
-    Manchester? Rents are crazy" / "I live in Sheffield": Sheffield stays; "We moved to
-    Leeds. Should we get a dog?" states the move). The opinion is not asked: nothing in
-    ``new`` is said to be so."""
+    none of ``new``'s other clauses (split at sentence ends and commas; a clause of the
+    condition or of what would follow, ``_NOT_SO``, aside) states a change ("Should I move
+    to Manchester? Rents are crazy" / "I live in Sheffield": Sheffield stays; "I quit my
+    job at Amazon, should I take a break?", "We just moved to Denver, so if you ever…",
+    我搬到上海了，如果你来… state the change). The opinion is not asked: nothing in ``new``
+    is said to be so."""
     if not _UNASSERTED.search(new.text) or _UNASSERTED.search(old.text):
         return False
-    rest = " ".join(m.group(0) for m in _SENTENCE.finditer(new.text) if not _UNASSERTED.search(m.group(0)))
+    rest = " ".join(m.group(0) for m in _CLAUSES.finditer(new.text) if not _NOT_SO.search(m.group(0)))
     if not rest.strip():
         return True
     cues = read_cues(rest)
-    return not (cues.ends or cues.shifts or _CHANGE_MARKERS.search(rest))
+    changed = _CHANGE_MARKERS.search(rest) or any(m in rest for m in _CHANGE_MARKERS_ZH)
+    if cues.ends or cues.shifts or changed:
+        return False
+    if _UNASSERTED.search(rest):
+        return True  # the rest asks or supposes too ("do you think I should…"): nothing said
+    # what the rest says, alone ("I went vegan last month" after "I'm vegetarian"); _UNASSERTED
+    # does not read it (above), so the rules below read no further
+    said = read_statement(rest, old.text)
+    return _decide(old, said, old_cues, cues) != Verdict.SUPERSEDES
 
 
 _HABIT = linear_re.compile(
@@ -1211,38 +1291,39 @@ _HABIT = linear_re.compile(
 )
 """A statement of a recurring habit ("every Saturday", "on Tuesdays", "cada lunes", "le
 lundi", "tous les jours", "dienstags", 每天)."""
+_WEEKDAY_NAMES = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
 _THIS_ONE = linear_re.compile(
-    rf"{linear_re.START}(?:tomorrow|today|tonight|this{_S}+(?:week|morning|evening|afternoon|monday|tuesday|wednesday|"
-    rf"thursday|friday|saturday|sunday)|next{_S}+(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)|"
-    rf"mañana|hoy|esta{_S}+semana|este{_S}+(?:lunes|martes|miércoles|jueves|viernes|sábado|domingo)|demain|"
-    rf"aujourd['’]hui|cette{_S}+semaine|ce{_S}+(?:lundi|mardi|mercredi|jeudi|vendredi|samedi|dimanche)|morgen|heute|"
-    rf"diese{_S}+woche|diesen{_S}+(?:montag|dienstag|mittwoch|donnerstag|freitag|samstag|sonntag)){linear_re.END}"
-    r"|明天|今天|这周|本周|明日|今日|今週",
+    rf"{linear_re.START}(?:tomorrow|tonight|today['’]s|this{_S}+(?:week|morning|evening|afternoon|{_WEEKDAY_NAMES})|"
+    rf"next{_S}+(?:{_WEEKDAY_NAMES})|esta{_S}+semana|este{_S}+(?:lunes|martes|miércoles|jueves|viernes|sábado|domingo)|"
+    rf"demain|cette{_S}+semaine|ce{_S}+(?:lundi|mardi|mercredi|jeudi|vendredi|samedi|dimanche)|diese{_S}+woche|"
+    rf"diesen{_S}+(?:montag|dienstag|mittwoch|donnerstag|freitag|samstag|sonntag)|questa{_S}+settimana|"
+    rf"esta{_S}+noite){linear_re.END}|明天|明日|这周|本周|今週",
     linear_re.IGNORECASE,
 )
 """One occasion of a habit named by its day ("tomorrow's standup", "this Tuesday's lesson",
-"ce jeudi", "diesen Freitag", 明天)."""
+"ce jeudi", "diesen Freitag", 明天). Not "mañana" or "Morgen", which also say "morning"."""
 _FOR_GOOD = linear_re.compile(
-    rf"{linear_re.START}(?:from{_S}+now{_S}+on|as{_S}+of|starting|anymore|any{_S}+more|no{_S}+longer|permanently|for{_S}+good|"
-    rf"from{_S}+then{_S}+on|going{_S}+forward|onwards|a{_S}+partir{_S}+de|desde|ab{_S}+(?:jetzt|sofort|morgen|nächste)|"
-    rf"dauerhaft|plus|ya{_S}+no|nicht{_S}+mehr){linear_re.END}|以后|开始|から|もう",
+    rf"{linear_re.START}(?:from{_S}+now{_S}+on|as{_S}+of|starting{_S}+(?:tomorrow|today|tonight|next|this|on|in|from|"
+    rf"{_WEEKDAY_NAMES})|anymore|any{_S}+more|no{_S}+longer|permanently|for{_S}+good|from{_S}+then{_S}+on|going{_S}+forward|"
+    rf"onwards|a{_S}+partir{_S}+de|désormais|dorénavant|desde{_S}+(?:ahora|hoy|entonces)|de{_S}+ahora{_S}+en{_S}+adelante|"
+    rf"ab{_S}+(?:jetzt|sofort|morgen|nächste|nächster|nächsten)|dauerhaft|ya{_S}+no|nicht{_S}+mehr|"
+    rf"d['’]ora{_S}+in{_S}+poi){linear_re.END}|以后|从[^，,。！!？?]{{1,8}}开始|今後|これから|もう",
     linear_re.IGNORECASE,
 )
-"""A change said to last ("from now on", "as of today", "starting tomorrow", "no longer", "à partir de",
-"ab morgen", 以后, から): not one occasion."""
+"""A change said to last ("from now on", "as of today", "starting tomorrow", "no longer",
+"désormais", "ab morgen", 以后, 从下周开始, 今後): not one occasion. "Starting" only before a
+time ("starting at 8" is one game's start)."""
 
 
 def _one_off(old: Statement, new: Statement) -> bool:
     """``old`` states a habit (``_HABIT``) and ``new`` changes one occasion of it, named by its
-    day (``_THIS_ONE``), not for good (``_FOR_GOOD``): "I have standup at 9:30 every day" /
-    "Tomorrow's standup is cancelled"; "piano lessons on Tuesdays" / "this Tuesday's lesson
-    got moved to Wednesday". The habit stays. "Starting tomorrow standup is at 10" changes it."""
-    return bool(
-        _HABIT.search(old.text)
-        and not _HABIT.search(new.text)
-        and _THIS_ONE.search(new.text)
-        and not _FOR_GOOD.search(new.text)
-    )
+    day (``_THIS_ONE``; "today" alone may date an ending: "I quit smoking today"), not for
+    good (``_FOR_GOOD``): "I have standup at 9:30 every day" / "Tomorrow's standup is
+    cancelled"; "piano lessons on Tuesdays" / "this Tuesday's lesson got moved to
+    Wednesday". The habit stays. "Starting tomorrow standup is at 10" changes it."""
+    if not _HABIT.search(old.text) or _HABIT.search(new.text) or _FOR_GOOD.search(new.text):
+        return False
+    return bool(_THIS_ONE.search(new.text))
 
 
 def _habit_then_occasion(old: Statement, new: Statement, new_cues: Cues) -> bool:

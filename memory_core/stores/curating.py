@@ -605,9 +605,10 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
                 alone[i] = (vector, opinion.probability(vector, new.embedding))
         extra: dict[str, Any] = {}
         with_e5 = self._opinion_e5
+        # the candidates the opinion alone does not rule out: only these are put to e5
+        worth = {i for i, (_, p) in alone.items() if with_e5 is not None and p >= with_e5.ask_floor}
         if with_e5 is not None and self._extra_vectors is not None:
-            # the new statement and its most similar candidates the opinion alone does not rule out, one engine call
-            worth = [i for i, (_, p) in alone.items() if p >= with_e5.ask_floor]
+            # the new statement and its most similar of them, one engine call
             nearest = sorted(worth, key=lambda i: -candidates[i][1])[: MAX_STATEMENTS - 1]
             if nearest:
                 texts = [new.content, *(candidates[i][0].content for i in nearest)]
@@ -616,7 +617,7 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
                     extra = dict(zip(texts, got, strict=True))
         for i, (vector, p) in alone.items():
             old = candidates[i][0]
-            if with_e5 is not None and p >= with_e5.ask_floor and old.content in extra and new.content in extra:
+            if with_e5 is not None and i in worth and old.content in extra and new.content in extra:
                 out[i] = with_e5.supersedes(vector, new.embedding, extra[old.content], extra[new.content])
             else:
                 out[i] = p >= opinion.threshold

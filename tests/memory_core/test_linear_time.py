@@ -208,6 +208,9 @@ _WORDS = [
     "Boston ", "not a ", "from a to ", "my sister ", "Dr. Aa ", "hey Aa, ", "May 1 ", "<think>", "```json",
     "<memory_context>", "住在中", "remember: ", "moved ", "1:56 pm on 8 May, ", "in June ", "3 May 2023 ", "last week ", "n't ", "system: ",
     "[INST]", "<|im_start|>", "Aa Bb. ",
+    # the judge's people, conditions, occasions and additions (2026-12-05)
+    "il ", "if I'd ", "si me ", "Tom's sister ", "la hermana de ", "another one ", "还", "、もし", "grew up in ",
+    "should I, ", "is gone ",
 ]  # fmt: skip
 _PREFIXED = [
     ("My code is ", "a-"), ("from ", "x "), ("from the ", "a"), ("My email is ", "a."), ("I live in ", "Aa "),
