@@ -6,8 +6,8 @@ Data: JSON lines ``{"old", "new", "label"}``, label one of ``supersedes`` | ``co
 project's own set of 417 pairs in six languages is ``tests/supersession_set/labelled.jsonl``,
 with ``split``, ``lang`` and ``kind``: its holdout (``--split holdout``) was measured seven
 times and retired on 2026-12-05; ``tests/supersession_set/blind.jsonl`` (set A) to
-``blind_e.jsonl`` (set E) are the sets written blind after it, each retired into training
-after it was measured but E, the one unread (``tests/supersession_set/build.py``); a blind
+``blind_f.jsonl`` (set F) are the sets written blind after it, each retired into training
+after it was measured but F, the one unread (``tests/supersession_set/build.py``); a blind
 set is never printed, only counted).
 
 For each pair a fresh user writes ``old`` then ``new`` (type ``semantic``, the API's default),

