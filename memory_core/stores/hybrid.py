@@ -86,6 +86,7 @@ accessed.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import inspect
 import itertools
 import logging
@@ -828,7 +829,7 @@ class HybridStore(StoreDecorator):
                 self._request_fill(user_id, ui)
         try:
             lex_all = dict(corpus.score_terms(q_terms, None, options.project_id, options.types, options.states))
-            lex_top = sorted(lex_all.items(), key=lambda kv: (-kv[1], kv[0]))[:pool]
+            lex_top = heapq.nsmallest(pool, lex_all.items(), key=lambda kv: (-kv[1], kv[0]))  # = sorted(…)[:pool]
             uncached = [i for i, _ in lex_top if i not in held]
             lex_loaded = await self._load(uncached, user_id, ui)
             vector, store_hits = (await vector_side) if vector_side is not None else (None, [])
