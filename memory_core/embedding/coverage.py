@@ -17,9 +17,11 @@ unknown token (``[UNK]``) is *unrepresentable*: its vector says nothing about it
 cosine with anything is meaningless and it is ranked lexically only."""
 
 
-SHARE_CACHE_CHARS = 4_000_000
-"""Characters of text whose ``unknown_share`` ``TokenizerCoverage`` remembers (~4 MB of text
-plus its keys' overhead; a text longer than 1/64 of it is not remembered)."""
+SHARE_CACHE_BYTES = 8_000_000
+"""What ``TokenizerCoverage`` may hold of remembered ``unknown_share`` entries, weighed at
+their most (4 bytes a character, as Python stores text outside Latin-1, and ~400 bytes of
+each entry's own: a review measured ~380): ≤ ~8 MB however the texts are shaped. A text
+longer than 1/64 of it is not remembered."""
 
 
 class TokenizerCoverage:
@@ -41,9 +43,9 @@ class TokenizerCoverage:
         self._unk_id = unk_id
         self.limit = limit
         # the shares of recent texts (curation asks about the same candidates write after
-        # write); weighed by length, at most SHARE_CACHE_CHARS characters of text held
+        # write), weighed as SHARE_CACHE_BYTES says
         self._shares: cachetools.LRUCache[str, tuple[float, int]] = cachetools.LRUCache(
-            SHARE_CACHE_CHARS, getsizeof=lambda held: held[1]
+            SHARE_CACHE_BYTES, getsizeof=lambda held: held[1]
         )
         self._lock = threading.Lock()
 
@@ -74,15 +76,16 @@ class TokenizerCoverage:
 
     def unknown_share(self, text: str) -> float:
         """Share in [0, 1] of ``text``'s non-whitespace characters inside unknown tokens
-        (remembered for recent texts: ``SHARE_CACHE_CHARS``)."""
+        (remembered for recent texts: ``SHARE_CACHE_BYTES``)."""
         with self._lock:
             held = self._shares.get(text)
         if held is not None:
             return held[0]
         share = self._unknown_share(text)
-        if len(text) <= SHARE_CACHE_CHARS // 64:
+        weight = 4 * len(text) + 400  # the key's text at its widest, and the entry's own
+        if weight <= SHARE_CACHE_BYTES // 64:
             with self._lock:
-                self._shares[text] = (share, len(text) + 64)  # the key's text and its entry
+                self._shares[text] = (share, weight)
         return share
 
     def _unknown_share(self, text: str) -> float:

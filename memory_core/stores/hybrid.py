@@ -86,7 +86,6 @@ accessed.
 from __future__ import annotations
 
 import asyncio
-import heapq
 import inspect
 import itertools
 import logging
@@ -829,7 +828,8 @@ class HybridStore(StoreDecorator):
                 self._request_fill(user_id, ui)
         try:
             lex_all = dict(corpus.score_terms(q_terms, None, options.project_id, options.types, options.states))
-            lex_top = heapq.nsmallest(pool, lex_all.items(), key=lambda kv: (-kv[1], kv[0]))  # = sorted(…)[:pool]
+            # score_terms ranks best first, ties by id (the dict keeps that order): its head
+            lex_top = list(itertools.islice(lex_all.items(), pool))
             uncached = [i for i, _ in lex_top if i not in held]
             lex_loaded = await self._load(uncached, user_id, ui)
             vector, store_hits = (await vector_side) if vector_side is not None else (None, [])
