@@ -27,7 +27,10 @@ Rules, in order (``judge``):
    new one adds something (keep the richer text), else ``duplicate``;
 3. an additive marker without a change marker, or different people → ``compatible``;
 4. either statement longer than ``MAX_SUPERSEDE_WORDS`` → ``compatible`` (several things
-   said at once are never replaced wholesale);
+   said at once are never replaced wholesale); a pair with one longer than
+   ``MAX_JUDGED_CHARS`` is not read at all: its normalised texts alike → ``duplicate``, the
+   old within the new (at least half of it) → ``refines``, the new within the old →
+   ``duplicate``, else ``compatible``;
 5. the same subject (a shared subject term, or a shared frame, or ``from <old value>``) and a
    value conflict (an old value of some kind replaced by a new value of the same kind, or an
    old value negated in the new statement, or a change marker with an old value gone) →
@@ -57,6 +60,7 @@ import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import lru_cache
 from typing import Any
 
 from .. import linear_re
@@ -223,6 +227,15 @@ _VOCATIVE = re.compile(
 MAX_SUPERSEDE_WORDS = 30
 """A statement longer than this (words) is several things said at once: it neither
 supersedes nor is superseded wholesale (the pair stays compatible, both kept)."""
+MAX_JUDGED_CHARS = 1_000
+"""Longest statement (characters, as the rules would read it) the rules read
+(``PairReading``). A longer one says many things at once (rule 4's words many times over):
+it is not read, its normalised text alone says whether the pair is a duplicate or a
+refinement, else it is compatible. Why a bound: reading costs ~1.5 ms a
+kilobyte and curation judges each memory written against up to ``curation.candidates``
+others, so a maximal ``POST /v1/memory`` batch of similar 4 KB memories kept its store
+shard's writer busy ~70 s (README "Measured"); every labelled pair and LoCoMo turn is
+shorter than 450 characters."""
 _HONORIFIC = re.compile(r"\b(Dr|Mr|Mrs|Ms|Mx|Prof|Rev|Sr|Jr|St)\.(?=\s+[A-Z])")
 """A title's period is not a sentence end: ``Dr. Patel`` reads as the name ``dr patel``."""
 MAX_FROM_VALUE_CHARS = 200
@@ -455,6 +468,13 @@ class _ValueReader:
             self.add("place", m.group(1), m.span(1))
 
 
+def _prepared(text: str) -> str:
+    """``text`` as the rules read it: whitespace runs as one space, a lead-in ("Remember:")
+    and the names it addresses ("Hey Gina!") out, a title's period kept from ending a
+    sentence."""
+    return _HONORIFIC.sub(r"\1", _drop_vocatives(strip_lead_in(" ".join(text.split()))))
+
+
 def read_statement(text: str, other: str = "") -> Statement:
     """Read ``text`` into a ``Statement``. ``other`` (the statement it is compared with) lets
     a sentence-initial capitalised word count as a name when ``other`` capitalises it too.
@@ -464,7 +484,7 @@ def read_statement(text: str, other: str = "") -> Statement:
     are RE2 (``_EMAIL``, ``_LEAD_IN``) or one pass (``_codes``), ``from X to Y`` is read in a
     bounded window (``MAX_FROM_VALUE_CHARS``), at most ``MAX_PHRASES`` negated and ``from``
     phrases are kept (each is compared with the other statement's whole text)."""
-    text, other = (_HONORIFIC.sub(r"\1", _drop_vocatives(strip_lead_in(" ".join(t.split())))) for t in (text, other))
+    text, other = _prepared(text), _prepared(other)
     norm = _norm(text)
     reader = _ValueReader(text)
     reader.dates_emails_codes()
@@ -616,21 +636,94 @@ def _negates(old: Statement, new: Statement) -> bool:
     )
 
 
+class PairReading:
+    """One reading of a pair of statements of the same user, ``old_text`` then ``new_text``,
+    for every question curation asks of it: ``verdict()`` (``judge``), ``on_purpose()``
+    (``compatible_on_purpose``) and ``same_values()`` (``same_values``). Each statement is
+    read once (``read_statement``, ``read_cues``) and each answer computed once, whatever is
+    asked and in which order. Built by ``read_pair``.
+
+    A pair with a statement longer than ``MAX_JUDGED_CHARS`` as the rules would read it
+    (``_prepared``: whitespace runs, a lead-in, the names it addresses out) is not read
+    (``long``): rules 1 and 2 are taken on its normalised text (``Statement.norm``: case and
+    punctuation aside) — the same text is a ``duplicate``, the old text within the new one
+    (a note with a paragraph added, at least half of it the old one) ``refines`` it, the new
+    within the old is a ``duplicate`` —, and anything else is ``compatible`` on purpose
+    (``"long"``, rule 4), naming the same values only when the two normalise alike. Pure;
+    one caller at a time."""
+
+    def __init__(self, old_text: str, new_text: str):
+        self.long = False
+        self._verdict: Verdict | None = None
+        if max(len(old_text), len(new_text)) > MAX_JUDGED_CHARS:  # the common case skips this
+            (old_chars, self._old_norm), (new_chars, self._new_norm) = _long_form(old_text), _long_form(new_text)
+            self.long = max(old_chars, new_chars) > MAX_JUDGED_CHARS
+        if self.long:
+            return
+        self.old = read_statement(old_text, new_text)
+        self.new = read_statement(new_text, old_text)
+        self.old_cues, self.new_cues = read_cues(self.old.text), read_cues(self.new.text)
+
+    def verdict(self) -> Verdict:
+        """``judge(old_text, new_text)``."""
+        if self._verdict is None:
+            self._verdict = (
+                self._long_verdict() if self.long else _decide(self.old, self.new, self.old_cues, self.new_cues)
+            )
+        return self._verdict
+
+    def _long_verdict(self) -> Verdict:
+        old, new = self._old_norm, self._new_norm
+        if old == new:
+            return Verdict.DUPLICATE
+        if old and old in new and 2 * len(old) >= len(new):
+            return Verdict.REFINES
+        if new and new in old:
+            return Verdict.DUPLICATE  # the new one says less: the old one already holds it
+        return Verdict.COMPATIBLE
+
+    def on_purpose(self) -> str | None:
+        """``compatible_on_purpose(old_text, new_text)``."""
+        if self.long:
+            return "long" if self.verdict() == Verdict.COMPATIBLE else None
+        return _on_purpose(self.old, self.new, self.old_cues, self.new_cues)
+
+    def same_values(self) -> bool:
+        """``same_values(old_text, new_text)``."""
+        if self.long:
+            return self._old_norm == self._new_norm
+        return self.old.all_values() == self.new.all_values()
+
+
+@lru_cache(maxsize=32)
+def _long_form(text: str) -> tuple[int, str]:
+    """The length of ``_prepared(text)`` and its normalised text (``Statement.norm``), kept for
+    the last 32 texts longer than ``MAX_JUDGED_CHARS`` (≤ ~8 MB): a memory written is
+    compared with each of its candidates, and they with later ones."""
+    prepared = _prepared(text)
+    return len(prepared), _norm(prepared)
+
+
+def read_pair(old_text: str, new_text: str) -> PairReading:
+    """``PairReading`` of ``new_text`` written after ``old_text``: linear in both texts, and
+    at most ``2 × MAX_JUDGED_CHARS`` characters read by the rules whatever their length
+    (characters as written: NFKC may expand some, such as U+FDFA, up to 18-fold in the
+    normalised text the rules also read)."""
+    return PairReading(old_text, new_text)
+
+
 def judge(old_text: str, new_text: str) -> Verdict:
     """The ``Verdict`` for ``new_text`` written after ``old_text`` by the same user (rules of
     the module docstring). Pure and deterministic."""
-    return judged(old_text, new_text)[0]
+    return read_pair(old_text, new_text).verdict()
 
 
 def judged(old_text: str, new_text: str, *, why: bool = False) -> tuple[Verdict, str | None]:
     """``judge(old_text, new_text)`` and, when ``why`` and the verdict is ``compatible``,
     ``compatible_on_purpose`` of the pair (else None), from one reading of the two texts."""
-    old = read_statement(old_text, new_text)
-    new = read_statement(new_text, old_text)
-    old_cues, new_cues = read_cues(old.text), read_cues(new.text)
-    verdict = _decide(old, new, old_cues, new_cues)
-    reason = _on_purpose(old, new, old_cues, new_cues) if why and verdict == Verdict.COMPATIBLE else None
-    return verdict, reason
+    pair = read_pair(old_text, new_text)
+    verdict = pair.verdict()
+    return verdict, pair.on_purpose() if why and verdict == Verdict.COMPATIBLE else None
 
 
 def _decide(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) -> Verdict:
@@ -1170,8 +1263,9 @@ def _names_only(phrase: str, value: str) -> bool:
 
 
 def same_values(a: str, b: str) -> bool:
-    """Whether two statements name the same values (numbers, dates, names...)."""
-    return read_statement(a, b).all_values() == read_statement(b, a).all_values()
+    """Whether two statements name the same values (numbers, dates, names...); for a
+    statement longer than ``MAX_JUDGED_CHARS``, whether the two texts normalise alike."""
+    return read_pair(a, b).same_values()
 
 
 def compatible_on_purpose(old_text: str, new_text: str) -> str | None:
@@ -1184,10 +1278,9 @@ def compatible_on_purpose(old_text: str, new_text: str) -> str | None:
     finished past time or of what was already over, or two dated occasions), ``"long"`` (more than
     ``MAX_SUPERSEDE_WORDS`` words: several things said at once). A second opinion
     (``curation.second_opinion``) never overrides these. Linear in the texts (the readers
-    ``judge`` uses)."""
-    old = read_statement(old_text, new_text)
-    new = read_statement(new_text, old_text)
-    return _on_purpose(old, new, read_cues(old.text), read_cues(new.text))
+    ``judge`` uses; a pair with a statement beyond ``MAX_JUDGED_CHARS`` is not read: ``"long"``
+    unless its normalised texts make it a duplicate or a refinement, then None)."""
+    return read_pair(old_text, new_text).on_purpose()
 
 
 def _on_purpose(old: Statement, new: Statement, old_cues: Cues, new_cues: Cues) -> str | None:

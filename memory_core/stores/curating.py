@@ -69,7 +69,7 @@ from ..config import CurationSettings, RedactionSettings
 from ..cpu_pool import CpuPool
 from ..curation.consolidate import history as version_chain
 from ..curation.consolidate import merged_content, plan_groups, successor
-from ..curation.judge import Verdict, judge, judged, same_values
+from ..curation.judge import Verdict, judge, read_pair
 from ..curation.llm import LLMJudge
 from ..curation.opinion_vectors import MAX_STATEMENTS, ExtraVectors, shared_extra_vectors
 from ..curation.screening import screen, screen_window
@@ -494,11 +494,15 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         """``_screening_reasons(batch)``, after putting in the tokenizer's cache
         (``lexical.pretokenize``) the terms of what will be tokenized next: each content (the
         candidate search's query) and what the per-user index reads of it (the body and the
-        speaker, ``user_index.split_speaker``: the index's own rule). Pure CPU: runs on the pool."""
+        speaker, ``user_index.split_speaker``: the index's own rule), and whether the model
+        represents each content (``represents``: the tokenizer coverage check keeps its answer,
+        read next by the candidate search on the loop; a 16 KB text took the loop ~10 ms).
+        Pure CPU: runs on the pool."""
         texts: list[str] = []
         for m in batch:
             body, speaker = split_speaker(m)
             texts += [m.content, body] if speaker is None else [m.content, body, speaker]
+            self.inner.represents(m.content)
         pretokenize(texts)
         return self._screening_reasons(batch)
 
@@ -645,20 +649,18 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             if old.type == MemoryType.SEMANTIC and judge(old.content, new.content) == Verdict.SUPERSEDES:
                 return Verdict.SUPERSEDES, False  # an event that changes a fact ends the old fact
             return Verdict.COMPATIBLE, False  # events and windows: only an identical text is the same
-        asks = self._asks_opinion(old, new)
-        if asks:
-            verdict, on_purpose = judged(old.content, new.content, why=True)
-        else:
-            verdict, on_purpose = judge(old.content, new.content), None
+        pair = read_pair(old.content, new.content)  # each text read once for all three questions
+        verdict = pair.verdict()
         if (
             verdict == Verdict.COMPATIBLE
             and cos >= self.settings.dedup_min_cosine
             and self.inner.represents(old.content)
             and self.inner.represents(new.content)
         ):  # a cosine says "the same" only for text the model can represent (Thai: no)
-            if same_values(old.content, new.content):
+            if pair.same_values():
                 return Verdict.DUPLICATE, False  # a near-identical wording of the same values
-        return verdict, asks and verdict == Verdict.COMPATIBLE and on_purpose is None
+        asks = verdict == Verdict.COMPATIBLE and self._asks_opinion(old, new)
+        return verdict, asks and pair.on_purpose() is None
 
     async def _candidates(self, memory: Memory, plan: _BatchPlan) -> list[tuple[Memory, float]]:
         """The owner's active memories to judge ``memory`` against, best first: the batch's

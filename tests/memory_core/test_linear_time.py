@@ -37,10 +37,10 @@ from memory_core.chat.inject import format_memory_block, render_memory_text, str
 from memory_core.chat.routing import is_greeting, is_punctuation_only
 from memory_core.chat.tokens import count_cjk, estimate_tokens, word_tokens
 from memory_core.config import ReflectionSettings
-from memory_core.curation.change_cues import clear_cues_cache
+from memory_core.curation.change_cues import clear_cues_cache, read_cues
 from memory_core.curation.consolidate import merged_content, plan_groups
 from memory_core.curation.consolidate import words as consolidation_words
-from memory_core.curation.judge import judge, same_values, strip_lead_in
+from memory_core.curation.judge import MAX_JUDGED_CHARS, judge, read_statement, same_values, strip_lead_in
 from memory_core.curation.llm import LLMUnusable, parse_json_reply
 from memory_core.curation.screening import screen, screen_window
 from memory_core.errors import InvalidInput
@@ -153,6 +153,12 @@ RULES: dict[str, Rule] = {
     "judge(both)": Rule(lambda t: _judge_uncached(t, t)),
     "judge(both, differing)": Rule(lambda t: _judge_uncached(t, t + " now")),
     "same_values": Rule(lambda t: same_values(t, t + " 1")),
+    # beyond MAX_JUDGED_CHARS the judge reads nothing: its readers at the largest size, and
+    # the judge itself within its bound
+    "read_statement(text)": Rule(lambda t: read_statement(t, "My code is a1b2 now, I moved to Paris.")),
+    "read_statement(other)": Rule(lambda t: read_statement("My code is a1b2 and I live in Boston.", t)),
+    "read_cues": Rule(lambda t: (clear_cues_cache(), read_cues(t))),
+    "judge(both, within the bound)": Rule(lambda t: _judge_uncached(t, t[:-4] + " now"), MAX_JUDGED_CHARS),
     "strip_lead_in": Rule(strip_lead_in),
     # consolidation
     "consolidation_words": Rule(consolidation_words),

@@ -690,3 +690,132 @@ def test_review_pairs_that_are_not_held_from_superseding(old, new):
 def test_review_pairs_the_rules_leave_to_the_second_opinion(old, new):
     """Changes the rules do not read; they must not hold them compatible on purpose either."""
     assert compatible_on_purpose(old, new) is None
+
+
+# ---------------------------------------------------------------------- bounded reading
+def _padded(text: str, chars: int) -> str:
+    """``text`` followed by distinct filler sentences up to ``chars`` characters."""
+    filler = " ".join(f"Item {i} of my notes is about the garden shed." for i in range(chars // 40 + 2))
+    return f"{text} {filler}"[:chars]
+
+
+LONG_PAIRS = [  # (old, new): one or both beyond MAX_JUDGED_CHARS, in several scripts and shapes
+    ("I live in Boston.", "I moved to Paris now. "),  # a change the rules would read at any shorter length
+    ("I'm engaged to Sam.", "We got married in May. "),
+    ("My car is a Golf. ", "I drive a Tesla now."),
+    ("我住在广州。", "我现在住在深圳。"),
+    ("Ich wohne in Köln. ", "Jetzt wohne ich in Bonn. "),
+]
+
+
+@pytest.mark.parametrize(("old", "new"), LONG_PAIRS)
+@pytest.mark.parametrize("which", ["old", "new", "both"])
+def test_a_statement_beyond_the_reading_bound_is_kept_beside_the_other_unread(old, new, which, monkeypatch):
+    """A statement longer than ``MAX_JUDGED_CHARS`` says many things at once: the pair is
+    compatible on purpose ("long"), names no same values, and neither text is read by the
+    rules (``read_statement`` and ``read_cues`` are never called): a maximal batch of long
+    memories costs its shard's writer a bounded time per pair."""
+    from memory_core.curation import judge as judge_module
+
+    size = judge_module.MAX_JUDGED_CHARS + 50  # beyond the bound as the rules read it (spacing folded)
+    if which in ("old", "both"):
+        old = _padded(old, size) if len(old) < size else old
+    if which in ("new", "both"):
+        new = _padded(new, size) if len(new) < size else new
+
+    def never(*_):
+        raise AssertionError("a statement beyond the bound was read")
+
+    monkeypatch.setattr(judge_module, "read_statement", never)
+    monkeypatch.setattr(judge_module, "read_cues", never)
+    pair = judge_module.read_pair(old, new)
+    assert pair.long
+    assert (pair.verdict(), pair.on_purpose(), pair.same_values()) == (C, "long", False)
+    assert judge(old, new) == C and compatible_on_purpose(old, new) == "long"
+    assert judge_module.judged(old, new, why=True) == (C, "long")
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        lambda t: t.upper(),
+        lambda t: t.replace(". ", ".   "),
+        lambda t: t.replace(".", "!"),
+        lambda t: "\n".join(t.split(" ")),
+        lambda t: "Remember: " + t,
+    ],
+    ids=["case", "spacing", "punctuation", "line breaks", "lead-in"],
+)
+def test_a_long_statement_is_a_duplicate_of_a_text_that_normalises_alike(variant):
+    """Beyond the bound, rule 1 still holds on the normalised text the rules would read: the
+    same text up to case, spacing, punctuation or a lead-in is a duplicate (a
+    re-sent note is not stored twice); one word changed is not."""
+    from memory_core.curation import judge as judge_module
+
+    old = _padded("My notes from the trip to Lisbon.", judge_module.MAX_JUDGED_CHARS + 200)
+    pair = judge_module.read_pair(old, variant(old))
+    assert pair.long and pair.verdict() == D and pair.same_values() and pair.on_purpose() is None
+    assert judge(old, old.replace("Lisbon", "Porto")) == C
+
+
+def test_the_bound_leaves_every_shorter_statement_to_the_rules():
+    """At ``MAX_JUDGED_CHARS`` exactly the rules still read the pair (the bound is strict)."""
+    from memory_core.curation import judge as judge_module
+
+    new = "I moved to Paris now."
+    old = "I live in Boston." + " " * (judge_module.MAX_JUDGED_CHARS - len("I live in Boston."))
+    assert len(old) == judge_module.MAX_JUDGED_CHARS
+    assert not judge_module.read_pair(old, new).long
+    assert judge(old, new) == S
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [*SUPERSEDES[:6], ("I like tea.", "I also like coffee."), ("I live in Boston.", "I live in Boston.")],
+)
+def test_one_reading_answers_every_question_of_a_pair(old, new, monkeypatch):
+    """``read_pair`` reads each statement once (two ``read_statement`` calls) and its three
+    answers are those of ``judge``, ``compatible_on_purpose`` and ``same_values``."""
+    from memory_core.curation import judge as judge_module
+
+    expected = (judge(old, new), compatible_on_purpose(old, new), judge_module.same_values(old, new))
+    reads = []
+    real = judge_module.read_statement
+    monkeypatch.setattr(judge_module, "read_statement", lambda *a: reads.append(a) or real(*a))
+    pair = judge_module.read_pair(old, new)
+    assert (pair.verdict(), pair.on_purpose(), pair.same_values(), pair.verdict()) == (*expected, expected[0])
+    assert len(reads) == 2
+
+
+def test_a_long_note_with_a_paragraph_added_refines_it_and_a_part_of_it_is_a_duplicate():
+    """Rule 2 beyond the bound, on the normalised texts: the old note within the new one (a
+    paragraph added, the old at least half of it) refines it (the record takes the richer
+    text); the new within the old (a part re-sent) is a duplicate; a short old statement
+    inside a long new one is not a refinement (the new says far more), nor is the old note
+    with another note twice its size added."""
+    from memory_core.curation import judge as judge_module
+
+    note = _padded("My notes from the trip to Lisbon.", judge_module.MAX_JUDGED_CHARS + 200)
+    added = note + " Then we took the train to Porto and ate francesinha."
+    assert judge(note, added) == R
+    assert judge(added, note) == D
+    assert judge(note, note[: len(note) // 2 + 600]) == D
+    assert judge("I live in Boston.", "I live in Boston. " + note) == C
+    assert judge(note, note + " " + _padded("Another note entirely.", 2 * len(note))) == C
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "verdict"),
+    [
+        ("I live in Boston.", "I moved to" + " " * 990 + " Paris now.", S),  # spacing the rules fold
+        ("My car is a Golf.", "Remember: I drive a Tesla now. " + "b" * 970, S),  # a lead-in they drop
+    ],
+)
+def test_the_bound_counts_the_text_as_the_rules_read_it(old, new, verdict):
+    """A statement over ``MAX_JUDGED_CHARS`` only as written (whitespace runs, a lead-in) is
+    read: the bound is on what the rules would read."""
+    from memory_core.curation import judge as judge_module
+
+    assert len(new) > judge_module.MAX_JUDGED_CHARS
+    assert not judge_module.read_pair(old, new).long
+    assert judge(old, new) == verdict

@@ -443,9 +443,9 @@ def _blocking(rule, marker: str, started: threading.Event, release: threading.Ev
     return slow
 
 
-@pytest.mark.parametrize("rule", ["screen", "judge"])
+@pytest.mark.parametrize("rule", ["screen", "read_pair"])
 async def test_a_slow_rule_for_one_user_does_not_hold_up_another_users_read(embed, monkeypatch, rule):
-    """While the screening or the judge of Alice's write is running (blocked in its thread),
+    """While the screening or the judge's reading of Alice's write is running (blocked in its thread),
     Bob's retrieve on the same store and loop completes, and is what releases it. With the
     rule on the loop, the loop itself is blocked: Bob's read waits, the rule times out."""
     store = build(embed)
@@ -484,6 +484,78 @@ async def test_a_write_hands_its_cpu_work_to_the_pool_in_a_bounded_number_of_cal
     assert sorted(calls) == sorted(["_validated", "redact_memories", "_screened_and_tokenized"] + ["_verdicts"] * 3), (
         calls
     )
+
+
+async def test_a_pair_is_read_once_for_its_verdict_and_its_values(embed, monkeypatch):
+    """A candidate near enough to be a duplicate asks two questions of the pair (the verdict,
+    then whether the values are the same): each statement is read once (two
+    ``read_statement`` calls per pair), not once per question (was four)."""
+    from memory_core.curation import judge as judge_module
+
+    store = build(embed, candidates=1, candidate_min_cosine=0.0, dedup_min_cosine=0.0)
+    await store.write([fact("My dentist is Dr Alvarez on Main Street.")])
+    reads = []
+    real = judge_module.read_statement
+    monkeypatch.setattr(judge_module, "read_statement", lambda *a: reads.append(a) or real(*a))
+    # the rules call the pair compatible; the values (Dr Alvarez, Main Street) are the same
+    (result,) = await store.write([fact("I see Dr Alvarez on Main Street for my teeth.")])
+    assert result.outcome == WriteOutcome.REINFORCED, result  # the same values: a near-identical wording
+    assert len(reads) == 2, reads
+    await store.close()
+
+
+async def test_a_batch_of_long_similar_memories_is_judged_without_reading_them(embed, monkeypatch):
+    """Memories longer than ``judge.MAX_JUDGED_CHARS`` are judged against each other (every
+    one a candidate of every later one here) without the rules reading them: each pair's cost
+    is bounded whatever the memories' length (a maximal batch of 256 similar 4 KB memories
+    kept the shard's writer busy ~70 s when each pair was read). Distinct notes are all kept;
+    a note re-sent with other spacing is a duplicate."""
+    from memory_core.curation import judge as judge_module
+
+    def never(*_):
+        raise AssertionError("a long memory was read by the rules")
+
+    monkeypatch.setattr(judge_module, "read_statement", never)
+    store = build(embed, candidates=8, candidate_min_cosine=0.0, dedup_min_cosine=0.0)
+    size = judge_module.MAX_JUDGED_CHARS + 500
+    notes = [
+        (f"Note {i}: " + " ".join(f"the shed plan step {i}-{j} is paint the door." for j in range(60)))[:size]
+        for i in range(6)
+    ]
+    results = await store.write([fact(n) for n in notes] + [fact(notes[2].replace(" ", "  "))])
+    assert [r.outcome for r in results[:6]] == [WriteOutcome.CREATED] * 6
+    assert results[6].outcome != WriteOutcome.CREATED
+    assert sorted(await active(store)) == sorted(notes)
+    await store.close()
+
+
+async def test_a_write_checks_what_the_model_represents_on_the_pool_not_on_the_event_loop(embed, monkeypatch):
+    """The tokenizer coverage check (``TokenizerCoverage``: the model's tokenizer run over
+    the whole text) of every content written runs on the CPU pool; the candidate search then
+    reads its kept answer on the loop. Before, the loop ran it for each memory: a 16 KB
+    import line held the loop that serves every user's search ~10 ms."""
+    from memory_core.config import EmbeddingSettings
+    from memory_core.embedding import TokenizerCoverage
+
+    coverage = TokenizerCoverage.from_settings(EmbeddingSettings())
+    assert coverage is not None
+    settings = MemoryStoreSettings(backend="inmemory", curation=CurationSettings())
+    store = make_store(settings, embed=embed, dimension=384, identity="minilm", represents=coverage.represents)
+    await store.store(fact("My first memory, to load the index."))
+    loop_thread = threading.get_ident()
+    on_loop: list[str] = []
+    share = coverage._unknown_share
+
+    def recording(text: str) -> float:
+        if threading.get_ident() == loop_thread:
+            on_loop.append(text)
+        return share(text)
+
+    monkeypatch.setattr(coverage, "_unknown_share", recording)
+    results = await store.write([fact("My sister moved to Lisbon in May."), fact("ฉันชอบกินข้าวมันไก่ทุกวัน")])
+    assert [r.outcome for r in results] == [WriteOutcome.CREATED] * 2
+    assert on_loop == []
+    await store.close()
 
 
 async def test_a_write_tokenizes_its_texts_on_the_pool_not_on_the_event_loop(embed, monkeypatch):
