@@ -234,7 +234,7 @@ it is not read, its normalised text alone says whether the pair is a duplicate o
 refinement, else it is compatible. Why a bound: reading costs ~1.5 ms a
 kilobyte and curation judges each memory written against up to ``curation.candidates``
 others, so a maximal ``POST /v1/memory`` batch of similar 4 KB memories kept its store
-shard's writer busy ~70 s (README "Measured"); every labelled pair and LoCoMo turn is
+shard's writer busy ~70 s (README, "What a maximal write costs the writer"); every labelled pair and LoCoMo turn is
 shorter than 450 characters."""
 _HONORIFIC = re.compile(r"\b(Dr|Mr|Mrs|Ms|Mx|Prof|Rev|Sr|Jr|St)\.(?=\s+[A-Z])")
 """A title's period is not a sentence end: ``Dr. Patel`` reads as the name ``dr patel``."""
@@ -640,8 +640,9 @@ class PairReading:
     """One reading of a pair of statements of the same user, ``old_text`` then ``new_text``,
     for every question curation asks of it: ``verdict()`` (``judge``), ``on_purpose()``
     (``compatible_on_purpose``) and ``same_values()`` (``same_values``). Each statement is
-    read once (``read_statement``, ``read_cues``) and each answer computed once, whatever is
-    asked and in which order. Built by ``read_pair``.
+    read once (``read_statement``, ``read_cues``), whatever is asked and in which order; the
+    verdict is kept, the other two answers are derived from the readings at each call.
+    Built by ``read_pair``.
 
     A pair with a statement longer than ``MAX_JUDGED_CHARS`` as the rules would read it
     (``_prepared``: whitespace runs, a lead-in, the names it addresses out) is not read
