@@ -32,7 +32,7 @@ from memory_core.stores import InMemoryStore
 from memory_core.testing.fake_embed import DIM, CountingEmbed
 from memory_core.types import Memory
 
-SECRET = "My locker code is 4817 and my cat is called Zanzibar"
+SECRET = "My locker code is QX4817 and my cat is called Zanzibar"
 QUERY = "what is the locker code of the zanzibar owner"
 CLIENT = ("203.0.113.9", 40000)
 
@@ -217,7 +217,7 @@ def test_no_content_query_text_or_key_reaches_the_audit_file(rig):
     assert len(rig.entries()) == 5
     rig.audit.close()
     stored = b"".join(p.read_bytes() for p in Path(rig.audit.path).parent.glob("audit.sqlite*"))
-    for secret in (SECRET, "4817", "Zanzibar", QUERY, "zanzibar owner", new_key, rig.keys["admin"], "carols laptop"):
+    for secret in (SECRET, "QX4817", "Zanzibar", QUERY, "zanzibar owner", new_key, rig.keys["admin"], "carols laptop"):
         assert secret.encode() not in stored, secret
 
 
