@@ -81,3 +81,42 @@ class CpuPool:
     def close(self) -> None:
         """Stop the worker threads (without waiting for them)."""
         self._executor.shutdown(wait=False)
+
+
+NICE_MAX = 19
+"""The lowest CPU priority a Linux thread can have (``nice`` 19)."""
+
+
+def yield_cpu_to_other_processes(nice: int) -> int:
+    """Lower the CPU priority of every thread of this process to at least ``nice``
+    (0–19, Linux ``nice`` levels: 19 is the lowest priority), so that on a shared host the
+    scheduler gives the other processes' runnable threads the cores first. Threads created
+    later inherit the level of the thread that creates them. A thread already at ``nice`` or
+    lower priority keeps its level (an unprivileged process can lower its priority, never
+    raise it back: going back takes a new process).
+
+    Returns the number of threads whose priority changed. Raises ``ValueError`` when
+    ``nice`` is outside 0–19. Where threads cannot be listed (no ``/proc/self/task``:
+    not Linux) the process's priority is set instead (``setpriority(PRIO_PROCESS, 0)``).
+
+    The Embedder of a CPU host calls it when search queries do not go through it
+    (``pool.query_embedding: in_shard``): what it then embeds, stored texts, is work no
+    caller waits for at a search or chat (README "Measured", ``benchmarks.lanes``)."""
+    import os
+
+    if not 0 <= nice <= NICE_MAX:
+        raise ValueError(f"nice must be within 0..{NICE_MAX}")
+    try:
+        threads = [int(t) for t in os.listdir("/proc/self/task")]
+        which = os.PRIO_PROCESS  # on Linux a thread id names that one thread
+    except FileNotFoundError:
+        threads, which = [0], os.PRIO_PROCESS
+    changed = 0
+    for tid in threads:
+        try:
+            if os.getpriority(which, tid) < nice:
+                os.setpriority(which, tid, nice)
+                changed += 1
+        except ProcessLookupError:  # a thread that ended meanwhile
+            continue
+    return changed
