@@ -26,12 +26,11 @@ import subprocess
 import time
 import uuid
 
-import httpx
 import typer
 from rich.console import Console
 
-from benchmarks.hostile import VICTIM_TIMEOUT_S, Victim, started_service, user_headers
-from benchmarks.lanes import GOAL, LIMITS, OP_TIMEOUT_S, Ops, _no_write_limit
+from benchmarks.hostile import Victim, started_service
+from benchmarks.lanes import GOAL, Ops, _no_write_limit, seed_victim, victim_and_operation_clients
 from memory_core import locomo
 
 app = typer.Typer(add_completion=False)
@@ -58,16 +57,9 @@ def set_level(pid: int, level: int) -> None:
 async def run_ab(url: str, ops: list[str], rounds: int, levels: list[int], victim_memories: int) -> None:
     run = uuid.uuid4().hex[:8]
     samples = locomo.load_samples()
-    limits = httpx.Limits(max_connections=64, max_keepalive_connections=32)
-    async with (
-        httpx.AsyncClient(base_url=url, timeout=VICTIM_TIMEOUT_S, limits=limits) as vc,
-        httpx.AsyncClient(base_url=url, timeout=OP_TIMEOUT_S, limits=limits) as oc,
-    ):
+    async with victim_and_operation_clients(url) as (vc, oc):
         victim_user = f"nice-{run}-victim"
-        items = [locomo.memory_body(t) for t in locomo.turns(samples[2])][:victim_memories]
-        for i in range(0, len(items), LIMITS.memories_per_request):
-            body = {"memories": items[i : i + LIMITS.memories_per_request]}
-            (await vc.post("/v1/memory", json=body, headers=user_headers(victim_user))).raise_for_status()
+        await seed_victim(vc, victim_user, samples, victim_memories)
         o = Ops(oc, run, samples)
         for _ in range(rounds * len(levels) * (ops.count("consolidate") + ops.count("all4"))):
             await o.seed_large(500)

@@ -40,12 +40,13 @@ noisy: compare the ratios of one run, not absolute figures.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
 import zlib
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,27 @@ def large_user_batches(samples: list[dict], memories: int) -> list[dict]:
     items = items[:memories]
     step = LIMITS.memories_per_request
     return [{"memories": items[i : i + step]} for i in range(0, len(items), step)]
+
+
+@contextlib.asynccontextmanager
+async def victim_and_operation_clients(url: str) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
+    """Two clients of the service at ``url``: the victim's (``VICTIM_TIMEOUT_S``) and the heavy
+    operations' (``OP_TIMEOUT_S``), 64 connections each."""
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=32)
+    async with (
+        httpx.AsyncClient(base_url=url, timeout=VICTIM_TIMEOUT_S, limits=limits) as vc,
+        httpx.AsyncClient(base_url=url, timeout=OP_TIMEOUT_S, limits=limits) as oc,
+    ):
+        yield vc, oc
+
+
+async def seed_victim(client: httpx.AsyncClient, user: str, samples: list[dict], memories: int) -> None:
+    """Write ``memories`` LoCoMo turns (conversation 3) for the victim ``user``, in batches
+    of ``memories_per_request``; raises ``httpx.HTTPStatusError`` on a refused batch."""
+    items = [locomo.memory_body(t) for t in locomo.turns(samples[2])][:memories]
+    for i in range(0, len(items), LIMITS.memories_per_request):
+        body = {"memories": items[i : i + LIMITS.memories_per_request]}
+        (await client.post("/v1/memory", json=body, headers=user_headers(user))).raise_for_status()
 
 
 class Ops:
@@ -187,20 +209,9 @@ async def run_bench(url: str, ops: list[str], repeat: int, victim_memories: int,
     """Seed, measure the victim idle, run ``ops`` one at a time; the run's figures."""
     run = uuid.uuid4().hex[:8]
     samples = locomo.load_samples()
-    limits = httpx.Limits(max_connections=64, max_keepalive_connections=32)
-    async with (
-        httpx.AsyncClient(base_url=url, timeout=VICTIM_TIMEOUT_S, limits=limits) as vc,
-        httpx.AsyncClient(base_url=url, timeout=OP_TIMEOUT_S, limits=limits) as oc,
-    ):
+    async with victim_and_operation_clients(url) as (vc, oc):
         victim_user = f"lanes-{run}-victim"
-        items = [locomo.memory_body(t) for t in locomo.turns(samples[2])][:victim_memories]
-        for i in range(0, len(items), LIMITS.memories_per_request):
-            r = await vc.post(
-                "/v1/memory",
-                json={"memories": items[i : i + LIMITS.memories_per_request]},
-                headers=user_headers(victim_user),
-            )
-            r.raise_for_status()
+        await seed_victim(vc, victim_user, samples, victim_memories)
         held = (await vc.get("/v1/memory", headers=user_headers(victim_user))).json()["total"]
         o = Ops(oc, run, samples)
         consolidations = repeat * ops.count("consolidate") + ops.count("all4")
