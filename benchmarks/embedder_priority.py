@@ -78,7 +78,7 @@ async def run_ab(url: str, ops: list[str], rounds: int, levels: list[str], victi
     run = uuid.uuid4().hex[:8]
     samples = locomo.load_samples()
     async with victim_and_operation_clients(url) as (vc, oc):
-        victim_user = f"nice-{run}-victim"
+        victim_user = f"priority-{run}-victim"
         await seed_victim(vc, victim_user, samples, victim_memories)
         o = Ops(oc, run, samples)
         for _ in range(rounds * len(levels) * (ops.count("consolidate") + ops.count("all4"))):

@@ -45,7 +45,11 @@ CPU priority
     they leave (measured by ``benchmarks.embedder_priority``, README "Measured"); ``low`` is nice
     19, a smaller share by weight (Ray starts its workers at 15). Requests that do wait for
     the Embedder get the same priority: ``POST /v1/embeddings``, a caller's own memory write
-    or content update, and the ingress's ``/health`` (``info``). A priority only goes down: a
+    or content update, and the ingress's ``/health`` (``info``, awaited without a timeout);
+    so do Ray's own threads in the replica and Serve's health check of it (``check_health``,
+    Serve's default period 10 s and timeout 30 s): under ``SCHED_IDLE`` they still progress
+    (the lowest weight, not zero), and no 5xx came of it in the benchmarks. The model loads in
+    the constructor, before Serve applies ``user_config``: at Ray's level. A priority only goes down: a
     higher one in a later ``user_config`` (Serve reconfigures the running replica, it does
     not replace it) is logged as a warning and applies from the next replica (restart it, or
     change ``ray_actor_options``). Where it cannot be changed (a sandbox) the replica logs a
@@ -273,10 +277,16 @@ class Embedder:
             )
         elif cfg["cpu_priority"] != self._priority:
             try:
-                lower_cpu_priority(cfg["cpu_priority"])
-                self._priority = cfg["cpu_priority"]
+                self._priority = lower_cpu_priority(cfg["cpu_priority"])
             except OSError as e:  # best effort: the replica serves as it is
                 logger.warning("Embedder user_config.cpu_priority %s not applied: %s", cfg["cpu_priority"], e)
+            else:
+                if self._priority != cfg["cpu_priority"]:
+                    logger.warning(
+                        "Embedder user_config.cpu_priority %s: this host allows %s only",
+                        cfg["cpu_priority"],
+                        self._priority,
+                    )
 
     # ------------------------------------------------------------------ batching
     async def encode_batch_async(

@@ -92,58 +92,64 @@ started: Ray starts its workers at nice 15), ``low`` (nice 19), ``idle`` (Linux'
 ``SCHED_IDLE`` policy, and nice 19)."""
 
 
-def lower_cpu_priority(priority: str) -> int:
+def lower_cpu_priority(priority: str) -> str:
     """Lower the CPU priority of every thread of this process to ``priority`` (one of
     ``CPU_PRIORITIES``), so that on a shared host the scheduler favours the other processes'
-    runnable threads:
+    runnable threads. Returns the priority applied:
 
     - ``low``: nice 19. Linux's fair scheduler shares a core by weight: a nice-19 thread gets
       about 15/36 of the share of a nice-15 one (the level Ray starts its workers at).
-    - ``idle``: ``SCHED_IDLE`` (``sched(7)``), the lowest weight the fair scheduler has, and
-      a thread of any other policy that wakes up preempts it at once: it runs on what the
-      other threads leave, yet still progresses under load. Where the platform has no
-      ``SCHED_IDLE`` (macOS) it is ``low``.
-    - ``normal``: nothing changes.
+    - ``idle``: ``SCHED_IDLE`` (``sched(7)``) on top of nice 19, the lowest weight the fair
+      scheduler has, and a thread of another policy that wakes up preempts it at once: it
+      runs on what the other threads leave, yet still progresses under load. Where the
+      platform has no ``SCHED_IDLE`` (macOS) or refuses it (a sandbox that allows nice), the
+      answer is ``low``.
+    - ``normal``: nothing changes (``normal``).
 
-    Threads created later inherit the policy and level of the thread that creates them; the
-    pass repeats until it changes no thread, so a thread started meanwhile is caught. A
-    thread already lower keeps its priority: an unprivileged process can lower its threads'
-    priority, never raise it back (that takes a new process).
+    Every thread: Ray's own threads in the process too (its RPC and event-loop threads),
+    not only the ones doing the work. Threads created later inherit the policy and level of
+    the thread that creates them; the pass repeats until it changes no thread, so a thread
+    started meanwhile is caught. A thread already lower keeps its priority: an unprivileged
+    process can lower its threads' priority, never raise it back (that takes a new process).
 
-    Returns the number of thread changes made. Raises ``ValueError`` for another
-    ``priority``; ``OSError`` when the platform has no ``setpriority`` (Windows) or a
-    thread's priority cannot be changed (a sandbox). Where threads cannot be listed (no
-    ``/proc/self/task``: macOS) the calls name the process (id 0), which there sets all of it.
+    Raises ``ValueError`` for another ``priority``; ``OSError`` when the platform has no
+    ``setpriority`` (Windows), when a Linux process cannot list its threads (no
+    ``/proc/self/task``), or when a thread's level cannot be changed (a sandbox). Without
+    ``/proc`` elsewhere (macOS) the calls name the process (id 0), which there sets all of it.
 
     The Embedder calls it for ``user_config.cpu_priority`` (``deployments.embedder``, "CPU
     priority"; measured by ``benchmarks.embedder_priority``)."""
     import os
+    import sys
 
     if priority not in CPU_PRIORITIES:
         raise ValueError(f"priority must be one of {', '.join(CPU_PRIORITIES)}")
     if priority == "normal":
-        return 0
+        return "normal"
     if not hasattr(os, "setpriority"):
         raise OSError("thread priorities cannot be set on this platform")
-    idle = priority == "idle" and hasattr(os, "SCHED_IDLE")
-    changed = 0
+    idle = priority == "idle" and hasattr(os, "SCHED_IDLE") and hasattr(os, "sched_setscheduler")
     for _ in range(10):  # a thread made between listing and lowering its creator: next pass
         try:
             threads = [int(t) for t in os.listdir("/proc/self/task")]
         except FileNotFoundError:
+            if sys.platform.startswith("linux"):  # id 0 would name the calling thread only
+                raise OSError("this process's threads cannot be listed (/proc/self/task)") from None
             threads = [0]
-        changed_now = 0
+        changed = False
         for tid in threads:  # on Linux a thread id names that one thread
             try:
                 if os.getpriority(os.PRIO_PROCESS, tid) < NICE_MAX:
                     os.setpriority(os.PRIO_PROCESS, tid, NICE_MAX)
-                    changed_now += 1
+                    changed = True
                 if idle and os.sched_getscheduler(tid) != os.SCHED_IDLE:
-                    os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
-                    changed_now += 1
+                    try:
+                        os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+                        changed = True
+                    except PermissionError:  # the policy refused: nice 19 for every thread
+                        idle = False
             except ProcessLookupError:  # a thread that ended meanwhile
                 continue
-        changed += changed_now
-        if not changed_now:
+        if not changed:
             break
-    return changed
+    return "idle" if idle else "low"
