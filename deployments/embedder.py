@@ -45,7 +45,7 @@ CPU priority
     they leave (measured by ``benchmarks.embedder_priority``, README "Measured"); ``low`` is nice
     19, a smaller share by weight (Ray starts its workers at 15). Requests that do wait for
     the Embedder get the same priority: ``POST /v1/embeddings``, a caller's own memory write
-    or content update, and the ingress's ``/health`` (``info``, awaited without a timeout);
+    or content update, and the ingress's ``/health`` (``info``, bounded: a 503 beyond 3 s);
     so do Ray's own threads in the replica and Serve's health check of it (``check_health``,
     Serve's default period 10 s and timeout 30 s): under ``SCHED_IDLE`` they still progress
     (the lowest weight, not zero), and no 5xx came of it in the benchmarks. The model loads in

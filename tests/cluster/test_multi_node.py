@@ -141,7 +141,7 @@ def assert_chat_recalls_the_fact(url: str, user_id: str) -> None:
 
 
 def healthy(url: str) -> bool:
-    # the ingress's /health asks the Embedder: with no Embedder replica it waits, so keep it short
+    # the ingress's /health asks the Embedder for at most 3 s (a 503 beyond): keep the client bound above it
     try:
         return httpx.get(f"{url}/health", timeout=5).status_code == 200
     except httpx.HTTPError:

@@ -1,7 +1,9 @@
 """``ServiceRoutes``: ``/v1/embeddings`` (OpenAI embeddings of the service's model),
 ``/health`` (store and embedder reachable) and ``/ui`` (the memory review page)."""
 
+import asyncio
 import base64
+from collections.abc import Awaitable
 from typing import Any
 
 import numpy as np
@@ -14,6 +16,18 @@ from ..fastapi_app import app
 from ..schemas import MAX_EMBEDDING_INPUTS, EmbeddingsOut, EmbeddingsRequest, HealthOut
 from ..ui import review_page_response
 from .base import IngressBase
+
+HEALTH_CHECK_TIMEOUT_S = 3.0
+"""How long ``/health`` waits for each of the store pool and the Embedder (seconds)."""
+
+
+async def _answer(call: Awaitable[Any]) -> tuple[Any, str | None]:
+    """``(result, None)`` when ``call`` answers within ``HEALTH_CHECK_TIMEOUT_S``, else
+    ``(None, repr of the error)`` (``TimeoutError`` when it did not answer in time)."""
+    try:
+        return await asyncio.wait_for(call, HEALTH_CHECK_TIMEOUT_S), None
+    except Exception as e:
+        return None, repr(e)
 
 
 class ServiceRoutes(IngressBase):
@@ -48,21 +62,21 @@ class ServiceRoutes(IngressBase):
     @app.get("/health", responses={200: {"model": HealthOut}, 503: {"model": HealthOut}})
     async def health(self) -> JSONResponse:
         """Whether the store pool and the Embedder answer (with the model identity): 200
-        ``ok`` when both do, else 503 ``degraded`` with each failure's ``repr``. Needs no
-        caller."""
-        checks: dict[str, Any] = {}
-        try:
-            checks["store"] = bool(await self.store_pool.check_connection.remote())
-        except Exception as e:
-            checks["store"] = False
-            checks["store_error"] = repr(e)
-        try:
-            info = await self.embedder.info.remote()
-            checks["embedder"] = True
-            checks["model_identity"] = info.get("identity")
-        except Exception as e:
-            checks["embedder"] = False
-            checks["embedder_error"] = repr(e)
+        ``ok`` when both do, else 503 ``degraded`` with each failure's ``repr``. The two are
+        asked at once, each for at most ``HEALTH_CHECK_TIMEOUT_S`` (a replica that is
+        restarting, or an Embedder at ``cpu_priority: idle`` on a saturated host, is a
+        ``TimeoutError`` rather than a probe left waiting). Needs no caller."""
+        store, embedder = await asyncio.gather(
+            _answer(self.store_pool.check_connection.remote()), _answer(self.embedder.info.remote())
+        )
+        checks: dict[str, Any] = {"store": bool(store[0]) if store[1] is None else False}
+        if store[1] is not None:
+            checks["store_error"] = store[1]
+        checks["embedder"] = embedder[1] is None
+        if embedder[1] is None:
+            checks["model_identity"] = (embedder[0] or {}).get("identity")
+        else:
+            checks["embedder_error"] = embedder[1]
         ok = checks["store"] and checks["embedder"]
         return JSONResponse(status_code=200 if ok else 503, content={"status": "ok" if ok else "degraded", **checks})
 
