@@ -31,13 +31,14 @@ import typer
 from rich.console import Console
 
 from benchmarks.hostile import Victim, started_service
-from benchmarks.lanes import GOAL, Ops, _no_write_limit, seed_victim, victim_and_operation_clients
+from benchmarks.lanes import GOAL, OPS, Ops, _no_write_limit, idle_window, seed_victim, victim_and_operation_clients
 from memory_core import locomo
-from memory_core.cpu_pool import CPU_PRIORITIES
+from memory_core.cpu_pool import CPU_PRIORITIES, NICE_MAX
 
 app = typer.Typer(add_completion=False)
+RAY_WORKER_NICE = 15
+"""The nice level Ray starts its workers at: ``normal`` here."""
 console = Console(width=160)
-OPS = ["batch", "import", "consolidate", "admin", "locomo", "all4"]
 
 
 def embedder_pid() -> int:
@@ -55,7 +56,7 @@ def set_priority(pid: int, priority: str) -> None:
                 os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
             else:
                 os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
-                os.setpriority(os.PRIO_PROCESS, tid, 19 if priority == "low" else 15)
+                os.setpriority(os.PRIO_PROCESS, tid, NICE_MAX if priority == "low" else RAY_WORKER_NICE)
         except ProcessLookupError:
             continue
 
@@ -89,14 +90,8 @@ async def run_ab(url: str, ops: list[str], rounds: int, levels: list[str], victi
         spans: dict[tuple[str, str], list[tuple[float, float]]] = {}
         seconds: dict[tuple[str, str], list[float]] = {}
         try:
-            await asyncio.sleep(3)
-            t0 = time.monotonic()
-            await asyncio.sleep(15)
-            idle = victim.window(t0, time.monotonic())
-            console.print(f"victim idle: {idle.as_dict()}")
-            threshold = max(3 * idle.p95, idle.p95 + 200)
-            calls = {"batch": o.batch, "import": o.import_, "consolidate": o.consolidate,
-                     "admin": o.admin, "locomo": o.locomo, "all4": o.all4}  # fmt: skip
+            idle, threshold = await idle_window(victim, 15)
+            calls = o.calls()
             for r in range(rounds):
                 for op in ops:
                     for level in levels if r % 2 == 0 else levels[::-1]:

@@ -54,7 +54,7 @@ import httpx
 import typer
 from rich.console import Console
 
-from benchmarks.hostile import ADMIN, VICTIM_TIMEOUT_S, Victim, started_service, user_headers
+from benchmarks.hostile import ADMIN, VICTIM_TIMEOUT_S, Victim, Window, started_service, user_headers
 from memory_core import locomo
 from memory_core.config import LimitsSettings
 
@@ -121,6 +121,17 @@ async def seed_victim(client: httpx.AsyncClient, user: str, samples: list[dict],
         (await client.post("/v1/memory", json=body, headers=user_headers(user))).raise_for_status()
 
 
+async def idle_window(victim: Victim, seconds: float) -> tuple[Window, float]:
+    """The started ``victim``'s figures over ``seconds`` of nothing else (after a 3 s
+    warm-up), printed, and the ms threshold ``Victim.settle`` waits for after an operation."""
+    await asyncio.sleep(3)  # warm-up
+    t0 = time.monotonic()
+    await asyncio.sleep(seconds)
+    idle = victim.window(t0, time.monotonic())
+    console.print(f"victim idle: {idle.as_dict()}")
+    return idle, max(3 * idle.p95, idle.p95 + 200)
+
+
 class Ops:
     """The heavy operations against ``client``; each returns a Counter of statuses."""
 
@@ -143,6 +154,13 @@ class Ops:
             return None
         statuses[r.status_code] += 1
         return r
+
+    def calls(self) -> dict[str, Callable[[], Awaitable[Counter]]]:
+        """Each operation of ``OPS`` by name."""
+        return {
+            "batch": self.batch, "import": self.import_, "consolidate": self.consolidate,
+            "admin": self.admin, "locomo": self.locomo, "all4": self.all4,
+        }  # fmt: skip
 
     async def seed_large(self, memories: int) -> str:
         """A user holding ``memories`` memories (seeded outside any measured window)."""
@@ -223,16 +241,8 @@ async def run_bench(url: str, ops: list[str], repeat: int, victim_memories: int,
         victim.start()
         rows = []
         try:
-            await asyncio.sleep(3)  # warm-up
-            t0 = time.monotonic()
-            await asyncio.sleep(idle_s)
-            idle = victim.window(t0, time.monotonic())
-            threshold = max(3 * idle.p95, idle.p95 + 200)
-            console.print(f"victim idle: {idle.as_dict()}")
-            calls: dict[str, Callable[[], Awaitable[Counter]]] = {
-                "batch": o.batch, "import": o.import_, "consolidate": o.consolidate,
-                "admin": o.admin, "locomo": o.locomo, "all4": o.all4,
-            }  # fmt: skip
+            idle, threshold = await idle_window(victim, idle_s)
+            calls = o.calls()
             for op in ops:
                 statuses: Counter = Counter()
                 seconds = []

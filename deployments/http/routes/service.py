@@ -66,17 +66,16 @@ class ServiceRoutes(IngressBase):
         asked at once, each for at most ``HEALTH_CHECK_TIMEOUT_S`` (a replica that is
         restarting, or an Embedder at ``cpu_priority: idle`` on a saturated host, is a
         ``TimeoutError`` rather than a probe left waiting). Needs no caller."""
-        store, embedder = await asyncio.gather(
+        (connected, store_error), (info, embedder_error) = await asyncio.gather(
             _answer(self.store_pool.check_connection.remote()), _answer(self.embedder.info.remote())
         )
-        checks: dict[str, Any] = {"store": bool(store[0]) if store[1] is None else False}
-        if store[1] is not None:
-            checks["store_error"] = store[1]
-        checks["embedder"] = embedder[1] is None
-        if embedder[1] is None:
-            checks["model_identity"] = (embedder[0] or {}).get("identity")
+        checks: dict[str, Any] = {"store": store_error is None and bool(connected), "embedder": embedder_error is None}
+        if store_error is not None:
+            checks["store_error"] = store_error
+        if embedder_error is not None:
+            checks["embedder_error"] = embedder_error
         else:
-            checks["embedder_error"] = embedder[1]
+            checks["model_identity"] = (info or {}).get("identity")
         ok = checks["store"] and checks["embedder"]
         return JSONResponse(status_code=200 if ok else 503, content={"status": "ok" if ok else "degraded", **checks})
 
