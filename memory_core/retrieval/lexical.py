@@ -214,6 +214,8 @@ class BM25Corpus:
         self._docs: dict[str, _Doc] = {}
         self._postings: dict[str, dict[str, int]] = {}
         self._total_len = 0
+        # (project_id, type, state) → how many documents: ``count`` without a pass over them
+        self._scopes: Counter = Counter()
 
     def __len__(self) -> int:
         return len(self._docs)
@@ -261,6 +263,21 @@ class BM25Corpus:
         wanted_types, wanted_states = _set(types), _set(states)
         return {i for i, d in self._docs.items() if _passes(d, project_id, wanted_types, wanted_states)}
 
+    def count(
+        self, project_id: str | None = None, types: Iterable[Any] | None = None, states: Iterable[Any] | None = None
+    ) -> int:
+        """How many documents match the optional ``project_id``, ``types`` and ``states``
+        (as ``matching``), from a tally per (project, type, state): its cost follows the
+        number of such combinations, not of documents."""
+        wanted_types, wanted_states = _set(types), _set(states)
+        return sum(
+            n
+            for (project, type_, state), n in self._scopes.items()
+            if (project_id is None or project == project_id)
+            and (not wanted_types or type_ in wanted_types)
+            and (not wanted_states or state in wanted_states)
+        )
+
     def add(
         self,
         doc_id: str,
@@ -279,6 +296,7 @@ class BM25Corpus:
         tf = Counter(tokens if tokens is not None else tokenize(text))
         length = sum(tf.values())
         self._docs[doc_id] = _Doc(tf, length, project_id, type, dict(attrs or {}), state)
+        self._scopes[(project_id, type, state)] += 1
         self._total_len += length
         for term, n in tf.items():
             self._postings.setdefault(term, {})[doc_id] = n
@@ -288,6 +306,10 @@ class BM25Corpus:
         doc = self._docs.pop(doc_id, None)
         if doc is None:
             return False
+        scope = (doc.project_id, doc.type, doc.state)
+        self._scopes[scope] -= 1
+        if not self._scopes[scope]:
+            del self._scopes[scope]
         self._total_len -= doc.length
         for term in doc.tf:
             plist = self._postings.get(term)

@@ -453,6 +453,22 @@ class MemoryStore(ABC):
         async with self._op():
             return await self._vectors(builtins.list(texts))
 
+    async def same_content(
+        self,
+        user_id: str,
+        content: str,
+        *,
+        project_id: str | None,
+        types: tuple[MemoryType, ...],
+        states: tuple[MemoryState, ...],
+    ) -> builtins.list[Memory] | None:
+        """The memories of ``user_id`` whose content is exactly ``content``, of ``project_id``
+        exactly (None: of no project), one of ``types`` and in one of ``states``, found
+        without ranking (curation's test for an identical event: ``CuratingStore``); None when
+        this store keeps no index of contents, as here: the caller ranks instead
+        (``HybridStore`` keeps one). A backend never splices ``content`` into a query."""
+        return None
+
     async def embed_query(self, options: RetrieveOptions) -> list[float]:
         """The query vector ``retrieve`` would search with: ``options.embedding`` checked
         (dimension, identity, normalised) or ``options.query`` embedded. Raises
@@ -853,6 +869,18 @@ class StoreDecorator:
     async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
         """See ``MemoryStore.embed_documents``."""
         return await self.inner.embed_documents(texts)
+
+    async def same_content(
+        self,
+        user_id: str,
+        content: str,
+        *,
+        project_id: str | None,
+        types: tuple[MemoryType, ...],
+        states: tuple[MemoryState, ...],
+    ) -> list[Memory] | None:
+        """See ``MemoryStore.same_content``."""
+        return await self.inner.same_content(user_id, content, project_id=project_id, types=types, states=states)
 
     def validate(self, memory: Memory) -> Memory:
         """See ``MemoryStore.validate``."""

@@ -668,14 +668,36 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         same type and project by the hybrid ranking (``candidates`` asked) with cosine ≥
         ``candidate_min_cosine`` — a floor that applies only where the model represents both
         texts (``MemoryStore.represents``): a pair with a text it cannot represent is a
-        candidate on its rank alone; semantic ones too for an episodic memory."""
+        candidate on its rank alone.
+
+        An event (episodic) is judged against another event only for identity (``_verdict``:
+        an identical text is a duplicate, any other pair of events is compatible), and can
+        end a fact (semantic). So its candidates are the events with exactly its text, found
+        by content (``MemoryStore.same_content``, no ranking: a bulk import of one account's
+        turns ranks nothing against its earlier turns), then the ranked facts; where the store
+        keeps no content index (``same_content`` is None) events and facts are ranked
+        together, as for any other memory."""
         s = self.settings
-        types = (memory.type, MemoryType.SEMANTIC) if memory.type == MemoryType.EPISODIC else (memory.type,)
+        event = memory.type == MemoryType.EPISODIC
+        types = (memory.type, MemoryType.SEMANTIC) if event else (memory.type,)
+        same: list[Memory] | None = None
+        if event:
+            same = await self.inner.same_content(
+                memory.user_id,
+                memory.content,
+                project_id=memory.project_id,
+                types=(MemoryType.EPISODIC,),
+                states=(MemoryState.ACTIVE,),
+            )
+        # what is ranked: with the identical events found by content, only the facts
+        ranked_types = (MemoryType.SEMANTIC,) if same is not None else types
         query = plan.unit(memory)
         pending = []
         for m in plan.new.values():
             if m.state != MemoryState.ACTIVE or m.type not in types or m.project_id != memory.project_id:
                 continue
+            if event and m.type == MemoryType.EPISODIC and m.content.strip() != memory.content.strip():
+                continue  # another event of the batch: never the same as this one
             cos = cosine(plan.unit(m), query) if query is not None else None
             if cos is not None and cos >= s.candidate_min_cosine:
                 pending.append((m, cos))
@@ -694,11 +716,16 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
                 limit=s.candidates,
                 threshold=-1.0,
                 hybrid=True,
-                types=types,
+                types=ranked_types,
                 states=(MemoryState.ACTIVE,),
             ),
             touch=False,
         )
+        identical = [
+            (plan.held.get(m.id, m), 1.0)  # identical text: first, whatever its cosine
+            for m in same or ()
+            if m.id not in plan.new
+        ]
         stored = [
             (plan.held.get(h.memory.id, h.memory), h.similarity)
             for h in hits
@@ -710,7 +737,8 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             if m.state == MemoryState.ACTIVE
             and (cos >= s.candidate_min_cosine or not (represented and self.inner.represents(m.content)))
         ]
-        return (pending + stored)[: s.candidates]
+        identical = [(m, cos) for m, cos in identical if m.state == MemoryState.ACTIVE]
+        return (pending + identical + stored)[: s.candidates]
 
     # ------------------------------------------------------------------ other writes
     async def update(self, memory_id: str, user_id: str, changes: MemoryChanges) -> Memory:

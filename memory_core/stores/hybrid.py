@@ -111,6 +111,7 @@ from ..types import (
     Memory,
     MemoryChanges,
     MemoryScope,
+    MemoryState,
     MemoryType,
     RetrieveOptions,
     ScoredMemory,
@@ -755,6 +756,33 @@ class HybridStore(StoreDecorator):
         ids = [i for i in dict.fromkeys(memory_ids) if isinstance(i, str)]
         return list(self._held_records(ids, user_id, ui).values())
 
+    async def same_content(
+        self,
+        user_id: str,
+        content: str,
+        *,
+        project_id: str | None,
+        types: tuple[MemoryType, ...],
+        states: tuple[MemoryState, ...],
+    ) -> list[Memory]:
+        """``MemoryStore.same_content`` from this user's index (``UserIndex.same_content``:
+        one lookup of the text's content key, no ranking), the records with their vectors
+        (held, else loaded from the inner store). Raises ``StoreClosed``, ``InvalidInput``
+        (empty user id), what the inner ``get_many`` raises."""
+        if self.closed:
+            raise StoreClosed(f"{self.name} store is closed")
+        require_user_id(user_id)
+        ui = await self._ensure_index(user_id)
+        ids = ui.same_content(content, project_id, types, states)
+        if not ids:
+            return []
+        found = self._held_records(ids, user_id, ui) if ui.hold_records else await self._load(ids, user_id, ui)
+        return [
+            m
+            for m in (found.get(i) for i in ids)
+            if m is not None and m.content == content and m.project_id == project_id and m.state in states
+        ]
+
     async def record_access(self, memory_ids, user_id: str) -> datetime:
         """``MemoryStore.record_access`` (the inner store's write-behind log), and the same
         count on the held records of a loaded user."""
@@ -801,6 +829,11 @@ class HybridStore(StoreDecorator):
         ui = await self._ensure_index(user_id)
         pool = max(self.candidate_pool, options.limit)
         corpus, held, timeline, gen = ui.corpus, ui.held, ui.timeline, ui.gen
+        if not corpus.count(options.project_id, options.types, options.states):
+            # the built index holds every memory of the user: none in this scope, nothing to
+            # rank (the query is not embedded either: a fact search of a user who holds only
+            # events, as each memory of a bulk import of events asks, costs a tally)
+            return []
         # small enough to search the held vectors exactly, here, instead of the inner store
         held_search = self.cache_vectors and 0 < self.held_search_max and len(corpus) <= self.held_search_max
         # The vector side (embedding the query when no vector was given, then, unless the held

@@ -6,8 +6,9 @@ timestamp, whether the model represents the text), the timeline of each conversa
 (``Timeline``), the held unit vectors (``retrieval.held_vectors.HeldVectors``), the fallback
 model's vectors of the memories the model cannot represent (``fallback``, with
 ``embedding.fallback``: ``memory_core.embedding.fallback``; held only here, never in the
-backend) and the texts still waiting for one (``fallback_pending``), the records
-(``Memory`` without its vector, when records are held), the write generation (a fresh value
+backend) and the texts still waiting for one (``fallback_pending``), the ids of each exact text
+(``by_key``: content key → ids; ``same_content``, curation's test for an identical event), the
+records (``Memory`` without its vector, when records are held), the write generation (a fresh value
 per write applied) and the build state (``building``: writes queued while the index is built
 from the store, replayed onto it when the build ends; ``task``: the build).
 
@@ -150,6 +151,8 @@ class UserIndex:
     track_fallback: bool = False
     fallback_pending: dict[str, tuple[str, str]] = field(default_factory=dict)
     records: dict[str, Memory] = field(default_factory=dict)
+    # content key → the ids indexed with that exact text (``same_content``)
+    by_key: dict[str, set[str]] = field(default_factory=dict)
     gen: int = 0
     writes: int = 0
     building: list[tuple[str, Any]] | None = None
@@ -176,6 +179,7 @@ class UserIndex:
         if old:
             timeline.remove(old.get("group"), old.get("ts", 0.0), memory.id, old.get("seq", 0))
             seq = old.get("seq", 0)
+            self._unkey(old.get("key"), memory.id)
         else:
             self.writes += 1
             seq = self.writes
@@ -200,6 +204,7 @@ class UserIndex:
         }
         corpus.add(memory.id, body, project_id=memory.project_id, type=memory.type, attrs=attrs, state=memory.state)
         timeline.add(group, ts, memory.id, seq)
+        self.by_key.setdefault(key, set()).add(memory.id)
         if self.hold_records:
             held_record = self.records.get(memory.id)
             record = memory.model_copy(update={"embedding": None})
@@ -223,6 +228,7 @@ class UserIndex:
         old = self.corpus.attrs(memory_id)
         if old:
             self.timeline.remove(old.get("group"), old.get("ts", 0.0), memory_id, old.get("seq", 0))
+            self._unkey(old.get("key"), memory_id)
         self.corpus.remove(memory_id)
         self.held.remove(memory_id)
         self.fallback.remove(memory_id)
@@ -241,11 +247,39 @@ class UserIndex:
             self.fallback_pending.pop(memory_id, None)
             self.records.pop(memory_id, None)
         tl = Timeline()
+        by_key: dict[str, set[str]] = {}
         for memory_id in self.corpus.ids():
             a = self.corpus.attrs(memory_id)
             assert a is not None  # an id from corpus.ids() is indexed
             tl.add(a.get("group"), a.get("ts", 0.0), memory_id, a.get("seq", 0))
+            by_key.setdefault(a["key"], set()).add(memory_id)
         self.timeline = tl
+        self.by_key = by_key
+
+    def _unkey(self, key: str | None, memory_id: str) -> None:
+        """``memory_id`` no longer under content key ``key`` (nothing when ``key`` is None)."""
+        if key is None:
+            return
+        ids = self.by_key.get(key)
+        if ids is not None:
+            ids.discard(memory_id)
+            if not ids:
+                del self.by_key[key]
+
+    def same_content(
+        self,
+        content: str,
+        project_id: str | None,
+        types: Iterable[MemoryType] | None,
+        states: Iterable[MemoryState] | None,
+    ) -> list[str]:
+        """The ids of the indexed memories whose content has the ``content_key`` of
+        ``content`` (the caller compares the texts themselves), of ``project_id`` (None: any
+        project), one of ``types`` and of ``states`` (None: any), in id order. One dict lookup
+        and a check per memory with that key, whatever the user holds."""
+        corpus = self.corpus
+        ids = self.by_key.get(content_key(content), ())
+        return sorted(i for i in ids if corpus.passes(i, project_id, types, states))
 
     def put_fallback(self, memory_id: str, key: str, vector) -> bool:
         """Hold the fallback model's vector of ``memory_id`` (a 1-D float array; ``None``: the

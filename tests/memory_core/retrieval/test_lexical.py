@@ -181,3 +181,40 @@ def test_indexing_stems_with_the_c_stemmer_and_its_stems_are_the_python_stemmers
     assert len(words) > 2000
     python, c = EnglishStemmer(), Stemmer.Stemmer("english")
     assert [w for w in sorted(words) if python.stemWord(w) != c.stemWord(w)] == []
+
+
+# ---------------------------------------------------------------------- scope tally
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_SCOPE_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "remove"]),
+        st.sampled_from(["d1", "d2", "d3", "d4", "d5"]),
+        st.sampled_from([None, "p1", "p2"]),
+        st.sampled_from(["semantic", "episodic", "procedural"]),
+        st.sampled_from(["active", "superseded"]),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ops=_SCOPE_OPS,
+    project=st.sampled_from([None, "p1", "p2", "p3"]),
+    types=st.sampled_from([None, (), ("semantic",), ("episodic", "procedural")]),
+    states=st.sampled_from([None, ("active",), ("superseded",), ("active", "superseded")]),
+)
+def test_count_is_the_number_of_matching_documents_after_any_writes(ops, project, types, states):
+    """``count`` (a tally kept by add/remove, replacing adds included) equals the size of
+    ``matching``, the pass over the documents, for every scope."""
+    corpus = BM25Corpus()
+    for op, doc, doc_project, doc_type, doc_state in ops:
+        if op == "add":
+            corpus.add(doc, f"text of {doc}", project_id=doc_project, type=doc_type, state=doc_state)
+        else:
+            corpus.remove(doc)
+    assert corpus.count(project, types, states) == len(corpus.matching(project, types, states))
+    corpus.remove_where(project, types)
+    assert corpus.count(project, types, states) == len(corpus.matching(project, types, states))

@@ -583,3 +583,87 @@ async def test_a_write_tokenizes_its_texts_on_the_pool_not_on_the_event_loop(emb
         await store.store(fact(content))
     assert on_loop == []
     assert (await search(store, "Which support group did Caroline go to?"))[0].startswith("Caroline:")
+
+
+# ---------------------------------------------------------------------- events: identity by content
+PLACES = ["museum", "beach", "library", "gym", "market", "park", "cinema", "bakery", "harbour", "zoo"]
+
+
+def events(n: int) -> list[str]:
+    """``n`` distinct conversation turns, many alike (one speaker, one shape, shared words)."""
+    return [f"Caroline: I went to the {PLACES[i % len(PLACES)]} with Mel on day {i}." for i in range(n)]
+
+
+def spy_ranking(store: CuratingStore) -> list:
+    """Record the ``types`` of every ranked search curation asks of the store below it."""
+    asked: list = []
+    original = store.inner.retrieve
+
+    async def retrieve(options, **kw):
+        asked.append(options.types)
+        return await original(options, **kw)
+
+    store.inner.retrieve = retrieve  # type: ignore[method-assign]
+    return asked
+
+
+async def test_an_identical_event_is_one_record_and_events_are_never_ranked_against_events(embed):
+    """An event is the same as another only when its text is identical: found by content
+    (``same_content``), at any position in the user's history, without ranking the user's
+    events (the ranked search of an event asks for facts only)."""
+    store = build(embed)
+    asked = spy_ranking(store)
+    texts = events(60)
+    first = await store.write([fact(t, type=MemoryType.EPISODIC) for t in texts])
+    assert [r.outcome for r in first] == [WriteOutcome.CREATED] * 60
+    again = await store.write(
+        [
+            fact(texts[3], type=MemoryType.EPISODIC),  # an early turn sent again (a retried import)
+            fact(texts[57], type=MemoryType.EPISODIC),
+            fact("Caroline: I went to the museum with Mel on day 61.", type=MemoryType.EPISODIC),
+            fact(texts[57], type=MemoryType.EPISODIC),  # twice in one batch too
+        ]
+    )
+    assert [r.outcome for r in again] == [
+        WriteOutcome.REINFORCED,
+        WriteOutcome.REINFORCED,
+        WriteOutcome.CREATED,
+        WriteOutcome.REINFORCED,
+    ]
+    assert again[0].memory.id == first[3].memory.id and again[1].memory.id == first[57].memory.id
+    assert again[3].memory.id == first[57].memory.id
+    elsewhere = await store.write([fact(texts[3], type=MemoryType.EPISODIC, project_id="trip")])
+    assert elsewhere[0].outcome == WriteOutcome.CREATED  # another project: another record
+    assert (await store.list(ListQuery(user_id="alice"))).total == 62
+    assert asked and set(asked) == {(MemoryType.SEMANTIC,)}
+
+
+async def test_an_event_still_ends_a_fact_among_many_events(embed):
+    """With the events found by content, the facts are ranked alone: a fact that an event
+    changes is judged however many events the user holds."""
+    store = build(embed)
+    await store.write([fact(t, type=MemoryType.EPISODIC) for t in events(40)])
+    (boston,) = await store.write([fact("I live in Boston.")])
+    (moved,) = await store.write([fact("I moved to San Francisco last month.", type=MemoryType.EPISODIC)])
+    assert moved.superseded == [boston.memory.id]
+
+
+async def test_without_a_content_index_an_identical_event_is_found_by_ranking(embed):
+    """A store below curation that keeps no index of contents (hybrid retrieval off:
+    ``same_content`` is None) ranks events with facts, as before: an identical event is
+    still one record."""
+    settings = MemoryStoreSettings(backend="inmemory", retrieval={"hybrid": False}, curation=CurationSettings())
+    store = make_store(settings, embed=embed, dimension=384, identity="minilm")
+    assert isinstance(store, CuratingStore)
+    assert (
+        await store.inner.same_content(
+            "alice", "x", project_id=None, types=(MemoryType.EPISODIC,), states=(MemoryState.ACTIVE,)
+        )
+        is None
+    )
+    asked = spy_ranking(store)
+    texts = events(12)
+    await store.write([fact(t, type=MemoryType.EPISODIC) for t in texts])
+    (again,) = await store.write([fact(texts[5], type=MemoryType.EPISODIC)])
+    assert again.outcome == WriteOutcome.REINFORCED
+    assert (MemoryType.EPISODIC, MemoryType.SEMANTIC) in asked

@@ -28,6 +28,7 @@ NON_WRITE_METHODS = {
     "retrieve",
     "embed_query",
     "embed_documents",
+    "same_content",
     "record_access",
     "get",
     "get_many",

@@ -13,7 +13,7 @@ from memory_core.errors import MemoryNotFound, StoreUnavailable
 from memory_core.retrieval.lexical import BM25Corpus
 from memory_core.stores import InMemoryStore, make_store
 from memory_core.stores.hybrid import HybridStore
-from memory_core.stores.user_index import UserIndex, UserIndexes
+from memory_core.stores.user_index import UserIndex, UserIndexes, content_key
 from memory_core.types import Memory, MemoryChanges, MemoryType, RetrieveOptions
 from tests.ids import tid
 from tests.memory_core.stores.test_hybrid import DIM, fake_embed, ids, opts, plain, put
@@ -307,3 +307,54 @@ def test_a_fallback_vector_is_held_only_for_the_text_it_was_made_from():
     untracked = UserIndex(BM25Corpus())  # no fallback configured: nothing is noted
     untracked.put(old, represented=False)
     assert not untracked.fallback_pending
+
+
+# ---------------------------------------------------------------------- same content
+def _text_memory(mid: str, content: str, **kw) -> Memory:
+    return Memory(id=tid(mid), user_id="u1", content=content, **kw)
+
+
+def test_same_content_follows_puts_rewrites_and_removals():
+    """``UserIndex.same_content`` finds the memories of exactly one text by its content key,
+    filtered by scope, and forgets a memory whose text changed or which was removed (one by
+    one or by scope)."""
+    ui = UserIndex(corpus=BM25Corpus())
+    ui.put(_text_memory("a", "We had pizza.", type=MemoryType.EPISODIC), True)
+    ui.put(_text_memory("b", "We had pizza.", type=MemoryType.EPISODIC, project_id="p"), True)
+    ui.put(_text_memory("c", "We had pizza.", type=MemoryType.SEMANTIC), True)
+    ui.put(_text_memory("d", "We had sushi.", type=MemoryType.EPISODIC), True)
+    episodic = (MemoryType.EPISODIC,)
+    assert ui.same_content("We had pizza.", None, episodic, None) == sorted([tid("a"), tid("b")])
+    assert ui.same_content("We had pizza.", "p", episodic, None) == [tid("b")]
+    assert ui.same_content("We had pizza.", None, None, None) == sorted([tid("a"), tid("b"), tid("c")])
+    assert ui.same_content("we had pizza.", None, None, None) == []  # exact text only
+    ui.put(_text_memory("a", "We had pasta.", type=MemoryType.EPISODIC), True)  # rewritten
+    assert ui.same_content("We had pizza.", None, episodic, None) == [tid("b")]
+    assert ui.same_content("We had pasta.", None, episodic, None) == [tid("a")]
+    ui.remove(tid("b"))
+    assert ui.same_content("We had pizza.", None, None, None) == [tid("c")]
+    ui.remove_where(None, (MemoryType.SEMANTIC,))
+    assert ui.same_content("We had pizza.", None, None, None) == []
+    assert ui.same_content("We had sushi.", None, episodic, None) == [tid("d")]
+    assert set(ui.by_key) == {content_key("We had pasta."), content_key("We had sushi.")}
+
+
+async def test_a_search_of_a_scope_the_user_has_nothing_in_embeds_and_ranks_nothing():
+    """A built index holds every memory of its user: a retrieve whose scope (types, project,
+    states) holds none of them answers [] without embedding the query or asking the store."""
+    calls: list[list[str]] = []
+
+    async def embed(texts):
+        calls.append(list(texts))
+        return await fake_embed(texts)
+
+    inner = InMemoryStore(embed=embed, dimension=DIM)
+    h = HybridStore(inner, **plain())
+    await put(h, "a", "We had pizza on the beach.", type=MemoryType.EPISODIC)
+    assert ids(await h.retrieve(opts(query="pizza", types=(MemoryType.EPISODIC,)))) == ["a"]
+    calls.clear()
+    reads = count_reads(inner)
+    assert await h.retrieve(opts(query="pizza", types=(MemoryType.SEMANTIC,))) == []
+    assert await h.retrieve(opts(query="pizza", project_id="elsewhere")) == []
+    assert calls == [] and sum(reads.values()) == 0
+    assert ids(await h.retrieve(opts(query="pizza"))) == ["a"]  # the scope that holds it still finds it
