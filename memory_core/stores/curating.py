@@ -674,7 +674,10 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         an identical text is a duplicate, any other pair of events is compatible), and can
         end a fact (semantic). So its candidates are the events with exactly its text, found
         by content (``MemoryStore.same_content``, no ranking: a bulk import of one account's
-        turns ranks nothing against its earlier turns), then the ranked facts; where the store
+        turns ranks nothing against its earlier turns; an expired copy is skipped, as the
+        ranking skips it), then the facts ranked among facts (all ``candidates`` slots are
+        theirs; their lexical scores are normalised among facts, so the facts judged are not
+        always those a ranking together with events would have let through); where the store
         keeps no content index (``same_content`` is None) events and facts are ranked
         together, as for any other memory."""
         s = self.settings
@@ -737,7 +740,8 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             if m.state == MemoryState.ACTIVE
             and (cos >= s.candidate_min_cosine or not (represented and self.inner.represents(m.content)))
         ]
-        identical = [(m, cos) for m, cos in identical if m.state == MemoryState.ACTIVE]
+        now = self._now()  # an expired copy (not yet purged) is no record to reinforce: the ranking skips it too
+        identical = [(m, cos) for m, cos in identical if m.state == MemoryState.ACTIVE and not m.expired(now)]
         return (pending + identical + stored)[: s.candidates]
 
     # ------------------------------------------------------------------ other writes

@@ -831,8 +831,13 @@ class HybridStore(StoreDecorator):
         corpus, held, timeline, gen = ui.corpus, ui.held, ui.timeline, ui.gen
         if not corpus.count(options.project_id, options.types, options.states):
             # the built index holds every memory of the user: none in this scope, nothing to
-            # rank (the query is not embedded either: a fact search of a user who holds only
-            # events, as each memory of a bulk import of events asks, costs a tally)
+            # rank (the query text is not embedded either: a fact search of a user who holds
+            # only events, as each memory of a bulk import of events asks, costs a tally).
+            # The request is still checked as a search would check it: a given vector
+            # (dimension, identity) or a query text at all (``embed_query`` raises, embeds
+            # nothing in either case)
+            if options.embedding is not None or not options.query.strip():
+                await self.inner.embed_query(options)
             return []
         # small enough to search the held vectors exactly, here, instead of the inner store
         held_search = self.cache_vectors and 0 < self.held_search_max and len(corpus) <= self.held_search_max

@@ -667,3 +667,16 @@ async def test_without_a_content_index_an_identical_event_is_found_by_ranking(em
     (again,) = await store.write([fact(texts[5], type=MemoryType.EPISODIC)])
     assert again.outcome == WriteOutcome.REINFORCED
     assert (MemoryType.EPISODIC, MemoryType.SEMANTIC) in asked
+
+
+async def test_an_identical_event_whose_copy_expired_is_a_new_record(embed):
+    """An expired copy (not yet purged) of the same event is no record to reinforce: the
+    new event is written (the ranking skipped expired memories, and so does the lookup)."""
+    store = build(embed)
+    text = "Caroline: I went to the museum with Mel today."
+    (first,) = await store.write([fact(text, type=MemoryType.EPISODIC, expires_at=utcnow() + timedelta(seconds=1))])
+    later = utcnow() + timedelta(seconds=2)
+    store._now = lambda: later  # curation's clock, past the copy's expiry
+    (again,) = await store.write([fact(text, type=MemoryType.EPISODIC)])
+    assert again.outcome == WriteOutcome.CREATED and again.memory.id != first.memory.id
+    assert again.memory.expires_at is None

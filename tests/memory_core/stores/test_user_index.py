@@ -358,3 +358,21 @@ async def test_a_search_of_a_scope_the_user_has_nothing_in_embeds_and_ranks_noth
     assert await h.retrieve(opts(query="pizza", project_id="elsewhere")) == []
     assert calls == [] and sum(reads.values()) == 0
     assert ids(await h.retrieve(opts(query="pizza"))) == ["a"]  # the scope that holds it still finds it
+
+
+async def test_a_search_of_an_empty_scope_still_refuses_a_bad_request():
+    """The tally's early answer checks the request as a search does: no query at all, a
+    vector of another dimension or of another model identity is refused, not answered []."""
+    from memory_core.errors import EmbeddingIdentityMismatch, InvalidInput
+
+    inner = InMemoryStore(embed=fake_embed, dimension=DIM, identity="model-a")
+    h = HybridStore(inner, **plain())
+    await put(h, "a", "We had pizza on the beach.", type=MemoryType.EPISODIC)
+    facts = (MemoryType.SEMANTIC,)
+    with pytest.raises(InvalidInput):
+        await h.retrieve(opts(query="  ", types=facts))
+    with pytest.raises(InvalidInput):
+        await h.retrieve(opts(embedding=[0.1] * (DIM + 1), types=facts))
+    with pytest.raises(EmbeddingIdentityMismatch):
+        await h.retrieve(opts(embedding=[0.1] * DIM, embedding_identity="model-b", types=facts))
+    assert await h.retrieve(opts(embedding=[0.1] * DIM, embedding_identity="model-a", types=facts)) == []
