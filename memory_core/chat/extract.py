@@ -177,9 +177,19 @@ noun right after the verb reads as a statement ("Share prices fell", "Play is im
 "Show jumping is my hobby"), and so do a capitalised name ("Find My iPhone found…",
 "Imagine Dragons is my favourite band") and words glued to the verb ("Write-ups",
 "Check-in")."""
+_REQUEST_ARTIFACTS = (
+    "poems?|limericks?|haikus?|stor(?:y|ies)|jokes?|songs?|lyrics|essays?|summar(?:y|ies)|lists?|recipes?|"
+    "e-?mails?|letters?|captions?|slogans?|titles?|names?|ideas?|tips|suggestions|examples?|quiz(?:zes)?|"
+    "riddles?|puns?|fun facts?|facts?|translations?|outlines?|scripts?|speech(?:es)?|toasts?|tweets?|posts?"
+)
+"""What an assistant is asked to make: after "I want/need/'d like a …" and a particle ("I need
+a limerick about a cat"), a request; "I need a new laptop" names no such thing and stays a
+statement."""
 _REQUEST_START = linear_re.compile(
     rf"^{_S}*(?i:(?:please|pls|kindly){_S}+)?"
     rf"(?:(?i:(?:i{_S}*(?:'d|would){_S}+like|i{_S}+(?:want|need)){_S}+you{_S}+to){_S}+{_W}|"
+    rf"(?i:(?:i{_S}*(?:'d|would){_S}+like|i{_S}+(?:want|need)){_S}+(?:a|an|some|[0-9]+){_S}+"
+    rf"(?:{_REQUEST_ARTIFACTS}){_S}+(?:about|for|on|of|that|to|in|with){linear_re.NOT_WORD})|"
     rf"(?i:(?:can|could|would|will){_S}+you|let'?s){_S}+{_W}|"
     rf"(?i:{_REQUEST_VERBS}){_S}+(?:{_W}|['\"‘“«])|"
     rf"(?i:{_REQUEST_VERBS_WITH_OBJECT}){_S}+(?:(?:{_REQUEST_OBJECT})(?:{linear_re.NOT_WORD}|$)|['\"‘“«]))"
@@ -200,6 +210,8 @@ _REQUEST_START_OTHER = linear_re.compile(
     r"traduci|riassumi|descrivi(?:mi)?|aiutami|disegna|calcola|elenca|"
     r"diga(?:-me)?|me diga|conte(?:-me)?|me conte|escreva|explique|me explique|d[êe]-me|me d[êe]|mostre(?:-me)?|"
     r"recomende|sugira|traduza|resuma|descreva|ajude-me|me ajude|desenhe|calcule|liste|"
+    r"me conta|conta-me|me fala|fala-me|me mostra|mostra-me|me explica|explica-me|me d[áa]|d[áa]-me|me ajuda|"
+    r"ajuda-me|me manda|me recomenda|me sugere|me escreve|escreve-me|traduz|descreve|desenha|"
     r"vertel|schrijf|leg uit|geef|laat (?:me|zien)|"
     r"расскажи(?:те)?|напиши(?:те)?|объясни(?:те)?|дай(?:те)?|покажи(?:те)?|поделись|посоветуй(?:те)?|"
     r"предложи(?:те)?|переведи(?:те)?|опиши(?:те)?|помоги(?:те)?|нарисуй|посчитай|перечисли|назови|придумай|"
@@ -255,7 +267,75 @@ _TIME_WORDS = re.compile(
     re.IGNORECASE,
 )
 MIN_STATEMENT_WORDS = 3
-"""A sentence with fewer words (and no digit) is too short to state a fact ("why?", "lol")."""
+"""A sentence with fewer words (and no digit) is too short to state a fact ("why?", "lol"),
+unless it is a two-word statement of what the speaker is (``_short_self_statement``)."""
+
+_SELF_COPULAS = frozenset(
+    {"i'm", "i’m", "im", "soy", "sou", "sono", "estoy", "estou", "suis", "bin", "я", "ben", "jestem", "sunt"}
+)
+"""First-person "I am" forms that carry their own subject (en, es, pt, it, fr after "je",
+de after "ich", ru, tr, pl, ro), lower case."""
+_PASSING_STATES = frozenset(
+    {
+        "fine",
+        "good",
+        "ok",
+        "okay",
+        "great",
+        "well",
+        "tired",
+        "hungry",
+        "thirsty",
+        "bored",
+        "busy",
+        "back",
+        "here",
+        "there",
+        "ready",
+        "done",
+        "sorry",
+        "confused",
+        "lost",
+        "sleepy",
+        "late",
+        "home",
+        "in",
+        "out",
+        "cansado",
+        "cansada",
+        "bien",
+        "aquí",
+        "aqui",
+        "listo",
+        "lista",
+        "pronto",
+        "pronta",
+        "stanco",
+        "stanca",
+        "qui",
+        "fatigué",
+        "fatiguée",
+        "prêt",
+        "prête",
+        "müde",
+        "da",
+        "fertig",
+        "устал",
+        "устала",
+        "здесь",
+        "готов",
+        "готова",
+    }
+)
+"""What "I'm …" says of a moment, not of the speaker ("I'm tired", "estoy bien"): too short."""
+
+
+def _short_self_statement(words: list[str]) -> bool:
+    """Whether a two-word sentence states what the speaker is ("I'm diabetic", "Sou
+    vegetariana", "sono celiaco", "Я вегетарианец"): a first-person copula
+    (``_SELF_COPULAS``) then a word that is not a passing state (``_PASSING_STATES``)."""
+    return len(words) == 2 and words[0].casefold() in _SELF_COPULAS and words[1].casefold() not in _PASSING_STATES
+
 
 SKIP_REASONS = ("empty", "punctuation", "question", "greeting", "refusal", "request", "too_short")
 """Every reason a sentence (and a turn that states nothing) is skipped for."""
@@ -287,7 +367,7 @@ def classify_sentence(sentence: str) -> MemoryType | str:
         return "question"
     words = re.findall(r"[\w'-]+", s)
     cjk = len(re.findall(r"[\u4e00-\u9fff\u3040-\u30ff\uac00-\ud7af]", s))
-    if len(words) + cjk // 2 < MIN_STATEMENT_WORDS and not re.search(r"\d", s):
+    if len(words) + cjk // 2 < MIN_STATEMENT_WORDS and not re.search(r"\d", s) and not _short_self_statement(words):
         return "too_short"
     if _STANDING.search(s) and (_ASSISTANT_BEHAVIOUR.search(s) or re.search(r"\b(call|name|address)\b", s, re.I)):
         return MemoryType.PROCEDURAL

@@ -526,10 +526,268 @@ GREETING_PHRASES = frozenset(
         "잘 지내요",
         "괜찮아",
         "괜찮아요",
+        # time-of-day greetings and farewells, by language (the forms people type: with and
+        # without accents, the short forms)
+        "gm",
+        "gn",
+        "good day",
+        "night",
+        "nighty night",
+        "have a nice day",
+        "have a good day",
+        "have a great day",
+        "have a good one",
+        "have a good night",
+        "ttyl",
+        "talk to you later",
+        "talk later",
+        "bye for now",
+        "gotta go",
+        "g2g",
+        "brb",
+        "buenos días",
+        "buenos dias",
+        "buen día",
+        "buen dia",
+        "buenas",
+        "buenas tardes",
+        "buenas noches",
+        "hasta luego",
+        "hasta mañana",
+        "hasta pronto",
+        "nos vemos",
+        "chao",
+        "bonsoir",
+        "bonne nuit",
+        "bonne journée",
+        "bonne soirée",
+        "à plus",
+        "a plus",
+        "à bientôt",
+        "a bientot",
+        "à demain",
+        "a demain",
+        "guten morgen",
+        "guten tag",
+        "guten abend",
+        "gute nacht",
+        "moin",
+        "servus",
+        "bis später",
+        "bis bald",
+        "bis morgen",
+        "tschau",
+        "buongiorno",
+        "buonasera",
+        "buonanotte",
+        "a dopo",
+        "a presto",
+        "arrivederci",
+        "bom dia",
+        "boa tarde",
+        "boa noite",
+        "até logo",
+        "até mais",
+        "tchau",
+        "goedemorgen",
+        "goedenavond",
+        "welterusten",
+        "doei",
+        "tot ziens",
+        "доброе утро",
+        "добрый день",
+        "добрый вечер",
+        "спокойной ночи",
+        "до свидания",
+        "до встречи",
+        "увидимся",
+        "günaydın",
+        "iyi geceler",
+        "görüşürüz",
+        "hoşça kal",
+        "مع السلامة",
+        "صباح الخير",
+        "مساء الخير",
+        "تصبح على خير",
+        "السلام عليكم",
+        "وعليكم السلام",
+        "namaste",
+        "namaskar",
+        "alvida",
+        "phir milenge",
+        "नमस्कार",
+        "शुभ रात्रि",
+        "सुप्रभात",
+        "中午好",
+        "下午好",
+        "早",
+        "回头见",
+        "明天见",
+        "一会儿见",
+        "じゃあね",
+        "じゃあまた",
+        "また明日",
+        "バイバイ",
+        "お疲れ様",
+        "お疲れ様です",
+        "좋은 아침",
+        "좋은 아침이에요",
+        "잘 자",
+        "잘 자요",
+        "또 봐요",
+        "나중에 봐",
+        # acknowledgements: spellings and slang
+        "okey",
+        "oki",
+        "okk",
+        "okey dokey",
+        "okie dokie",
+        "allright",
+        "alrighty",
+        "aight",
+        "ight",
+        "sounds gd",
+        "sgtm",
+        "bet",
+        "yea",
+        "ya",
+        "yah",
+        "yess",
+        "ofc",
+        "omg",
+        "omfg",
+        "oh my god",
+        "oh no",
+        "dac",
+        "d acc",
+        "entendu",
+        "compris",
+        "passt",
+        "passt schon",
+        "geht klar",
+        "klar",
+        "verstanden",
+        "capito",
+        "ho capito",
+        "d accordo",
+        "entendido",
+        "entendi",
+        "ок",
+        "понял",
+        "поняла",
+        "ясно",
+        "угу",
+        "ага",
+        "知道了",
+        "明白了",
+        "懂了",
+        "好吧",
+        "好嘞",
+        "分かった",
+        "分かりました",
+        "承知しました",
+        "かしこまりました",
+        "オッケー",
+        "알겠어",
+        "알겠어요",
+        "오케이",
+        "theek hai",
+        "thik hai",
+        "accha",
+        "acha",
+        "haan",
+        "nahi",
+        "تمام",
+        "ماشي",
+        "tamamdır",
+        "oké",
+        # declines: "not now" and "no, thanks" in other languages
+        "ahora no",
+        "ahora mismo no",
+        "pas maintenant",
+        "pas pour l instant",
+        "jetzt nicht",
+        "nicht jetzt",
+        "non ora",
+        "non adesso",
+        "agora não",
+        "agora nao",
+        "не сейчас",
+        "не надо",
+        "今はいい",
+        "結構です",
+        "いいです",
+        "大丈夫です",
+        # how are you, and its answers (a passing state, not a fact to keep)
+        "how are you doing today",
+        "how are you today",
+        "how s your day",
+        "how s your day been",
+        "how s your day going",
+        "how was your day",
+        "how s everything",
+        "how s life",
+        "what s going on",
+        "what s happening",
+        "hru",
+        "wbu",
+        "hbu",
+        "you",
+        "what about you",
+        "how about you",
+        "i m fine",
+        "im fine",
+        "fine thanks",
+        "i m ok",
+        "i m okay",
+        "i m good you",
+        "doing well",
+        "doing good",
+        "not bad",
+        "pretty good",
+        "thanks for asking",
+        "cómo estás",
+        "como estas",
+        "cómo va",
+        "como va",
+        "bien",
+        "muy bien",
+        "estoy bien",
+        "comment ça va",
+        "comment ca va",
+        "comment vas tu",
+        "très bien",
+        "je vais bien",
+        "wie gehts",
+        "wie geht s dir",
+        "mir geht s gut",
+        "come va",
+        "tutto bene",
+        "sto bene",
+        "bene",
+        "como vai",
+        "como você está",
+        "tudo certo",
+        "estou bem",
+        "как ты",
+        "как жизнь",
+        "нормально",
+        "你最近好吗",
+        "最近好吗",
+        "我很好",
+        "还不错",
+        "お元気ですか",
+        "元気です",
+        "잘 지냈어요",
+        "어떻게 지내요",
+        "kaise ho",
+        "kya haal hai",
+        "كيف حالك",
+        "hoe gaat het",
     }
 )
 """Short greetings/acknowledgements (normalized: lower case, punctuation removed)."""
-GREETING_MAX_WORDS = 4
+GREETING_MAX_WORDS = 6
 _GREETING_MAX_PHRASE_WORDS = max(len(p.split()) for p in GREETING_PHRASES)
 _GREETING_MAX_PHRASE_CHARS = max(len(p) for p in GREETING_PHRASES)
 
@@ -551,6 +809,36 @@ def _normalize_greeting(text: str) -> str:
     return " ".join("".join(out).split())
 
 
+_LAUGH_PAIRS = frozenset(
+    frozenset(pair)
+    for pair in ("ha", "he", "hi", "ja", "je", "ji", "ха", "хе", "хи", "ㅋㅎ", "ㅋ", "ㅎ", "哈", "呵", "嘿", "嘻")
+)
+_LAUGH_WORDS = frozenset({"lol", "lmao", "lmfao", "rofl", "mdr", "xd", "kek", "www", "kkk", "555", "草"})
+
+
+def _collapse_runs(token: str) -> str:
+    """``token`` with every run of one character kept once ("lmaooo" → "lmao")."""
+    return "".join(ch for i, ch in enumerate(token) if i == 0 or token[i - 1] != ch)
+
+
+def is_laugh(token: str) -> bool:
+    """Whether one normalised word is laughter as people type it: alternations of a laugh's
+    two letters in any order and length ("haha", "ahahah", "hehe", "jajaja", "хаха", "ахах"),
+    a run of one laugh character ("ㅋㅋㅋ", "哈哈哈", "呵呵"), or a laugh word with its letters
+    drawn out ("lol", "loool", "lmaooo", "mdrrr", "xDDD", "kkkk", "ｗｗｗ", "5555", "草").
+    Linear in the word."""
+    if len(token) >= 2 and frozenset(token) in _LAUGH_PAIRS:  # before NFKC: it recodes "ㅋ"
+        return True
+    token = unicodedata.normalize("NFKC", token)  # full-width "ｗｗｗ" → "www"
+    if len(token) >= 2 and frozenset(token) in _LAUGH_PAIRS:
+        return True
+    collapsed = _collapse_runs(token)
+    if collapsed in _LAUGH_WORDS:
+        return True
+    # drawn-out forms of the three-letter runs: "kkkk", "wwww", "55555"
+    return len(collapsed) == 1 and collapsed * 3 in _LAUGH_WORDS and len(token) >= 3
+
+
 def _greeting_token(token: str) -> bool:
     """A single space-free token made of greeting phrases glued together (CJK: "你好谢谢")."""
     n = len(token)
@@ -565,14 +853,16 @@ def _greeting_token(token: str) -> bool:
 
 def is_punctuation_only(text: str) -> bool:
     """Whether ``text`` holds punctuation and nothing else that is visible ("???", "...",
-    "!?", "。。。", "¿?"): every character is punctuation (Unicode category ``P*``), a
-    separator or whitespace, a control or format character, and at least one is punctuation.
-    Such a message asks nothing memory could answer and states nothing. Emoji are symbols, not
-    punctuation: "👍" is an acknowledgement (``is_greeting``)."""
+    "!?", "。。。", "¿?", "~", "^^"): every character is punctuation (Unicode category
+    ``P*``), a math or modifier symbol typed like punctuation (``Sm``: "~", "+", "=";
+    ``Sk``: "^", "`"), a separator or whitespace, a control or format character, and at
+    least one is of the first two kinds. Such a message asks nothing memory could answer and
+    states nothing. Emoji are other symbols (``So``), not punctuation: "👍" is an
+    acknowledgement (``is_greeting``)."""
     seen = False
     for ch in text:
         cat = unicodedata.category(ch)
-        if cat[0] == "P":
+        if cat[0] == "P" or cat in ("Sm", "Sk"):
             seen = True
         elif not (cat[0] == "Z" or cat in ("Cc", "Cf") or ch.isspace()):
             return False
@@ -603,7 +893,7 @@ def is_greeting(text: str) -> bool:
         for j in range(i + 1, min(n, i + _GREETING_MAX_PHRASE_WORDS) + 1):
             if " ".join(words[i:j]) in GREETING_PHRASES:
                 ok[j] = True
-        if not words[i].isascii() and _greeting_token(words[i]):
+        if is_laugh(words[i]) or (not words[i].isascii() and _greeting_token(words[i])):
             ok[i + 1] = True
     return ok[n]
 

@@ -275,7 +275,8 @@ _S = linear_re.SPACE
 _LEAD_IN_WORDS = (
     # en
     "remember|note|please note|keep in mind|don'?t forget|do not forget|fyi|for the record|just so you know|"
-    "heads up|btw|by the way|for your information|"
+    "heads up|btw|by the way|for your information|bear in mind|just so you're aware|for your reference|"
+    "let'?s (?:just )?say|"
     # es, fr, de, it, pt, nl
     "recuerda|recuerde|ten en cuenta|tenga en cuenta|para que (?:lo )?sepas|para tu informaci[óo]n|por cierto|"
     "rappelle-toi|souviens-toi|retiens|note bien|pour info|pour information|pour ton information|au fait|"
@@ -289,7 +290,10 @@ _LEAD_IN_WORDS = (
     # ru, pl, tr
     "запомни|запомните|имей в виду|имейте в виду|к сведению|для справки|кстати|на заметку|не забудь|"
     "zapami[ęe]taj|pami[ęe]taj|miej na uwadze|dla informacji|do wiadomo[śs]ci|przy okazji|nie zapomnij|"
-    "unutma|hat[ıi]rla|bilgin olsun|ak[ıi]nda olsun"
+    "unutma|hat[ıi]rla|bilgin olsun|ak[ıi]nda olsun|"
+    # hi (Devanagari and Latin), ar
+    "याद रखना|याद रखें|याद रखिए|याद रखो|ध्यान रखें|ध्यान रखना|ध्यान दें|वैसे|yaad rakhna|yaad rakho|"
+    "تذكر|تذكّر|للعلم|بالمناسبة|لا تنس|لا تنسى"
 )
 """Lead-ins in scripts that separate words: followed by a separator or a space."""
 _LEAD_IN_CJK = (
@@ -300,9 +304,9 @@ _LEAD_IN_CJK = (
 )
 """Lead-ins in Chinese, Japanese and Korean: the separator may be nothing ("请记住我对花生过敏")."""
 _LEAD_IN_CONNECTOR = "that|this|que|qu'|che|dass|что|że|ki"
-_LEAD_IN_SEPARATOR = rf"(?:{_S}*[:,\-：，、]{_S}*|{_S}+)"
+_LEAD_IN_SEPARATOR = rf"(?:{_S}*[:,\-：，、،]{_S}*|{_S}+)"
 _LEAD_IN = linear_re.compile(
-    rf"^{_S}*(?:(?:please{_S}+)?(?:{_LEAD_IN_WORDS})(?:{_S}+(?:{_LEAD_IN_CONNECTOR}))?{_LEAD_IN_SEPARATOR}"
+    rf"^{_S}*(?:(?:(?:please|just){_S}+)?(?:{_LEAD_IN_WORDS})(?:{_S}+(?:{_LEAD_IN_CONNECTOR}))?{_LEAD_IN_SEPARATOR}"
     rf"|(?:{_LEAD_IN_CJK})(?:{_S}*[:,\-：，、]?{_S}*))+",
     linear_re.IGNORECASE,
 )

@@ -321,7 +321,7 @@ def test_skip_greeting(text):
         "ok so what did I say about tea",
         "good morning, remind me of my plans",
         "你好，我的储物柜密码是多少？",
-        "hi hi hi hi hi",
+        "hi hi hi hi hi hi hi",  # more words than GREETING_MAX_WORDS
         "history",
         "okay then explain monads",
         "thanksgiving plans?",
