@@ -275,7 +275,16 @@ def test_a_two_word_statement_of_what_the_speaker_is_is_kept(text):
     assert stored(text) == [text]
 
 
-@pytest.mark.parametrize("text", ["I'm tired.", "Estoy cansado.", "I'm back!", "Sono pronta."])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I'm tired.",
+        "Estoy cansado.",
+        "I'm back!",
+        "Sono pronta.",
+        "I'm excited!",
+    ],
+)
 def test_a_two_word_passing_state_is_not_kept(text):
     assert stored(text) == []
 
