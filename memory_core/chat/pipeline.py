@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -85,6 +85,11 @@ class PreparedChat:
         )
 
 
+EmbedStored = Callable[[list[str]], Awaitable[tuple[list[list[float]], str]]]
+"""n stored texts → (n vectors, the model identity that made them), as background work (the
+ingress: the Embedder's ``embed(..., background=True)``)."""
+
+
 class MemoryPipeline:
     """Memory for chat requests. ``store`` is any ``Store`` (the store pool client in the
     service, a plain store in tests): it embeds the query text and the memories it is given
@@ -93,6 +98,9 @@ class MemoryPipeline:
     extractor when ``memory.extraction.llm.enabled``. ``admit_write(user_id, n)`` (the
     per-user write rate limit, counting the turn's ``n`` memories) is asked before a turn's
     memories are written: ``False`` skips the write, counted as ``memory_extraction{outcome="skipped_rate_limited"}``.
+    ``embed_stored`` (``EmbedStored``), when given, embeds a turn's memories before they are
+    written, as background work (the service: the Embedder queues them behind the callers who
+    wait); the store checks the identity it answers with as for any given vector.
 
     The pure-CPU steps on the request's text (the reflection gate and injection, the turn's
     extraction) run on ``cpu`` (a ``CpuPool``, by default one of the pipeline's own), never
@@ -108,8 +116,10 @@ class MemoryPipeline:
         complete: Complete | None = None,
         admit_write: Callable[[str, int], bool] | None = None,
         cpu: CpuPool | None = None,
+        embed_stored: EmbedStored | None = None,
     ):
         self.config = config
+        self._embed_stored = embed_stored
         self._cpu = cpu if cpu is not None else CpuPool(name="chat")
         self._store = store
         self._admit_write = admit_write
@@ -275,6 +285,7 @@ class MemoryPipeline:
         if self._admit_write is not None and not self._admit_write(prepared.user_id, len(memories)):
             self.metrics.count("memory_extraction", {"outcome": "skipped_rate_limited", "decision": decision})
             return []
+        memories = await self._with_vectors(memories)
         try:
             results = await traced(
                 "store",
@@ -290,6 +301,25 @@ class MemoryPipeline:
             self.metrics.count("memory_writes", {"outcome": r.outcome.value, "decision": decision})
         self.metrics.count("memory_auto_stored_total", {"decision": decision})
         return results
+
+    async def _with_vectors(self, memories: list[Memory]) -> list[Memory]:
+        """``memories`` with their vectors from ``embed_stored`` (as background work: no caller
+        waits for a turn's memories) when one was given; unchanged without it or when it
+        fails (the store then embeds them itself, as a caller's write)."""
+        if self._embed_stored is None:
+            return memories
+        try:
+            vectors, identity = await self._embed_stored([m.content for m in memories])
+        except Exception as e:
+            log.warning("background embedding of a turn's memories failed, the store embeds them: %r", e)
+            return memories
+        if len(vectors) != len(memories):
+            log.warning("background embedding answered %d vectors for %d memories: unused", len(vectors), len(memories))
+            return memories
+        return [
+            m.model_copy(update={"embedding": v, "embedding_identity": identity})
+            for m, v in zip(memories, vectors, strict=True)
+        ]
 
     def _turn_memories(self, prepared: PreparedChat, kept: list[ExtractedMemory], via: str) -> list[Memory]:
         """The memories a turn leaves (``kept``: its statements, then its window), owned by the

@@ -89,6 +89,32 @@ async def test_token_budget_splits_batches(serve_embedder):
     assert stats["batch_sizes"] == [1] * 6
 
 
+async def test_a_caller_is_not_queued_behind_background_texts(serve_embedder):
+    """Background texts (``background=True``: a chat turn's memories) queue apart, and each of
+    their batches waits for the callers of the moment: a caller's text sent after 96
+    background ones comes back before most of them (in one FIFO queue it would come last)."""
+    deploy, _ = serve_embedder
+    handle = deploy({"max_batch_size": 8, "batch_wait_timeout_s": 0.01})
+    order: list[str] = []
+
+    async def one(text: str, background: bool) -> None:
+        await handle.embed.remote([text], background=background)
+        order.append("caller" if not background else "background")
+
+    # long texts (~200 tokens): each batch of 8 takes a while, so most are still queued below
+    background = [
+        asyncio.ensure_future(one(f"stored turn {i} about the garden " + "and the roses " * 60, True))
+        for i in range(96)
+    ]
+    await asyncio.sleep(0.3)  # the background texts are queued in the replica (and some batches run)
+    await one("a caller's own memory about the bike", False)
+    await asyncio.gather(*background)
+    assert len(order) == 97
+    assert order.index("caller") < 48, order.index("caller")
+    stats = await handle.stats.remote(reset=True)
+    assert sum(stats["batch_sizes"]) >= 97 and max(stats["batch_sizes"]) <= 8
+
+
 async def test_e5_embedder_batches_searches_and_stored_texts_in_their_roles(serve_http_port):
     """Concurrent single-text calls of both roles share the Serve batch queue; each text comes
     back embedded with its own prefix (e5: "query: " / "passage: ")."""

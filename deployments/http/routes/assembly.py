@@ -95,6 +95,7 @@ class MemoryIngress(ChatRoutes, MemoryRoutes, AdminRoutes, ServiceRoutes, McpRou
             metrics=self.metrics,
             complete=complete,
             admit_write=self._admit_chat_write,
+            embed_stored=self._embed_in_background,
         )
         self.events = open_feed(config)  # the lifecycle event feed (deployments/http/event_feed.py)
         self.webhooks = webhooks  # the WebhookDispatcher (deployed when webhooks are configured)

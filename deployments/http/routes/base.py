@@ -177,3 +177,10 @@ class IngressBase:
         """The Embedder's answer for ``texts``; a Ray failure (the replica restarting) raises
         ``EmbeddingUnavailable`` (503), an error of the Embedder's own keeps its status."""
         return await embed_through(self.embedder, texts)
+
+    async def _embed_in_background(self, texts: list[str]) -> tuple[list[list[float]], str]:
+        """Chat's auto-store (``MemoryPipeline(embed_stored=...)``): ``texts`` embedded as
+        background work (``Embedder.embed(..., background=True)``: after the callers who
+        wait), with the model identity the Embedder answered with."""
+        result = await embed_through(self.embedder, texts, background=True)
+        return result.embeddings, result.identity

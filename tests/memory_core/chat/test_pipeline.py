@@ -218,3 +218,54 @@ async def test_extraction_runs_off_the_event_loop(store, monkeypatch):
     results = await remembering
     assert released == [True]
     assert [r.memory.content for r in results] == ["My locker code is 4817."]
+
+
+# ---------------------------------------------------------------------- embedded as background work
+async def test_a_turns_memories_are_embedded_by_embed_stored_and_the_store_embeds_none():
+    """With ``embed_stored`` (the service: the Embedder's background queue) the turn's
+    memories reach the store with their vectors and the identity that made them: the
+    store's own embedder is not called for them."""
+    from memory_core.testing.fake_embed import fake_vector
+
+    store_embed = CountingEmbed()
+    store = InMemoryStore(embed=store_embed, dimension=DIM, identity="model-a")
+    asked: list[list[str]] = []
+
+    async def embed_stored(texts):
+        asked.append(list(texts))
+        return [fake_vector(t, DIM) for t in texts], "model-a"
+
+    p = MemoryPipeline(load_config(CONFIG), store=store, metrics=Recorder(), now=lambda: NOW, embed_stored=embed_stored)
+    prepared = await p.prepare(body("My gym locker is number 12."), ctx())
+    (result,) = await p.remember(prepared, {"choices": [{"message": {"content": "Noted."}}]})
+    assert asked == [["My gym locker is number 12."]]
+    assert store_embed.calls == 1  # the search of prepare only, none for the write
+    stored = await store.get(result.memory.id, "alice")
+    assert stored.embedding is not None
+
+
+async def test_when_embed_stored_fails_or_answers_another_model_the_turn_is_still_handled():
+    """A failing ``embed_stored`` leaves the vectors to the store (the turn is stored); one
+    that answers with another model's identity is refused by the store, as any given vector
+    of another model is (counted as a store error, never raised)."""
+    store_embed = CountingEmbed()
+    store = InMemoryStore(embed=store_embed, dimension=DIM, identity="model-a")
+
+    async def broken(texts):
+        raise RuntimeError("embedder restarting")
+
+    p = MemoryPipeline(load_config(CONFIG), store=store, metrics=Recorder(), now=lambda: NOW, embed_stored=broken)
+    prepared = await p.prepare(body("My gym locker is number 12."), ctx())
+    (result,) = await p.remember(prepared, {"choices": [{"message": {"content": "Noted."}}]})
+    assert result.memory.content == "My gym locker is number 12." and store_embed.calls == 2
+
+    from memory_core.testing.fake_embed import fake_vector
+
+    async def other_model(texts):
+        return [fake_vector(t, DIM) for t in texts], "model-b"
+
+    metrics = Recorder()
+    p = MemoryPipeline(load_config(CONFIG), store=store, metrics=metrics, now=lambda: NOW, embed_stored=other_model)
+    prepared = await p.prepare(body("My bike is a red Brompton."), ctx())
+    assert await p.remember(prepared, {"choices": [{"message": {"content": "Noted."}}]}) == []
+    assert ("memory_store_errors", {"decision": "default"}) in metrics.counts
