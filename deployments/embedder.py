@@ -344,9 +344,10 @@ class Embedder:
     )
     async def _embed_background_one(self, items: list[_Item]) -> list[tuple[list[float], bool, int]]:
         """``_embed_one`` for background texts: its own queue, each batch after the
-        caller-awaited work of the moment (``_after_awaited``)."""
+        caller-awaited work of the moment (``_after_awaited``). Their queue time is not
+        observed: ``llm_memory_embedder_queue_seconds`` is the callers' wait."""
         await self._after_awaited()
-        return await self._encode_items(items)
+        return await self._encode_items(items, observe_queue=False)
 
     async def _after_awaited(self) -> None:
         """Return when no caller-awaited embed call is queued or running in this replica, or
@@ -355,11 +356,14 @@ class Embedder:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._awaited_idle.wait(), BACKGROUND_MAX_WAIT_S)
 
-    async def _encode_items(self, items: list[_Item]) -> list[tuple[list[float], bool, int]]:
-        """One batch of queued items: one encoder call per role, results in item order."""
+    async def _encode_items(
+        self, items: list[_Item], observe_queue: bool = True
+    ) -> list[tuple[list[float], bool, int]]:
+        """One batch of queued items: one encoder call per role, results in item order;
+        ``observe_queue``: their queue time goes to ``llm_memory_embedder_queue_seconds``."""
         now = time.monotonic()
         self._metrics.observe("llm_memory_embedder_batch_size", float(len(items)))
-        for it in items:
+        for it in items if observe_queue else ():
             self._metrics.observe("llm_memory_embedder_queue_seconds", max(0.0, now - it.enqueued))
         # one encoder call per role: search and stored texts embed differently (e5's prefixes)
         out: list[tuple[list[float], bool, int] | None] = [None] * len(items)
@@ -416,7 +420,8 @@ class Embedder:
             if background:
                 await self._after_awaited()
             self._metrics.observe("llm_memory_embedder_batch_size", float(len(texts)))
-            self._metrics.observe("llm_memory_embedder_queue_seconds", 0.0)
+            if not background:
+                self._metrics.observe("llm_memory_embedder_queue_seconds", 0.0)
             results = await self.encode_batch_async(list(texts), counts, query)
             return self._response(results)
         enqueued = time.monotonic()

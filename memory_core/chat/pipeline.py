@@ -21,7 +21,8 @@ from typing import Any, Protocol
 from ..config import RouterConfig
 from ..cpu_pool import CpuPool
 from ..curation.llm import Complete, LLMUnusable
-from ..sanitize import RequestContext, new_memory_id
+from ..errors import InvalidInput
+from ..sanitize import RequestContext, clean_content, new_memory_id
 from ..stores.base import Store
 from ..tracing import span, traced
 from ..types import WINDOW_CREATED_VIA, Memory, RetrieveOptions, ScoredMemory, WriteResult, utcnow
@@ -309,7 +310,13 @@ class MemoryPipeline:
         if self._embed_stored is None:
             return memories
         try:
-            vectors, identity = await self._embed_stored([m.content for m in memories])
+            # the text the store will keep (``MemoryStore._normalise`` cleans it the same way),
+            # so the vector is that text's
+            texts = [clean_content(m.content) for m in memories]
+        except InvalidInput:
+            return memories  # the store refuses or cleans it: it embeds what it keeps
+        try:
+            vectors, identity = await self._embed_stored(texts)
         except Exception as e:
             log.warning("background embedding of a turn's memories failed, the store embeds them: %r", e)
             return memories
@@ -317,8 +324,8 @@ class MemoryPipeline:
             log.warning("background embedding answered %d vectors for %d memories: unused", len(vectors), len(memories))
             return memories
         return [
-            m.model_copy(update={"embedding": v, "embedding_identity": identity})
-            for m, v in zip(memories, vectors, strict=True)
+            m.model_copy(update={"content": text, "embedding": v, "embedding_identity": identity})
+            for m, text, v in zip(memories, texts, vectors, strict=True)
         ]
 
     def _turn_memories(self, prepared: PreparedChat, kept: list[ExtractedMemory], via: str) -> list[Memory]:

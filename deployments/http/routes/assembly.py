@@ -95,7 +95,9 @@ class MemoryIngress(ChatRoutes, MemoryRoutes, AdminRoutes, ServiceRoutes, McpRou
             metrics=self.metrics,
             complete=complete,
             admit_write=self._admit_chat_write,
-            embed_stored=self._embed_in_background,
+            # a remote provider gets a turn's text only after the store's redaction (the
+            # shard embeds it then); the local Embedder is part of this service
+            embed_stored=self._embed_in_background if self.config.memory.embedding.remote is None else None,
         )
         self.events = open_feed(config)  # the lifecycle event feed (deployments/http/event_feed.py)
         self.webhooks = webhooks  # the WebhookDispatcher (deployed when webhooks are configured)

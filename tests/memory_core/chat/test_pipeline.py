@@ -8,6 +8,7 @@ import asyncio
 import threading
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import pytest
 
 from memory_core.chat import pipeline as pipeline_module
@@ -236,12 +237,14 @@ async def test_a_turns_memories_are_embedded_by_embed_stored_and_the_store_embed
         return [fake_vector(t, DIM) for t in texts], "model-a"
 
     p = MemoryPipeline(load_config(CONFIG), store=store, metrics=Recorder(), now=lambda: NOW, embed_stored=embed_stored)
-    prepared = await p.prepare(body("My gym locker is number 12."), ctx())
+    prepared = await p.prepare(body("My gym locker is number\x07 12."), ctx())
     (result,) = await p.remember(prepared, {"choices": [{"message": {"content": "Noted."}}]})
+    # the text the store keeps (control characters out) is the text embedded
     assert asked == [["My gym locker is number 12."]]
     assert store_embed.calls == 1  # the search of prepare only, none for the write
     stored = await store.get(result.memory.id, "alice")
-    assert stored.embedding is not None
+    assert stored.content == "My gym locker is number 12."
+    assert np.allclose(stored.embedding, fake_vector("My gym locker is number 12.", DIM), atol=1e-6)
 
 
 async def test_when_embed_stored_fails_or_answers_another_model_the_turn_is_still_handled():
