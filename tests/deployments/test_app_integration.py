@@ -251,6 +251,42 @@ def test_search_queries_are_embedded_in_the_store_shard_with_the_same_model(base
     assert hit["similarity"] == pytest.approx(sum(a * b for a, b in zip(q, d, strict=True)), abs=1e-4)
 
 
+def _write_lane_taken() -> int:
+    """Writes the store shard's write lane embedded so far (``StoreShard.write_lane_stats``)."""
+    import ray
+    from ray import serve
+
+    (shard,) = serve.get_deployment_handle("StorePool", app_name="memory-it").shard_handles.remote().result()
+    stats = ray.get(shard.write_lane_stats.remote(), timeout=30)
+    assert stats is not None  # pool.in_shard_write_texts is on by default with in_shard
+    return stats["taken"]
+
+
+def test_a_callers_small_write_is_embedded_by_the_shard_and_a_large_one_by_the_embedder(base_url):
+    alice = user()
+    h = {"x-authz-user-id": alice}
+    notes = ["The boiler service is booked for March", "My bike lock code is 2291"]
+    before, taken = _embedder_texts_when_quiet(), _write_lane_taken()
+    created = httpx.post(f"{base_url}/v1/memory", json={"memories": [{"content": c} for c in notes]}, headers=h)
+    assert created.status_code == 201, created.text
+    assert _embedder_texts_when_quiet() == before  # the caller never waited for the Embedder
+    assert _write_lane_taken() == taken + 1
+    # the lane's vectors are the model's: a search's cosine equals the Embedder's vectors' dot
+    found = httpx.post(f"{base_url}/v1/memory/search", json={"query": "when is the boiler service?"}, headers=h)
+    hit = found.json()["memories"][0]
+    assert hit["content"] == notes[0]
+    vectors = httpx.post(f"{base_url}/v1/embeddings", json={"input": ["when is the boiler service?", notes[0]]}).json()
+    q, d = (item["embedding"] for item in vectors["data"])
+    assert hit["similarity"] == pytest.approx(sum(a * b for a, b in zip(q, d, strict=True)), abs=1e-4)
+    # more memories than pool.in_shard_write_texts (8): the Embedder embeds them, the lane not
+    many = [f"Shelf {i} of the garage holds box {i * 7}" for i in range(12)]
+    before, taken = _embedder_texts_when_quiet(), _write_lane_taken()
+    created = httpx.post(f"{base_url}/v1/memory", json={"memories": [{"content": c} for c in many]}, headers=h)
+    assert created.status_code == 201, created.text
+    assert _embedder_texts_when_quiet() >= before + len(many)
+    assert _write_lane_taken() == taken
+
+
 def test_caller_identity_is_strict(base_url):
     alice = user()
     httpx.post(

@@ -121,6 +121,33 @@ def test_every_thread_and_every_later_thread_takes_the_priority_and_never_goes_b
 
 
 @linux_threads
+def test_a_nice_pool_lowers_only_its_own_threads_and_never_raises_one():
+    """``CpuPool(nice=...)`` (the store shard's write lane): its worker runs at that level,
+    the rest of the process keeps its own; ``lower_this_thread`` never raises a thread back."""
+    start = _start_level()
+    out = _child(
+        """
+        import asyncio, json
+        from memory_core.cpu_pool import CpuPool, lower_this_thread
+        pool = CpuPool(1, name="lane", nice=19)
+        async def main():
+            return await pool.run(lambda: state(0))
+        worker = asyncio.run(main())
+        main_thread = state(0)
+        def lower_then_ask_higher():
+            first = lower_this_thread(18)
+            return [first, lower_this_thread(5), state(0)[0]]
+        steps = asyncio.run(CpuPool(1, name="other").run(lower_then_ask_higher))
+        print(json.dumps(dict(worker=worker, main_thread=main_thread, steps=steps, levels=levels())))
+        """
+    )
+    assert out["worker"] == [NICE_MAX, "other"]
+    assert out["main_thread"] == [start, "other"]
+    assert out["steps"] == [18, 18, 18]  # asked for 5 after 18: stays at 18
+    assert [start, "other"] in out["levels"] and [NICE_MAX, "other"] in out["levels"]
+
+
+@linux_threads
 def test_the_embedder_applies_user_config_cpu_priority_to_its_replica_and_keeps_it():
     """``Embedder.reconfigure`` (what Serve calls with ``user_config``): the replica's threads
     at the priority, its encode threads too; a higher one later leaves them there (a warning)."""

@@ -178,6 +178,20 @@ class IngressBase:
         ``EmbeddingUnavailable`` (503), an error of the Embedder's own keeps its status."""
         return await embed_through(self.embedder, texts)
 
+    async def _embed_write(self, user_id: str, texts: list[str]) -> tuple[list[list[float]], str]:
+        """A caller's write's ``texts`` as (n vectors, the model identity digest): by the
+        user's store shard's write lane when the write is small enough
+        (``pool.in_shard_write_texts``, with ``pool.query_embedding: in_shard``) and the lane
+        takes it, else by the Embedder (``_embed``). Raises what either raises (503 while the
+        shard or the Embedder is unavailable)."""
+        pool = self.config.memory.pool
+        if pool.query_embedding == "in_shard" and 0 < len(texts) <= pool.in_shard_write_texts:
+            got = await self.store.embed_write(user_id, texts)
+            if got is not None:
+                return got
+        batch = await self._embed(texts)
+        return batch.embeddings, batch.identity
+
     async def _embed_in_background(self, texts: list[str]) -> tuple[list[list[float]], str]:
         """Chat's auto-store (``MemoryPipeline(embed_stored=...)``): ``texts`` embedded as
         background work (``Embedder.embed(..., background=True)``: after the callers who

@@ -42,7 +42,8 @@ class MemoryRoutes(IngressBase):
     ) -> JSONResponse:
         """Write up to ``global.limits.memories_per_request`` memories (413 beyond) for the
         caller (``user_id``: another user's, admin only), each counted against the write limit
-        up front; embedded in one batch, then validated as a whole and curated one by one.
+        up front; embedded in one batch (a small write by the user's store shard, see
+        ``_embed_write``), then validated as a whole and curated one by one.
         201 with each memory, its ``types.WriteOutcome`` and the ids it superseded."""
         principal = self._caller(request)
         most = self.limits.memories_per_request
@@ -54,7 +55,7 @@ class MemoryRoutes(IngressBase):
         user_id = self._write_as(request, principal, owner, len(body.memories))
         contents = [m.content for m in body.memories]  # cleaned and checked by the body model
         started = time.perf_counter()
-        batch = await self._embed(contents)
+        vectors, identity = await self._embed_write(user_id, contents)
         embedded = time.perf_counter()
         memories = [
             Memory(
@@ -70,9 +71,9 @@ class MemoryRoutes(IngressBase):
                 created_via="api",
                 created_by_user_id=principal.user_id,
                 embedding=vector,
-                embedding_identity=batch.identity,
+                embedding_identity=identity,
             )
-            for m, content, vector in zip(body.memories, contents, batch.embeddings, strict=True)
+            for m, content, vector in zip(body.memories, contents, vectors, strict=True)
         ]
         # validated as a whole first (nothing is written when one is refused), then each
         # curated: a fact already held reinforces its record, a new value supersedes
