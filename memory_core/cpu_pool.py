@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
@@ -116,7 +117,8 @@ def lower_this_thread(nice: int) -> int | None:
         if wanted != current:
             os.setpriority(os.PRIO_PROCESS, tid, wanted)
         return os.getpriority(os.PRIO_PROCESS, tid)
-    except (AttributeError, OSError):
+    except (AttributeError, OSError) as e:
+        logging.getLogger(__name__).warning("this thread's CPU priority cannot be lowered (%r): it runs as it is", e)
         return None
 
 

@@ -65,8 +65,8 @@ class CoalescingEmbedFn:
     run in a worker thread, one ``encode`` at a time. Used in-process: the CLI migration, and a
     store shard's query embedding with ``pool.query_embedding: in_shard`` (``wait_s=0``); the
     service otherwise embeds through the Embedder deployment. Errors of ``encode`` propagate
-    to every caller of that batch. ``query=True``: the texts are searches (e5's ``"query: "``
-    prefix), else stored text."""
+    to every caller of that batch; a call cancelled while it waits is dropped before its pass.
+    ``query=True``: the texts are searches (e5's ``"query: "`` prefix), else stored text."""
 
     def __init__(
         self, encoder: Encoder, *, max_batch: int = DEFAULT_MAX_BATCH_SIZE, wait_s: float = 0.002, query: bool = False
@@ -91,6 +91,10 @@ class CoalescingEmbedFn:
                 size += len(self._pending[take][0])
                 take += 1
             calls, self._pending = self._pending[:take], self._pending[take:]
+            # a caller who went away (its future cancelled) while queued: its texts are not embedded
+            calls = [(call, fut) for call, fut in calls if not fut.done()]
+            if not calls:
+                continue
             texts = [t for call, _ in calls for t in call]
             try:
                 vectors = await self._encode(texts)
@@ -158,7 +162,9 @@ class WriteLane:
     stored text; one forward pass at a time in a worker thread, never on the event loop, and
     apart from the searches' queries, which have their own). ``max_texts``: most texts of one
     call the lane takes (≥ 1); ``max_pending``: most texts in the lane at once, queued or
-    being embedded (≥ ``max_texts``). ``try_embed`` answers ``None`` (not taken: the caller
+    being embedded (≥ ``max_texts``; a call cancelled while queued leaves at once and, over a
+    ``CoalescingEmbedFn``, is not embedded; one cancelled while its pass runs leaves when the
+    caller goes, that one pass still running). ``try_embed`` answers ``None`` (not taken: the caller
     goes to the Embedder) for an empty call, one above ``max_texts``, or one that would put
     the lane above ``max_pending``: a burst of writes never queues without bound in front of
     a shard's other work. Errors of ``embed`` propagate. Raises ``ValueError`` for bounds out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -38,8 +39,10 @@ class OnnxEncoder:
     a difference above ``ONNX_MAX_ABS_DIFF`` refuses the copy. The identity of the vectors is
     therefore the ``LocalEncoder``'s (``compute_identity`` of its files), checked numerically.
 
-    ``encode`` (synchronous, thread-safe only one call at a time: the tokenizer keeps
-    per-call state) returns an ``EncodeResult`` like ``LocalEncoder.encode``.
+    ``encode`` (synchronous) returns an ``EncodeResult`` like ``LocalEncoder.encode``; calls
+    from several threads at once are safe (a store shard's queries and its write lane): the
+    tokenizer, whose settings a call may change, runs one call at a time under a lock, and
+    ONNX Runtime's ``InferenceSession.run`` may be called concurrently.
     Raises ``ConfigError`` when the export, loading or the probe comparison fails.
     """
 
@@ -58,6 +61,10 @@ class OnnxEncoder:
     ):
         self.session = session
         self.tokenizer = tokenizer
+        # the session runs calls from several threads at once (a shard's queries and its write
+        # lane); the tokenizer's Rust backend may be reconfigured by a call (truncation,
+        # padding): one tokenization at a time
+        self._tokenize_lock = threading.Lock()
         self._counter = counter  # tokenizers.Tokenizer without truncation, for token counts
         self.max_batch_size = max_batch_size
         self.max_batch_tokens = max_batch_tokens
@@ -164,13 +171,14 @@ class OnnxEncoder:
         vectors = np.empty((len(texts), self.dimension), dtype=np.float32)
         effective = [min(c, self.max_seq_length) for c in counts]
         for group in plan_batches(effective, self.max_batch_size, self.max_batch_tokens):
-            features = self.tokenizer(
-                [texts[i] for i in group],
-                padding=True,
-                truncation=True,
-                max_length=self.max_seq_length,
-                return_tensors="np",
-            )
+            with self._tokenize_lock:
+                features = self.tokenizer(
+                    [texts[i] for i in group],
+                    padding=True,
+                    truncation=True,
+                    max_length=self.max_seq_length,
+                    return_tensors="np",
+                )
             feed = {name: np.asarray(features[name], dtype=np.int64) for name in self.input_names}
             (out,) = self.session.run(["sentence_embedding"], feed)
             vectors[group] = np.asarray(out, dtype=np.float32)

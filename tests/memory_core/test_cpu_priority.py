@@ -26,7 +26,13 @@ def state(tid):
     return [os.getpriority(os.PRIO_PROCESS, tid), "idle" if os.sched_getscheduler(tid) == os.SCHED_IDLE else "other"]
 
 def levels():
-    return sorted({tuple(state(int(t))) for t in os.listdir("/proc/self/task")})
+    out = set()
+    for t in os.listdir("/proc/self/task"):
+        try:
+            out.add(tuple(state(int(t))))
+        except ProcessLookupError:  # a thread that ended after the listing
+            pass
+    return sorted(out)
 
 def made_later():
     out = []

@@ -8,6 +8,7 @@ types (``OwnerQuery`` among them).
 """
 
 import json
+import logging
 from typing import Annotated, Any
 
 from fastapi import Query, Request
@@ -17,7 +18,7 @@ from memory_core.access import Authenticator, KeyRegistry, Principal, WriteRateL
 from memory_core.chat.background import BackgroundWrites
 from memory_core.chat.pipeline import MemoryPipeline
 from memory_core.config import LimitsSettings, RouterConfig
-from memory_core.errors import MemoryNotFound, Unauthenticated
+from memory_core.errors import MemoryNotFound, StoreUnavailable, Unauthenticated
 from memory_core.events import EventLog, set_actor, user_actor
 from memory_core.sanitize import is_memory_id
 from memory_core.types import MemoryState, MemoryType
@@ -29,6 +30,8 @@ from ...upstream import UpstreamRouter
 from ..audit_hook import AuditRecorder
 from ..caller import admit_anonymous, read_caller
 from ..query_params import parse_enum_list
+
+log = logging.getLogger(__name__)
 
 OwnerQuery = Annotated[
     str | None,
@@ -182,11 +185,17 @@ class IngressBase:
         """A caller's write's ``texts`` as (n vectors, the model identity digest): by the
         user's store shard's write lane when the write is small enough
         (``pool.in_shard_write_texts``, with ``pool.query_embedding: in_shard``) and the lane
-        takes it, else by the Embedder (``_embed``). Raises what either raises (503 while the
-        shard or the Embedder is unavailable)."""
+        takes it, else by the Embedder (``_embed``; also when the shard's call fails with
+        ``StoreUnavailable``: the write then goes on without the lane). Raises what the
+        Embedder raises (503 while it is unavailable) and the lane's own ``MemoryError_``s
+        (a bad text is refused by either)."""
         pool = self.config.memory.pool
         if pool.query_embedding == "in_shard" and 0 < len(texts) <= pool.in_shard_write_texts:
-            got = await self.store.embed_write(user_id, texts)
+            try:
+                got = await self.store.embed_write(user_id, texts)
+            except StoreUnavailable as e:  # the shard restarting, or its lane failing: the Embedder
+                log.warning("a store shard's write lane failed (%s); the Embedder embeds the write", e)
+                got = None
             if got is not None:
                 return got
         batch = await self._embed(texts)

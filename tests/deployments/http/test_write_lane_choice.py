@@ -10,6 +10,7 @@ import pytest
 from deployments.embedder import EmbedResponse
 from deployments.http.routes.base import IngressBase
 from memory_core.config import MemoryStoreSettings
+from memory_core.errors import InvalidInput, StoreUnavailable
 
 
 class Rig:
@@ -23,7 +24,10 @@ class Rig:
 
         async def embed_write(user_id, texts):
             self.lane_calls.append((user_id, list(texts)))
-            return lane(texts)
+            got = lane(texts)
+            if isinstance(got, Exception):
+                raise got
+            return got
 
         self.store = SimpleNamespace(embed_write=embed_write)
 
@@ -71,3 +75,13 @@ def test_the_lane_bound_is_validated(bad):
     with pytest.raises(ValueError):
         MemoryStoreSettings.model_validate({"pool": {"query_embedding": "in_shard", "in_shard_write_texts": bad}})
     assert MemoryStoreSettings().pool.in_shard_write_texts == 8
+
+
+async def test_a_failing_lane_hands_the_write_to_the_embedder_and_a_bad_text_is_refused():
+    rig = Rig(IN_SHARD, lambda texts: StoreUnavailable("store shard unavailable; retry"))
+    assert await rig.run(["a"]) == ([[0.0, 1.0]], "embedder-id")
+    assert rig.embedder_calls == [["a"]]
+    rig = Rig(IN_SHARD, lambda texts: InvalidInput("texts must be strings"))
+    with pytest.raises(InvalidInput):
+        await rig.run(["a"])
+    assert rig.embedder_calls == []

