@@ -43,6 +43,7 @@ STORE_OPERATIONS = frozenset(
         "store_many",
         "write",
         "retrieve",
+        "embed_write",
         "record_access",
         "get",
         "get_many",

@@ -333,14 +333,17 @@ def log_lines_with(logs_dir: Path, needle: str) -> list[str]:
 def test_one_request_id_runs_through_the_ingress_embedder_and_store_shard_logs(rig, ray_session):
     """A client's ``x-request-id`` comes back on the response and is on the JSON log lines of
     the ingress, the Embedder (Serve carries it through the handle call) and the store shard
-    (handed over by the ingress), without the memory's text."""
+    (handed over by the ingress), without the memory's text. The write holds more memories
+    than the shard's write lane takes (``pool.in_shard_write_texts``, 8), so the Embedder
+    embeds them; a small write's ``embed_write`` in the shard carries the id too."""
     request_id = f"trace-{uuid.uuid4().hex}"
+    notes = ["My dentist is Dr. Okafor."] + [f"Drawer {i} holds the spare fuses of room {i}." for i in range(8)]
     r = call(
         rig,
         "owner",
         "POST",
         "/v1/memory",
-        json={"memories": [{"content": "My dentist is Dr. Okafor."}]},
+        json={"memories": [{"content": c} for c in notes]},
         headers={"x-request-id": request_id},
     )
     assert r.status_code == 201 and r.headers["x-request-id"] == request_id
@@ -362,6 +365,25 @@ def test_one_request_id_runs_through_the_ingress_embedder_and_store_shard_logs(r
     assert all(x["request_id"] == request_id for v in seen.values() for x in v)
     assert {x["operation"] for x in seen["store"]} >= {"write"} and all(x["outcome"] == "ok" for x in seen["store"])
     assert not any("Okafor" in line for line in log_lines_with(logs_dir, request_id))
+
+    small_id = f"trace-{uuid.uuid4().hex}"
+    r = call(
+        rig,
+        "owner",
+        "POST",
+        "/v1/memory",
+        json={"memories": [{"content": "My optician is Ms. Varga."}]},
+        headers={"x-request-id": small_id},
+    )
+    assert r.status_code == 201 and r.headers["x-request-id"] == small_id
+    deadline, operations = time.time() + 30, set()
+    while time.time() < deadline and not operations >= {"embed_write", "write"}:
+        lines = log_lines_with(logs_dir, small_id)
+        records = [json.loads(line[line.index("{") :]) for line in lines if "{" in line]
+        operations = {x.get("operation") for x in records if x.get("event") == "store_call"}
+        time.sleep(0.5)
+    assert operations >= {"embed_write", "write"}, operations
+    assert not any("Varga" in line for line in log_lines_with(logs_dir, small_id))
 
     # a chat turn is stored after the answer, in the background: still under its request id
     chat_id = f"trace-{uuid.uuid4().hex}"

@@ -203,3 +203,17 @@ def test_a_shard_loads_the_fallback_once_and_counts_its_events(monkeypatch):
     assert shard._metrics.counts == [
         ("llm_memory_fallback_total", {"backend": "inmemory", "event": e}, 1.0) for e in ("passage", "query", "error")
     ]
+
+
+def test_every_timed_shard_operation_is_a_declared_metric_label():
+    """``StoreShard._timed`` labels ``llm_memory_store_latency_seconds`` with the operation:
+    each must be declared (``chat.metrics.STORE_OPERATIONS``), or it is reported as "other"."""
+    import inspect
+    import re
+
+    import deployments.store_pool as module
+    from memory_core.chat.metrics import STORE_OPERATIONS
+
+    timed = set(re.findall(r'self\._timed\(\s*"([a-z_]+)"', inspect.getsource(module)))
+    assert {"write", "retrieve", "embed_write"} <= timed
+    assert timed <= STORE_OPERATIONS, timed - STORE_OPERATIONS
