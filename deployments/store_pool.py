@@ -114,7 +114,12 @@ def _in_shard_query_embedder(settings: MemoryStoreSettings, identity: ModelIdent
     the model's dimension) over this process's CPU copy of the local model (``_in_shard_encoder``).
     One forward pass runs at a time in a worker thread, and queries arriving meanwhile share
     the next one (``CoalescingEmbedFn``). Raises what ``_in_shard_encoder`` raises."""
-    return CoalescingEmbedFn(_in_shard_encoder(settings, identity), wait_s=0.0, query=True)
+    return _query_embedder_over(_in_shard_encoder(settings, identity))
+
+
+def _query_embedder_over(encoder: Any) -> CoalescingEmbedFn:
+    """The searches' embed function over the shard's ``encoder`` (queries: e5's ``"query: "``)."""
+    return CoalescingEmbedFn(encoder, wait_s=0.0, query=True)
 
 
 def _write_lane_for(settings: MemoryStoreSettings, encoder: Any) -> WriteLane | None:
@@ -193,7 +198,7 @@ class StoreShard:
         self._write_lane: WriteLane | None = None
         if settings.pool.query_embedding == "in_shard":
             encoder = _in_shard_encoder(settings, identity)
-            embed_query = CoalescingEmbedFn(encoder, wait_s=0.0, query=True)
+            embed_query = _query_embedder_over(encoder)
             self._write_lane = _write_lane_for(settings, encoder)
         # the hot cache (cache_hit, cache_miss, ...) and curation (write_created, ...,
         # consolidation_group, expired_purged) report events through on_event; they and the
