@@ -6,6 +6,10 @@ user of the shard waits that long. Prints the worst stall of each case (ms).
 
     python benchmarks/loop_lag.py
 
+Each case runs under the shard's garbage-collector policy (``pool.gc_freeze_every_s``,
+``memory_core.gc_pauses``) and under CPython's own, alternated, in one run; the process holds
+what a default shard holds (the in-shard ONNX query encoder, torch loaded to export it).
+
 On a shared 2-core machine the probe's lateness also holds OS scheduling and the GIL held by
 the shard's worker threads: compare the cases of one run, not absolute figures."""
 
@@ -19,6 +23,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 
 from memory_core.config import LimitsSettings, MemoryStoreSettings
+from memory_core.cpu_pool import favour_the_event_loop
 from memory_core.migration import import_lines
 from memory_core.stores.factory import make_store
 from memory_core.testing.fake_embed import fake_vector
@@ -97,22 +102,58 @@ async def consolidation(store) -> float:
     return await LoopLag().measure(store.consolidate(user))
 
 
-async def main() -> None:
-    """Each case on a fresh store; prints its worst stall."""
+def _hold_what_a_shard_holds() -> object:
+    """The in-shard query encoder a default shard loads (``pool.query_embedding: in_shard``:
+    torch and transformers to export the bundled model to ONNX, ONNX Runtime): the objects a
+    shard's garbage collector walks before it holds any memory."""
+    from memory_core.config import EmbeddingSettings
+    from memory_core.embedding import LocalEncoder
+    from memory_core.embedding.onnx import OnnxEncoder
+
+    return OnnxEncoder.from_local(LocalEncoder(EmbeddingSettings()), num_threads=1)
+
+
+async def main(rounds: int = 2) -> None:
+    """Each case on a fresh store, ``rounds`` times, alternating the shard's garbage-collector
+    policy (``pool.gc_freeze_every_s``: a ``memory_core.gc_pauses`` round before the case, as
+    the shard's start and periodic rounds leave it) with CPython's own (everything unfrozen);
+    prints each run's worst stall and the medians. The process's GIL switch interval is the
+    store shard's (``favour_the_event_loop``, which every shard sets at start), and it holds
+    the model a default shard holds (``_hold_what_a_shard_holds``)."""
+    import gc
+    import statistics
     import tempfile
 
-    for name, case in [
-        ("maximal batch", maximal_batch),
-        ("maximal import", maximal_import),
-        ("consolidation", consolidation),
-    ]:
-        with tempfile.TemporaryDirectory() as d:
-            store = await _store(Path(d))
-            try:
-                worst = await case(store)
-            finally:
-                await store.close()
-        print(f"{name}: worst loop stall {worst * 1000:.0f} ms")
+    from memory_core.gc_pauses import freeze_round
+
+    favour_the_event_loop()
+    model = _hold_what_a_shard_holds()
+    print(f"objects the collector tracks with the shard's model loaded: {len(gc.get_objects()):,}")
+    worst: dict[tuple[str, str], list[float]] = {}
+    for _ in range(rounds):
+        for name, case in [
+            ("maximal batch", maximal_batch),
+            ("maximal import", maximal_import),
+            ("consolidation", consolidation),
+        ]:
+            for policy in ("frozen", "cpython"):
+                with tempfile.TemporaryDirectory() as d:
+                    store = await _store(Path(d))
+                    try:
+                        if policy == "frozen":
+                            freeze_round(full=True)
+                        else:
+                            gc.unfreeze()
+                        stall = await case(store)
+                    finally:
+                        await store.close()
+                worst.setdefault((name, policy), []).append(stall)
+                print(f"{name} ({policy}): worst loop stall {stall * 1000:.0f} ms", flush=True)
+    print("median worst stall, ms: case | frozen (the shard's policy) | CPython's own | ratio")
+    for name in ("maximal batch", "maximal import", "consolidation"):
+        f, c = (statistics.median(worst[(name, p)]) * 1000 for p in ("frozen", "cpython"))
+        print(f"{name} | {f:.0f} | {c:.0f} | {f / c:.2f}")
+    del model
 
 
 if __name__ == "__main__":

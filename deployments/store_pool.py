@@ -52,6 +52,7 @@ from memory_core.errors import (
     StoreUnavailable,
 )
 from memory_core.events import EventLog, acting_as, current_actor
+from memory_core.gc_pauses import LongLivedFreezer
 from memory_core.stores.curating import ConsolidationReport, CuratingStore
 from memory_core.stores.recording import EventRecordingStore
 from memory_core.stores.sharding import shard_for
@@ -191,6 +192,10 @@ class StoreShard:
         setup_tracing(tracing or TracingSettings(), "store_shard")
         # curation's pool threads run Python beside the loop that serves every user's reads
         favour_the_event_loop()
+        # the garbage collector's full collections walk what is frozen no more (memory_core.
+        # gc_pauses): started on the actor's loop, at open or at the first call after a restart
+        every_s = settings.pool.gc_freeze_every_s
+        self._gc_freezer = LongLivedFreezer(every_s) if every_s > 0 else None
         self._embedder = embedder
         self._identity = identity
         self._log = json_lines_logger("memory_router.store_shard")
@@ -266,6 +271,8 @@ class StoreShard:
         and time. A cancelled call (its caller went away) is counted in
         ``memory_store_cancelled{operation}``. With the caller's ``trace`` carrier (tracing
         on), inside span ``shard.<operation>`` of the caller's trace."""
+        if self._gc_freezer is not None:
+            self._gc_freezer.start()  # no-op while running
         started = time.perf_counter()
         outcome = "ok"
         try:
@@ -433,8 +440,17 @@ class StoreShard:
         existing collection of another vector dimension) fails the deployment at start with
         the store's ``ConfigError`` message."""
         await self._store.open()
+        if self._gc_freezer is not None:
+            self._gc_freezer.start()
+
+    def gc_stats(self) -> dict | None:
+        """This shard's ``LongLivedFreezer.stats()`` (rounds, objects frozen, the longest
+        round's pause in ms, what full rounds reclaimed); None with ``pool.gc_freeze_every_s`` 0."""
+        return None if self._gc_freezer is None else self._gc_freezer.stats()
 
     async def close(self) -> None:
+        if self._gc_freezer is not None:
+            await self._gc_freezer.close()
         await self._store.close()
 
     def ping(self) -> bool:

@@ -453,6 +453,13 @@ class PoolSettings(_Strict):
     writes, imports, chat turns' memories and consolidation still go to the Embedder. 0: every
     write goes to the Embedder.
 
+    ``gc_freeze_every_s``: each shard freezes the objects that survived a full garbage
+    collection (``memory_core.gc_pauses.LongLivedFreezer``) at start and then every this many
+    seconds, so that the collector's full collections, which hold the loop that serves every
+    user, walk only what is new (a shard holds ~650,000 objects before its first memory: a
+    full collection of them paused it ~270 ms); once an hour of rounds it unfreezes and
+    collects everything. 0: off (CPython's own schedule).
+
     ``in_shard_runtime``: ``onnxruntime`` (default) exports the loaded model to ONNX at shard
     start and runs it with ONNX Runtime, refused unless it reproduces the torch model's vectors
     on probe texts to 1e-5 (``memory_core.embedding.OnnxEncoder``); ``torch`` runs the
@@ -465,6 +472,7 @@ class PoolSettings(_Strict):
     query_embedding: Literal["embedder", "in_shard"] = "embedder"
     in_shard_runtime: Literal["onnxruntime", "torch"] = "onnxruntime"
     in_shard_write_texts: int = Field(default=8, ge=0, le=64)
+    gc_freeze_every_s: float = Field(default=60.0, ge=0)
 
 
 class ConsolidationSettings(_Strict):

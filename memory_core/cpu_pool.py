@@ -59,6 +59,17 @@ def favour_the_event_loop(interval_s: float = LOOP_SWITCH_INTERVAL_S) -> float:
     return previous
 
 
+async def yield_to_loop() -> None:
+    """Give the running event loop one turn (``asyncio.sleep(0)``): every task that is ready
+    runs before the caller goes on. A coroutine whose awaits can all complete without
+    suspending (a held index answering a candidate search, a batch with nothing to judge)
+    otherwise keeps the loop for its whole loop over items: a per-item step that a shard's
+    write runs 256 times for one maximal batch held the loop that serves every other user
+    for 60–90 ms (``benchmarks/loop_lag.py``, 2026-12-06). Call it between items, where the
+    work may be interrupted (it is a cancellation point)."""
+    await asyncio.sleep(0)
+
+
 class CpuPool:
     """``await pool.run(fn, *args, **kwargs)`` → ``fn(*args, **kwargs)`` run on one of
     ``threads`` (≥ 1) worker threads named ``{name}_N`` (at ``nice`` when given, see

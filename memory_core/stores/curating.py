@@ -66,7 +66,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from ..config import CurationSettings, RedactionSettings
-from ..cpu_pool import CpuPool
+from ..cpu_pool import CpuPool, yield_to_loop
 from ..curation.consolidate import history as version_chain
 from ..curation.consolidate import merged_content, plan_groups, successor
 from ..curation.judge import Verdict, judge, read_pair
@@ -111,6 +111,11 @@ WRITE_SLICE = 32
 stretch of the event loop, so a maximal batch holds it a slice's time at a time."""
 CHAIN_STATES = (MemoryState.ACTIVE, MemoryState.SUPERSEDED, MemoryState.CONSOLIDATED)
 """States a version chain passes through (superseded, consolidated) or ends at (active)."""
+
+
+def _unit_vectors(memories: Sequence[Memory]) -> dict[str, Any]:
+    """id → ``unit_vector(embedding)`` of each of ``memories`` (CPU pool work)."""
+    return {m.id: unit_vector(m.embedding) for m in memories}
 
 
 async def _uncancellable(work: Awaitable[T]) -> T:
@@ -434,7 +439,12 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             plan = _BatchPlan()
             # cancellable here (between memories): nothing is written while planning
             with span("curate", {"memory.batch": len(batch)}):  # the judge's decisions, before the commit
-                results = [await self._plan_one(m, plan, reason) for m, reason in zip(batch, reasons, strict=True)]
+                results = []
+                for m, reason in zip(batch, reasons, strict=True):
+                    results.append(await self._plan_one(m, plan, reason))
+                    # one memory per loop turn: a memory whose candidates the held index
+                    # answers suspends nowhere, and a whole batch would hold the loop
+                    await yield_to_loop()
             cancelled = await _commit_whole(self._commit(plan, user_id))
             final = [self._final(r, plan) for r in results]
         done = iter(final)  # the dropped memories' results in their places
@@ -913,9 +923,8 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             report.expired = len(report.expired_ids)
             active = (await self._all(user_id, [MemoryState.ACTIVE]))[: s.max_memories]
             report.examined = len(active)
-            vectors = {
-                m.id: unit_vector(m.embedding) for m in await self.inner.get_many([m.id for m in active], user_id)
-            }
+            # up to max_memories unit vectors: on the CPU pool, not on the loop
+            vectors = await self._cpu.run(_unit_vectors, await self.inner.get_many([m.id for m in active], user_id))
 
             def similarity(a: Memory, b: Memory) -> float:
                 va, vb = vectors.get(a.id), vectors.get(b.id)

@@ -98,6 +98,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from ..config import RetrievalSettings
+from ..cpu_pool import yield_to_loop
 from ..errors import InvalidInput, MemoryNotFound, StoreClosed
 from ..retrieval.feedback import expansion_terms, hop_scores
 from ..retrieval.fusion import Fusion, FusionWeights, Signals, base_score, final_score
@@ -128,6 +129,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 _D = RetrievalSettings()  # constructor defaults = the configuration defaults
+HELD_RECORDS_PER_TURN = 64
+"""Most held records ``get_many`` copies in one turn of the event loop (~40 µs each with
+their vector: 2,000 at once held the loop that serves every user ~80 ms,
+``benchmarks/loop_lag.py``'s consolidation, 2026-12-06)."""
 _PERIOD_YEARS = 200
 """Most years a period without a year ("in June") is looked for in: the latest ones the
 user's memories cover."""
@@ -754,7 +759,12 @@ class HybridStore(StoreDecorator):
         if ui is None:
             return await self.inner.get_many(memory_ids, user_id)
         ids = [i for i in dict.fromkeys(memory_ids) if isinstance(i, str)]
-        return list(self._held_records(ids, user_id, ui).values())
+        out: list[Memory] = []
+        for start in range(0, len(ids), HELD_RECORDS_PER_TURN):
+            if start:  # a consolidation pass reads up to 2,000 records: not in one loop turn
+                await yield_to_loop()
+            out.extend(self._held_records(ids[start : start + HELD_RECORDS_PER_TURN], user_id, ui).values())
+        return out
 
     async def same_content(
         self,

@@ -794,7 +794,13 @@ class MilvusStore(MemoryStore):
         await self._wrote(1)
 
     async def _get_many(self, memory_ids: list[str], user_id: str | None = None) -> list[Memory]:
-        rows = await self._call(self._get_sync, memory_ids, _ALL_FIELDS, user_id)
+        return await self._call(self._get_decoded_sync, memory_ids, user_id)
+
+    def _get_decoded_sync(self, memory_ids: list[str], user_id: str | None) -> list[Memory]:
+        """``_get_sync`` of every field, decoded into ``Memory`` objects on the worker thread:
+        a consolidation pass or a listing page reads up to thousands of records, whose
+        decoding on the event loop held it ~10–15 ms (``benchmarks/loop_lag.py``)."""
+        rows = self._get_sync(memory_ids, _ALL_FIELDS, user_id)
         return decode_rows(rows, _from_row, backend=self.name, row_id=lambda r: r.get("id"))[0]
 
     async def _owned_ids(self, memory_ids: list[str], user_id: str) -> list[str]:
@@ -831,14 +837,23 @@ class MilvusStore(MemoryStore):
         rows = await self._call(self._get_sync, list(increments), _ALL_FIELDS)
         if not rows:
             return
-        stamp = to_ms(when)
-        for r in rows:
+        await self._call(self._touch_rows, rows, increments, to_ms(when))
+        await self._wrote(len(rows))
+
+    def _touch_rows(self, rows: list[dict[str, Any]], increments: dict[str, int], stamp: int) -> None:
+        """Write ``rows`` (as read) again with their access counts raised by ``increments``
+        and ``last_accessed`` = ``stamp`` (ms), on the worker thread (the rows' vectors are
+        copied to lists of floats there, not on the event loop). Idempotent under ``_call``'s
+        retries: each attempt starts again from the rows as read."""
+        out = []
+        for row in rows:
+            r = dict(row)
             r["access_count"] = int(r.get("access_count") or 0) + increments.get(str(r["id"]), 0)
             r["last_accessed"] = stamp
             r[_VECTOR_FIELD] = [float(x) for x in r[_VECTOR_FIELD]]
             self._layout.fit(r)
-        await self._call(self._replace_rows, rows)
-        await self._wrote(len(rows))
+            out.append(r)
+        self._replace_rows(out)
 
     async def _list(self, user_id, types, project_id, limit, offset, states) -> ListResult:
         pairs = await self._call(self._query_all, _filter(user_id, types, project_id, states), ["id", "created_at"])

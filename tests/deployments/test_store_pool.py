@@ -217,3 +217,30 @@ def test_every_timed_shard_operation_is_a_declared_metric_label():
     timed = set(re.findall(r'self\._timed\(\s*"([a-z_]+)"', inspect.getsource(module)))
     assert {"write", "retrieve", "embed_write"} <= timed
     assert timed <= STORE_OPERATIONS, timed - STORE_OPERATIONS
+
+
+async def test_a_shard_freezes_its_long_lived_objects_at_open_unless_configured_off():
+    """``pool.gc_freeze_every_s`` (default 60): the shard runs the first
+    ``LongLivedFreezer`` round when it opens (so the collector's full collections no longer
+    walk what it loaded) and stops the rounds when it closes; 0 leaves CPython's schedule."""
+    import gc
+
+    import deployments.store_pool as store_pool
+    from memory_core.config import MemoryStoreSettings
+    from memory_core.embedding import compute_identity
+
+    shard_class = store_pool.StoreShard.__ray_metadata__.modified_class
+    try:
+        for every_s in (60.0, 0.0):
+            settings = MemoryStoreSettings(backend="inmemory", pool={"gc_freeze_every_s": every_s})
+            shard = shard_class(settings, compute_identity(settings.embedding), None)
+            gc.unfreeze()
+            await shard.open()
+            stats = shard.gc_stats()
+            if every_s:
+                assert stats["rounds"] == 1 and stats["last"]["full"] and stats["frozen"] == gc.get_freeze_count() > 0
+            else:
+                assert stats is None and gc.get_freeze_count() == 0
+            await shard.close()
+    finally:
+        gc.unfreeze()

@@ -19,6 +19,7 @@ from memory_core.errors import InvalidInput, StateConflict
 from memory_core.sanitize import MAX_CONTENT_BYTES
 from memory_core.stores import curating, make_store
 from memory_core.stores.curating import CuratingStore
+from memory_core.testing.fake_embed import fake_vector
 from memory_core.types import (
     ListQuery,
     Memory,
@@ -680,3 +681,41 @@ async def test_an_identical_event_whose_copy_expired_is_a_new_record(embed):
     (again,) = await store.write([fact(text, type=MemoryType.EPISODIC)])
     assert again.outcome == WriteOutcome.CREATED and again.memory.id != first.memory.id
     assert again.memory.expires_at is None
+
+
+async def test_a_batch_is_planned_one_memory_per_loop_turn(embed):
+    """Planning a batch gives the event loop a turn between two memories: the end of one
+    memory's planning (the rest of its candidate search, the pending cosines, the verdicts)
+    and the start of the next one's (its tokenizing and BM25 scoring, up to the first real
+    suspension) were one step of the loop, ~35 ms with 4 KB texts; a maximal batch's worst
+    stall of the loop that serves every other user fell 72–130 → 31–38 ms when the planning
+    yields (``benchmarks/loop_lag.py``, 2026-12-06). A task beside the write runs between the
+    end of each memory's planning and the start of the next."""
+    store = build(embed)
+    await store.store(fact("Zebras graze on the savanna at dawn."))  # the user's index is loaded
+    texts = [f"Note {i}: code {i * 7919 % 1000} filed." for i in range(40)]
+    batch = [fact(t, embedding=fake_vector(t, 384)) for t in texts]
+    events: list[str] = []
+    plan_one = store._plan_one
+
+    async def recorded(*args, **kwargs):
+        events.append("start")
+        result = await plan_one(*args, **kwargs)
+        events.append("end")
+        return result
+
+    async def beside() -> None:
+        while True:
+            events.append("turn")
+            await asyncio.sleep(0)
+
+    with patch.object(store, "_plan_one", recorded):
+        task = asyncio.create_task(beside())
+        try:
+            results = await store.write(batch)
+        finally:
+            task.cancel()
+    assert len(results) == 40
+    between = "".join(e[0] for e in events)  # s(tart), e(nd), t(urn of the task beside)
+    assert between.count("s") == 40
+    assert "es" not in between  # never the next memory straight after the last one's end

@@ -675,3 +675,40 @@ async def test_a_vector_hit_without_a_held_vector_gets_it_back_when_loaded():
     assert h.held_vector("u1", tid("a")) is None and found(h, "u1", "map") == ["a"]
     await h._load([tid("a")], "u1", ui)
     assert np.allclose(h.held_vector("u1", tid("a")), fake_vector("volcano lair map"), atol=1e-6)
+
+
+async def test_reading_many_held_records_gives_the_loop_a_turn_every_chunk(inner):
+    """``get_many`` of a loaded user copies at most ``HELD_RECORDS_PER_TURN`` held records per
+    turn of the event loop (a consolidation pass reads up to 2,000: ~80 ms in one step held
+    the loop that serves every user): a task beside it runs between two chunks."""
+    from unittest.mock import patch
+
+    from memory_core.stores import hybrid
+
+    h = HybridStore(inner, **plain())
+    n = 3 * hybrid.HELD_RECORDS_PER_TURN + 5
+    for i in range(n):
+        await put(h, f"m{i}", f"note number {i}")
+    await h.retrieve(opts(query="note", threshold=0.01))  # loads the user's index
+    events: list[str] = []
+    held_records = HybridStore._held_records
+
+    def recorded(ids, user_id, ui):
+        events.append("c")
+        return held_records(ids, user_id, ui)
+
+    async def beside() -> None:
+        while True:
+            events.append("t")
+            await asyncio.sleep(0)
+
+    with patch.object(HybridStore, "_held_records", staticmethod(recorded)):
+        task = asyncio.create_task(beside())
+        await asyncio.sleep(0)
+        try:
+            got = await h.get_many([tid(f"m{i}") for i in range(n)], "u1")
+        finally:
+            task.cancel()
+    assert len(got) == n
+    chunks = "".join(events)
+    assert chunks.count("c") == 4 and "cc" not in chunks
