@@ -272,7 +272,7 @@ class StoreShard:
         ``memory_store_cancelled{operation}``. With the caller's ``trace`` carrier (tracing
         on), inside span ``shard.<operation>`` of the caller's trace."""
         if self._gc_freezer is not None:
-            self._gc_freezer.start()  # no-op while running
+            self._gc_freezer.start(now=False)  # after a restart; no-op while running or closed
         started = time.perf_counter()
         outcome = "ok"
         try:

@@ -456,9 +456,10 @@ class PoolSettings(_Strict):
     ``gc_freeze_every_s``: each shard freezes the objects that survived a full garbage
     collection (``memory_core.gc_pauses.LongLivedFreezer``) at start and then every this many
     seconds, so that the collector's full collections, which hold the loop that serves every
-    user, walk only what is new (a shard holds ~650,000 objects before its first memory: a
-    full collection of them paused it ~270 ms); once an hour of rounds it unfreezes and
-    collects everything. 0: off (CPython's own schedule).
+    user, walk only what is new (a shard tracks ~500,000–650,000 objects before its first
+    memory: a full collection of them paused it ~270 ms); every 60th round (at 60 s: once an
+    hour) it unfreezes and collects everything, the one long pause it keeps (it grows with
+    the memories the shard holds). 0: off (CPython's own schedule); else at least 1.
 
     ``in_shard_runtime``: ``onnxruntime`` (default) exports the loaded model to ONNX at shard
     start and runs it with ONNX Runtime, refused unless it reproduces the torch model's vectors
@@ -473,6 +474,13 @@ class PoolSettings(_Strict):
     in_shard_runtime: Literal["onnxruntime", "torch"] = "onnxruntime"
     in_shard_write_texts: int = Field(default=8, ge=0, le=64)
     gc_freeze_every_s: float = Field(default=60.0, ge=0)
+
+    @field_validator("gc_freeze_every_s")
+    @classmethod
+    def _a_round_at_most_every_second(cls, value: float) -> float:
+        if 0 < value < 1:
+            raise ValueError("gc_freeze_every_s: 0 (off) or at least 1 second")
+        return value
 
 
 class ConsolidationSettings(_Strict):

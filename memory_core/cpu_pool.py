@@ -65,7 +65,7 @@ async def yield_to_loop() -> None:
     suspending (a held index answering a candidate search, a batch with nothing to judge)
     otherwise keeps the loop for its whole loop over items: a per-item step that a shard's
     write runs 256 times for one maximal batch held the loop that serves every other user
-    for 60–90 ms (``benchmarks/loop_lag.py``, 2026-12-06). Call it between items, where the
+    for 72–130 ms instead of 31–38 (``benchmarks/loop_lag.py``'s maximal batch, 2026-12-06). Call it between items, where the
     work may be interrupted (it is a cancellation point)."""
     await asyncio.sleep(0)
 

@@ -20,8 +20,17 @@ collection walks: at start, then every ``every_s`` seconds (a full collection of
 is new since the last round, then the freeze). What it costs: a reference cycle that was
 alive at a freeze and becomes garbage later is not collected while frozen (objects without
 cycles are still freed by reference counting, frozen or not), so every ``unfreeze_every``
-rounds the freezer unfreezes everything and runs one full collection (the one long pause,
-by default once an hour), then freezes again; ``stats()`` reports what that reclaimed.
+rounds (at the defaults, 60 × 60 s: once an hour) the freezer unfreezes everything and
+runs one full collection, then freezes again; ``stats()`` reports what those full rounds
+found among the formerly frozen objects (``reclaimed_by_full``: the frozen cycles that had
+died). That round is the one long pause the freezer keeps: its length grows with what the
+process holds (~0.4 µs per tracked object on this machine; a shard holding 100,000 memories
+in its index tracks millions of objects, a pause of the order of a second, once an hour,
+where CPython's own schedule pauses as long at every 25 % of growth and a process that
+stops growing may never meet it). Known leak between two full rounds: a reference cycle
+alive at a round and dead before the next full one (an asyncio future that holds the
+exception raised in the frame that holds it, in flight at the round) stays allocated until
+that full round.
 """
 
 from __future__ import annotations
@@ -44,36 +53,47 @@ the process's objects: what frozen reference cycles became garbage is reclaimed)
 
 @dataclass
 class FreezeRound:
-    """What one round did: ``seconds`` the collection held the GIL, ``collected``
-    (unreachable objects found), ``frozen`` (objects in the permanent generation after it),
-    ``full`` (whether it unfroze everything first)."""
+    """What one round did: ``seconds`` the collections held the GIL, ``collected``
+    (unreachable objects found among those not frozen), ``reclaimed`` (a full round: those
+    found among the formerly frozen ones, i.e. frozen cycles that had died; else 0),
+    ``frozen`` (objects in the permanent generation after it), ``full`` (whether it unfroze
+    everything)."""
 
     seconds: float
     collected: int
+    reclaimed: int
     frozen: int
     full: bool
 
 
 def freeze_round(*, full: bool = False) -> FreezeRound:
-    """One round, on the calling thread (it holds the GIL throughout): ``gc.unfreeze()`` first
-    when ``full``, then ``gc.collect()`` (every generation: with most objects frozen, only
-    those that are not), then ``gc.freeze()``. Never raises."""
+    """One round, on the calling thread (it holds the GIL throughout): ``gc.collect()`` (every
+    generation: with most objects frozen, only those that are not); when ``full``, then
+    ``gc.unfreeze()`` and a second ``gc.collect()`` over everything (what it finds is what
+    frozen cycles held); then ``gc.freeze()``. Never raises."""
     started = time.perf_counter()
+    collected = gc.collect()
+    reclaimed = 0
     if full:
         gc.unfreeze()
-    collected = gc.collect()
+        reclaimed = gc.collect()
     gc.freeze()
     return FreezeRound(
-        seconds=time.perf_counter() - started, collected=collected, frozen=gc.get_freeze_count(), full=full
+        seconds=time.perf_counter() - started,
+        collected=collected,
+        reclaimed=reclaimed,
+        frozen=gc.get_freeze_count(),
+        full=full,
     )
 
 
 class LongLivedFreezer:
-    """``start()`` (on the running event loop): a round now (``freeze_round``, full), then one
+    """``start()`` (on the running event loop): a round (``freeze_round``, full), then one
     every ``every_s`` seconds (> 0) on that loop, every ``unfreeze_every``-th (≥ 1) a full one;
-    ``close()`` stops them (what is frozen stays frozen). ``stats()``: rounds, the last
-    round and the longest, objects reclaimed by full rounds. Raises ``ValueError`` on
-    ``every_s`` ≤ 0 or ``unfreeze_every`` < 1."""
+    ``close()`` stops them for good (what is frozen stays frozen; a later ``start()`` does
+    nothing). ``stats()``: rounds, the last round and the longest, what full rounds reclaimed.
+    Each round is logged (``memory_core.gc_pauses``; a full round at INFO, others at DEBUG).
+    Raises ``ValueError`` on ``every_s`` ≤ 0 or ``unfreeze_every`` < 1."""
 
     def __init__(self, every_s: float = FREEZE_EVERY_S, unfreeze_every: int = UNFREEZE_EVERY):
         if every_s <= 0:
@@ -87,6 +107,7 @@ class LongLivedFreezer:
         self.longest_s = 0.0
         self.reclaimed_by_full = 0
         self._task: asyncio.Task | None = None
+        self._closed = False
 
     def round(self) -> FreezeRound:
         """Run the next round now (full on the first and every ``unfreeze_every``-th)."""
@@ -95,20 +116,32 @@ class LongLivedFreezer:
         self.last = result
         self.longest_s = max(self.longest_s, result.seconds)
         if result.full:
-            self.reclaimed_by_full += result.collected
+            self.reclaimed_by_full += result.reclaimed
+        log.log(
+            logging.INFO if result.full else logging.DEBUG,
+            "gc round %d%s: %.0f ms, %d collected, %d reclaimed from frozen cycles, %d objects frozen",
+            self.rounds, " (full)" if result.full else "", result.seconds * 1000, result.collected,
+            result.reclaimed, result.frozen,
+        )  # fmt: skip
         return result
 
-    def start(self) -> None:
-        """The first round now, then the periodic ones (idempotent while running). Must be
-        called with an event loop running (``RuntimeError`` otherwise)."""
-        if self._task is not None and not self._task.done():
+    def start(self, *, now: bool = True) -> None:
+        """The first round, then the periodic ones; nothing while running or once closed. With
+        ``now`` the first round runs before this returns (a shard opening: before its first
+        request); else it runs on the loop's next turn, outside the caller's own time (a
+        shard's first call after a restart). Must be called with an event loop running
+        (``RuntimeError`` otherwise)."""
+        if self._closed or (self._task is not None and not self._task.done()):
             return
         loop = asyncio.get_running_loop()
-        first = self.round()
-        log.info("gc: %d long-lived objects frozen (%.0f ms)", first.frozen, first.seconds * 1000)
-        self._task = loop.create_task(self._run())
+        if now:
+            self.round()
+        self._task = loop.create_task(self._run(first=not now))
 
-    async def _run(self) -> None:
+    async def _run(self, *, first: bool) -> None:
+        if first:
+            await asyncio.sleep(0)
+            self.round()
         while True:
             await asyncio.sleep(self.every_s)
             try:
@@ -116,8 +149,14 @@ class LongLivedFreezer:
             except Exception:  # pragma: no cover - gc.collect/freeze do not raise
                 log.exception("gc freeze round failed")
 
+    @property
+    def running(self) -> bool:
+        """Whether the periodic rounds are scheduled."""
+        return self._task is not None and not self._task.done()
+
     async def close(self) -> None:
-        """Stop the periodic rounds."""
+        """Stop the periodic rounds for good."""
+        self._closed = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -763,6 +763,8 @@ class HybridStore(StoreDecorator):
         for start in range(0, len(ids), HELD_RECORDS_PER_TURN):
             if start:  # a consolidation pass reads up to 2,000 records: not in one loop turn
                 await yield_to_loop()
+                if self.index.ready(user_id) is not ui:  # evicted meanwhile: the store has the rest
+                    return out + await self.inner.get_many(ids[start:], user_id)
             out.extend(self._held_records(ids[start : start + HELD_RECORDS_PER_TURN], user_id, ui).values())
         return out
 

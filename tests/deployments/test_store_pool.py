@@ -223,11 +223,13 @@ async def test_a_shard_freezes_its_long_lived_objects_at_open_unless_configured_
     """``pool.gc_freeze_every_s`` (default 60): the shard runs the first
     ``LongLivedFreezer`` round when it opens (so the collector's full collections no longer
     walk what it loaded) and stops the rounds when it closes; 0 leaves CPython's schedule."""
+    import asyncio
     import gc
 
     import deployments.store_pool as store_pool
     from memory_core.config import MemoryStoreSettings
     from memory_core.embedding import compute_identity
+    from memory_core.types import ListQuery
 
     shard_class = store_pool.StoreShard.__ray_metadata__.modified_class
     try:
@@ -242,5 +244,15 @@ async def test_a_shard_freezes_its_long_lived_objects_at_open_unless_configured_
             else:
                 assert stats is None and gc.get_freeze_count() == 0
             await shard.close()
+            assert shard._gc_freezer is None or not shard._gc_freezer.running
+        # a shard Ray restarted is not opened again: its first call starts the rounds, after
+        # the call's own work (on the loop's next turn)
+        settings = MemoryStoreSettings(backend="inmemory")
+        restarted = shard_class(settings, compute_identity(settings.embedding), None)
+        await restarted.list(ListQuery(user_id="u"))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert restarted.gc_stats()["rounds"] == 1 and restarted._gc_freezer.running
+        await restarted.close()
     finally:
         gc.unfreeze()

@@ -46,7 +46,7 @@ def test_a_cycle_dropped_after_a_freeze_is_kept_until_the_next_full_round():
     freeze_round()  # an ordinary round does not unfreeze
     assert alive() is not None
     result = freeze_round(full=True)
-    assert alive() is None and result.collected >= 1
+    assert alive() is None and result.reclaimed >= 1  # found after the unfreeze
 
 
 async def test_the_freezer_runs_rounds_on_the_loop_a_full_one_every_nth_until_closed():
@@ -72,3 +72,43 @@ def test_the_freezer_refuses_a_period_or_a_count_that_means_nothing():
         LongLivedFreezer(unfreeze_every=0)
     with pytest.raises(RuntimeError):  # no running loop to repeat on
         LongLivedFreezer().start()
+
+
+def test_every_nth_round_is_full_and_counts_the_frozen_cycles_it_reclaims():
+    freezer = LongLivedFreezer(every_s=1, unfreeze_every=2)
+    assert freezer.round().full  # the first
+    node = _Node()
+    alive = weakref.ref(node)
+    ordinary = freezer.round()
+    del node  # died frozen
+    assert not ordinary.full and ordinary.reclaimed == 0
+    before = freezer.reclaimed_by_full
+    full = freezer.round()
+    assert full.full and full.reclaimed >= 1 and alive() is None
+    assert freezer.reclaimed_by_full == before + full.reclaimed
+    assert not freezer.round().full and freezer.round().full
+
+
+async def test_a_later_start_runs_its_first_round_on_the_next_turn_and_none_after_close():
+    freezer = LongLivedFreezer(every_s=60)
+    freezer.start(now=False)  # a shard's first call after a restart: not inside the call
+    assert freezer.rounds == 0 and freezer.running
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert freezer.rounds == 1
+    await freezer.close()
+    freezer.start()  # a call that arrives after close
+    assert not freezer.running and freezer.rounds == 1
+
+
+def test_the_setting_is_off_or_at_least_a_second():
+    from pydantic import ValidationError
+
+    from memory_core.config import PoolSettings
+
+    assert PoolSettings().gc_freeze_every_s == 60
+    assert PoolSettings(gc_freeze_every_s=0).gc_freeze_every_s == 0
+    assert PoolSettings(gc_freeze_every_s=1).gc_freeze_every_s == 1
+    for bad in (0.01, 0.5, -1):
+        with pytest.raises(ValidationError):
+            PoolSettings(gc_freeze_every_s=bad)

@@ -719,3 +719,22 @@ async def test_a_batch_is_planned_one_memory_per_loop_turn(embed):
     between = "".join(e[0] for e in events)  # s(tart), e(nd), t(urn of the task beside)
     assert between.count("s") == 40
     assert "es" not in between  # never the next memory straight after the last one's end
+
+
+async def test_consolidation_computes_the_unit_vectors_on_the_pool_not_on_the_event_loop(embed):
+    """A consolidation pass normalises up to ``max_memories`` (2,000) vectors before grouping:
+    on the CPU pool, not on the loop that serves every user."""
+    store = build(embed)
+    texts = [f"Note {i}: code {i * 7919 % 1000} filed." for i in range(12)]
+    await store.write([fact(t, embedding=fake_vector(t, 384)) for t in texts])
+    loop_thread = threading.get_ident()
+    on: list[int] = []
+    real = curating.unit_vector
+
+    def recording(vector):
+        on.append(threading.get_ident())
+        return real(vector)
+
+    with patch.object(curating, "unit_vector", recording):
+        await store.consolidate("alice")
+    assert len(on) >= 12 and loop_thread not in on
