@@ -54,7 +54,11 @@ async def test_the_freezer_runs_rounds_on_the_loop_a_full_one_every_nth_until_cl
     freezer.start()
     freezer.start()  # idempotent while running
     assert freezer.rounds == 1 and freezer.last is not None and freezer.last.full
-    await asyncio.sleep(0.2)
+    # Each round walks the whole test process's heap (a full one, with the suite's
+    # imports, took over 100 ms on the CI machine): wait for rounds, not for a time.
+    deadline = asyncio.get_running_loop().time() + 30
+    while freezer.rounds < 3 and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.01)
     assert freezer.rounds >= 3
     stats = freezer.stats()
     assert stats["rounds"] == freezer.rounds and stats["frozen"] > 0
