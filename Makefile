@@ -7,6 +7,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export RAY_USAGE_STATS_ENABLED := 0
 export HF_HUB_OFFLINE := 1
+# Ray Serve's throughput mode (serve.env, README "Serving mode") for every Ray process started here
+include serve.env
+export $(shell sed -n 's/^\([A-Z_][A-Z0-9_]*\)=.*/\1/p' serve.env)
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)

@@ -103,6 +103,8 @@ from rich.console import Console
 
 from benchmarks.load import percentile
 from benchmarks.ttfb import stop, wait_for
+from deployments.serve_env import apply_serve_env
+from memory_core.testing.haproxy import stop_orphaned_haproxies
 from memory_core.testing.net import free_port
 
 app = typer.Typer(add_completion=False)
@@ -917,6 +919,7 @@ def started_service(edit: Callable[[dict[str, Any]], None] | None = None) -> Ite
         (Path(work) / "serve_config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
         env.update(PYTHONPATH=str(ROOT), RAY_USAGE_STATS_ENABLED="0", HF_HUB_OFFLINE="1")
+        apply_serve_env(env)  # the serving mode of `make run` unless this process's environment says otherwise
         serve = Path(sys.executable).with_name("serve")
         log_path = Path(work) / "serve.log"
         with open(log_path, "w") as log:
@@ -932,12 +935,13 @@ def started_service(edit: Callable[[dict[str, Any]], None] | None = None) -> Ite
             try:
                 wait_for(f"{url}/health", 400, service, "serve run")
             except RuntimeError:
-                console.print(log_path.read_text(errors="replace")[-3000:])
+                console.print(log_path.read_text(errors="replace")[-3000:], markup=False, highlight=False)
                 raise
             console.print(f"service healthy after {time.monotonic() - started:.0f} s")
             yield url
         finally:
             stop(service)
+            stop_orphaned_haproxies()  # throughput mode: a HAProxy that outlived its Ray instance
 
 
 def settings_for(quick: bool, **given: Any) -> Settings:

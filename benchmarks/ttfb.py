@@ -43,6 +43,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.load import percentile
+from deployments.serve_env import apply_serve_env
 
 app = typer.Typer(add_completion=False)
 console = Console(width=110)
@@ -121,6 +122,7 @@ def started_service(first_chunk_delay_ms: float, chunk_delay_ms: float) -> Itera
             application["deployments"] = [d for d in application["deployments"] if d["name"] != "EchoUpstream"]
             (Path(work) / "serve_config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
             env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1"}
+            apply_serve_env(env)  # the serving mode of `make run` unless this process's environment says otherwise
             serve = Path(sys.executable).with_name("serve")
             with open(Path(work) / "serve.log", "w") as log:
                 service = subprocess.Popen(

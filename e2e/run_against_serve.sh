@@ -8,6 +8,13 @@ set -euo pipefail
 set -m
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${VENV_BIN:-$repo/.venv/bin}"
+# Ray Serve's throughput mode, as `make run` serves (serve.env); a value already exported wins
+while IFS='=' read -r name value; do
+  if [[ "$name" =~ ^[A-Z_][A-Z0-9_]*$ ]]; then export "$name=${!name:-$value}"; fi
+done < "$repo/serve.env"
+stop_orphaned_haproxies() {  # throughput mode (serve.env): a HAProxy that outlived its Ray instance
+  PYTHONPATH="$repo" "$bin/python" -c 'from memory_core.testing.haproxy import stop_orphaned_haproxies as s; s()' || true
+}
 work="$(mktemp -d)"
 port="$("$bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
 "$bin/python" - "$repo/serve_config.yaml" "$work/serve_config.yaml" "$port" <<'PY'
@@ -18,6 +25,7 @@ cfg["http_options"]["port"] = port
 yaml.safe_dump(cfg, open(dst, "w"), sort_keys=False)
 PY
 cd "$work"
+stop_orphaned_haproxies  # one left by an earlier Ray instance would hold the ports ours binds
 "$bin/serve" run serve_config.yaml > "$work/serve.log" 2>&1 &
 serve_pid=$!
 cleanup() {
@@ -26,6 +34,7 @@ cleanup() {
   kill -TERM "$serve_pid" 2>/dev/null || true
   for _ in $(seq 1 10); do kill -0 "$serve_pid" 2>/dev/null || break; sleep 1; done
   kill -9 "$serve_pid" 2>/dev/null || true
+  stop_orphaned_haproxies
   rm -rf "$work"
 }
 trap cleanup EXIT

@@ -7,13 +7,32 @@ import os
 
 import pytest
 
+from deployments.serve_env import apply_serve_env
 from memory_core.testing.net import free_port  # re-exported: tests import it from here
 
 __all__ = ["free_port"]
 
+
+def _driver_handle_router_loop() -> None:
+    """Give this test process's Serve handles a router loop of their own, as Serve does outside
+    its throughput mode. The throughput mode runs a handle's router on the caller's event loop,
+    which a replica has; the tests call handles from plain functions (``.remote().result()``)
+    and from several loops, which Serve then refuses ("No event loop running"). The variable
+    is read once, when this process imports Ray Serve, and removed before ``ray.init`` starts
+    the Ray processes: the replicas and shards keep ``serve.env``'s mode."""
+    os.environ["RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP"] = "1"
+    try:
+        import ray.serve._private.constants  # noqa: F401  (reads the environment now)
+    finally:
+        del os.environ["RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP"]
+
+
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Ray Serve's throughput mode, as `make run` serves (serve.env): before anything imports Ray Serve
+apply_serve_env()
+_driver_handle_router_loop()
 
 
 def wait_healthy(url: str, timeout: float = 120) -> None:
@@ -53,6 +72,9 @@ def ray_session():
     endpoint on a free port: ``ray_metrics_port``)."""
     import ray
 
+    from memory_core.testing.haproxy import stop_orphaned_haproxies
+
+    stop_orphaned_haproxies()  # an earlier Ray instance's HAProxy would hold the ports ours binds
     if not ray.is_initialized():
         ray.init(
             num_cpus=2,
@@ -62,6 +84,14 @@ def ray_session():
             _metrics_export_port=free_port(),
         )
     yield ray
+    # a Serve shutdown stops HAProxy (throughput mode, serve.env); Ray's own exit would not
+    try:
+        from ray import serve
+
+        serve.shutdown()
+    finally:
+        ray.shutdown()
+        stop_orphaned_haproxies()
 
 
 @pytest.fixture(scope="session")

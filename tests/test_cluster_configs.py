@@ -290,6 +290,26 @@ def test_rayservice_manifest():
         assert env[variable]["valueFrom"]["secretKeyRef"] == {"name": "memory-router-secrets", "key": key}
 
 
+def test_every_cluster_node_starts_ray_in_the_serving_mode_of_serve_env():
+    """Ray Serve reads its data plane from each process's environment: every node of both
+    cluster configs must export ``serve.env``'s lines (README "Serving mode")."""
+    from deployments.serve_env import serve_env
+
+    wanted = serve_env()
+    assert wanted  # the file names the mode; an empty one would make this test vacuous
+    cluster = _load(RAYSERVICE)["spec"]["rayClusterConfig"]
+    groups = [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]
+    for group in groups:
+        for container in group["template"]["spec"]["containers"]:
+            env = {e["name"]: e.get("value") for e in container.get("env", [])}
+            assert {k: env.get(k) for k in wanted} == wanted, container["name"]
+    launcher = _load(LAUNCHER_CONFIG)
+    for key in ("head_start_ray_commands", "worker_start_ray_commands"):
+        (start,) = [c for c in launcher[key] if "ray start" in c]
+        exported = start.split("export ", 1)[1].split("&&", 1)[0].split()
+        assert dict(x.split("=", 1) for x in exported) == wanted, key
+
+
 # ---------------------------------------------------------------------------- placement
 
 
