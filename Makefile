@@ -7,9 +7,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export RAY_USAGE_STATS_ENABLED := 0
 export HF_HUB_OFFLINE := 1
-# Ray Serve's throughput mode (serve.env, README "Serving mode") for every Ray process started here
-include serve.env
-export $(shell sed -n 's/^\([A-Z_][A-Z0-9_]*\)=.*/\1/p' serve.env)
+# Ray Serve's throughput mode (serve.env, README "Serving mode") for every Ray process started
+# here; a value already in the environment or on the command line wins (as in the Python tools)
+SERVE_ENV := $(dir $(lastword $(MAKEFILE_LIST)))serve.env
+SERVE_ENV_LINES := $(shell grep -E '^[A-Z_][A-Z0-9_]*=' $(SERVE_ENV))
+$(foreach line,$(SERVE_ENV_LINES),$(eval $(word 1,$(subst =, ,$(line))) ?= $(word 2,$(subst =, ,$(line)))))
+export $(foreach line,$(SERVE_ENV_LINES),$(word 1,$(subst =, ,$(line))))
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)

@@ -104,7 +104,7 @@ from rich.console import Console
 from benchmarks.load import percentile
 from benchmarks.ttfb import stop, wait_for
 from deployments.serve_env import apply_serve_env
-from memory_core.testing.haproxy import stop_orphaned_haproxies
+from memory_core.testing.haproxy import assign_free_ports, stop_orphaned_haproxies
 from memory_core.testing.net import free_port
 
 app = typer.Typer(add_completion=False)
@@ -920,6 +920,8 @@ def started_service(edit: Callable[[dict[str, Any]], None] | None = None) -> Ite
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
         env.update(PYTHONPATH=str(ROOT), RAY_USAGE_STATS_ENABLED="0", HF_HUB_OFFLINE="1")
         apply_serve_env(env)  # the serving mode of `make run` unless this process's environment says otherwise
+        assign_free_ports(env)  # its fixed ports (HAProxy's stats, metrics): two services may run at once
+        stop_orphaned_haproxies()
         serve = Path(sys.executable).with_name("serve")
         log_path = Path(work) / "serve.log"
         with open(log_path, "w") as log:

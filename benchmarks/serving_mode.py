@@ -44,7 +44,7 @@ from deployments.serve_env import serve_env
 from memory_core.locomo import load_samples, questions, turns
 
 app = typer.Typer(add_completion=False)
-console = Console()
+console = Console(width=200)  # the table stays one row per service in a file
 
 MODES: dict[str, dict[str, str]] = {
     "proxy": {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "0", "RAY_SERVE_ENABLE_HA_PROXY": "0"},

@@ -44,6 +44,7 @@ from rich.table import Table
 
 from benchmarks.load import percentile
 from deployments.serve_env import apply_serve_env
+from memory_core.testing.haproxy import assign_free_ports, stop_orphaned_haproxies
 
 app = typer.Typer(add_completion=False)
 console = Console(width=110)
@@ -123,6 +124,8 @@ def started_service(first_chunk_delay_ms: float, chunk_delay_ms: float) -> Itera
             (Path(work) / "serve_config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
             env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1"}
             apply_serve_env(env)  # the serving mode of `make run` unless this process's environment says otherwise
+            assign_free_ports(env)  # its fixed ports (HAProxy's stats, metrics)
+            stop_orphaned_haproxies()
             serve = Path(sys.executable).with_name("serve")
             with open(Path(work) / "serve.log", "w") as log:
                 service = subprocess.Popen(
@@ -144,6 +147,7 @@ def started_service(first_chunk_delay_ms: float, chunk_delay_ms: float) -> Itera
         finally:
             if service is not None:
                 stop(service)
+                stop_orphaned_haproxies()  # throughput mode: a HAProxy that outlived its Ray instance
             stop(echo)
 
 

@@ -11,10 +11,14 @@ benchmarks' ``serve run``) apply it with ``apply_serve_env``. README "Serving mo
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
+
+from memory_core.config import AccessSettings
+from memory_core.errors import ConfigError
 
 SERVE_ENV_FILE = Path(__file__).resolve().parents[1] / "serve.env"
 """``serve.env`` at the repository root."""
@@ -23,18 +27,22 @@ _LINE = re.compile(r"([A-Z_][A-Z0-9_]*)=([A-Za-z0-9_.:/,+-]*)")
 
 
 def serve_env(path: Path = SERVE_ENV_FILE) -> dict[str, str]:
-    """``NAME → value`` of ``path`` in file order (blank lines and ``#`` comments skipped).
-    Raises ``ValueError`` naming the line for anything else (a line the Makefile and a shell
+    """``NAME → value`` of ``path`` in file order (empty lines and lines starting with ``#``
+    skipped). Raises ``ValueError`` naming the line for anything else, indented lines and
+    carriage returns included (what the Makefile, a shell's ``read`` loop and this function
     would read differently), ``FileNotFoundError`` when the file is absent."""
+    text = path.read_bytes().decode("utf-8")  # as written: read_text would turn "\r\n" into "\n"
+    if "\r" in text:
+        raise ValueError(f"{path}:1: carriage returns (a shell would keep them in the values)")
     out: dict[str, str] = {}
-    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        line = raw.strip()
+    for number, line in enumerate(text.split("\n"), 1):
         if not line or line.startswith("#"):
             continue
         match = _LINE.fullmatch(line)
         if match is None:
             raise ValueError(
-                f"{path}:{number}: expected NAME=value (no spaces, no quotes, no shell syntax), got {raw!r}"
+                f"{path}:{number}: expected NAME=value from the line's first character "
+                f"(no spaces, no quotes, no shell syntax), got {line!r}"
             )
         out[match.group(1)] = match.group(2)
     return out
@@ -49,3 +57,52 @@ def apply_serve_env(environ: MutableMapping[str, str] | None = None, path: Path 
     for name, value in serve_env(path).items():
         env.setdefault(name, value)
     return {name: env[name] for name in serve_env(path)}
+
+
+def _loopback(host: str | None) -> bool:
+    if host in ("localhost",):
+        return True
+    try:
+        return ipaddress.ip_address(host or "").is_loopback
+    except ValueError:
+        return False
+
+
+def check_peer_addresses(access: AccessSettings, http_host: str | None, environ: Mapping[str, str]) -> None:
+    """Refuse a service whose identity check would read a peer address HAProxy hides.
+
+    With ``RAY_SERVE_ENABLE_HA_PROXY=1`` in ``environ`` (the replica's environment) every
+    request reaches the ingress from HAProxy, on the loopback address of its node (Ray 2.60's
+    HAProxy adds no ``X-Forwarded-For``): the ``trusted_header`` mode's peer check
+    (``access.trusted_proxies``) would take any caller for that trusted peer. That is the truth
+    only when the HTTP port itself is bound to loopback (``http_host``, Serve's
+    ``http_options.host``: every caller is on the machine), and harmless when a gateway secret
+    (``gateway_secret_env``) or ``api_key`` mode proves the caller instead.
+
+    Raises ``ConfigError`` for HAProxy + ``trusted_header`` without a gateway secret + an HTTP
+    host that is not loopback, or unknown (``None``)."""
+    if environ.get("RAY_SERVE_ENABLE_HA_PROXY", "0").lower() not in ("1", "true"):
+        return
+    if access.mode != "trusted_header" or access.gateway_secret_env:
+        return
+    if _loopback(http_host):
+        return
+    raise ConfigError(
+        f"global.access: trusted_header mode without gateway_secret_env behind HAProxy "
+        f"(RAY_SERVE_ENABLE_HA_PROXY=1) on http_options.host {http_host!r}: HAProxy hides the "
+        "callers' addresses, so any caller could send x-authz-user-id. Bind the HTTP port to "
+        "127.0.0.1, set global.access.gateway_secret_env, use access.mode api_key, or turn the "
+        'mode off (README "Serving mode")'
+    )
+
+
+def serve_http_host() -> str | None:
+    """``http_options.host`` of the running Serve instance (from a replica: the controller's
+    HTTP config, through Serve's client, a private API of Ray 2.60), or ``None`` when it
+    cannot be read."""
+    try:
+        from ray.serve.context import _get_global_client
+
+        return str(_get_global_client().http_config.host)
+    except Exception:  # any failure means "unknown": check_peer_addresses then refuses HAProxy
+        return None

@@ -9,9 +9,11 @@ set -m
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${VENV_BIN:-$repo/.venv/bin}"
 # Ray Serve's throughput mode, as `make run` serves (serve.env); a value already exported wins
-while IFS='=' read -r name value; do
-  if [[ "$name" =~ ^[A-Z_][A-Z0-9_]*$ ]]; then export "$name=${!name:-$value}"; fi
+while IFS='=' read -r name value || [[ -n "$name" ]]; do
+  if [[ "$name" =~ ^[A-Z_][A-Z0-9_]*$ ]]; then export "$name=${!name-$value}"; fi
 done < "$repo/serve.env"
+# its fixed ports (HAProxy's stats and metrics, the fallback proxy) moved to free ones
+eval "$(PYTHONPATH="$repo" "$bin/python" -c 'from memory_core.testing.haproxy import assign_free_ports as a; import os, shlex; print("; ".join(f"export {k}={shlex.quote(v)}" for k, v in a(dict(os.environ)).items()))')"
 stop_orphaned_haproxies() {  # throughput mode (serve.env): a HAProxy that outlived its Ray instance
   PYTHONPATH="$repo" "$bin/python" -c 'from memory_core.testing.haproxy import stop_orphaned_haproxies as s; s()' || true
 }

@@ -20,11 +20,21 @@ def _driver_handle_router_loop() -> None:
     and from several loops, which Serve then refuses ("No event loop running"). The variable
     is read once, when this process imports Ray Serve, and removed before ``ray.init`` starts
     the Ray processes: the replicas and shards keep ``serve.env``'s mode."""
-    os.environ["RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP"] = "1"
+    import sys
+
+    name = "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP"
+    if "ray.serve._private.constants" in sys.modules:  # read already: this would change nothing
+        raise RuntimeError("Ray Serve was imported before tests/conftest.py set its test-process options")
+    exported = os.environ.get(name)
+    os.environ[name] = "1"
     try:
-        import ray.serve._private.constants  # noqa: F401  (reads the environment now)
+        from ray.serve._private import constants  # reads the environment now
     finally:
-        del os.environ["RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP"]
+        if exported is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = exported
+    assert constants.RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP
 
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -72,9 +82,10 @@ def ray_session():
     endpoint on a free port: ``ray_metrics_port``)."""
     import ray
 
-    from memory_core.testing.haproxy import stop_orphaned_haproxies
+    from memory_core.testing.haproxy import assign_free_ports, stop_orphaned_haproxies
 
     stop_orphaned_haproxies()  # an earlier Ray instance's HAProxy would hold the ports ours binds
+    assign_free_ports()  # HAProxy's stats/metrics and the fallback proxy: not their fixed ports
     if not ray.is_initialized():
         ray.init(
             num_cpus=2,

@@ -7,7 +7,13 @@ When the Ray instance goes without one (its processes killed, a test session's i
 exiting), the ``haproxy`` outlives its actor, reparented, and keeps its listeners: the HTTP
 port and the fixed stats (8404) and metrics (9101) ports, so the next service's HAProxy on
 this machine cannot bind them and that service never answers. ``stop_orphaned_haproxies``
-finds such processes (a ``haproxy`` whose parent is not an ``HAProxyManager``) and stops them.
+finds such processes (a ``haproxy`` run on a configuration under Ray's HAProxy directory whose
+parent is not an ``HAProxyManager``) and stops them; any other ``haproxy`` (an operator's own
+gateway) is never touched.
+
+Those fixed ports are why the project's tools start every Ray instance with
+``assign_free_ports``: two services on one machine (a benchmark's pair, ``make test`` beside a
+``make run``) then never contend for them.
 """
 
 from __future__ import annotations
@@ -15,9 +21,34 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import MutableMapping
 from pathlib import Path
 
+from .net import free_port
+
 _MANAGER = b"ray::HAProxyManager"
+
+RAY_HAPROXY_DIR = "/tmp/haproxy-serve"
+"""Where Ray writes each node's HAProxy configuration (``RAY_SERVE_HAPROXY_CONFIG_FILE_LOC``'s
+directory, Ray 2.60's default): ``<dir>/<node>/haproxy.cfg``."""
+
+FIXED_PORT_VARIABLES = (
+    "RAY_SERVE_HAPROXY_STATS_PORT",  # HAProxy's stats page, 8404, all interfaces
+    "RAY_SERVE_HAPROXY_METRICS_PORT",  # HAProxy's Prometheus exporter, 9101, all interfaces
+    "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT",  # the head's fallback Python proxy, 8500
+    "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT",  # and its gRPC port, 9500
+)
+"""The throughput mode's listeners on fixed ports, each movable by its variable (Ray 2.60)."""
+
+
+def assign_free_ports(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
+    """Set each of ``FIXED_PORT_VARIABLES`` not already set in ``environ`` (default
+    ``os.environ``) to a free port of this machine. Call it before the Ray instance starts.
+    Returns the values in effect."""
+    env = os.environ if environ is None else environ
+    for name in FIXED_PORT_VARIABLES:
+        env.setdefault(name, str(free_port()))
+    return {name: env[name] for name in FIXED_PORT_VARIABLES}
 
 
 def _read(pid: int, name: str) -> bytes | None:
@@ -35,9 +66,22 @@ def _parent(pid: int) -> int | None:
     return int(fields[1]) if len(fields) > 1 else None
 
 
-def orphaned_haproxies() -> list[int]:
-    """Pids of this user's ``haproxy`` processes whose parent is not a live ``HAProxyManager``
-    actor (Linux ``/proc``; empty elsewhere)."""
+def _config_under(cmdline: bytes, config_dir: str) -> bool:
+    """Whether ``cmdline`` (NUL-separated) runs ``haproxy`` with ``-f`` a file under ``config_dir``."""
+    args = cmdline.rstrip(b"\0").split(b"\0")
+    if os.path.basename(args[0]) != b"haproxy":
+        return False
+    prefix = config_dir.rstrip("/").encode() + b"/"
+    return any(a == b"-f" and b.startswith(prefix) for a, b in zip(args, args[1:], strict=False))
+
+
+def orphaned_haproxies(config_dir: str | None = None) -> list[int]:
+    """Pids of this user's ``haproxy`` processes run on a configuration under ``config_dir``
+    (default: the directory of ``RAY_SERVE_HAPROXY_CONFIG_FILE_LOC``, else ``RAY_HAPROXY_DIR``)
+    whose parent is not a live ``HAProxyManager`` actor (Linux ``/proc``; empty elsewhere)."""
+    if config_dir is None:
+        configured = os.environ.get("RAY_SERVE_HAPROXY_CONFIG_FILE_LOC")
+        config_dir = os.path.dirname(configured) if configured else RAY_HAPROXY_DIR
     found: list[int] = []
     proc = Path("/proc")
     if not proc.is_dir():
@@ -48,7 +92,7 @@ def orphaned_haproxies() -> list[int]:
             continue
         pid = int(entry.name)
         cmdline = _read(pid, "cmdline")
-        if not cmdline or os.path.basename(cmdline.split(b"\0", 1)[0]) != b"haproxy":
+        if not cmdline or not _config_under(cmdline, config_dir):
             continue
         try:
             if entry.stat().st_uid != uid:
@@ -62,10 +106,10 @@ def orphaned_haproxies() -> list[int]:
     return sorted(found)
 
 
-def stop_orphaned_haproxies(timeout_s: float = 5.0) -> list[int]:
-    """SIGTERM each of ``orphaned_haproxies()``, SIGKILL those still alive after
+def stop_orphaned_haproxies(timeout_s: float = 5.0, config_dir: str | None = None) -> list[int]:
+    """SIGTERM each of ``orphaned_haproxies(config_dir)``, SIGKILL those still alive after
     ``timeout_s`` seconds. Returns the pids signalled."""
-    pids = orphaned_haproxies()
+    pids = orphaned_haproxies(config_dir)
     for pid in pids:
         try:
             os.kill(pid, signal.SIGTERM)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from deployments.serve_env import SERVE_ENV_FILE, apply_serve_env, serve_env
+from deployments.serve_env import SERVE_ENV_FILE, apply_serve_env, check_peer_addresses, serve_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,9 +23,9 @@ def test_the_file_names_rays_throughput_mode_and_haproxy():
 
 def test_comments_and_blank_lines_are_skipped_and_anything_else_is_refused(tmp_path):
     f = tmp_path / "serve.env"
-    f.write_text("# a comment\n\nA_B=1\n  C=x  \n")
+    f.write_text("# a comment\n\nA_B=1\nC=x")  # the last line without its newline too
     assert serve_env(f) == {"A_B": "1", "C": "x"}
-    for bad in ("A = 1", "export A=1", 'A="1"', "a=1", "A=1 2"):
+    for bad in ("A = 1", "export A=1", 'A="1"', "a=1", "A=1 2", "  A=1", "A=1 ", "A=1\r"):
         f.write_text(bad + "\n")
         with pytest.raises(ValueError, match="serve.env:1"):
             serve_env(f)
@@ -38,14 +39,26 @@ def test_a_value_the_caller_exported_wins(tmp_path):
     assert env == {"A": "1", "B": "0"}
 
 
-def test_the_makefile_exports_what_the_file_says():
-    """``make`` reads the same file (``include serve.env`` + ``export``): what a recipe sees."""
-    mk = f"include {ROOT / 'Makefile'}\nshow-serve-env:\n\t@env | grep -E '^(" + "|".join(serve_env()) + ")=' | sort\n"
+def _make_sees(**env: str) -> dict[str, str]:
+    """The ``RAY_SERVE_*`` variables a recipe of the Makefile sees, make run from elsewhere
+    with only ``PATH`` and ``env`` in its environment (none of the caller's make flags)."""
+    mk = f"include {ROOT / 'Makefile'}\nshow-serve-env:\n\t@env | grep -E '^RAY_SERVE_' | sort\n"
     out = subprocess.run(
-        ["make", "-s", "-C", str(ROOT), "-f", "-", "show-serve-env"], input=mk, capture_output=True, text=True
+        ["make", "-s", "-f", "-", "show-serve-env"],
+        input=mk,
+        capture_output=True,
+        text=True,
+        cwd="/",
+        env={"PATH": os.environ["PATH"], **env},
     )
     assert out.returncode == 0, out.stderr
-    assert dict(line.split("=", 1) for line in out.stdout.split()) == serve_env(SERVE_ENV_FILE)
+    return dict(line.split("=", 1) for line in out.stdout.split())
+
+
+def test_the_makefile_exports_what_the_file_says_unless_the_caller_set_it():
+    """``make`` reads the same file: what a recipe (``make run``'s ``serve run``) sees."""
+    assert _make_sees() == serve_env(SERVE_ENV_FILE)
+    assert _make_sees(RAY_SERVE_ENABLE_HA_PROXY="0") == {**serve_env(), "RAY_SERVE_ENABLE_HA_PROXY": "0"}
 
 
 def test_the_e2e_script_exports_the_file_unless_already_set():
@@ -63,3 +76,50 @@ def test_the_e2e_script_exports_the_file_unless_already_set():
     assert out.returncode == 0, out.stderr
     got = dict(line.split("=", 1) for line in out.stdout.split())
     assert got == {**serve_env(), "RAY_SERVE_ENABLE_HA_PROXY": "0"}
+
+
+def test_the_test_sessions_serve_runs_behind_haproxy(serve_http_port):
+    """The integration tests run the mode ``make run`` serves: Ray Serve in this process read
+    it, and HAProxy listens on the stats port the session gave it (``assign_free_ports``)."""
+    import socket
+    import time
+
+    from ray.serve._private import constants
+
+    assert constants.RAY_SERVE_THROUGHPUT_OPTIMIZED and constants.RAY_SERVE_ENABLE_HA_PROXY
+    port = int(os.environ["RAY_SERVE_HAPROXY_STATS_PORT"])
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline, f"no HAProxy on its stats port {port}"
+            time.sleep(0.5)
+
+
+@pytest.mark.parametrize(
+    ("host", "access", "ha", "refused"),
+    [
+        ("127.0.0.1", {}, "1", False),  # make run: every caller is on the machine
+        ("::1", {}, "1", False),
+        ("localhost", {}, "1", False),
+        ("0.0.0.0", {}, "1", True),  # any caller would pass for HAProxy's loopback address
+        ("10.0.0.7", {}, "1", True),
+        (None, {}, "1", True),  # unknown: refused, not assumed
+        ("0.0.0.0", {"gateway_secret_env": "GATEWAY_SECRET"}, "1", False),  # the secret proves the gateway
+        ("0.0.0.0", {"mode": "api_key"}, "1", False),  # keys prove the caller
+        ("0.0.0.0", {}, "0", False),  # Serve's proxy: the ingress sees the callers' addresses
+    ],
+)
+def test_haproxy_in_front_of_a_public_port_needs_more_than_the_peer_address(host, access, ha, refused):
+    from memory_core.config import AccessSettings
+    from memory_core.errors import ConfigError
+
+    settings = AccessSettings(**access)
+    env = {"RAY_SERVE_ENABLE_HA_PROXY": ha}
+    if refused:
+        with pytest.raises(ConfigError, match="gateway_secret_env"):
+            check_peer_addresses(settings, host, env)
+    else:
+        check_peer_addresses(settings, host, env)

@@ -24,6 +24,7 @@ from memory_core.curation.llm import http_complete
 from memory_core.tracing import setup_tracing
 
 from ...metrics import RayMetrics
+from ...serve_env import check_peer_addresses, serve_http_host
 from ...store_pool import StorePoolClient
 from ...upstream import UpstreamRouter
 from ..audit_hook import AuditRecorder, configure_recorder
@@ -73,6 +74,8 @@ class MemoryIngress(ChatRoutes, MemoryRoutes, AdminRoutes, ServiceRoutes, McpRou
         self.consolidator = consolidator  # the background loop (deployed with the application)
         self.metrics = RayMetrics(decision_values(config))
         access = config.global_.access
+        if os.environ.get("RAY_SERVE_ENABLE_HA_PROXY"):  # HAProxy hides peer addresses: see the check
+            check_peer_addresses(access, serve_http_host(), os.environ)
         self.registry = KeyRegistry(access.api_keys.path)
         self.auth = Authenticator(access, self.registry, os.environ)
         self.audit = AuditRecorder(AuditLog(config.global_.audit.path), self.auth, self.metrics)
