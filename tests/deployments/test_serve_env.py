@@ -78,24 +78,21 @@ def test_the_e2e_script_exports_the_file_unless_already_set():
     assert got == {**serve_env(), "RAY_SERVE_ENABLE_HA_PROXY": "0"}
 
 
-def test_the_test_sessions_serve_runs_behind_haproxy(serve_http_port):
+def test_the_test_sessions_ray_processes_run_the_mode_make_run_serves(ray_session):
     """The integration tests run the mode ``make run`` serves: Ray Serve in this process read
-    it, and HAProxy listens on the stats port the session gave it (``assign_free_ports``)."""
-    import socket
-    import time
-
+    it, and the session's Ray workers (where replicas and shards run) have it in their
+    environment, the fixed ports moved to free ones (``assign_free_ports``)."""
     from ray.serve._private import constants
 
     assert constants.RAY_SERVE_THROUGHPUT_OPTIMIZED and constants.RAY_SERVE_ENABLE_HA_PROXY
-    port = int(os.environ["RAY_SERVE_HAPROXY_STATS_PORT"])
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert time.monotonic() < deadline, f"no HAProxy on its stats port {port}"
-            time.sleep(0.5)
+
+    @ray_session.remote(num_cpus=0)
+    def worker_environment() -> dict[str, str]:
+        return {k: v for k, v in os.environ.items() if k.startswith("RAY_SERVE_")}
+
+    seen = ray_session.get(worker_environment.remote(), timeout=60)
+    assert {k: seen.get(k) for k in serve_env()} == serve_env()
+    assert seen["RAY_SERVE_HAPROXY_STATS_PORT"] == os.environ["RAY_SERVE_HAPROXY_STATS_PORT"] != "8404"
 
 
 @pytest.mark.parametrize(
