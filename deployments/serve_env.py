@@ -14,7 +14,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
 
 from memory_core.config import AccessSettings
@@ -68,15 +68,18 @@ def _loopback(host: str | None) -> bool:
         return False
 
 
-def check_peer_addresses(access: AccessSettings, http_host: str | None, environ: Mapping[str, str]) -> None:
+def check_peer_addresses(
+    access: AccessSettings, http_host: Callable[[], str | None], environ: Mapping[str, str]
+) -> None:
     """Refuse a service whose identity check would read a peer address HAProxy hides.
 
     With ``RAY_SERVE_ENABLE_HA_PROXY=1`` in ``environ`` (the replica's environment) every
     request reaches the ingress from HAProxy, on the loopback address of its node (Ray 2.60's
     HAProxy adds no ``X-Forwarded-For``): the ``trusted_header`` mode's peer check
     (``access.trusted_proxies``) would take any caller for that trusted peer. That is the truth
-    only when the HTTP port itself is bound to loopback (``http_host``, Serve's
-    ``http_options.host``: every caller is on the machine), and harmless when a gateway secret
+    only when the HTTP port itself is bound to loopback (``http_host()``, Serve's
+    ``http_options.host``: every caller is on the machine; read only when the rest of the
+    check needs it, as reading it asks Serve's controller), and harmless when a gateway secret
     (``gateway_secret_env``) or ``api_key`` mode proves the caller instead.
 
     Raises ``ConfigError`` for HAProxy + ``trusted_header`` without a gateway secret + an HTTP
@@ -85,11 +88,12 @@ def check_peer_addresses(access: AccessSettings, http_host: str | None, environ:
         return
     if access.mode != "trusted_header" or access.gateway_secret_env:
         return
-    if _loopback(http_host):
+    host = http_host()
+    if _loopback(host):
         return
     raise ConfigError(
         f"global.access: trusted_header mode without gateway_secret_env behind HAProxy "
-        f"(RAY_SERVE_ENABLE_HA_PROXY=1) on http_options.host {http_host!r}: HAProxy hides the "
+        f"(RAY_SERVE_ENABLE_HA_PROXY=1) on http_options.host {host!r}: HAProxy hides the "
         "callers' addresses, so any caller could send x-authz-user-id. Bind the HTTP port to "
         "127.0.0.1, set global.access.gateway_secret_env, use access.mode api_key, or turn the "
         'mode off (README "Serving mode")'
@@ -99,10 +103,14 @@ def check_peer_addresses(access: AccessSettings, http_host: str | None, environ:
 def serve_http_host() -> str | None:
     """``http_options.host`` of the running Serve instance (from a replica: the controller's
     HTTP config, through Serve's client, a private API of Ray 2.60), or ``None`` when it
-    cannot be read."""
+    cannot be read. Outside a Ray process (no Ray instance this process joined) it is ``None``
+    at once: Serve's client would start a Ray instance of its own to ask."""
     try:
+        import ray
         from ray.serve.context import _get_global_client
 
+        if not ray.is_initialized():
+            return None
         return str(_get_global_client().http_config.host)
     except Exception:  # any failure means "unknown": check_peer_addresses then refuses HAProxy
         return None

@@ -84,16 +84,16 @@ def ray_session():
 
     from memory_core.testing.haproxy import assign_free_ports, stop_orphaned_haproxies
 
+    if ray.is_initialized():  # something called Ray without this fixture: its instance lacks the ports below
+        raise RuntimeError("a Ray instance was started before ray_session (an API that starts Ray on first use?)")
     stop_orphaned_haproxies()  # an earlier Ray instance's HAProxy would hold the ports ours binds
     assign_free_ports()  # HAProxy's stats/metrics and the fallback proxy: not their fixed ports
-    if not ray.is_initialized():
-        ray.init(
-            num_cpus=2,
-            include_dashboard=False,
-            log_to_driver=False,
-            ignore_reinit_error=True,
-            _metrics_export_port=free_port(),
-        )
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        _metrics_export_port=free_port(),
+    )
     yield ray
     # a Serve shutdown stops HAProxy (throughput mode, serve.env); Ray's own exit would not
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -117,8 +118,30 @@ def test_haproxy_in_front_of_a_public_port_needs_more_than_the_peer_address(host
 
     settings = AccessSettings(**access)
     env = {"RAY_SERVE_ENABLE_HA_PROXY": ha}
+    reads: list[str | None] = []
+
+    def http_host() -> str | None:
+        reads.append(host)
+        return host
+
     if refused:
         with pytest.raises(ConfigError, match="gateway_secret_env"):
-            check_peer_addresses(settings, host, env)
+            check_peer_addresses(settings, http_host, env)
     else:
-        check_peer_addresses(settings, host, env)
+        check_peer_addresses(settings, http_host, env)
+    # the host is asked of Serve's controller only when the answer decides
+    assert len(reads) == (1 if ha == "1" and not access else 0)
+
+
+def test_reading_the_http_host_outside_ray_starts_no_ray_instance():
+    """An ingress built outside a replica (unit tests, tools) reads no host: Serve's client
+    would otherwise start a Ray instance of its own to ask (what once started the test
+    session's Ray before ``ray_session``, without ``serve.env``'s ports)."""
+    code = (
+        "import ray\n"
+        "from deployments.serve_env import serve_http_host\n"
+        "assert serve_http_host() is None\n"
+        "assert not ray.is_initialized(), 'a Ray instance was started'\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]

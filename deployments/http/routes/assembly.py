@@ -74,8 +74,7 @@ class MemoryIngress(ChatRoutes, MemoryRoutes, AdminRoutes, ServiceRoutes, McpRou
         self.consolidator = consolidator  # the background loop (deployed with the application)
         self.metrics = RayMetrics(decision_values(config))
         access = config.global_.access
-        if os.environ.get("RAY_SERVE_ENABLE_HA_PROXY"):  # HAProxy hides peer addresses: see the check
-            check_peer_addresses(access, serve_http_host(), os.environ)
+        check_peer_addresses(access, serve_http_host, os.environ)  # HAProxy hides peer addresses
         self.registry = KeyRegistry(access.api_keys.path)
         self.auth = Authenticator(access, self.registry, os.environ)
         self.audit = AuditRecorder(AuditLog(config.global_.audit.path), self.auth, self.metrics)
