@@ -64,8 +64,13 @@ class Consolidator:
         self.passes = 0
         self._task = asyncio.get_event_loop().create_task(self._loop())
 
-    def reconfigure(self, user_config: dict[str, Any]) -> None:
-        """Apply ``user_config`` (see the module docstring). Raises ``InvalidInput``."""
+    async def reconfigure(self, user_config: dict[str, Any]) -> None:
+        """Apply ``user_config`` (see the module docstring) and wake the loop, so a shorter
+        interval or ``enabled: true`` takes effect now. Raises ``InvalidInput``.
+
+        A coroutine on purpose: Serve runs a synchronous ``reconfigure`` on a thread of its
+        pool (``RAY_SERVE_RUN_SYNC_IN_THREADPOOL``, Ray 2.60), and an ``asyncio.Event`` set
+        from another thread does not wake the loop that waits on it."""
         try:
             self.config = ConsolidatorConfig.model_validate(user_config or {})
         except ValidationError as e:
