@@ -84,7 +84,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -102,9 +101,8 @@ import yaml
 from rich.console import Console
 
 from benchmarks.load import percentile
-from benchmarks.ttfb import stop, wait_for
-from deployments.serve_env import apply_serve_env
-from memory_core.testing.haproxy import assign_free_ports, stop_orphaned_haproxies
+from benchmarks.ttfb import serve_run_environment, stop, wait_for
+from memory_core.testing.haproxy import stop_orphaned_haproxies
 from memory_core.testing.net import free_port
 
 app = typer.Typer(add_completion=False)
@@ -917,11 +915,7 @@ def started_service(edit: Callable[[dict[str, Any]], None] | None = None) -> Ite
         if edit is not None:
             edit(config)
         (Path(work) / "serve_config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-        env.update(PYTHONPATH=str(ROOT), RAY_USAGE_STATS_ENABLED="0", HF_HUB_OFFLINE="1")
-        apply_serve_env(env)  # the serving mode of `make run` unless this process's environment says otherwise
-        assign_free_ports(env)  # its fixed ports (HAProxy's stats, metrics): two services may run at once
-        stop_orphaned_haproxies()
+        env = serve_run_environment()
         serve = Path(sys.executable).with_name("serve")
         log_path = Path(work) / "serve.log"
         with open(log_path, "w") as log:

@@ -82,6 +82,21 @@ def wait_for(url: str, timeout_s: float, process: subprocess.Popen, what: str) -
     raise RuntimeError(f"{what} not ready within {timeout_s:.0f}s")
 
 
+def serve_run_environment() -> dict[str, str]:
+    """The environment for a benchmark's own ``serve run``: this process's, without
+    ``RAY_ADDRESS`` (a Ray instance of its own), with the project on ``PYTHONPATH``, usage
+    stats off, the model hub offline, ``serve.env``'s serving mode unless this process's
+    environment says otherwise, and free ports for the mode's fixed listeners (HAProxy's
+    stats and metrics: two services may run at once). Also stops a HAProxy that outlived its
+    Ray instance (``stop_orphaned_haproxies``), which would hold the ports the new one binds."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(PYTHONPATH=str(ROOT), RAY_USAGE_STATS_ENABLED="0", HF_HUB_OFFLINE="1")
+    apply_serve_env(env)
+    assign_free_ports(env)
+    stop_orphaned_haproxies()
+    return env
+
+
 def stop(process: subprocess.Popen, timeout_s: float = 60) -> None:
     """SIGTERM to the process group of ``process`` (started with ``start_new_session``), then
     SIGKILL if it is still there after ``timeout_s``."""
@@ -122,10 +137,7 @@ def started_service(first_chunk_delay_ms: float, chunk_delay_ms: float) -> Itera
             # with an upstream URL there is no EchoUpstream deployment to configure
             application["deployments"] = [d for d in application["deployments"] if d["name"] != "EchoUpstream"]
             (Path(work) / "serve_config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-            env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1"}
-            apply_serve_env(env)  # the serving mode of `make run` unless this process's environment says otherwise
-            assign_free_ports(env)  # its fixed ports (HAProxy's stats, metrics)
-            stop_orphaned_haproxies()
+            env = serve_run_environment()
             serve = Path(sys.executable).with_name("serve")
             with open(Path(work) / "serve.log", "w") as log:
                 service = subprocess.Popen(
