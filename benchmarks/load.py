@@ -51,6 +51,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks.cpu_by_process import cpu_since, snapshot
 from benchmarks.ingest import model_rate, server_timings
 from benchmarks.locomo_chat import scrape
 from memory_core.chat.extract import extract_turn
@@ -88,6 +89,7 @@ class LoadResult:
     texts: list[str] = field(default_factory=list)  # what was embedded (a sample, for the model alone)
     server_ms: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # kind → Server-Timing step → ms
     counters: dict[str, float] | None = None  # the service's counters over the run (--metrics-url)
+    cpu_s: dict[str, float] | None = None  # CPU seconds by process name over the run (--cpu-by-process)
 
     @property
     def requests(self) -> int:
@@ -324,18 +326,22 @@ async def run_load(
     timeout_s: float = 60.0,
     cleanup: bool = True,
     metrics_url: str | None = None,
+    cpu_by_process: bool = False,
 ) -> LoadResult:
     """``users`` concurrent simulated users of ``workload`` (``WORKLOADS``: ``chat`` or
     ``supersede``) against ``url`` for ``duration_s`` seconds, then the lost-write check (and,
     with ``cleanup``, the users' memories deleted). With ``metrics_url``, the service's
     extraction counters over the run (read ``METRICS_SETTLE_S`` after the drain: Ray exports
-    them periodically). Raises ``KeyError`` for an unknown workload."""
+    them periodically). With ``cpu_by_process``, the CPU seconds of every process of this
+    machine's user from the first request to the end of the drain (``benchmarks.cpu_by_process``;
+    Linux). Raises ``KeyError`` for an unknown workload."""
     user_loop = WORKLOADS[workload]
     run = uuid.uuid4().hex[:8]
     ids = [f"load-{run}-{i}" for i in range(users)]
     limits = httpx.Limits(max_connections=users + 16, max_keepalive_connections=users + 16)
     before = await scrape(metrics_url) if metrics_url else {}
     async with httpx.AsyncClient(base_url=url, timeout=timeout_s, limits=limits) as client:
+        cpu_before = snapshot() if cpu_by_process else None
         started = time.monotonic()
         deadline = started + duration_s
         result = LoadResult(users=users, seconds=0.0)
@@ -347,6 +353,8 @@ async def run_load(
             *(_note(client, {"x-authz-user-id": u}, f"Marker of {u}: the run ended.", result, u) for u in ids)
         )
         result.drain_s = time.monotonic() - started - result.seconds
+        if cpu_before is not None:
+            result.cpu_s = cpu_since(cpu_before)
         result.lost = await _lost_writes(client, result.acknowledged)
         if metrics_url:
             await asyncio.sleep(METRICS_SETTLE_S)
@@ -360,6 +368,28 @@ async def run_load(
                     headers={"x-authz-user-id": u} | {"content-type": "application/json"},
                 )
     return result
+
+
+def print_cpu_per_turn(result: LoadResult, top: int = 12) -> None:
+    """One line per process name: CPU ms per chat turn over ``result``'s run and drain, the
+    ``top`` largest, then the rest and the total; "cores busy" is CPU seconds ÷ wall seconds."""
+    assert result.cpu_s is not None
+    turns = max(1, result.turns)
+    wall = result.seconds + result.drain_s
+    total = sum(result.cpu_s.values())
+    table = Table("process", "CPU s", "ms / chat turn", "cores busy", title=f"CPU by process, N = {result.users}")
+    rows = list(result.cpu_s.items())
+    for name, seconds in rows[:top]:
+        table.add_row(name, f"{seconds:.1f}", f"{1000 * seconds / turns:.1f}", f"{seconds / wall:.2f}")
+    rest = sum(seconds for _, seconds in rows[top:])
+    table.add_row(
+        f"({len(rows) - top if len(rows) > top else 0} others)",
+        f"{rest:.1f}",
+        f"{1000 * rest / turns:.1f}",
+        f"{rest / wall:.2f}",
+    )
+    table.add_row("total", f"{total:.1f}", f"{1000 * total / turns:.1f}", f"{total / wall:.2f}")
+    console.print(table)
 
 
 def model_alone(
@@ -384,6 +414,9 @@ def main(
         "bundled:all-MiniLM-L6-v2", help="the model alone: the service's embedding.model (bundled name or local path)"
     ),
     device: str = typer.Option(None, help="the model alone: cpu or cuda (default: a GPU when torch sees one)"),
+    cpu_by_process: bool = typer.Option(
+        False, help="print each process's CPU ms per chat turn over each run (Linux /proc; the service on this machine)"
+    ),
 ) -> None:
     """Run the load for each N in ``--users``, then the model alone on the texts the runs
     embedded (the service idle), and print the figures against the chat-turn ceiling."""
@@ -391,8 +424,15 @@ def main(
         raise typer.BadParameter(f"--workload: one of {sorted(WORKLOADS)}")
     results = []
     for n in [int(x) for x in users.split(",") if x.strip()]:
-        result = asyncio.run(run_load(url, n, duration, workload=workload, cleanup=not keep, metrics_url=metrics_url))
+        result = asyncio.run(
+            run_load(
+                url, n, duration, workload=workload, cleanup=not keep, metrics_url=metrics_url,
+                cpu_by_process=cpu_by_process,
+            )
+        )  # fmt: skip
         console.print(result.as_dict())
+        if result.cpu_s is not None:
+            print_cpu_per_turn(result)
         results.append(result)
     texts = [t for r in results for t in r.texts]
     rate = model_alone(texts, model_batch, model=model, device=device)
