@@ -184,7 +184,7 @@ class StoreShard:
     (``global.tracing``; default off).
     """
 
-    def __init__(
+    async def __init__(
         self, settings: MemoryStoreSettings, identity: ModelIdentity, embedder, tracing: TracingSettings | None = None
     ):
         from memory_core.stores.factory import make_store
@@ -486,7 +486,7 @@ class StorePool:
     and the ``Embedder`` handle (used when a memory arrives without a vector); ``tracing``
     (``global.tracing``, handed to the shards; default off)."""
 
-    def __init__(
+    async def __init__(
         self, settings: MemoryStoreSettings, identity: ModelIdentity, embedder, tracing: TracingSettings | None = None
     ):
         traced_as = (tracing or TracingSettings()).model_dump_json()
@@ -505,8 +505,9 @@ class StorePool:
             ).remote(settings, identity, embedder, tracing)
             for i in range(settings.pool.shards)
         ]
-        # fail the replica (and `serve run`) at start on a bad store configuration
-        ray.get([s.open.remote() for s in self.shards])
+        # fail the replica (and `serve run`) at start on a bad store configuration; awaited, not
+        # ray.get: a constructor runs on the replica's event loop (Serve awaits an async one)
+        await asyncio.gather(*(s.open.remote() for s in self.shards))
 
     async def shard_handles(self) -> list:
         """The shard actor handles, in shard order; clients route by ``shard_for(user_id, n)``

@@ -4,7 +4,8 @@
 - inside ``memory_core`` every import goes down the layers (or stays in its own room):
   ``types/errors/sanitize/config`` ← ``embedding``, ``retrieval`` ← ``curation`` ← ``stores`` ← ``chat`` ←
   ``migration``, ``cli``, ``locomo``;
-- no import cycle among the modules of ``memory_core`` and ``deployments``.
+- no import cycle among the modules of ``memory_core`` and ``deployments``;
+- no deployment calls ``ray.get`` / ``ray.wait`` (each would block its replica's event loop).
 """
 
 from __future__ import annotations
@@ -136,3 +137,21 @@ def test_no_import_cycle():
     # a package importing its own submodules (``__init__`` re-exports) is not a cycle of rooms
     real = [c for c in cycles if not all(m.startswith(c[0] + ".") or c[0].startswith(m + ".") or m == c[0] for m in c)]
     assert real == []
+
+
+def test_no_deployment_blocks_its_event_loop_on_ray_get():
+    """Every replica of this application runs its methods and its constructor on an event
+    loop (Serve awaits an ``async def __init__``), so a blocking ``ray.get`` / ``ray.wait``
+    would stall every request of that replica: deployments await object refs instead."""
+    offenders = []
+    for path in sorted((ROOT / "deployments").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in {"get", "wait"}
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "ray"
+            ):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert offenders == []
