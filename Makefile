@@ -53,7 +53,7 @@ lint: install
 	$(BIN)/mypy
 
 test: lint browser
-	$(BIN)/pytest -q -rs -p no:cacheprovider
+	$(BIN)/pytest -q -rs -p no:cacheprovider --durations=20
 	# two Ray nodes (ray start) + serve deploy, a node killed mid-traffic: ~1 min (tests/cluster)
 	$(BIN)/pytest -q -rs -p no:cacheprovider -m multinode tests/cluster
 	bash e2e/run_against_serve.sh

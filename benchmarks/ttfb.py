@@ -93,6 +93,9 @@ def serve_run_environment() -> dict[str, str]:
     env.update(PYTHONPATH=str(ROOT), RAY_USAGE_STATS_ENABLED="0", HF_HUB_OFFLINE="1")
     apply_serve_env(env)
     assign_free_ports(env)
+    # its stop: the ingress replica's drain for a load balancer in front (30 s by default in
+    # the throughput mode) is 1 s, HAProxy alone being in front
+    env.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "1")
     stop_orphaned_haproxies()
     return env
 

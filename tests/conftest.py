@@ -88,6 +88,11 @@ def ray_session():
         raise RuntimeError("a Ray instance was started before ray_session (an API that starts Ray on first use?)")
     stop_orphaned_haproxies()  # an earlier Ray instance's HAProxy would hold the ports ours binds
     assign_free_ports()  # HAProxy's stats/metrics and the fallback proxy: not their fixed ports
+    # an ingress replica that stops (serve.delete, a redeploy) stays open this long first so a
+    # load balancer in front can drop it (Ray 2.60's throughput mode: 30 s by default, which
+    # made every application the tests delete cost 30 s); HAProxy here retries a refused
+    # connection and each replica still finishes its requests in flight
+    os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "1")
     ray.init(
         num_cpus=2,
         include_dashboard=False,
