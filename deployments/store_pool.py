@@ -184,7 +184,7 @@ class StoreShard:
     (``global.tracing``; default off).
     """
 
-    async def __init__(
+    def __init__(
         self, settings: MemoryStoreSettings, identity: ModelIdentity, embedder, tracing: TracingSettings | None = None
     ):
         from memory_core.stores.factory import make_store
