@@ -87,8 +87,10 @@ def serve_run_environment() -> dict[str, str]:
     ``RAY_ADDRESS`` (a Ray instance of its own), with the project on ``PYTHONPATH``, usage
     stats off, the model hub offline, ``serve.env``'s serving mode unless this process's
     environment says otherwise, and free ports for the mode's fixed listeners (HAProxy's
-    stats and metrics: two services may run at once). Also stops a HAProxy that outlived its
-    Ray instance (``stop_orphaned_haproxies``), which would hold the ports the new one binds."""
+    stats and metrics: two services may run at once), and a stopping ingress replica's drain
+    of 1 s instead of the mode's 30 s for a load balancer (README "Serving mode"; a run's stop
+    only). Also stops a HAProxy that outlived its Ray instance (``stop_orphaned_haproxies``),
+    which would hold the ports the new one binds."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update(PYTHONPATH=str(ROOT), RAY_USAGE_STATS_ENABLED="0", HF_HUB_OFFLINE="1")
     apply_serve_env(env)

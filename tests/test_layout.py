@@ -140,9 +140,10 @@ def test_no_import_cycle():
 
 
 def test_no_deployment_blocks_its_event_loop_on_ray_get():
-    """Every replica of this application runs its methods and its constructor on an event
-    loop (Serve awaits an ``async def __init__``), so a blocking ``ray.get`` / ``ray.wait``
-    would stall every request of that replica: deployments await object refs instead."""
+    """A replica runs its constructor and its coroutine methods on its event loop (Serve
+    awaits an ``async def __init__``; plain methods go to a thread pool), so a blocking
+    ``ray.get`` / ``ray.wait`` there stalls every request of that replica: deployments await
+    object refs instead, and use no blocking call anywhere so none moves into a coroutine."""
     offenders = []
     for path in sorted((ROOT / "deployments").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
