@@ -38,6 +38,11 @@ from .sanitize import (
     require_user_id,
 )
 
+API_CREATED_VIA = "api"
+"""``created_via`` of a memory a caller writes through ``POST /v1/memory`` (the default): the
+one write a caller waits for memory by memory, so curation serves its second opinion
+before background writes' (``curation.opinion_vectors``, lanes)."""
+
 IMPORT_CREATED_VIA = "import"
 """``created_via`` of every memory an import writes for a user (``migration.parse_import_line``);
 curation merges such a memory into a record that holds its fact instead of reinforcing it,
@@ -106,7 +111,7 @@ class Memory(BaseModel):
     user_id: str
     project_id: str | None = None
     source: str = "api"
-    created_via: str = "api"
+    created_via: str = API_CREATED_VIA
     conversation_id: str | None = None
     created_by_user_id: str | None = None
     created_at: datetime | None = None

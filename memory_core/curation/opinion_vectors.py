@@ -14,10 +14,19 @@ Bounds (one user's writes must not hold up another's): a statement longer than
 ``MAX_CHARS`` characters is not embedded (the pair gets the opinion on the store's vectors
 alone); the store sends at most ``MAX_STATEMENTS`` statements per memory written; the engine
 runs on this object's own single thread (never the curation CPU pool's workers, never the
-event loop), one call at a time, and a call that has not finished within ``WAIT_S`` of
-being asked is given up (the opinion on the store's vectors answers, the queued call is
-cancelled when it has not started). Cost: about 10–30 ms per statement of a sentence or two
-on this machine's CPU.
+event loop), one call at a time, and a call that has not finished within its wait of being
+asked is given up (the opinion on the store's vectors answers, the queued call is dropped
+when it has not started). Cost: about 22–25 ms per statement of a sentence or two on this
+machine's CPU, whatever the batch (measured at batches of 1–64: the engine does not gain
+from batching, so calls are not merged).
+
+Two lanes (the Embedder's "callers before background stores", ``deployments.embedder``):
+a call for a write a caller waits for (``awaited``: ``POST /v1/memory``) is started before
+every queued background call (a chat turn's memories, stored after its answer; an import;
+consolidation), first come first served within a lane. An awaited call waits at most
+``WAIT_S``, a background one ``BACKGROUND_WAIT_S``: under load a caller's note no longer
+queues behind every user's chat turns (measured: README "Measured", "the e5 second
+opinion's lanes").
 
 Memory: the engine's 4-bit weights (``e5-small-q4.bin``, ~72 MB memory-mapped, once per
 process, loaded on the first write that asks) and at most ``MAX_CACHED`` cached vectors with
@@ -32,11 +41,13 @@ engine's files.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from functools import lru_cache
 
 import numpy as np
@@ -56,8 +67,12 @@ MAX_STATEMENTS = 4
 """Most statements embedded for one memory written: the new one and its three most similar
 candidates the opinion is asked about (the others get the opinion on the store's vectors)."""
 WAIT_S = 1.0
-"""Longest wait (seconds) for the engine, queue included, before the store's vectors alone
-answer."""
+"""Longest wait (seconds) of an awaited call for the engine, queue included, before the
+store's vectors alone answer."""
+BACKGROUND_WAIT_S = 3.0
+"""Longest wait (seconds) of a background call: longer than an awaited one's, since it
+yields its place to every awaited call and nobody waits for its answer (its owner's next
+write does: the store's per-user lock)."""
 RETRY_S = 60.0
 """Seconds before an engine that could not be opened is tried again, and between two
 warnings of a failing one."""
@@ -74,7 +89,8 @@ class ExtraVectors:
             thread); called on first use, under a lock, after the identity check.
         identity_of: the digest of ``model`` as installed (default: ``compute_identity``).
 
-    Thread-safe; one engine call at a time.
+    Thread-safe; one engine call at a time, on a daemon thread started by the first
+    ``vectors_async``.
     """
 
     def __init__(
@@ -93,7 +109,11 @@ class ExtraVectors:
         self._warned_at = -RETRY_S
         self._lock = threading.Lock()
         self._cache: LRUCache[str, np.ndarray] = LRUCache(maxsize=MAX_CACHED)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="opinion-vectors")
+        # (lane, arrival, texts, future): lane 0 awaited, 1 background
+        self._queue: queue.PriorityQueue[tuple[int, int, list[str], Future]] = queue.PriorityQueue()
+        self._arrivals = itertools.count()
+        self._worker: threading.Thread | None = None
+        self._start_lock = threading.Lock()
 
     @property
     def failed(self) -> bool:
@@ -101,14 +121,38 @@ class ExtraVectors:
         ``RETRY_S``)."""
         return self._failed_at is not None
 
-    async def vectors_async(self, texts: Sequence[str], wait_s: float = WAIT_S) -> list[np.ndarray] | None:
+    async def vectors_async(
+        self, texts: Sequence[str], wait_s: float | None = None, *, awaited: bool = True
+    ) -> list[np.ndarray] | None:
         """``vectors(texts)`` on this object's own thread, or None after ``wait_s`` seconds
-        (the call is cancelled if it has not started)."""
-        loop = asyncio.get_running_loop()
+        (default ``WAIT_S`` when ``awaited``, else ``BACKGROUND_WAIT_S``; the call is dropped
+        if it has not started). ``awaited``: a caller waits for the write (its lane is served
+        first)."""
+        wait = wait_s if wait_s is not None else (WAIT_S if awaited else BACKGROUND_WAIT_S)
+        job: Future[list[np.ndarray] | None] = Future()
+        self._queue.put((0 if awaited else 1, next(self._arrivals), list(texts), job))
+        self._ensure_worker()
         try:
-            return await asyncio.wait_for(loop.run_in_executor(self._executor, self.vectors, list(texts)), wait_s)
-        except TimeoutError:
+            return await asyncio.wait_for(asyncio.wrap_future(job), wait)
+        except TimeoutError:  # wait_for cancelled it: the worker skips it unless it started
             return None
+
+    def _ensure_worker(self) -> None:
+        with self._start_lock:
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._serve, name="opinion-vectors", daemon=True)
+                self._worker.start()
+
+    def _serve(self) -> None:
+        """The worker: the queued calls, awaited lane first, one at a time, for ever."""
+        while True:
+            _lane, _arrival, texts, job = self._queue.get()
+            if not job.set_running_or_notify_cancel():
+                continue  # given up before it started
+            try:
+                job.set_result(self.vectors(texts))
+            except BaseException as e:  # vectors catches the engine's errors; anything else reaches the caller
+                job.set_exception(e)
 
     def vectors(self, texts: Sequence[str]) -> list[np.ndarray] | None:
         """The unit float32 vectors (``[dimension]`` each) of ``texts``, in order, or None

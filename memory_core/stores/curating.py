@@ -81,6 +81,7 @@ from ..retrieval.lexical import pretokenize
 from ..sanitize import MAX_CONTENT_BYTES, new_memory_id, require_user_id
 from ..tracing import span
 from ..types import (
+    API_CREATED_VIA,
     IMPORT_CREATED_VIA,
     WINDOW_CREATED_VIA,
     ListQuery,
@@ -601,7 +602,8 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         most similar asked candidates that the opinion on the store's vectors alone does not
         rule out (its probability ≥ the e5 file's ``ask_floor``) are then embedded by
         multilingual-e5-small in one call on its own thread (``curation.opinion_vectors``:
-        bounded in length and wait) and the opinion fitted on both models' vectors is asked
+        bounded in length and wait; a write of ``API_CREATED_VIA``, which a caller waits for,
+        in the lane served first) and the opinion fitted on both models' vectors is asked
         about them; about the others, or when that call fails, the one fitted on the store's
         vectors alone (below the floor: no)."""
         out = [False] * len(candidates)
@@ -626,7 +628,8 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             nearest = sorted(worth, key=lambda i: -candidates[i][1])[: MAX_STATEMENTS - 1]
             if nearest:
                 texts = [new.content, *(candidates[i][0].content for i in nearest)]
-                got = await self._extra_vectors.vectors_async(texts)
+                # a caller's own note first, a chat turn's or an import's memories after
+                got = await self._extra_vectors.vectors_async(texts, awaited=new.created_via == API_CREATED_VIA)
                 if got is not None:
                     extra = dict(zip(texts, got, strict=True))
         for i, (vector, p) in alone.items():

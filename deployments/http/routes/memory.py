@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from memory_core.errors import InvalidInput, RequestTooLarge
 from memory_core.migration import ImportReport, count_import_lines, import_lines, open_export
 from memory_core.sanitize import check_project_id
-from memory_core.types import ListQuery, Memory, MemoryScope, MemoryState, RetrieveOptions
+from memory_core.types import API_CREATED_VIA, ListQuery, Memory, MemoryScope, MemoryState, RetrieveOptions
 
 from ..event_feed import DEFAULT_FEED_PAGE, MAX_FEED_PAGE, EventsOut, feed_page
 from ..fastapi_app import app
@@ -68,7 +68,7 @@ class MemoryRoutes(IngressBase):
                 conversation_id=m.conversation_id,
                 source=m.source,
                 created_at=m.created_at,
-                created_via="api",
+                created_via=API_CREATED_VIA,
                 created_by_user_id=principal.user_id,
                 embedding=vector,
                 embedding_identity=identity,

