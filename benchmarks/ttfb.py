@@ -44,7 +44,7 @@ from rich.table import Table
 
 from benchmarks.load import percentile
 from deployments.serve_env import apply_serve_env
-from memory_core.testing.haproxy import assign_free_ports, stop_orphaned_haproxies
+from memory_core.testing.haproxy import set_local_service_defaults, stop_orphaned_haproxies
 
 app = typer.Typer(add_completion=False)
 console = Console(width=110)
@@ -94,10 +94,7 @@ def serve_run_environment() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update(PYTHONPATH=str(ROOT), RAY_USAGE_STATS_ENABLED="0", HF_HUB_OFFLINE="1")
     apply_serve_env(env)
-    assign_free_ports(env)
-    # its stop: the ingress replica's drain for a load balancer in front (30 s by default in
-    # the throughput mode) is 1 s, HAProxy alone being in front
-    env.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "1")
+    set_local_service_defaults(env)  # free ports, a 1 s drain (HAProxy alone in front)
     stop_orphaned_haproxies()
     return env
 

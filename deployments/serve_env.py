@@ -11,10 +11,11 @@ benchmarks' ``serve run``) apply it with ``apply_serve_env``. README "Serving mo
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import os
 import re
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from pathlib import Path
 
 from memory_core.config import AccessSettings
@@ -68,8 +69,8 @@ def _loopback(host: str | None) -> bool:
         return False
 
 
-def check_peer_addresses(
-    access: AccessSettings, http_host: Callable[[], str | None], environ: Mapping[str, str]
+async def check_peer_addresses(
+    access: AccessSettings, http_host: Callable[[], Awaitable[str | None]], environ: Mapping[str, str]
 ) -> None:
     """Refuse a service whose identity check would read a peer address HAProxy hides.
 
@@ -88,7 +89,7 @@ def check_peer_addresses(
         return
     if access.mode != "trusted_header" or access.gateway_secret_env:
         return
-    host = http_host()
+    host = await http_host()
     if _loopback(host):
         return
     raise ConfigError(
@@ -100,17 +101,20 @@ def check_peer_addresses(
     )
 
 
-def serve_http_host() -> str | None:
+async def serve_http_host() -> str | None:
     """``http_options.host`` of the running Serve instance (from a replica: the controller's
-    HTTP config, through Serve's client, a private API of Ray 2.60), or ``None`` when it
-    cannot be read. Outside a Ray process (no Ray instance this process joined) it is ``None``
-    at once: Serve's client would start a Ray instance of its own to ask."""
+    HTTP config, one awaited call to the controller actor, which the replica's event loop
+    does not wait on), or ``None`` when it cannot be read. Outside a Ray process (no Ray
+    instance this process joined) it is ``None`` at once, and no Ray instance is started."""
     try:
         import ray
-        from ray.serve.context import _get_global_client
+        from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
 
         if not ray.is_initialized():
             return None
-        return str(_get_global_client().http_config.host)
+        # the actor lookup is a blocking call to the GCS: on a thread, off the event loop
+        controller = await asyncio.to_thread(ray.get_actor, SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+        options = await controller.get_http_config.remote()
+        return str(options.host)
     except Exception:  # any failure means "unknown": check_peer_addresses then refuses HAProxy
         return None

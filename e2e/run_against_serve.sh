@@ -12,11 +12,10 @@ bin="${VENV_BIN:-$repo/.venv/bin}"
 while IFS='=' read -r name value || [[ -n "$name" ]]; do
   if [[ "$name" =~ ^[A-Z_][A-Z0-9_]*$ ]]; then export "$name=${!name-$value}"; fi
 done < "$repo/serve.env"
-# at its stop the ingress replica stays open 30 s by default for a load balancer in front to
-# drop it (throughput mode); HAProxy alone is in front here: 1 s, so SIGINT stops it in time
-export RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S="${RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S-1}"
-# its fixed ports (HAProxy's stats and metrics, the fallback proxy) moved to free ones
-eval "$(PYTHONPATH="$repo" "$bin/python" -c 'from memory_core.testing.haproxy import assign_free_ports as a; import os, shlex; print("; ".join(f"export {k}={shlex.quote(v)}" for k, v in a(dict(os.environ)).items()))')"
+# its fixed ports (HAProxy's stats and metrics, the fallback proxy) moved to free ones, and
+# the ingress replica's drain at its stop 1 s instead of 30 (HAProxy alone is in front), so
+# SIGINT stops it in time: memory_core.testing.haproxy.set_local_service_defaults
+eval "$(PYTHONPATH="$repo" "$bin/python" -c 'from memory_core.testing.haproxy import set_local_service_defaults as d; import os, shlex; print("; ".join(f"export {k}={shlex.quote(v)}" for k, v in d(dict(os.environ)).items()))')"
 stop_orphaned_haproxies() {  # throughput mode (serve.env): a HAProxy that outlived its Ray instance
   PYTHONPATH="$repo" "$bin/python" -c 'from memory_core.testing.haproxy import stop_orphaned_haproxies as s; s()' || true
 }

@@ -82,17 +82,14 @@ def ray_session():
     endpoint on a free port: ``ray_metrics_port``)."""
     import ray
 
-    from memory_core.testing.haproxy import assign_free_ports, stop_orphaned_haproxies
+    from memory_core.testing.haproxy import set_local_service_defaults, stop_orphaned_haproxies
 
     if ray.is_initialized():  # something called Ray without this fixture: its instance lacks the ports below
         raise RuntimeError("a Ray instance was started before ray_session (an API that starts Ray on first use?)")
     stop_orphaned_haproxies()  # an earlier Ray instance's HAProxy would hold the ports ours binds
-    assign_free_ports()  # HAProxy's stats/metrics and the fallback proxy: not their fixed ports
-    # an ingress replica that stops (serve.delete, a redeploy) stays open this long first so a
-    # load balancer in front can drop it (Ray 2.60's throughput mode: 30 s by default, which
-    # made every application the tests delete cost 30 s); HAProxy here retries a refused
-    # connection and each replica still finishes its requests in flight
-    os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "1")
+    # HAProxy's stats/metrics and the fallback proxy on free ports, a stopping ingress
+    # replica's drain 1 s (30 s made every application the tests delete cost 30 s)
+    set_local_service_defaults()
     ray.init(
         num_cpus=2,
         include_dashboard=False,

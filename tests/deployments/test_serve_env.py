@@ -112,7 +112,7 @@ def test_the_test_sessions_ray_processes_run_the_mode_make_run_serves(ray_sessio
         ("0.0.0.0", {}, "0", False),  # Serve's proxy: the ingress sees the callers' addresses
     ],
 )
-def test_haproxy_in_front_of_a_public_port_needs_more_than_the_peer_address(host, access, ha, refused):
+async def test_haproxy_in_front_of_a_public_port_needs_more_than_the_peer_address(host, access, ha, refused):
     from memory_core.config import AccessSettings
     from memory_core.errors import ConfigError
 
@@ -120,15 +120,15 @@ def test_haproxy_in_front_of_a_public_port_needs_more_than_the_peer_address(host
     env = {"RAY_SERVE_ENABLE_HA_PROXY": ha}
     reads: list[str | None] = []
 
-    def http_host() -> str | None:
+    async def http_host() -> str | None:
         reads.append(host)
         return host
 
     if refused:
         with pytest.raises(ConfigError, match="gateway_secret_env"):
-            check_peer_addresses(settings, http_host, env)
+            await check_peer_addresses(settings, http_host, env)
     else:
-        check_peer_addresses(settings, http_host, env)
+        await check_peer_addresses(settings, http_host, env)
     # the host is asked of Serve's controller only when the answer decides
     assert len(reads) == (1 if ha == "1" and not access else 0)
 
@@ -139,8 +139,9 @@ def test_reading_the_http_host_outside_ray_starts_no_ray_instance():
     session's Ray before ``ray_session``, without ``serve.env``'s ports)."""
     code = (
         "import ray\n"
+        "import asyncio\n"
         "from deployments.serve_env import serve_http_host\n"
-        "assert serve_http_host() is None\n"
+        "assert asyncio.run(serve_http_host()) is None\n"
         "assert not ray.is_initialized(), 'a Ray instance was started'\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)

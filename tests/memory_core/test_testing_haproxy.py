@@ -11,9 +11,11 @@ import sys
 import time
 
 from memory_core.testing.haproxy import (
+    DRAIN_VARIABLE,
     FIXED_PORT_VARIABLES,
     assign_free_ports,
     orphaned_haproxies,
+    set_local_service_defaults,
     stop_orphaned_haproxies,
 )
 
@@ -66,3 +68,13 @@ def test_the_fixed_ports_become_free_ones_unless_already_set():
     ports = [int(got[k]) for k in FIXED_PORT_VARIABLES[1:]]
     assert all(1024 < p < 65536 for p in ports) and not {8404, 9101, 8500, 9500} & set(ports)
     assert env == got  # written into the mapping given
+
+
+def test_local_service_defaults_are_free_ports_and_a_short_drain_unless_already_set():
+    env: dict[str, str] = {}
+    got = set_local_service_defaults(env)
+    assert got[DRAIN_VARIABLE] == "1" and set(got) == {*FIXED_PORT_VARIABLES, DRAIN_VARIABLE}
+    assert env == got
+    operators = {DRAIN_VARIABLE: "30", "RAY_SERVE_HAPROXY_STATS_PORT": "18404"}
+    got = set_local_service_defaults(operators)
+    assert got[DRAIN_VARIABLE] == "30" and got["RAY_SERVE_HAPROXY_STATS_PORT"] == "18404"

@@ -63,7 +63,15 @@ class MemoryIngress(ChatRoutes, MemoryRoutes, AdminRoutes, ServiceRoutes, McpRou
     defaults are ``deployments.app.DEPLOYMENT_OPTIONS``, which ``serve_config.yaml``
     overrides)."""
 
-    def __init__(self, config: RouterConfig, embedder, store_pool, echo=None, consolidator=None, webhooks=None):
+    async def __init__(self, config: RouterConfig, embedder, store_pool, echo=None, consolidator=None, webhooks=None):
+        # HAProxy hides peer addresses: refuse a trusted_header service they would decide
+        # (reading the HTTP host asks Serve's controller: awaited, not blocking the loop)
+        await check_peer_addresses(config.global_.access, serve_http_host, os.environ)
+        self._build(config, embedder, store_pool, echo, consolidator, webhooks)
+
+    def _build(self, config: RouterConfig, embedder, store_pool, echo=None, consolidator=None, webhooks=None):
+        """The constructor's part that asks nothing of other processes (the unit tests build
+        an ingress outside a replica with it)."""
         self.config = config
         setup_tracing(config.global_.tracing, "ingress")  # once per process; off without an OTLP endpoint
         favour_the_event_loop()  # extraction, the gate and injection run Python on pool threads
@@ -74,7 +82,6 @@ class MemoryIngress(ChatRoutes, MemoryRoutes, AdminRoutes, ServiceRoutes, McpRou
         self.consolidator = consolidator  # the background loop (deployed with the application)
         self.metrics = RayMetrics(decision_values(config))
         access = config.global_.access
-        check_peer_addresses(access, serve_http_host, os.environ)  # HAProxy hides peer addresses
         self.registry = KeyRegistry(access.api_keys.path)
         self.auth = Authenticator(access, self.registry, os.environ)
         self.audit = AuditRecorder(AuditLog(config.global_.audit.path), self.auth, self.metrics)

@@ -61,7 +61,7 @@ class Rig:
         wrapper = ingress.MemoryIngress.func_or_class
         user_class = wrapper.__mro__[1]
         self.instance = object.__new__(user_class)  # the class under Serve's ASGI wrapper (no ASGI app state)
-        user_class.__init__(self.instance, config, None, None, echo=object())
+        user_class._build(self.instance, config, None, None, echo=object())
         self.instance.store = InMemoryStore(embed=CountingEmbed(), dimension=DIM)
         self.metrics = RecordingMetrics()
         self.instance.audit.metrics = self.metrics

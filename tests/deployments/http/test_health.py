@@ -47,7 +47,7 @@ def health(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     )
     user_class = ingress.MemoryIngress.func_or_class.__mro__[1]
     instance = object.__new__(user_class)  # the class under Serve's ASGI wrapper
-    user_class.__init__(instance, config, None, None, echo=object())
+    user_class._build(instance, config, None, None, echo=object())
     monkeypatch.setattr(serve, "get_replica_context", lambda: types.SimpleNamespace(servable_object=instance))
     monkeypatch.setattr(service, "HEALTH_CHECK_TIMEOUT_S", 0.5)
     client = TestClient(user_class.__init__.__globals__["app"], raise_server_exceptions=False)
