@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
 import sys
 import time
@@ -34,6 +33,7 @@ from rich.table import Table
 from memory_core.config import EmbeddingSettings
 from memory_core.embedding import compute_identity, resolve_model_path
 from memory_core.locomo import default_path
+from memory_core.testing.net import free_port
 
 LOCOMO = default_path()
 console = Console()
@@ -115,9 +115,7 @@ def main() -> None:
     from deployments.embedder import Embedder
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     settings = EmbeddingSettings()
     identity = compute_identity(settings)

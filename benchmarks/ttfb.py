@@ -45,6 +45,7 @@ from rich.table import Table
 from benchmarks.load import percentile
 from deployments.serve_env import apply_serve_env
 from memory_core.testing.haproxy import set_local_service_defaults, stop_orphaned_haproxies
+from memory_core.testing.net import free_port
 
 app = typer.Typer(add_completion=False)
 console = Console(width=110)
@@ -58,14 +59,6 @@ FACTS = [
     "My dentist is Dr. Okafor.",
     "I prefer window seats on trains.",
 ]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(url: str, timeout_s: float, process: subprocess.Popen, what: str) -> None:

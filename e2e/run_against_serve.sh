@@ -20,7 +20,7 @@ stop_orphaned_haproxies() {  # throughput mode (serve.env): a HAProxy that outli
   PYTHONPATH="$repo" "$bin/python" -c 'from memory_core.testing.haproxy import stop_orphaned_haproxies as s; s()' || true
 }
 work="$(mktemp -d)"
-port="$("$bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+port="$(PYTHONPATH="$repo" "$bin/python" -c 'from memory_core.testing.net import free_port; print(free_port())')"
 "$bin/python" - "$repo/serve_config.yaml" "$work/serve_config.yaml" "$port" <<'PY'
 import sys, yaml
 src, dst, port = sys.argv[1], sys.argv[2], int(sys.argv[3])

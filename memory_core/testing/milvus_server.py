@@ -19,13 +19,14 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import shutil
-import socket
 import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from .net import free_port
 
 ROOT_USER = "root"
 ROOT_PASSWORD = "Milvus"
@@ -54,17 +55,9 @@ def milvus_server_missing() -> str | None:
 
 
 def _free_ports(n: int) -> list[int]:
-    """``n`` distinct TCP ports free on 127.0.0.1 right now."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    """``n`` distinct TCP ports free right now (``net.free_port``: outside the kernel's
+    ephemeral range)."""
+    return [free_port() for _ in range(n)]
 
 
 @dataclass
