@@ -24,7 +24,10 @@ Two lanes (the Embedder's "callers before background stores", ``deployments.embe
 a call for a write a caller waits for (``awaited``: ``POST /v1/memory``) is started before
 every queued background call (a chat turn's memories, stored after its answer; an import;
 consolidation), first come first served within a lane. An awaited call waits at most
-``WAIT_S``, a background one ``BACKGROUND_WAIT_S``: under load a caller's note no longer
+``WAIT_S``, a background one ``BACKGROUND_WAIT_S``; after ``AWAITED_STREAK`` awaited calls in
+a row one waiting background call runs (no starvation); beyond ``MAX_QUEUED`` waiting calls a
+new one is answered None at once. The store also bounds what one write batch waits in all
+(``CuratingStore``: one wait per batch, not per memory). Under load a caller's note no longer
 queues behind every user's chat turns (measured: README "Measured", "the e5 second
 opinion's lanes").
 
@@ -41,11 +44,10 @@ engine's files.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from functools import lru_cache
@@ -73,6 +75,14 @@ BACKGROUND_WAIT_S = 3.0
 """Longest wait (seconds) of a background call: longer than an awaited one's, since it
 yields its place to every awaited call and nobody waits for its answer (its owner's next
 write does: the store's per-user lock)."""
+MAX_QUEUED = 256
+"""Most calls waiting for the engine, both lanes together: beyond it a call is answered None at
+once (the store's vectors alone), never queued without bound."""
+AWAITED_STREAK = 4
+"""Awaited calls served in a row while a background call waits: then one background call, so
+a stream of callers' notes cannot starve the chat turns' writes for ever."""
+IDLE_EXIT_S = 30.0
+"""Seconds the worker thread waits for a call before it exits (the next call starts a new one)."""
 RETRY_S = 60.0
 """Seconds before an engine that could not be opened is tried again, and between two
 warnings of a failing one."""
@@ -89,8 +99,8 @@ class ExtraVectors:
             thread); called on first use, under a lock, after the identity check.
         identity_of: the digest of ``model`` as installed (default: ``compute_identity``).
 
-    Thread-safe; one engine call at a time, on a daemon thread started by the first
-    ``vectors_async``.
+    Thread-safe; one engine call at a time, on a daemon thread started by a
+    ``vectors_async`` when none runs (it exits after ``IDLE_EXIT_S`` idle).
     """
 
     def __init__(
@@ -109,11 +119,12 @@ class ExtraVectors:
         self._warned_at = -RETRY_S
         self._lock = threading.Lock()
         self._cache: LRUCache[str, np.ndarray] = LRUCache(maxsize=MAX_CACHED)
-        # (lane, arrival, texts, future): lane 0 awaited, 1 background
-        self._queue: queue.PriorityQueue[tuple[int, int, list[str], Future]] = queue.PriorityQueue()
-        self._arrivals = itertools.count()
+        # the two lanes of (texts, future); the condition guards them, the streak and the worker
+        self._awaited: deque[tuple[list[str], Future]] = deque()
+        self._background: deque[tuple[list[str], Future]] = deque()
+        self._streak = 0  # awaited calls served in a row while a background one waited
+        self._ready = threading.Condition(threading.Lock())
         self._worker: threading.Thread | None = None
-        self._start_lock = threading.Lock()
 
     @property
     def failed(self) -> bool:
@@ -126,27 +137,57 @@ class ExtraVectors:
     ) -> list[np.ndarray] | None:
         """``vectors(texts)`` on this object's own thread, or None after ``wait_s`` seconds
         (default ``WAIT_S`` when ``awaited``, else ``BACKGROUND_WAIT_S``; the call is dropped
-        if it has not started). ``awaited``: a caller waits for the write (its lane is served
-        first)."""
+        if it has not started), or None at once when ``MAX_QUEUED`` calls already wait.
+        ``awaited``: a caller waits for the write (its lane is served first, ``AWAITED_STREAK``
+        in a row at most while a background call waits)."""
         wait = wait_s if wait_s is not None else (WAIT_S if awaited else BACKGROUND_WAIT_S)
+        if wait <= 0:
+            return None
         job: Future[list[np.ndarray] | None] = Future()
-        self._queue.put((0 if awaited else 1, next(self._arrivals), list(texts), job))
-        self._ensure_worker()
+        with self._ready:
+            if len(self._awaited) + len(self._background) >= MAX_QUEUED:
+                return None
+            (self._awaited if awaited else self._background).append((list(texts), job))
+            self._ensure_worker_locked()
+            self._ready.notify()
         try:
             return await asyncio.wait_for(asyncio.wrap_future(job), wait)
         except TimeoutError:  # wait_for cancelled it: the worker skips it unless it started
             return None
 
-    def _ensure_worker(self) -> None:
-        with self._start_lock:
-            if self._worker is None:
-                self._worker = threading.Thread(target=self._serve, name="opinion-vectors", daemon=True)
-                self._worker.start()
+    def _ensure_worker_locked(self) -> None:
+        """A worker thread running (``_ready`` held): started when there is none or it died."""
+        if self._worker is not None and self._worker.is_alive():
+            return
+        worker = threading.Thread(target=self._serve, name="opinion-vectors", daemon=True)
+        worker.start()  # raises when no thread can start: the caller gets the error, the next call retries
+        self._worker = worker
+
+    def _next_locked(self) -> tuple[list[str], Future] | None:
+        """The call to run next (``_ready`` held), None when both lanes are empty."""
+        take_background = self._background and (not self._awaited or self._streak >= AWAITED_STREAK)
+        if take_background:
+            self._streak = 0
+            return self._background.popleft()
+        if self._awaited:
+            self._streak = self._streak + 1 if self._background else 0
+            return self._awaited.popleft()
+        return None
 
     def _serve(self) -> None:
-        """The worker: the queued calls, awaited lane first, one at a time, for ever."""
+        """The worker: the queued calls one at a time (``_next_locked``); exits after
+        ``IDLE_EXIT_S`` without a call."""
         while True:
-            _lane, _arrival, texts, job = self._queue.get()
+            with self._ready:
+                call = self._next_locked()
+                if call is None:
+                    self._ready.wait(IDLE_EXIT_S)
+                    call = self._next_locked()
+                    if call is None:
+                        if self._worker is threading.current_thread():
+                            self._worker = None
+                        return
+            texts, job = call
             if not job.set_running_or_notify_cancel():
                 continue  # given up before it started
             try:

@@ -59,6 +59,7 @@ import asyncio
 import contextlib
 import importlib.util
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -67,6 +68,7 @@ from typing import Any, TypeVar
 
 from ..config import CurationSettings, RedactionSettings
 from ..cpu_pool import CpuPool, yield_to_loop
+from ..curation import opinion_vectors
 from ..curation.consolidate import history as version_chain
 from ..curation.consolidate import merged_content, plan_groups, successor
 from ..curation.judge import Verdict, judge, read_pair
@@ -194,6 +196,16 @@ class _BatchPlan:
     supersede_stored: dict[str, tuple[str, str]] = field(default_factory=dict)
     reinforce_stored: dict[str, tuple[int, str | None, float]] = field(default_factory=dict)
     _units: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    opinion_deadline: float | None = None
+    """``time.monotonic()`` by which the batch stops waiting for the e5 engine (set at its first
+    call: one lane's wait for the whole batch, which holds its owner's lock meanwhile)."""
+
+    def opinion_wait_s(self, awaited: bool) -> float:
+        """Seconds this batch may still wait for the e5 engine (≤ 0: no more asking)."""
+        now = time.monotonic()
+        if self.opinion_deadline is None:
+            self.opinion_deadline = now + (opinion_vectors.WAIT_S if awaited else opinion_vectors.BACKGROUND_WAIT_S)
+        return self.opinion_deadline - now
 
     def unit(self, memory: Memory) -> Any:
         """``unit_vector(memory.embedding)``, computed once per memory and vector within the
@@ -560,7 +572,7 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         # refinement ends the loop below; the rest were cheap to judge anyway)
         rules_said = await self._cpu.run(self._verdicts, candidates, memory) if candidates else []
         verdicts = [v for v, _ in rules_said]
-        opinions = await self._second_opinions(candidates, memory, [open_ for _, open_ in rules_said])
+        opinions = await self._second_opinions(candidates, memory, [open_ for _, open_ in rules_said], plan)
         for (old, _), rules, opinion_says in zip(candidates, verdicts, opinions, strict=True):
             verdict, by = rules, "rules"
             if opinion_says:
@@ -591,7 +603,7 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         return result.model_copy(update={"memory": held})
 
     async def _second_opinions(
-        self, candidates: Sequence[tuple[Memory, float]], new: Memory, open_: Sequence[bool]
+        self, candidates: Sequence[tuple[Memory, float]], new: Memory, open_: Sequence[bool], plan: _BatchPlan
     ) -> list[bool]:
         """For each candidate, whether the second opinion (``curation.second_opinion``) turns
         the rules' ``compatible`` into ``supersedes``: asked only where ``open_`` (see
@@ -602,8 +614,9 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         most similar asked candidates that the opinion on the store's vectors alone does not
         rule out (its probability ≥ the e5 file's ``ask_floor``) are then embedded by
         multilingual-e5-small in one call on its own thread (``curation.opinion_vectors``:
-        bounded in length and wait; a write of ``API_CREATED_VIA``, which a caller waits for,
-        in the lane served first) and the opinion fitted on both models' vectors is asked
+        bounded in length and wait, one wait for the whole batch (``plan``: its owner's lock is
+        held meanwhile); a write of ``API_CREATED_VIA``, which a caller waits for, in the lane
+        served first) and the opinion fitted on both models' vectors is asked
         about them; about the others, or when that call fails, the one fitted on the store's
         vectors alone (below the floor: no)."""
         out = [False] * len(candidates)
@@ -628,8 +641,11 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             nearest = sorted(worth, key=lambda i: -candidates[i][1])[: MAX_STATEMENTS - 1]
             if nearest:
                 texts = [new.content, *(candidates[i][0].content for i in nearest)]
-                # a caller's own note first, a chat turn's or an import's memories after
-                got = await self._extra_vectors.vectors_async(texts, awaited=new.created_via == API_CREATED_VIA)
+                # a caller's own note first, a chat turn's or an import's memories after; one
+                # wait for the whole batch (its owner's lock is held meanwhile)
+                awaited = new.created_via == API_CREATED_VIA
+                wait_s = plan.opinion_wait_s(awaited)
+                got = await self._extra_vectors.vectors_async(texts, wait_s, awaited=awaited) if wait_s > 0 else None
                 if got is not None:
                     extra = dict(zip(texts, got, strict=True))
         for i, (vector, p) in alone.items():

