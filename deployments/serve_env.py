@@ -101,10 +101,16 @@ async def check_peer_addresses(
     )
 
 
+CONTROLLER_WAIT_S = 30.0
+"""Longest wait (seconds) for Serve's controller to answer ``serve_http_host`` (then ``None``:
+the replica's start is refused, and Serve starts it again)."""
+
+
 async def serve_http_host() -> str | None:
     """``http_options.host`` of the running Serve instance (from a replica: the controller's
     HTTP config, one awaited call to the controller actor, which the replica's event loop
-    does not wait on), or ``None`` when it cannot be read. Outside a Ray process (no Ray
+    does not wait on), or ``None`` when it cannot be read or the controller does not answer
+    within ``CONTROLLER_WAIT_S``. Outside a Ray process (no Ray
     instance this process joined) it is ``None`` at once, and no Ray instance is started."""
     try:
         import ray
@@ -114,7 +120,7 @@ async def serve_http_host() -> str | None:
             return None
         # the actor lookup is a blocking call to the GCS: on a thread, off the event loop
         controller = await asyncio.to_thread(ray.get_actor, SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
-        options = await controller.get_http_config.remote()
+        options = await asyncio.wait_for(controller.get_http_config.remote(), CONTROLLER_WAIT_S)
         return str(options.host)
     except Exception:  # any failure means "unknown": check_peer_addresses then refuses HAProxy
         return None

@@ -15,12 +15,13 @@ done < "$repo/serve.env"
 # its fixed ports (HAProxy's stats and metrics, the fallback proxy) moved to free ones, and
 # the ingress replica's drain at its stop 1 s instead of 30 (HAProxy alone is in front), so
 # SIGINT stops it in time: memory_core.testing.haproxy.set_local_service_defaults
-eval "$(PYTHONPATH="$repo" "$bin/python" -c 'from memory_core.testing.haproxy import set_local_service_defaults as d; import os, shlex; print("; ".join(f"export {k}={shlex.quote(v)}" for k, v in d(dict(os.environ)).items()))')"
+# (and the HTTP port, picked in the same process: free_port never hands out a port twice)
+eval "$(PYTHONPATH="$repo" "$bin/python" -c 'from memory_core.testing.haproxy import set_local_service_defaults as d; from memory_core.testing.net import free_port; import os, shlex; v = {**d(dict(os.environ)), "E2E_HTTP_PORT": str(free_port())}; print("; ".join(f"export {k}={shlex.quote(x)}" for k, x in v.items()))')"
 stop_orphaned_haproxies() {  # throughput mode (serve.env): a HAProxy that outlived its Ray instance
   PYTHONPATH="$repo" "$bin/python" -c 'from memory_core.testing.haproxy import stop_orphaned_haproxies as s; s()' || true
 }
 work="$(mktemp -d)"
-port="$(PYTHONPATH="$repo" "$bin/python" -c 'from memory_core.testing.net import free_port; print(free_port())')"
+port="$E2E_HTTP_PORT"
 "$bin/python" - "$repo/serve_config.yaml" "$work/serve_config.yaml" "$port" <<'PY'
 import sys, yaml
 src, dst, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
