@@ -49,12 +49,19 @@ Usage::
     python benchmarks/flat_cost.py                         # 1,000 and 100,000 memories
     python benchmarks/flat_cost.py --totals 1000,10000 --queries 100 --profile-ops 10  # quick
     python benchmarks/flat_cost.py --modes inprocess                   # one mode
+    python benchmarks/flat_cost.py --modes valkey,milvus_server --totals 1000,1000000   # servers at 1M
+
+``--modes valkey,milvus_server``: the same stack on a server backend this benchmark starts
+(``SERVER_MODES``; the figure item 1 keeps at 1,000,000): the same rows, Milvus's load settled
+(flushed, its vector index built on every row) before the measures; no reopen probe, and the
+servers' own RSS is not counted.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -83,6 +90,8 @@ from memory_core.types import ListQuery, Memory, MemoryChanges, MemoryType, Retr
 
 DIM = 384
 MANY = 600
+FILLER_CHUNK = 50_000
+"""Filler rows made and loaded at a time (each mode in turn)."""
 
 
 def pct(values: list[float], q: float) -> float:
@@ -137,6 +146,29 @@ async def probe(mode: str, uri: str, embed_cache: str, query: str) -> dict[str, 
     own = rss_mb()
     await store.close()
     return {"open_s": open_s, "search_s": search_s, "rss_self": own, "rss_child": both - own}
+
+
+SERVER_MODES = ("valkey", "milvus_server")
+"""Modes on a server backend (item 1's figure at 1,000,000): Valkey 9 with the search module
+(``memory_core.testing.valkey_server``) and a standalone Milvus 2.3.5 server (the ``milvus``
+package, ``memory_core.testing.milvus_server``), each started by this benchmark."""
+
+
+def server_settings(mode: str, server, name: str) -> MemoryStoreSettings:
+    """``serve_config.yaml``'s ``global.stores.memory`` (curation, hybrid retrieval, cache
+    settings as shipped) on the server backend ``mode`` (one of ``SERVER_MODES``) that
+    ``server`` runs, in a collection/index of its own (``name``). Milvus: ``Session`` reads
+    (after the load has settled they wait for nothing; ``Strong`` ones wait for the server's
+    next time tick, ~200 ms here, whatever the total)."""
+    cfg = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
+    mem = cfg["applications"][0]["args"]["config"]["global"]["stores"]["memory"]
+    if mode == "valkey":
+        mem["backend"] = "valkey"
+        mem["valkey"] = {"url": server.url_db(0), "prefix": f"{name}:", "index": name}
+    else:
+        mem["backend"] = "milvus"
+        mem["milvus"] = {"uri": server.uri, "collection": name, "consistency": "Session"}
+    return MemoryStoreSettings.model_validate(mem)
 
 
 def settings_from_config(uri: str, lite_process: bool | None = None) -> MemoryStoreSettings:
@@ -332,7 +364,8 @@ async def main(argv: list[str] | None = None) -> dict:
     ap.add_argument(
         "--modes",
         default="inprocess,process",
-        help="Milvus Lite modes side by side: inprocess (in the store's process), process (milvus.lite_process)",
+        help="modes side by side: inprocess (Milvus Lite in the store's process), process (milvus.lite_process), "
+        "valkey, milvus_server (server backends, started here)",
     )
     ap.add_argument("--probe", nargs=2, metavar=("MODE", "URI"), help=argparse.SUPPRESS)
     ap.add_argument("--probe-query", help=argparse.SUPPRESS)
@@ -380,12 +413,27 @@ async def main(argv: list[str] | None = None) -> dict:
             for i, t in enumerate(many_turns)
         ],
     }
-    rng = np.random.default_rng(args.seed)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    with tempfile.TemporaryDirectory(prefix="flat_cost_") as tmp:
+    unknown = set(modes) - {"inprocess", "process", *SERVER_MODES}
+    if unknown:
+        ap.error(f"unknown modes {sorted(unknown)} (inprocess, process, {', '.join(SERVER_MODES)})")
+    # the servers stop (in reverse order) before their directory goes, whatever was raised
+    with tempfile.TemporaryDirectory(prefix="flat_cost_") as tmp, contextlib.ExitStack() as servers:
         rigs: dict[str, dict] = {}
-        for mode in modes:  # each mode its own collection directory, the same rows
-            settings = settings_from_config(str(Path(tmp) / mode / "memory.db"), lite_process=mode == "process")
+        for mode in modes:  # each mode its own collection directory (or server), the same rows
+            if mode in SERVER_MODES:
+                from memory_core.testing.milvus_server import start_milvus_server
+                from memory_core.testing.valkey_server import start_valkey_server
+
+                server = (
+                    start_valkey_server(search=True)
+                    if mode == "valkey"
+                    else start_milvus_server(workdir=Path(tmp) / "milvus-server")
+                )
+                servers.callback(server.stop)
+                settings = server_settings(mode, server, f"flat_cost_{mode}")
+            else:
+                settings = settings_from_config(str(Path(tmp) / mode / "memory.db"), lite_process=mode == "process")
             t = time.perf_counter()
             store = make_store(settings, embed=cache.embed, dimension=DIM)
             hybrid, backend = layers(store)
@@ -402,17 +450,27 @@ async def main(argv: list[str] | None = None) -> dict:
         results: dict[str, list[dict]] = {mode: [] for mode in modes}
         rss0 = {mode: rss_mb(rigs[mode]["backend"]) for mode in modes}
         for total in totals:
-            n = total - held
-            rows = filler(rng, held, n, args.filler_per_user, t0) if n > 0 else []
-            held = max(held, total)
+            n = max(total - held, 0)
             load_s = {}
-            for mode in modes:
+            for mode in modes:  # one mode loaded and settled before the next (2 cores: no overlap)
                 backend = rigs[mode]["backend"]
                 t = time.perf_counter()
-                await load(backend, rows)
-                await backend._flush()
+                # made and loaded in chunks (a million rows of Python vectors at once would not
+                # fit), each chunk's rows the same in every mode (seeded by its first row)
+                for start in range(held, held + n, FILLER_CHUNK):
+                    rng = np.random.default_rng([args.seed, start])
+                    await load(
+                        backend, filler(rng, start, min(FILLER_CHUNK, held + n - start), args.filler_per_user, t0)
+                    )
+                if mode == "milvus_server":
+                    from benchmarks.stores import settle
+
+                    await settle(backend, mode, held + n)  # flushed, the vector index built on every row
+                elif mode != "valkey":
+                    await backend._flush()
                 load_s[mode] = time.perf_counter() - t
-                print(f"total {total:,} {mode}: loaded {len(rows):,} rows in {load_s[mode]:.1f} s", file=sys.stderr)
+                print(f"total {total:,} {mode}: loaded {n:,} rows in {load_s[mode]:.1f} s", file=sys.stderr)
+            held = max(held, total)
             for mode in modes:
                 r = rigs[mode]
                 prof = await profile(r["backend"], users, cache[qs[0]], args.profile_ops, str(total))
@@ -439,10 +497,17 @@ async def main(argv: list[str] | None = None) -> dict:
             server_manager_instance.release_server(str(Path(tmp) / "inprocess" / "memory.db"))
         # a fresh service process per mode on its full directory: the restart time and the RSS
         # of that process plus its Milvus Lite child (one process holds both stacks above)
-        reopened = {mode: reopen_probe(mode, Path(tmp) / mode / "memory.db", args.embed_cache, qs[0]) for mode in modes}
+        reopened = {
+            mode: reopen_probe(mode, Path(tmp) / mode / "memory.db", args.embed_cache, qs[0])
+            for mode in modes
+            if mode not in SERVER_MODES
+        }
 
-    print(f"\nMilvus Lite, make_store stack on serve_config.yaml settings; totals {args.totals}; modes {args.modes}")
-    print("(inprocess: Milvus Lite in the store's process, as pymilvus opens a file uri; process: milvus.lite_process)")
+    print(f"\nmake_store stack on serve_config.yaml settings; totals {args.totals}; modes {args.modes}")
+    print(
+        "(inprocess: Milvus Lite in the store's process, as pymilvus opens a file uri; process: milvus.lite_process; "
+        "valkey: Valkey 9 + the search module; milvus_server: Milvus 2.3.5 standalone; servers' RSS not counted)"
+    )
     for mode in modes:
         print(f"{mode}: first open (make_store + open on an empty directory) {rigs[mode]['open_s']:.2f} s")
     ops = ["search", "get_many", "list", "insert", "upsert", "access write", "delete"]
@@ -461,7 +526,7 @@ async def main(argv: list[str] | None = None) -> dict:
                 f"{mode:>9} {r['total']:>8,}: 1 ms sleep wakes {busy:.2f} ms late during bare searches (idle {idle:.2f})"
             )
     print(
-        "\nstack (CuratingStore → HybridStore → MilvusStore), ms; RSS MB: this benchmark process (holding both modes' stacks and the in-process Lite) + this mode's child (each mode alone: 'reopened' below):"
+        "\nstack (CuratingStore → HybridStore → the backend), ms; RSS MB: this benchmark process (holding both modes' stacks and the in-process Lite) + this mode's child (each mode alone: 'reopened' below):"
     )
     print(
         f"{'mode':>9} {'total':>8} {'user':>5} {'search p50':>11} {'p95':>8} {'write p50':>10} {'p95':>8} "
@@ -491,8 +556,9 @@ async def main(argv: list[str] | None = None) -> dict:
         grown = hi["total"] - lo["total"]
         if grown > 0:
             print(f"{mode}: RSS (process + child) +{hi['rss'] - rss0[mode]:.0f} MB over {grown:,} rows loaded")
-    print(f"\nreopened at {totals[-1]:,} memories in a fresh process (make_store + open + one search per user):")
-    for mode in modes:
+    if reopened:
+        print(f"\nreopened at {totals[-1]:,} memories in a fresh process (make_store + open + one search per user):")
+    for mode in reopened:
         r = reopened[mode]
         print(
             f"{mode:>9}: open {r['open_s']:.2f} s, first searches {r['search_s']:.2f} s; RSS {r['rss_self']:.0f} MB "
