@@ -102,7 +102,8 @@ async def check_peer_addresses(
 
 
 CONTROLLER_WAIT_S = 30.0
-"""Longest wait (seconds) for Serve's controller to answer ``serve_http_host`` (then ``None``:
+"""Longest wait (seconds) for the controller's lookup, and again for its answer, in
+``serve_http_host`` (then ``None``:
 the replica's start is refused, and Serve starts it again)."""
 
 
@@ -119,7 +120,8 @@ async def serve_http_host() -> str | None:
         if not ray.is_initialized():
             return None
         # the actor lookup is a blocking call to the GCS: on a thread, off the event loop
-        controller = await asyncio.to_thread(ray.get_actor, SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+        lookup = asyncio.to_thread(ray.get_actor, SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+        controller = await asyncio.wait_for(lookup, CONTROLLER_WAIT_S)
         options = await asyncio.wait_for(controller.get_http_config.remote(), CONTROLLER_WAIT_S)
         return str(options.host)
     except Exception:  # any failure means "unknown": check_peer_addresses then refuses HAProxy

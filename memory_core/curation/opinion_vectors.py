@@ -147,8 +147,15 @@ class ExtraVectors:
         with self._ready:
             if len(self._awaited) + len(self._background) >= MAX_QUEUED:
                 return None
-            (self._awaited if awaited else self._background).append((list(texts), job))
-            self._ensure_worker_locked()
+            lane = self._awaited if awaited else self._background
+            lane.append((list(texts), job))
+            try:
+                self._ensure_worker_locked()
+            except RuntimeError as e:  # no thread can start now: the store's vectors answer
+                lane.pop()
+                job.cancel()
+                self._warn(f"second opinion: no thread for {self.model} ({e}); the store's vectors only")
+                return None
             self._ready.notify()
         try:
             return await asyncio.wait_for(asyncio.wrap_future(job), wait)
@@ -160,7 +167,7 @@ class ExtraVectors:
         if self._worker is not None and self._worker.is_alive():
             return
         worker = threading.Thread(target=self._serve, name="opinion-vectors", daemon=True)
-        worker.start()  # raises when no thread can start: the caller gets the error, the next call retries
+        worker.start()  # RuntimeError when no thread can start (vectors_async answers None; the next call retries)
         self._worker = worker
 
     def _next_locked(self) -> tuple[list[str], Future] | None:

@@ -196,16 +196,16 @@ class _BatchPlan:
     supersede_stored: dict[str, tuple[str, str]] = field(default_factory=dict)
     reinforce_stored: dict[str, tuple[int, str | None, float]] = field(default_factory=dict)
     _units: dict[str, tuple[Any, Any]] = field(default_factory=dict)
-    opinion_deadline: float | None = None
-    """``time.monotonic()`` by which the batch stops waiting for the e5 engine (set at its first
-    call: one lane's wait for the whole batch, which holds its owner's lock meanwhile)."""
+    opinion_waited_s: float = 0.0
+    """Seconds the batch has waited for the e5 engine so far: the batch holds its owner's lock
+    meanwhile, so all its memories share one lane's wait (``opinion_wait_s``)."""
 
     def opinion_wait_s(self, awaited: bool) -> float:
-        """Seconds this batch may still wait for the e5 engine (≤ 0: no more asking)."""
-        now = time.monotonic()
-        if self.opinion_deadline is None:
-            self.opinion_deadline = now + (opinion_vectors.WAIT_S if awaited else opinion_vectors.BACKGROUND_WAIT_S)
-        return self.opinion_deadline - now
+        """Seconds this batch may still wait for the e5 engine for a memory of the lane
+        ``awaited`` says (≤ 0: no more asking): that lane's wait less what the batch has
+        waited already."""
+        lane = opinion_vectors.WAIT_S if awaited else opinion_vectors.BACKGROUND_WAIT_S
+        return lane - self.opinion_waited_s
 
     def unit(self, memory: Memory) -> Any:
         """``unit_vector(memory.embedding)``, computed once per memory and vector within the
@@ -645,7 +645,11 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
                 # wait for the whole batch (its owner's lock is held meanwhile)
                 awaited = new.created_via == API_CREATED_VIA
                 wait_s = plan.opinion_wait_s(awaited)
-                got = await self._extra_vectors.vectors_async(texts, wait_s, awaited=awaited) if wait_s > 0 else None
+                got = None
+                if wait_s > 0:
+                    started = time.monotonic()
+                    got = await self._extra_vectors.vectors_async(texts, wait_s, awaited=awaited)
+                    plan.opinion_waited_s += time.monotonic() - started
                 if got is not None:
                     extra = dict(zip(texts, got, strict=True))
         for i, (vector, p) in alone.items():

@@ -69,12 +69,14 @@ class _Refusing:
 
 
 def test_no_free_port_raises(monkeypatch):
+    monkeypatch.setattr(net, "ephemeral_ports", lambda: (32768, 60999))  # room for the random picks
     monkeypatch.setattr(net, "socket", _Refusing(errno.EADDRINUSE))
     with pytest.raises(OSError, match="no free port"):
         net.free_port(attempts=5)
 
 
 def test_a_bind_refused_for_another_reason_is_raised_not_retried(monkeypatch):
+    monkeypatch.setattr(net, "ephemeral_ports", lambda: (32768, 60999))
     monkeypatch.setattr(net, "socket", _Refusing(errno.EACCES))
     with pytest.raises(OSError) as raised:
         net.free_port(attempts=5)

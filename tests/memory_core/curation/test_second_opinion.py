@@ -500,14 +500,15 @@ async def test_a_stream_of_awaited_calls_does_not_starve_the_background_lane():
     try:
         jobs = [asyncio.ensure_future(extra.vectors_async(["background"], wait_s=20, awaited=False))]
         await asyncio.sleep(0)
-        jobs += [asyncio.ensure_future(extra.vectors_async([f"awaited {i}"], wait_s=20)) for i in range(6)]
+        n = 2 * ov.AWAITED_STREAK  # more awaited calls than one streak
+        jobs += [asyncio.ensure_future(extra.vectors_async([f"awaited {i}"], wait_s=20)) for i in range(n)]
         await asyncio.sleep(0.01)
     finally:
         release.set()
     assert all(v is not None for v in await asyncio.gather(held, *jobs))
     streak = ov.AWAITED_STREAK
     expected = [["hold"], *([f"awaited {i}"] for i in range(streak)), ["background"]]
-    expected += [[f"awaited {i}"] for i in range(streak, 6)]
+    expected += [[f"awaited {i}"] for i in range(streak, n)]
     assert calls == expected
 
 
@@ -529,6 +530,38 @@ async def test_calls_beyond_the_queue_bound_are_answered_at_once(monkeypatch):
         release.set()
     assert all(v is not None for v in await asyncio.gather(held, *queued))
     assert ["one too many"] not in calls
+
+
+async def test_no_thread_to_start_answers_none_and_leaves_nothing_queued(monkeypatch):
+    import threading
+
+    from memory_core.curation import opinion_vectors as ov
+
+    extra = ov.ExtraVectors(E5, "fitted", open_encoder=_FakeEncoder, identity_of=lambda m: "fitted")
+
+    def refuse(self):
+        raise RuntimeError("can't start new thread")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(threading.Thread, "start", refuse)
+        started = time.perf_counter()
+        assert await extra.vectors_async(["a"], wait_s=10) is None
+        assert time.perf_counter() - started < 1.0  # answered at once, not after its wait
+    assert not extra._awaited and not extra._background and extra._worker is None
+    assert await extra.vectors_async(["b"], wait_s=10) is not None  # the next call starts one
+
+
+def test_a_batch_shares_one_lanes_wait_counting_only_the_time_spent_waiting():
+    from memory_core.curation import opinion_vectors as ov
+    from memory_core.stores.curating import _BatchPlan
+
+    plan = _BatchPlan()
+    assert plan.opinion_wait_s(True) == ov.WAIT_S and plan.opinion_wait_s(False) == ov.BACKGROUND_WAIT_S
+    plan.opinion_waited_s = 0.75
+    assert plan.opinion_wait_s(True) == pytest.approx(ov.WAIT_S - 0.75)
+    assert plan.opinion_wait_s(False) == pytest.approx(ov.BACKGROUND_WAIT_S - 0.75)
+    plan.opinion_waited_s = ov.BACKGROUND_WAIT_S
+    assert plan.opinion_wait_s(True) <= 0 and plan.opinion_wait_s(False) <= 0
 
 
 async def test_the_worker_exits_when_idle_and_the_next_call_starts_another(monkeypatch):
