@@ -154,14 +154,19 @@ SERVER_MODES = ("valkey", "milvus_server")
 package, ``memory_core.testing.milvus_server``), each started by this benchmark."""
 
 
+def shipped_memory_settings() -> dict:
+    """``serve_config.yaml``'s ``global.stores.memory`` (a fresh copy, to edit)."""
+    cfg = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
+    return cfg["applications"][0]["args"]["config"]["global"]["stores"]["memory"]
+
+
 def server_settings(mode: str, server, name: str) -> MemoryStoreSettings:
     """``serve_config.yaml``'s ``global.stores.memory`` (curation, hybrid retrieval, cache
     settings as shipped) on the server backend ``mode`` (one of ``SERVER_MODES``) that
     ``server`` runs, in a collection/index of its own (``name``). Milvus: ``Session`` reads
     (after the load has settled they wait for nothing; ``Strong`` ones wait for the server's
     next time tick, ~200 ms here, whatever the total)."""
-    cfg = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
-    mem = cfg["applications"][0]["args"]["config"]["global"]["stores"]["memory"]
+    mem = shipped_memory_settings()
     if mode == "valkey":
         mem["backend"] = "valkey"
         mem["valkey"] = {"url": server.url_db(0), "prefix": f"{name}:", "index": name}
@@ -174,8 +179,7 @@ def server_settings(mode: str, server, name: str) -> MemoryStoreSettings:
 def settings_from_config(uri: str, lite_process: bool | None = None) -> MemoryStoreSettings:
     """``serve_config.yaml``'s ``global.stores.memory`` with the Milvus uri replaced (and
     ``milvus.lite_process`` when given)."""
-    cfg = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
-    mem = cfg["applications"][0]["args"]["config"]["global"]["stores"]["memory"]
+    mem = shipped_memory_settings()
     mem["milvus"]["uri"] = uri
     if lite_process is not None:
         mem["milvus"]["lite_process"] = lite_process

@@ -88,6 +88,12 @@ RETRY_S = 60.0
 warnings of a failing one."""
 
 
+def lane_wait_s(awaited: bool) -> float:
+    """The longest wait (seconds) of a call of the lane ``awaited`` says: ``WAIT_S`` for a
+    write a caller waits for, ``BACKGROUND_WAIT_S`` for the others."""
+    return WAIT_S if awaited else BACKGROUND_WAIT_S
+
+
 class ExtraVectors:
     """Vectors of ``model`` (an ``embedding.model`` value) for statements, computed on demand.
 
@@ -140,7 +146,7 @@ class ExtraVectors:
         if it has not started), or None at once when ``MAX_QUEUED`` calls already wait.
         ``awaited``: a caller waits for the write (its lane is served first, ``AWAITED_STREAK``
         in a row at most while a background call waits)."""
-        wait = wait_s if wait_s is not None else (WAIT_S if awaited else BACKGROUND_WAIT_S)
+        wait = wait_s if wait_s is not None else lane_wait_s(awaited)
         if wait <= 0:
             return None
         job: Future[list[np.ndarray] | None] = Future()

@@ -204,8 +204,7 @@ class _BatchPlan:
         """Seconds this batch may still wait for the e5 engine for a memory of the lane
         ``awaited`` says (≤ 0: no more asking): that lane's wait less what the batch has
         waited already."""
-        lane = opinion_vectors.WAIT_S if awaited else opinion_vectors.BACKGROUND_WAIT_S
-        return lane - self.opinion_waited_s
+        return opinion_vectors.lane_wait_s(awaited) - self.opinion_waited_s
 
     def unit(self, memory: Memory) -> Any:
         """``unit_vector(memory.embedding)``, computed once per memory and vector within the

@@ -54,12 +54,6 @@ def milvus_server_missing() -> str | None:
     return None
 
 
-def _free_ports(n: int) -> list[int]:
-    """``n`` distinct TCP ports free right now (``net.free_port``: outside the kernel's
-    ephemeral range)."""
-    return [free_port() for _ in range(n)]
-
-
 @dataclass
 class MilvusServerProcess:
     """A running Milvus server: ``uri`` (``http://127.0.0.1:<port>``), ``pid``, ``version``
@@ -112,7 +106,7 @@ def start_milvus_server(
 
     workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="milvus-server-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    ports = dict(zip(_PORT_KEYS, _free_ports(len(_PORT_KEYS)), strict=True))
+    ports = {key: free_port() for key in _PORT_KEYS}  # distinct: free_port never repeats one
     config = MilvusServerConfig(data_dir=str(workdir), **ports)
     # template values other than ports and paths are taken only through set() (the package's
     # own command line does the same); a keyword argument would be ignored
