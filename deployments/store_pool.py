@@ -30,7 +30,7 @@ from ray import serve
 from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from memory_core.chat.metrics import CACHE_EVENTS, FALLBACK_EVENTS
+from memory_core.chat.metrics import CACHE_EVENTS, FALLBACK_EVENTS, SECOND_OPINION_E5_EVENTS
 from memory_core.config import MemoryStoreSettings
 from memory_core.cpu_pool import NICE_MAX, CpuPool, favour_the_event_loop
 from memory_core.embedding import (
@@ -82,6 +82,7 @@ SHARD_METRICS = (
     "llm_memory_writes_total",
     "llm_memory_consolidation_total",
     "llm_memory_judge_opinions_total",
+    "llm_memory_second_opinion_vectors_total",
     "llm_memory_cache_total",
     "llm_memory_fallback_total",
     "memory_cache_events",
@@ -240,7 +241,7 @@ class StoreShard:
 
     def _on_event(self, event: str) -> None:
         """Counts one store event (``CACHE_EVENTS``, ``CURATION_EVENTS``, ``REDACTION_EVENTS``,
-        ``JUDGE_EVENTS``, ``fallback:`` + ``FALLBACK_EVENTS``) in its metric; an event none of them holds is logged, never counted
+        ``JUDGE_EVENTS``, ``SECOND_OPINION_E5_EVENTS``, ``fallback:`` + ``FALLBACK_EVENTS``) in its metric; an event none of them holds is logged, never counted
         under another metric's label."""
         if event.startswith("redaction:"):  # redaction:<kind>:<policy> (REDACTION_EVENTS)
             _, kind, policy = event.split(":", 2)
@@ -255,6 +256,11 @@ class StoreShard:
             _, judge, verdict = event.split(":", 2)
             self._metrics.count(
                 "llm_memory_judge_opinions_total", {**self._by_backend, "judge": judge, "verdict": verdict}
+            )
+        elif event in SECOND_OPINION_E5_EVENTS:  # second_opinion_e5:<outcome>
+            self._metrics.count(
+                "llm_memory_second_opinion_vectors_total",
+                {**self._by_backend, "outcome": event[len("second_opinion_e5:") :]},
             )
         elif event.startswith("fallback:") and event[len("fallback:") :] in FALLBACK_EVENTS:
             self._metrics.count("llm_memory_fallback_total", {**self._by_backend, "event": event[len("fallback:") :]})

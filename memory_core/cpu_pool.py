@@ -133,6 +133,35 @@ def lower_this_thread(nice: int) -> int | None:
         return None
 
 
+class HostIdleMeter:
+    """The share of the host's CPU time that was idle between two calls of ``fraction``, read
+    from Linux's ``/proc/stat`` (its first line: the ``idle`` and ``iowait`` ticks over all
+    ticks, all cores). Where it cannot be read (not Linux, a sandbox) ``fraction`` answers None."""
+
+    def __init__(self) -> None:
+        self._last = self._ticks()
+
+    @staticmethod
+    def _ticks() -> tuple[int, int] | None:
+        try:
+            with open("/proc/stat") as f:
+                fields = [int(v) for v in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        if len(fields) < 5:
+            return None
+        return fields[3] + fields[4], sum(fields[:8])  # (idle + iowait, user … steal)
+
+    def fraction(self) -> float | None:
+        """Idle share (0–1) since the previous call (or since the meter was made); None where
+        ``/proc/stat`` cannot be read or no tick passed."""
+        now, last = self._ticks(), self._last
+        self._last = now
+        if now is None or last is None or now[1] <= last[1]:
+            return None
+        return (now[0] - last[0]) / (now[1] - last[1])
+
+
 CPU_PRIORITIES = ("normal", "low", "idle")
 """What ``lower_cpu_priority`` can set, from the highest priority: ``normal`` (as the process
 started: Ray starts its workers at nice 15), ``low`` (nice 19), ``idle`` (Linux's

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..config import RouterConfig
+from ..curation.opinion_vectors import OUTCOMES, RECHECK_OUTCOMES
 from ..redaction import KINDS as REDACTION_KINDS
 from ..redaction import POLICIES as REDACTION_POLICIES
 from ..stores.cache import EVENT_NAMES
@@ -80,6 +81,11 @@ JUDGE_VERDICTS = frozenset({"duplicate", "refines", "supersedes", "compatible", 
 JUDGE_EVENTS = frozenset(f"judge:{j}:{v}" for j in JUDGES for v in JUDGE_VERDICTS)
 """What ``CuratingStore`` reports to ``on_event`` when a judge other than the rules decided
 (``judge:<judge>:<verdict>``; mapped to ``llm_memory_judge_opinions_total``)."""
+SECOND_OPINION_E5_OUTCOMES = OUTCOMES | RECHECK_OUTCOMES
+SECOND_OPINION_E5_EVENTS = frozenset(f"second_opinion_e5:{o}" for o in SECOND_OPINION_E5_OUTCOMES)
+"""What ``CuratingStore`` reports to ``on_event`` per call for the e5 second opinion's vectors
+and per deferred opinion (``second_opinion_e5:<outcome>``, ``curation.opinion_vectors.OUTCOMES``
+and ``RECHECK_OUTCOMES``; mapped to ``llm_memory_second_opinion_vectors_total``)."""
 REDACTION_EVENTS = frozenset(f"redaction:{k}:{p}" for k in REDACTION_KINDS for p in REDACTION_POLICIES)
 """What ``CuratingStore`` reports to ``on_event`` per secret or personal value found
 (``redaction:<kind>:<policy>``; mapped to ``memory_redactions``)."""
@@ -178,6 +184,15 @@ METRICS: tuple[MetricSpec, ...] = (
         "Supersession verdicts given by a judge other than the rules, by judge (second_opinion: "
         "the embedding model's geometry; llm: the optional LLM judge) and verdict",
         {"backend": BACKENDS, "judge": JUDGES, "verdict": JUDGE_VERDICTS},
+    ),
+    MetricSpec(
+        "llm_memory_second_opinion_vectors_total",
+        "counter",
+        "Calls for the e5 second opinion's vectors by outcome: cached, served, busy (its "
+        "estimated wait exceeded its lane's: the store's vectors alone answered at once, the pair "
+        "asked again later), full, timeout, unavailable; rechecked (a deferred pair answered "
+        "later), dropped (a deferred pair let go: the queue was full)",
+        {"backend": BACKENDS, "outcome": SECOND_OPINION_E5_OUTCOMES},
     ),
     MetricSpec(
         "llm_memory_cache_total",

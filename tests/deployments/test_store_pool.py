@@ -257,3 +257,24 @@ async def test_a_shard_freezes_its_long_lived_objects_at_open_unless_configured_
         await restarted.close()
     finally:
         gc.unfreeze()
+
+
+def test_a_shard_counts_the_e5_second_opinions_outcomes():
+    """``second_opinion_e5:<outcome>`` events (``SECOND_OPINION_E5_EVENTS``) are counted in
+    ``llm_memory_second_opinion_vectors_total{outcome}``; each outcome is a declared value."""
+    import deployments.store_pool as store_pool
+    from memory_core.chat.metrics import SECOND_OPINION_E5_EVENTS, RecordingMetrics
+    from memory_core.config import MemoryStoreSettings
+    from memory_core.curation.opinion_vectors import OUTCOMES, RECHECK_OUTCOMES
+    from memory_core.embedding import compute_identity
+
+    shard_class = store_pool.StoreShard.__ray_metadata__.modified_class
+    settings = MemoryStoreSettings(backend="inmemory")
+    shard = shard_class(settings, compute_identity(settings.embedding), None)
+    shard._metrics = RecordingMetrics(strict=True)
+    for event in sorted(SECOND_OPINION_E5_EVENTS):
+        shard._on_event(event)
+    assert shard._metrics.counts == [
+        ("llm_memory_second_opinion_vectors_total", {"backend": "inmemory", "outcome": o}, 1.0)
+        for o in sorted(OUTCOMES | RECHECK_OUTCOMES)
+    ]

@@ -227,3 +227,30 @@ def test_the_root_serve_config_lowers_the_embedder_where_queries_do_not_reach_it
     pool = app["args"]["config"]["global"]["stores"]["memory"]["pool"]
     embedder = next(d for d in app["deployments"] if d["name"] == "Embedder")
     assert pool["query_embedding"] == "in_shard" and embedder["user_config"]["cpu_priority"] == "idle"
+
+
+def test_the_host_idle_meter_reads_the_idle_share_between_two_calls(monkeypatch):
+    """``HostIdleMeter.fraction``: (idle + iowait ticks) ÷ all ticks since the last call; None
+    where ``/proc/stat`` gives nothing or no tick passed."""
+    from memory_core.cpu_pool import HostIdleMeter
+
+    ticks = iter([(100, 1000), (150, 1100), (150, 1100), (350, 1300), None, (400, 1400)])
+    monkeypatch.setattr(HostIdleMeter, "_ticks", staticmethod(lambda: next(ticks)))
+    meter = HostIdleMeter()
+    assert meter.fraction() == 0.5  # 50 idle of 100
+    assert meter.fraction() is None  # no tick passed
+    assert meter.fraction() == 1.0  # 200 of 200
+    assert meter.fraction() is None  # unreadable
+    assert meter.fraction() is None  # nothing to compare with
+
+
+@linux_threads
+def test_the_host_idle_meter_reads_proc_stat():
+    import time
+
+    from memory_core.cpu_pool import HostIdleMeter
+
+    meter = HostIdleMeter()
+    time.sleep(0.2)
+    share = meter.fraction()
+    assert share is not None and 0.0 <= share <= 1.0

@@ -136,9 +136,9 @@ def test_every_event_the_curating_store_reports_is_declared():
     """Each ``_count(...)`` in ``CuratingStore`` names an event of a declared set (an f-string
     event: some declared event starts with its literal head), and the sets do not overlap, so
     the shard's ``_on_event`` routes each to exactly one metric."""
-    from memory_core.chat.metrics import CURATION_EVENTS, JUDGE_EVENTS, REDACTION_EVENTS
+    from memory_core.chat.metrics import CURATION_EVENTS, JUDGE_EVENTS, REDACTION_EVENTS, SECOND_OPINION_E5_EVENTS
 
-    sets = [CURATION_EVENTS, JUDGE_EVENTS, REDACTION_EVENTS, frozenset(EVENT_NAMES.values())]
+    sets = [CURATION_EVENTS, JUDGE_EVENTS, REDACTION_EVENTS, SECOND_OPINION_E5_EVENTS, frozenset(EVENT_NAMES.values())]
     declared = frozenset().union(*sets)
     assert sum(len(s) for s in sets) == len(declared)
     tree = ast.parse((ROOT / "memory_core/stores/curating.py").read_text())

