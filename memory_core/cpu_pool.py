@@ -136,10 +136,13 @@ def lower_this_thread(nice: int) -> int | None:
 class HostIdleMeter:
     """The share of the host's CPU time that was idle between two calls of ``fraction``, read
     from Linux's ``/proc/stat`` (its first line: the ``idle`` and ``iowait`` ticks over all
-    ticks, all cores). Where it cannot be read (not Linux, a sandbox) ``fraction`` answers None."""
+    ticks, all cores). Where it cannot be read (not Linux, a sandbox) ``available`` is False
+    and ``fraction`` answers None; None also when no tick passed between two calls."""
 
     def __init__(self) -> None:
         self._last = self._ticks()
+        self.available = self._last is not None
+        """Whether ``/proc/stat`` could be read when the meter was made."""
 
     @staticmethod
     def _ticks() -> tuple[int, int] | None:

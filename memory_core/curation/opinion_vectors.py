@@ -229,6 +229,9 @@ class ExtraVectors:
         except TimeoutError:  # wait_for cancelled it: the worker skips it unless it started
             self._forget_queued(lane, job, awaited, missing)
             return None, "timeout"
+        except asyncio.CancelledError:  # the caller went away: its call leaves the queue too
+            self._forget_queued(lane, job, awaited, missing)
+            raise
         return got, "served" if got is not None else "unavailable"
 
     def _forget_queued(self, lane: deque, job: Future, awaited: bool, missing: int) -> None:

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import importlib.util
 import logging
 import time
@@ -345,7 +346,12 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         # (user id, new memory id, the stored candidates' ids) whose e5 opinion was deferred
         self._rechecks: deque[tuple[str, str, tuple[str, ...]]] = deque(maxlen=RECHECKS_MAX)
         self._recheck_task: asyncio.Task[None] | None = None
+        self._in_flight: tuple[str, str, tuple[str, ...]] | None = None  # the pair the task holds
+        self._in_flight_forgotten: set[str] = set()  # its old ids a commit has since reinforced or superseded
         self._closing = False
+        self.on_later_supersession: Callable[[Memory, Memory], Awaitable[None]] | None = None
+        """Awaited after a deferred opinion superseded ``old`` by ``new`` (``_apply_rechecked``):
+        ``EventRecordingStore`` records its ``superseded`` event there."""
 
     async def close(self) -> None:
         """Close the inner store, then this store's own ``CpuPool`` (deferred e5 opinions not
@@ -720,7 +726,10 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             self._count_e5("dropped")
         self._rechecks.append((new.user_id, new.id, tuple(m.id for m in olds)))
         if self._recheck_task is None or self._recheck_task.done():
-            self._recheck_task = asyncio.get_running_loop().create_task(self._recheck_deferred())
+            # its own context: not the first deferring request's id, actor or trace
+            self._recheck_task = asyncio.get_running_loop().create_task(
+                self._recheck_deferred(), context=contextvars.Context()
+            )
 
     async def _recheck_deferred(self) -> None:
         """Asks the deferred e5 opinions (``_defer_opinion``), oldest first, in the engine's
@@ -731,12 +740,14 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         owner's lock, a ``supersedes`` is applied as the write would have (``state_reason``
         ``second opinion``). Best effort: the queue lives in this process (a restart forgets it)."""
         meter = HostIdleMeter()
+        await asyncio.sleep(RECHECK_RETRY_S)  # the deferring batch commits; the meter's first span
         while self._rechecks and not self._closing and self._extra_vectors is not None:
             pair = self._rechecks.popleft()
             user_id, new_id, old_ids = pair
+            self._in_flight, self._in_flight_forgotten = pair, set()
             try:
                 idle = meter.fraction()
-                if idle is not None and idle < RECHECK_MIN_IDLE:
+                if meter.available and (idle is None or idle < RECHECK_MIN_IDLE):
                     self._requeue(pair)
                     await asyncio.sleep(RECHECK_RETRY_S)  # the host is busy: the load first
                     continue
@@ -760,19 +771,30 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
                     await self._apply_rechecked(new, olds, dict(zip(texts, got, strict=True)))
             except Exception:  # a store error: that pair keeps the store's vectors' opinion
                 log.warning("deferred second opinion on %s failed", new_id, exc_info=True)
+            finally:
+                self._in_flight = None
 
     def _requeue(self, pair: tuple[str, str, tuple[str, ...]]) -> None:
-        """Puts ``pair`` back at the head of the deferred queue (its newest pair let go when
-        the queue filled meanwhile)."""
+        """Puts ``pair`` back at the head of the deferred queue, without the old memories a
+        commit has reinforced or superseded since it was taken (``_forget_deferred``); its
+        newest pair let go when the queue filled meanwhile."""
+        owner, new_id, olds = pair
+        olds = tuple(i for i in olds if i not in self._in_flight_forgotten)
+        if not olds:
+            return
         if len(self._rechecks) == self._rechecks.maxlen:
             self._count_e5("dropped")
-        self._rechecks.appendleft(pair)
+        self._rechecks.appendleft((owner, new_id, olds))
 
     def _forget_deferred(self, user_id: str, old_ids: set[str]) -> None:
         """Takes ``old_ids`` (memories of ``user_id`` a batch has just reinforced or superseded:
         their fact was said again or replaced) out of the deferred pairs, so that no later
         opinion supersedes what the user has just repeated."""
-        if not old_ids or not self._rechecks:
+        if not old_ids:
+            return
+        if self._in_flight is not None and self._in_flight[0] == user_id:  # the pair the task holds
+            self._in_flight_forgotten |= old_ids & set(self._in_flight[2])
+        if not self._rechecks:
             return
         kept = []
         for owner, new_id, olds in self._rechecks:
@@ -795,6 +817,8 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             if current is None or current.state != MemoryState.ACTIVE or current.content != new.content:
                 return
             for old in olds:
+                if old.id in self._in_flight_forgotten:
+                    continue  # reinforced or superseded by a commit since the pair was taken
                 still = now_held.get(old.id)
                 if (
                     still is None
@@ -807,9 +831,12 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
                     continue
                 if with_e5.supersedes(old.embedding, new.embedding, extra[old.content], extra[new.content]):
                     changes = _superseded_changes(new.id, self._now(), "second opinion")
-                    await self.inner.update(old.id, new.user_id, MemoryChanges(**changes))
+                    superseded = await self.inner.update(old.id, new.user_id, MemoryChanges(**changes))
+                    self._dirty[new.user_id] = None
                     self._count("judge:second_opinion:supersedes")
                     self._count("write_superseded")
+                    if self.on_later_supersession is not None:
+                        await self.on_later_supersession(superseded, current)
 
     def _count_e5(self, outcome: str) -> None:
         """Counts one call for the e5 vectors by its outcome (``opinion_vectors.OUTCOMES``)."""

@@ -106,6 +106,8 @@ class EventRecordingStore(StoreDecorator, passthrough_writes=True):
         super().__init__(inner)
         self.log = log
         self._on_append = on_append
+        if isinstance(inner, CuratingStore):  # a deferred second opinion's supersession, later
+            inner.on_later_supersession = self._record_later_supersession
         # one thread, so appends happen in the order the changes were made (a FIFO queue), and
         # a locked events file never takes the threads of the default executor (query embedding)
         self._appender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memory-events")
@@ -152,6 +154,12 @@ class EventRecordingStore(StoreDecorator, passthrough_writes=True):
     @staticmethod
     def _actor(default: str = SYSTEM_ACTOR) -> str:
         return current_actor() or default
+
+    async def _record_later_supersession(self, old: Memory, new: Memory) -> None:
+        """Records ``superseded`` for ``old`` (superseded by ``new`` when a deferred second
+        opinion was answered, after the write: ``CuratingStore._apply_rechecked``; actor
+        ``system``)."""
+        await self._record([_of(EventKind.SUPERSEDED, old, SYSTEM_ACTOR, superseded_by=new.id)])
 
     # ------------------------------------------------------------------ writes
     async def write(self, memories: Sequence[Memory]) -> list[WriteResult]:

