@@ -631,7 +631,9 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         plan.new[memory.id] = memory
         for old, by in superseded:
             plan.supersede(old, memory.id, by, now=self._now())
-        self._defer_opinion(memory, [m for m in deferred if m.id not in {o.id for o, _ in superseded}])
+        if deferred:
+            ended = {o.id for o, _ in superseded}
+            self._defer_opinion(memory, [m for m in deferred if m.id not in ended])
         return WriteResult(memory=memory, outcome=WriteOutcome.CREATED, superseded=[m.id for m, _ in superseded])
 
     def _final(self, result: WriteResult, plan: _BatchPlan) -> WriteResult:
@@ -693,13 +695,9 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
                 got = None
                 outcome = "timeout"  # the batch's wait spent already
                 if wait_s > 0:
-                    outcomes: list[str] = []
                     started = time.monotonic()
-                    got = await self._extra_vectors.vectors_async(
-                        texts, wait_s, awaited=awaited, on_outcome=outcomes.append
-                    )
+                    got, outcome = await self._e5_vectors(self._extra_vectors, texts, wait_s, awaited)
                     plan.opinion_waited_s += time.monotonic() - started
-                    outcome = outcomes[0] if outcomes else "unavailable"
                 self._count_e5(outcome)
                 if got is not None:
                     extra = dict(zip(texts, got, strict=True))
@@ -759,9 +757,7 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
                     await yield_to_loop()  # nothing open any more (superseded, forgotten)
                     continue
                 texts = [new.content, *(m.content for m in olds)]
-                outcomes: list[str] = []
-                got = await self._extra_vectors.vectors_async(texts, awaited=False, on_outcome=outcomes.append)
-                outcome = outcomes[0] if outcomes else "unavailable"
+                got, outcome = await self._e5_vectors(self._extra_vectors, texts, None, awaited=False)
                 if got is None and outcome in DEFERRED_OUTCOMES:
                     self._requeue(pair)
                     await asyncio.sleep(RECHECK_RETRY_S)  # the engine is busy: later
@@ -837,6 +833,16 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
                     self._count("write_superseded")
                     if self.on_later_supersession is not None:
                         await self.on_later_supersession(superseded, current)
+
+    @staticmethod
+    async def _e5_vectors(
+        engine: ExtraVectors, texts: list[str], wait_s: float | None, awaited: bool
+    ) -> tuple[list[Any] | None, str]:
+        """``engine.vectors_async(texts, wait_s, awaited=awaited)`` and the call's outcome
+        (``opinion_vectors.OUTCOMES``)."""
+        outcomes: list[str] = []
+        got = await engine.vectors_async(texts, wait_s, awaited=awaited, on_outcome=outcomes.append)
+        return got, outcomes[0] if outcomes else "unavailable"
 
     def _count_e5(self, outcome: str) -> None:
         """Counts one call for the e5 vectors by its outcome (``opinion_vectors.OUTCOMES``)."""
