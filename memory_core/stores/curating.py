@@ -129,6 +129,9 @@ store's vectors alone)."""
 RECHECK_RETRY_S = 2.0
 """Seconds the deferred e5 opinions wait before looking again when the host's CPU or the
 engine is still busy."""
+RECHECK_SPAN_S = 0.1
+"""Seconds of the host's CPU a deferred opinion measures when no tick of ``/proc/stat`` passed
+since the last look (Linux counts 100 a second)."""
 RECHECK_MIN_IDLE = 0.25
 """Share of the host's CPU time that must have been idle since the last look
 (``cpu_pool.HostIdleMeter``) for a deferred opinion to be asked: under a saturating load the
@@ -731,9 +734,9 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
 
     async def _recheck_deferred(self) -> None:
         """Asks the deferred e5 opinions (``_defer_opinion``), oldest first, in the engine's
-        background lane, each only when at least ``RECHECK_MIN_IDLE`` of the host's CPU was idle
-        since the last look (``HostIdleMeter``; where it cannot be read, at once) and the engine
-        admits it; otherwise the pair waits ``RECHECK_RETRY_S`` and is looked at again. For a
+        background lane, each still open pair only when at least ``RECHECK_MIN_IDLE`` of the
+        host's CPU was idle since the last look (``_host_has_room``; where it cannot be read, at
+        once) and the engine admits it; otherwise the pair waits ``RECHECK_RETRY_S`` and is looked at again. For a
         pair still open when the answer comes — both memories active, unchanged — under its
         owner's lock, a ``supersedes`` is applied as the write would have (``state_reason``
         ``second opinion``). Best effort: the queue lives in this process (a restart forgets it)."""
@@ -744,17 +747,16 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
             user_id, new_id, old_ids = pair
             self._in_flight, self._in_flight_forgotten = pair, set()
             try:
-                idle = meter.fraction()
-                if meter.available and (idle is None or idle < RECHECK_MIN_IDLE):
-                    self._requeue(pair)
-                    await asyncio.sleep(RECHECK_RETRY_S)  # the host is busy: the load first
-                    continue
                 async with self._locks[user_id]:  # after the deferring batch's commit
                     held = {m.id: m for m in await self.inner.get_many([new_id, *old_ids], user_id)}
                 new = held.get(new_id)
                 olds = [held[i] for i in old_ids if i in held and held[i].state == MemoryState.ACTIVE]
                 if new is None or new.state != MemoryState.ACTIVE or not olds:
                     await yield_to_loop()  # nothing open any more (superseded, forgotten)
+                    continue
+                if not await self._host_has_room(meter):  # looked at only before an engine call
+                    self._requeue(pair)
+                    await asyncio.sleep(RECHECK_RETRY_S)  # the host is busy: the load first
                     continue
                 texts = [new.content, *(m.content for m in olds)]
                 got, outcome = await self._e5_vectors(self._extra_vectors, texts, None, awaited=False)
@@ -769,6 +771,20 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
                 log.warning("deferred second opinion on %s failed", new_id, exc_info=True)
             finally:
                 self._in_flight = None
+
+    @staticmethod
+    async def _host_has_room(meter: HostIdleMeter) -> bool:
+        """Whether at least ``RECHECK_MIN_IDLE`` of the host's CPU was idle since ``meter``'s
+        last look (True where it cannot be read). When no tick has passed since (the previous
+        pair was answered a moment ago), it looks again after ``RECHECK_SPAN_S``: a short span
+        of its own, not a busy host's ``RECHECK_RETRY_S``."""
+        if not meter.available:
+            return True
+        idle = meter.fraction()
+        if idle is None:
+            await asyncio.sleep(RECHECK_SPAN_S)
+            idle = meter.fraction()
+        return idle is not None and idle >= RECHECK_MIN_IDLE
 
     def _requeue(self, pair: tuple[str, str, tuple[str, ...]]) -> None:
         """Puts ``pair`` back at the head of the deferred queue, without the old memories a

