@@ -2,8 +2,10 @@
 fills, through the whole stack a shard builds, with the bare backend's operations beside it.
 
 Milvus Lite in each of ``--modes``, side by side in ONE run: ``inprocess`` (the engine in the
-store's process, as pymilvus opens a file ``uri``) and ``process`` (``milvus.lite_process``: the
-engine in a child process, ``memory_core/stores/lite_process.py``). Each mode has its own
+store's process, as pymilvus opens a file ``uri``; the store's hot calls on the engine itself,
+``memory_core/stores/lite_engine.py``), ``grpc`` (the same, every call through pymilvus's client
+and the in-process gRPC server: ``milvus.lite_engine_calls: false``) and ``process``
+(``milvus.lite_process``: the engine in a child process, ``memory_core/stores/lite_process.py``). Each mode has its own
 collection directory in a temp dir, filled with the same rows and grown in place through
 ``--totals`` (1,000 then 100,000 memories by default); at each total the rows are loaded into
 every mode, then every mode is measured in turn. The stack is ``memory_core.stores.factory.make_store``
@@ -132,7 +134,7 @@ async def probe(mode: str, uri: str, embed_cache: str, query: str) -> dict[str, 
     each measured user (seconds: the first load of their indexes), then this process's RSS
     and the Milvus Lite child's (MB, 0 in process)."""
     cache = EmbedCache(embed_cache)
-    settings = settings_from_config(uri, lite_process=mode == "process")
+    settings = settings_from_config(uri, lite_process=mode == "process", engine_calls=mode != "grpc")
     t = time.perf_counter()
     store = make_store(settings, embed=cache.embed, dimension=DIM)
     _, backend = layers(store)
@@ -176,13 +178,17 @@ def server_settings(mode: str, server, name: str) -> MemoryStoreSettings:
     return MemoryStoreSettings.model_validate(mem)
 
 
-def settings_from_config(uri: str, lite_process: bool | None = None) -> MemoryStoreSettings:
+def settings_from_config(
+    uri: str, lite_process: bool | None = None, engine_calls: bool | None = None
+) -> MemoryStoreSettings:
     """``serve_config.yaml``'s ``global.stores.memory`` with the Milvus uri replaced (and
-    ``milvus.lite_process`` when given)."""
+    ``milvus.lite_process``, ``milvus.lite_engine_calls`` when given)."""
     mem = shipped_memory_settings()
     mem["milvus"]["uri"] = uri
     if lite_process is not None:
         mem["milvus"]["lite_process"] = lite_process
+    if engine_calls is not None:
+        mem["milvus"]["lite_engine_calls"] = engine_calls
     return MemoryStoreSettings.model_validate(mem)
 
 
@@ -368,7 +374,8 @@ async def main(argv: list[str] | None = None) -> dict:
     ap.add_argument(
         "--modes",
         default="inprocess,process",
-        help="modes side by side: inprocess (Milvus Lite in the store's process), process (milvus.lite_process), "
+        help="modes side by side: inprocess (Milvus Lite in the store's process), grpc (the same, every call via the "
+        "client: lite_engine_calls false), process (milvus.lite_process), "
         "valkey, milvus_server (server backends, started here)",
     )
     ap.add_argument("--probe", nargs=2, metavar=("MODE", "URI"), help=argparse.SUPPRESS)
@@ -418,9 +425,9 @@ async def main(argv: list[str] | None = None) -> dict:
         ],
     }
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    unknown = set(modes) - {"inprocess", "process", *SERVER_MODES}
+    unknown = set(modes) - {"inprocess", "grpc", "process", *SERVER_MODES}
     if unknown:
-        ap.error(f"unknown modes {sorted(unknown)} (inprocess, process, {', '.join(SERVER_MODES)})")
+        ap.error(f"unknown modes {sorted(unknown)} (inprocess, grpc, process, {', '.join(SERVER_MODES)})")
     # the servers stop (in reverse order) before their directory goes, whatever was raised
     with tempfile.TemporaryDirectory(prefix="flat_cost_") as tmp, contextlib.ExitStack() as servers:
         rigs: dict[str, dict] = {}
@@ -437,7 +444,9 @@ async def main(argv: list[str] | None = None) -> dict:
                 servers.callback(server.stop)
                 settings = server_settings(mode, server, f"flat_cost_{mode}")
             else:
-                settings = settings_from_config(str(Path(tmp) / mode / "memory.db"), lite_process=mode == "process")
+                settings = settings_from_config(
+                    str(Path(tmp) / mode / "memory.db"), lite_process=mode == "process", engine_calls=mode != "grpc"
+                )
             t = time.perf_counter()
             store = make_store(settings, embed=cache.embed, dimension=DIM)
             hybrid, backend = layers(store)
@@ -493,12 +502,12 @@ async def main(argv: list[str] | None = None) -> dict:
                 results[mode].append({"total": total, "load_s": load_s[mode], "profile": prof, "stack": st, "rss": rss})
         for mode in modes:
             await rigs[mode]["store"].close()
-        if "inprocess" in modes:
+        for mode in {"inprocess", "grpc"} & set(modes):
             # pymilvus keeps an in-process Milvus Lite server (and its LOCK) until the process
             # exits, closed clients or not: release it so that the probe can open the directory
             from milvus_lite.server_manager import server_manager_instance
 
-            server_manager_instance.release_server(str(Path(tmp) / "inprocess" / "memory.db"))
+            server_manager_instance.release_server(str(Path(tmp) / mode / "memory.db"))
         # a fresh service process per mode on its full directory: the restart time and the RSS
         # of that process plus its Milvus Lite child (one process holds both stacks above)
         reopened = {
@@ -568,12 +577,14 @@ async def main(argv: list[str] | None = None) -> dict:
             f"{mode:>9}: open {r['open_s']:.2f} s, first searches {r['search_s']:.2f} s; RSS {r['rss_self']:.0f} MB "
             f"service + {r['rss_child']:.0f} MB child = {r['rss_self'] + r['rss_child']:.0f} MB"
         )
-    if "inprocess" in results and "process" in results:
+    for other in ("process", "grpc"):
+        if "inprocess" not in results or other not in results:
+            continue
         for i, total in enumerate(totals):
             for name in users:
                 a = results["inprocess"][i]["stack"][name]["p95"]
-                b = results["process"][i]["stack"][name]["p95"]
-                print(f"{total:,} {name}: search p95 process/inprocess = {b / a:.2f} ({b:.2f} / {a:.2f} ms)")
+                b = results[other][i]["stack"][name]["p95"]
+                print(f"{total:,} {name}: search p95 {other}/inprocess = {b / a:.2f} ({b:.2f} / {a:.2f} ms)")
     with_records = index_ram(users["many"], args.index_ram_rows, True)
     without = index_ram(users["many"], args.index_ram_rows, False)
     print(

@@ -113,6 +113,11 @@ class MilvusSettings(_Strict):
     shard, reached over loopback gRPC, instead of in the shard's own process
     (``memory_core.stores.lite_process``: restarted when it dies, stopped with the store; one
     owner per data directory). ``false``: in-process, as pymilvus opens a file ``uri``.
+
+    ``lite_engine_calls`` (Milvus Lite in-process only): the store's reads by id, row writes,
+    deletes by id and scalar queries call the engine that pymilvus started in this process
+    directly (``memory_core.stores.lite_engine``), not through its loopback gRPC server;
+    ``false``: every call goes through the client.
     """
 
     uri: str = Field(default="./data/memory.db", validate_default=True)
@@ -132,6 +137,7 @@ class MilvusSettings(_Strict):
     num_partitions: int | None = Field(default=None, ge=1, le=4096)
     consistency: Literal["Strong", "Session", "Bounded", "Eventually"] | None = None
     lite_process: bool = False
+    lite_engine_calls: bool = True
 
     @property
     def is_lite(self) -> bool:

@@ -71,6 +71,7 @@ from ._records import (
 )
 from .base import MemoryStore, candidate_count
 from .credentials import secret_from_env
+from .lite_engine import LiteEngine
 
 if TYPE_CHECKING:
     from pymilvus import MilvusClient
@@ -382,6 +383,8 @@ class MilvusStore(MemoryStore):
         # lite_process: the Milvus Lite child (started by _open) and the generation of the
         # child the client is connected to (a restarted child has a new port)
         self._lite_process = lite and settings.lite_process
+        # the engine of an in-process Milvus Lite, for the hot calls (set by _open)
+        self._engine: LiteEngine | None = None
         self.server: LiteServer | None = None
         self._generation = 0
 
@@ -401,6 +404,10 @@ class MilvusStore(MemoryStore):
             self._client = await loop.run_in_executor(
                 self._executor, self._connect, self.uri, token, self.settings.db_name, self._tls, self._settings_key
             )
+            if self._lite and self.settings.lite_engine_calls:
+                self._engine = LiteEngine.attach(self.uri, self.settings.db_name)
+                if self._engine is None:
+                    log.warning("Milvus Lite's engine for %s not found in this process: every call via gRPC", self.uri)
         await loop.run_in_executor(self._executor, self._prepare)
 
     def _start_server(self) -> MilvusClient:
@@ -647,8 +654,12 @@ class MilvusStore(MemoryStore):
 
     def _replace_rows(self, rows: list[dict[str, Any]]) -> None:
         """Write ``rows`` (whole records) in place of the records of the same ids in the
-        collection in use, as its layout does (``NullableLayout.replace``); idempotent."""
-        self._layout.replace(self._conn, self.collection, rows)
+        collection in use, as its layout does (``NullableLayout.replace``; an in-process
+        Milvus Lite's engine upserts them directly); idempotent."""
+        if self._engine is not None:
+            self._engine.upsert(self.collection, rows)
+        else:
+            self._layout.replace(self._conn, self.collection, rows)
 
     async def _write_new_rows(self, rows: list[dict[str, Any]]) -> None:
         """Write rows whose ids are new (the base checked no record holds them) as the
@@ -659,12 +670,18 @@ class MilvusStore(MemoryStore):
         def write_new_rows() -> None:
             nonlocal attempts
             attempts += 1
-            self._layout.add(self._conn, self.collection, rows, first_attempt=attempts == 1)
+            if self._engine is not None:  # Milvus Lite's layout upserts: idempotent
+                self._engine.upsert(self.collection, rows)
+            else:
+                self._layout.add(self._conn, self.collection, rows, first_attempt=attempts == 1)
 
         await self._call(write_new_rows)
 
     def _query_all(self, expr: str, fields: list[str]) -> list[dict[str, Any]]:
-        """Every row matching ``expr`` (iterator: no 16384-row query window)."""
+        """Every row matching ``expr`` (iterator: no 16384-row query window; an in-process
+        Milvus Lite's engine answers in one call)."""
+        if self._engine is not None:
+            return self._engine.query(self.collection, expr, fields)
         it = self._conn.query_iterator(
             self.collection, batch_size=_QUERY_BATCH, filter=expr, output_fields=fields, **self._read_level
         )
@@ -692,6 +709,10 @@ class MilvusStore(MemoryStore):
         out: list[dict[str, Any]] = []
         for start in range(0, len(ids), 1000):
             batch = ids[start : start + 1000]
+            if self._engine is not None:  # by key on the engine, the owner checked here
+                rows = self._engine.get(self.collection, batch, read_fields)
+                out.extend(r for r in rows if not by_key or r.get("user_id") == user_id)
+                continue
             rows = self._conn.query(
                 self.collection,
                 filter=_ids_filter(batch, None if by_key else user_id),
@@ -808,6 +829,8 @@ class MilvusStore(MemoryStore):
         return [str(r["id"]) for r in rows]
 
     def _search_sync(self, expr: str, vector: list[float], k: int) -> list[tuple[float, dict[str, Any]]]:
+        if self._engine is not None:
+            return self._engine.search(self.collection, vector, k, expr, _SCALAR_FIELDS, _VECTOR_FIELD, max(64, k))
         res = self._conn.search(
             self.collection,
             data=[vector],
@@ -873,7 +896,9 @@ class MilvusStore(MemoryStore):
             batch = memory_ids[start : start + 1000]
             if self._lite:
                 owned = [str(r["id"]) for r in await self._call(self._get_sync, batch, ["id"], user_id)]
-                if owned:
+                if owned and self._engine is not None:
+                    await self._call(self._engine.delete, self.collection, owned)
+                elif owned:
                     await self._call(self._on_client, "delete", self.collection, filter=_ids_filter(owned))
             else:
                 await self._call(self._on_client, "delete", self.collection, filter=_ids_filter(batch, user_id))

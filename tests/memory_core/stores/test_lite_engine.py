@@ -1,0 +1,177 @@
+"""``LiteEngine``: the store's hot calls on Milvus Lite's engine read and write what the client
+path reads and writes (JSON fields parsed, nulls, vectors), and the store uses it only where
+the engine runs in this process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("milvus_lite")
+
+from memory_core.config import MilvusSettings
+from memory_core.errors import MemoryNotFound
+from memory_core.stores.lite_engine import LiteEngine
+from memory_core.stores.milvus import _ALL_FIELDS, _SCALAR_FIELDS, _VECTOR_FIELD, MilvusStore, _filter, _ids_filter
+from memory_core.types import ListQuery, Memory, MemoryChanges, MemoryState, MemoryType
+
+DIM = 16
+
+
+async def _embed(texts):
+    return [list(np.random.default_rng(len(t)).random(DIM)) for t in texts]
+
+
+def _store(path: Path, **settings) -> MilvusStore:
+    return MilvusStore(
+        MilvusSettings(uri=str(path / "m.db"), collection="c", **settings),
+        embed=_embed,
+        dimension=DIM,
+        identity="fake-16",
+    )
+
+
+def _memories() -> list[Memory]:
+    return [
+        Memory(
+            user_id="alice",
+            content=f"fact number {i}",
+            type=MemoryType.SEMANTIC if i % 2 else MemoryType.EPISODIC,
+            metadata={"turn": i, "tags": ["a", "b"], "nested": {"x": None}} if i % 2 else {},
+            project_id="p" if i % 3 else None,
+            conversation_id=None if i % 2 else f"c{i}",
+            importance=0.25 * (i % 4),
+        )
+        for i in range(6)
+    ]
+
+
+def _same(a: dict, b: dict) -> None:
+    assert set(a) == set(b)
+    for key in a:
+        if key == _VECTOR_FIELD:
+            assert np.allclose(a[key], b[key]), key
+        else:
+            assert a[key] == b[key] and type(a[key]) is type(b[key]), (key, a[key], b[key])
+
+
+async def _on_thread(store: MilvusStore, fn, *args):
+    import asyncio
+
+    return await asyncio.get_running_loop().run_in_executor(store._executor, fn, *args)
+
+
+async def test_engine_reads_the_rows_the_client_reads(tmp_path):
+    store = _store(tmp_path)
+    await store.open()
+    try:
+        assert store._engine is not None
+        memories = _memories()
+        await store.store_many(memories)
+        ids = [m.id for m in memories]
+        fields = [*_ALL_FIELDS, "user_id"]
+
+        def both(expr: str):
+            client = store._conn.query(store.collection, filter=expr, output_fields=fields, limit=100)
+            return {r["id"]: dict(r) for r in client}
+
+        by_client = await _on_thread(store, both, _ids_filter(ids, None))
+        by_engine = {r["id"]: r for r in await _on_thread(store, store._engine.get, store.collection, ids, fields)}
+        assert set(by_client) == set(by_engine) == set(ids)
+        for i in ids:
+            _same(by_client[i], by_engine[i])
+        scoped = _filter("alice", (MemoryType.SEMANTIC,), "p")
+        client_rows = await _on_thread(store, both, scoped)
+        engine_rows = await _on_thread(store, store._engine.query, store.collection, scoped, fields)
+        assert [r["id"] for r in engine_rows] == sorted(client_rows)  # primary-key order
+        for row in engine_rows:
+            _same(client_rows[row["id"]], row)
+    finally:
+        await store.close()
+
+
+async def test_writes_by_the_engine_read_back_through_the_client_and_the_store(tmp_path):
+    """Store, update, access counts and forget go through the engine; a store reopened with
+    every call through the client reads what they left."""
+    store = _store(tmp_path)
+    await store.open()
+    memories = _memories()
+    try:
+        assert store._engine is not None
+        await store.store_many(memories)
+        await store.update(memories[1].id, "alice", MemoryChanges(content="fact one, changed", importance=0.9))
+        await store.update(memories[2].id, "alice", MemoryChanges(state=MemoryState.SUPERSEDED))
+        await store.record_access([memories[3].id], "alice")
+        await store.forget(memories[4].id, "alice")
+        with pytest.raises(MemoryNotFound):
+            await store.forget(memories[5].id, "bob")  # another owner: not found, nothing deleted
+    finally:
+        await store.close()
+    reopened = _store(tmp_path, lite_engine_calls=False)
+    await reopened.open()
+    try:
+        assert reopened._engine is None
+        got = {m.id: m for m in await reopened.get_many([m.id for m in memories], "alice")}
+        assert set(got) == {m.id for m in memories} - {memories[4].id}
+        assert got[memories[1].id].content == "fact one, changed" and got[memories[1].id].importance == 0.9
+        assert got[memories[2].id].state == MemoryState.SUPERSEDED
+        assert got[memories[3].id].metadata == memories[3].metadata
+        assert got[memories[0].id].metadata == {} and got[memories[0].id].conversation_id == "c0"
+        assert await reopened.get_many([memories[0].id], "bob") == []
+        page = await reopened.list(ListQuery(user_id="alice", limit=100))
+        assert page.total == 5 and {m.id for m in page.memories} == set(got)
+        assert (await reopened.counts("alice")).total == 5
+    finally:
+        await reopened.close()
+
+
+async def test_only_an_in_process_milvus_lite_has_an_engine(tmp_path):
+    assert LiteEngine.attach(str(tmp_path / "nobody-opened-this.db")) is None
+    store = _store(tmp_path, lite_engine_calls=False)
+    await store.open()
+    try:
+        assert store._engine is None
+        await store.store_many(_memories())  # every call through the client
+        assert len(await store.get_many([m.id for m in _memories()], "alice")) == 0  # new ids: none stored
+    finally:
+        await store.close()
+
+
+async def test_engine_search_finds_what_the_client_search_finds(tmp_path):
+    store = _store(tmp_path)
+    await store.open()
+    try:
+        memories = _memories()
+        await store.store_many(memories)
+        expr = _filter("alice", None, None)
+        (query,) = await _embed(["fact number 3"])
+        client_hits = await _on_thread(
+            store,
+            lambda: store._conn.search(
+                store.collection,
+                data=[query],
+                anns_field=_VECTOR_FIELD,
+                filter=expr,
+                limit=4,
+                output_fields=list(_SCALAR_FIELDS),
+                search_params={"metric_type": "COSINE", "params": {"ef": 64}},
+            )[0],
+        )
+        engine_hits = await _on_thread(
+            store, store._engine.search, store.collection, query, 4, expr, _SCALAR_FIELDS, _VECTOR_FIELD, 64
+        )
+        assert [h["id"] for h in client_hits] == [e["id"] for _, e in engine_hits]
+        for hit, (similarity, entity) in zip(client_hits, engine_hits, strict=True):
+            assert similarity == pytest.approx(float(hit["distance"]), abs=1e-6)
+            _same(dict(hit["entity"]), entity)
+        assert [e["id"] for _, e in await _on_thread(store, store._search_sync, expr, query, 4)] == [
+            h["id"] for h in client_hits
+        ]
+        assert not await _on_thread(
+            store, store._engine.search, store.collection, query, 4, _filter("bob", None, None), _SCALAR_FIELDS,
+            _VECTOR_FIELD, 64,
+        )  # fmt: skip
+    finally:
+        await store.close()
