@@ -22,13 +22,35 @@ writes, and neither path adds a lock.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from ..errors import StoreUnavailable
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def _unavailable_when_down(method: Callable[..., T]) -> Callable[..., T]:
+    """``method`` raising ``StoreUnavailable`` (HTTP 503, retried by callers) where the client
+    path's errors would have been: the engine closed under the store (its server released),
+    or the engine's files failing (``OSError``: its write-ahead log, its segments)."""
+
+    @functools.wraps(method)
+    def checked(self: LiteEngine, *args: Any, **kwargs: Any) -> T:
+        if getattr(self._db, "closed", False):
+            raise StoreUnavailable("the Milvus Lite engine is closed")
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as e:
+            raise StoreUnavailable(f"Milvus Lite engine: {type(e).__name__}: {e}") from e
+
+    return checked
 
 
 class LiteEngine:
@@ -49,10 +71,11 @@ class LiteEngine:
         try:
             from milvus_lite.server_manager import server_manager_instance
 
-            entry = server_manager_instance._servers.get(os.path.abspath(os.path.expanduser(uri)))
-        except (ImportError, AttributeError):
+            # the key the manager files it under: pymilvus hands it the uri as configured
+            entry = server_manager_instance._servers.get(os.path.abspath(uri))
+        except Exception:  # another milvus-lite: no such manager or registry
             return None
-        if not entry or len(entry) != 3 or not hasattr(entry[1], "get_collection"):
+        if not isinstance(entry, tuple) or len(entry) != 3 or not hasattr(entry[1], "get_collection"):
             return None
         return cls(entry[1], database)
 
@@ -80,17 +103,20 @@ class LiteEngine:
                         pass
         return rows
 
+    @_unavailable_when_down
     def get(self, name: str, ids: Sequence[str], fields: Sequence[str]) -> list[dict[str, Any]]:
         """The rows of ``ids`` that exist (``fields`` of each, the id always), by primary key."""
         collection = self._collection(name)
         return self._parsed(collection, collection.get(list(ids), output_fields=list(fields)))
 
+    @_unavailable_when_down
     def query(self, name: str, expr: str, fields: Sequence[str]) -> list[dict[str, Any]]:
         """Every row matching the filter ``expr`` (``fields`` of each), in primary-key order
         (as the client's query iterator reads them)."""
         collection = self._collection(name)
         return self._parsed(collection, collection.query(expr, output_fields=list(fields), order_by_pk=True))
 
+    @_unavailable_when_down
     def search(
         self, name: str, vector: Sequence[float], k: int, expr: str, fields: Sequence[str], field: str, ef: int
     ) -> list[tuple[float, dict[str, Any]]]:
@@ -106,16 +132,18 @@ class LiteEngine:
             expr=expr,
             output_fields=list(fields),
             anns_field=field,
-            search_params={"metric_type": "COSINE", "params": {"ef": ef}},
+            search_params={"ef": ef},  # the index's own parameters, as the gRPC server hands them on
         )
         pk = collection.pk_field
         entities = self._parsed(collection, [{**(hit.get("entity") or {}), pk: hit["id"]} for hit in hits])
         return [(float(hit["distance"]), entity) for hit, entity in zip(hits, entities, strict=True)]
 
+    @_unavailable_when_down
     def upsert(self, name: str, rows: list[dict[str, Any]]) -> None:
         """Write whole ``rows`` in place of the rows of the same ids (new ids are inserted)."""
         self._collection(name).upsert([dict(r) for r in rows], partition_name="_default")
 
+    @_unavailable_when_down
     def delete(self, name: str, ids: Sequence[str]) -> None:
         """Delete the rows of ``ids`` (absent ids are no error)."""
         if ids:

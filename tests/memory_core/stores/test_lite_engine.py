@@ -127,14 +127,82 @@ async def test_writes_by_the_engine_read_back_through_the_client_and_the_store(t
         await reopened.close()
 
 
-async def test_only_an_in_process_milvus_lite_has_an_engine(tmp_path):
+async def test_only_an_in_process_milvus_lite_has_an_engine(tmp_path, monkeypatch):
+    from milvus_lite.server_manager import server_manager_instance
+
     assert LiteEngine.attach(str(tmp_path / "nobody-opened-this.db")) is None
+    # another milvus-lite's registry (2.x files a server object per path, not a tuple)
+    monkeypatch.setitem(server_manager_instance._servers, str(tmp_path / "other.db"), object())
+    assert LiteEngine.attach(str(tmp_path / "other.db")) is None
     store = _store(tmp_path, lite_engine_calls=False)
     await store.open()
     try:
         assert store._engine is None
-        await store.store_many(_memories())  # every call through the client
-        assert len(await store.get_many([m.id for m in _memories()], "alice")) == 0  # new ids: none stored
+        memories = _memories()
+        await store.store_many(memories)  # every call through the client
+        assert {m.id for m in await store.get_many([m.id for m in memories], "alice")} == {m.id for m in memories}
+    finally:
+        await store.close()
+
+
+async def test_a_closed_engine_answers_unavailable_not_an_error(tmp_path):
+    """The engine released under an open store (its server stopped): the store's calls raise
+    ``StoreUnavailable`` (HTTP 503), as the client's calls to a stopped server did."""
+    from memory_core.errors import StoreUnavailable
+
+    class Closed:
+        closed = True
+
+    engine = LiteEngine(Closed())
+    for call in (
+        lambda: engine.get("c", ["x"], ["id"]),
+        lambda: engine.upsert("c", [{"id": "x"}]),
+        lambda: engine.delete("c", ["x"]),
+        lambda: engine.query("c", 'user_id == "a"', ["id"]),
+        lambda: engine.search("c", [0.0] * DIM, 5, 'user_id == "a"', ["id"], _VECTOR_FIELD, 64),
+    ):
+        with pytest.raises(StoreUnavailable):
+            call()
+
+
+async def test_search_hands_the_index_its_ef_over_flushed_rows(tmp_path):
+    """Over sealed segments (the HNSW index built): the engine gets ``{"ef": ef}`` as the gRPC
+    server hands it on, and answers what the client answers for a k above the default ef."""
+    store = _store(tmp_path)
+    await store.open()
+    try:
+        memories = [
+            Memory(user_id="alice", content=f"note {i} " + "x" * i, type=MemoryType.SEMANTIC) for i in range(150)
+        ]
+        await store.store_many(memories)
+        await store._flush()
+        collection = store._engine._collection(store.collection)
+        seen: list[dict] = []
+        search = collection.search
+
+        def spy(*args, **kwargs):
+            seen.append(kwargs.get("search_params"))
+            return search(*args, **kwargs)
+
+        collection.search = spy
+        expr = _filter("alice", None, None)
+        (query,) = await _embed(["note 7"])
+        engine_hits = await _on_thread(store, store._search_sync, expr, query, 100)
+        assert seen == [{"ef": 100}]
+        collection.search = search
+        client_hits = await _on_thread(
+            store,
+            lambda: store._conn.search(
+                store.collection,
+                data=[query],
+                anns_field=_VECTOR_FIELD,
+                filter=expr,
+                limit=100,
+                output_fields=["id"],
+                search_params={"metric_type": "COSINE", "params": {"ef": 100}},
+            )[0],
+        )
+        assert [e["id"] for _, e in engine_hits] == [h["id"] for h in client_hits]
     finally:
         await store.close()
 
