@@ -472,9 +472,8 @@ def main(
     rate = max(rates)
     console.print(
         f"host idle share before the model alone: {'unknown' if quiet is None else f'{quiet:.2f}'} "
-        f"(waited {waited:.0f} s for ≥ {QUIET_IDLE}); model alone twice: "
-        + ", ".join(f"{r:.1f}" for r in rates)
-        + " sentences/s (the faster kept)"
+        f"(waited {waited:.0f} s for ≥ {QUIET_IDLE}{'' if quiet is None or quiet >= QUIET_IDLE else ': not reached'}); "
+        "model alone twice: " + ", ".join(f"{r:.1f}" for r in rates) + " sentences/s (the faster kept)"
     )
     per_turn = sum(r.embeddings for r in results) / max(1, sum(r.turns for r in results))
     ceiling = rate / per_turn

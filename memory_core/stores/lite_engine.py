@@ -27,28 +27,37 @@ import json
 import logging
 import os
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..errors import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
-def _unavailable_when_down(method: Callable[..., T]) -> Callable[..., T]:
-    """``method`` raising ``StoreUnavailable`` (HTTP 503, retried by callers) where the client
-    path's errors would have been: the engine closed under the store (its server released),
-    or the engine's files failing (``OSError``: its write-ahead log, its segments)."""
+def _unavailable_when_down(method: Callable[Concatenate[LiteEngine, P], T]) -> Callable[Concatenate[LiteEngine, P], T]:
+    """``method`` raising ``StoreUnavailable`` (HTTP 503 with ``Retry-After``: the caller may
+    try again) when the engine is closed under the store (its server released; also when it
+    closes during the call) or its files fail (``OSError``: its write-ahead log, its segments).
+    ``ConnectionError`` and ``TimeoutError`` pass unchanged: the store's ``_call`` retries them
+    as transient, as it did on the client path."""
 
     @functools.wraps(method)
-    def checked(self: LiteEngine, *args: Any, **kwargs: Any) -> T:
+    def checked(self: LiteEngine, /, *args: P.args, **kwargs: P.kwargs) -> T:
         if getattr(self._db, "closed", False):
             raise StoreUnavailable("the Milvus Lite engine is closed")
         try:
             return method(self, *args, **kwargs)
+        except (ConnectionError, TimeoutError):
+            raise
         except OSError as e:
             raise StoreUnavailable(f"Milvus Lite engine: {type(e).__name__}: {e}") from e
+        except Exception:
+            if getattr(self._db, "closed", False):  # closed while the call ran
+                raise StoreUnavailable("the Milvus Lite engine is closed") from None
+            raise
 
     return checked
 

@@ -153,6 +153,32 @@ async def test_a_closed_engine_answers_unavailable_not_an_error(tmp_path):
     class Closed:
         closed = True
 
+    class ClosesDuringTheCall:
+        closed = False
+
+        def get_collection(self, name):
+            self.closed = True
+            raise RuntimeError("MilvusLite is closed")
+
+    with pytest.raises(StoreUnavailable):
+        LiteEngine(ClosesDuringTheCall()).get("c", ["x"], ["id"])
+
+    class Failing:
+        closed = False
+
+        def __init__(self, error):
+            self.error = error
+
+        def get_collection(self, name):
+            raise self.error
+
+    with pytest.raises(StoreUnavailable):  # its files failing
+        LiteEngine(Failing(PermissionError("wal"))).get("c", ["x"], ["id"])
+    with pytest.raises(TimeoutError):  # left to the store's retries
+        LiteEngine(Failing(TimeoutError())).get("c", ["x"], ["id"])
+    with pytest.raises(ValueError):  # a bug stays a bug
+        LiteEngine(Failing(ValueError("bad filter"))).get("c", ["x"], ["id"])
+
     engine = LiteEngine(Closed())
     for call in (
         lambda: engine.get("c", ["x"], ["id"]),
@@ -165,7 +191,7 @@ async def test_a_closed_engine_answers_unavailable_not_an_error(tmp_path):
             call()
 
 
-async def test_search_hands_the_index_its_ef_over_flushed_rows(tmp_path):
+async def test_search_hands_the_index_its_ef_over_flushed_rows(tmp_path, monkeypatch):
     """Over sealed segments (the HNSW index built): the engine gets ``{"ef": ef}`` as the gRPC
     server hands it on, and answers what the client answers for a k above the default ef."""
     store = _store(tmp_path)
@@ -177,6 +203,7 @@ async def test_search_hands_the_index_its_ef_over_flushed_rows(tmp_path):
         await store.store_many(memories)
         await store._flush()
         collection = store._engine._collection(store.collection)
+        await _on_thread(store, collection._wait_for_bg)  # the sealed segments' index built
         seen: list[dict] = []
         search = collection.search
 
@@ -184,12 +211,12 @@ async def test_search_hands_the_index_its_ef_over_flushed_rows(tmp_path):
             seen.append(kwargs.get("search_params"))
             return search(*args, **kwargs)
 
-        collection.search = spy
+        monkeypatch.setattr(collection, "search", spy)
         expr = _filter("alice", None, None)
         (query,) = await _embed(["note 7"])
         engine_hits = await _on_thread(store, store._search_sync, expr, query, 100)
         assert seen == [{"ef": 100}]
-        collection.search = search
+        monkeypatch.setattr(collection, "search", search)
         client_hits = await _on_thread(
             store,
             lambda: store._conn.search(
