@@ -57,6 +57,22 @@ def _same(a: dict, b: dict) -> None:
             assert a[key] == b[key] and type(a[key]) is type(b[key]), (key, a[key], b[key])
 
 
+async def _client_search(store: MilvusStore, query, expr: str, k: int, fields: list[str]) -> list:
+    """The client's (gRPC) search as the store made it before the engine: ``ef`` max(64, k)."""
+    return await _on_thread(
+        store,
+        lambda: store._conn.search(
+            store.collection,
+            data=[query],
+            anns_field=_VECTOR_FIELD,
+            filter=expr,
+            limit=k,
+            output_fields=fields,
+            search_params={"metric_type": "COSINE", "params": {"ef": max(64, k)}},
+        )[0],
+    )
+
+
 async def _on_thread(store: MilvusStore, fn, *args):
     import asyncio
 
@@ -217,18 +233,7 @@ async def test_search_hands_the_index_its_ef_over_flushed_rows(tmp_path, monkeyp
         engine_hits = await _on_thread(store, store._search_sync, expr, query, 100)
         assert seen == [{"ef": 100}]
         monkeypatch.setattr(collection, "search", search)
-        client_hits = await _on_thread(
-            store,
-            lambda: store._conn.search(
-                store.collection,
-                data=[query],
-                anns_field=_VECTOR_FIELD,
-                filter=expr,
-                limit=100,
-                output_fields=["id"],
-                search_params={"metric_type": "COSINE", "params": {"ef": 100}},
-            )[0],
-        )
+        client_hits = await _client_search(store, query, expr, 100, ["id"])
         assert [e["id"] for _, e in engine_hits] == [h["id"] for h in client_hits]
     finally:
         await store.close()
@@ -242,18 +247,7 @@ async def test_engine_search_finds_what_the_client_search_finds(tmp_path):
         await store.store_many(memories)
         expr = _filter("alice", None, None)
         (query,) = await _embed(["fact number 3"])
-        client_hits = await _on_thread(
-            store,
-            lambda: store._conn.search(
-                store.collection,
-                data=[query],
-                anns_field=_VECTOR_FIELD,
-                filter=expr,
-                limit=4,
-                output_fields=list(_SCALAR_FIELDS),
-                search_params={"metric_type": "COSINE", "params": {"ef": 64}},
-            )[0],
-        )
+        client_hits = await _client_search(store, query, expr, 4, list(_SCALAR_FIELDS))
         engine_hits = await _on_thread(
             store, store._engine.search, store.collection, query, 4, expr, _SCALAR_FIELDS, _VECTOR_FIELD, 64
         )
