@@ -15,7 +15,7 @@ directly, for the calls the store makes on every write and read of a user: a rea
 upsert of whole rows, a delete by ids, a scalar query, a filtered vector search. It translates values as the gRPC
 server's servicer and pymilvus do, so a row reads the same either way (JSON fields come back
 parsed; ``tests/memory_core/stores/test_lite_engine.py`` compares both paths). Everything
-else (creating, describing, flushing, migrating collections) stays on the client.
+else (creating, describing, counting, flushing, migrating collections) stays on the client.
 Callers run it on the store's one worker thread: the engine is not safe for concurrent
 writes, and neither path adds a lock.
 """
@@ -119,13 +119,11 @@ class LiteEngine:
         return self._parsed(collection, collection.get(list(ids), output_fields=list(fields)))
 
     @_unavailable_when_down
-    def query(self, name: str, expr: str, fields: Sequence[str], *, ordered: bool = True) -> list[dict[str, Any]]:
-        """Every row matching the filter ``expr`` (every row when empty; ``fields`` of each), in
-        primary-key order (as the client's query iterator reads them) unless ``ordered`` is
-        False."""
+    def query(self, name: str, expr: str, fields: Sequence[str]) -> list[dict[str, Any]]:
+        """Every row matching the filter ``expr`` (``fields`` of each), in primary-key order
+        (as the client's query iterator reads them)."""
         collection = self._collection(name)
-        rows = collection.query(expr or None, output_fields=list(fields), order_by_pk=ordered)
-        return self._parsed(collection, rows)
+        return self._parsed(collection, collection.query(expr, output_fields=list(fields), order_by_pk=True))
 
     @_unavailable_when_down
     def search(

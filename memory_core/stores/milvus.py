@@ -51,7 +51,6 @@ import asyncio
 import concurrent.futures
 import functools
 import logging
-from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -732,8 +731,7 @@ class MilvusStore(MemoryStore):
         """A user: one query of the user's ``state`` and ``memory_type`` (the partition the
         user hashes to, as listing reads it), counted here (one query instead of seven
         ``count(*)`` queries per user: ``benchmarks/admin_views.py``). Every user: one
-        ``count(*)`` query per state and per type (7); on an in-process Milvus Lite's engine one
-        walk of every row's state and type, counted here."""
+        ``count(*)`` query per state and per type (7)."""
         if user_id is not None:
             rows = await self._call(self._query_all, _filter(user_id, None, None), ["state", "memory_type"])
             states = {s.value: s for s in MemoryState}
@@ -743,20 +741,6 @@ class MilvusStore(MemoryStore):
                 for r in rows
                 if str(r.get("state")) in states and str(r.get("memory_type")) in kinds
             )
-
-        engine = self._engine
-        if engine is not None:  # one walk of every row on the engine, not seven through the client
-
-            def walked() -> MemoryCounts:
-                rows = engine.query(self.collection, "", ["state", "memory_type"], ordered=False)
-                states = Counter(str(r.get("state")) for r in rows)
-                kinds = Counter(str(r.get("memory_type")) for r in rows)
-                return MemoryCounts(
-                    by_state={s: states[s.value] for s in MemoryState},
-                    by_type={t: kinds[t.value] for t in MemoryType},
-                )
-
-            return await self._call(walked)
 
         def count(clause: str) -> int:
             rows = self._conn.query(self.collection, filter=clause, output_fields=["count(*)"], **self._read_level)

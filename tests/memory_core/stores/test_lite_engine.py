@@ -264,32 +264,3 @@ async def test_engine_search_finds_what_the_client_search_finds(tmp_path):
         )  # fmt: skip
     finally:
         await store.close()
-
-
-async def test_counts_of_everyone_on_the_engine_equal_the_clients(tmp_path):
-    """``counts(EVERYONE)``: one walk of every row on the engine counts what the client's seven
-    ``count(*)`` queries count, every state and type, other users included."""
-    from memory_core.types import EVERYONE
-
-    store = _store(tmp_path)
-    await store.open()
-    try:
-        memories = _memories()
-        others = [Memory(user_id="bob", content=f"bob's {i}", type=MemoryType.PROCEDURAL) for i in range(3)]
-        await store.store_many(memories)
-        await store.store_many(others)
-        await store.update(memories[2].id, "alice", MemoryChanges(state=MemoryState.SUPERSEDED))
-        await store.update(others[0].id, "bob", MemoryChanges(state=MemoryState.QUARANTINED))
-        await store.forget(memories[4].id, "alice")
-        assert store._engine is not None
-        on_engine = await store.counts(EVERYONE)
-        engine, store._engine = store._engine, None
-        try:
-            by_client = await store.counts(EVERYONE)
-        finally:
-            store._engine = engine
-        assert on_engine == by_client
-        assert on_engine.total == 8 and on_engine.by_state[MemoryState.SUPERSEDED] == 1
-        assert on_engine.by_type[MemoryType.PROCEDURAL] == 3
-    finally:
-        await store.close()
