@@ -57,7 +57,9 @@ def config(tmp_path) -> dict:
                 "memory": {
                     "backend": "milvus",
                     "milvus": {"uri": str(tmp_path / "memory.db"), "collection": "metrics_memory"},
-                    "pool": {"query_embedding": "in_shard"},
+                    # a caller's write goes to the Embedder, whose awaited calls export the
+                    # queue wait (the shard's own write lane would take a small one)
+                    "pool": {"query_embedding": "in_shard", "in_shard_write_texts": 0},
                 }
             }
         },
@@ -69,10 +71,13 @@ def config(tmp_path) -> dict:
 def base_url(serve_http_port, tmp_path_factory):
     from ray import serve
 
-    from deployments.app import build_app
+    from deployments.app import build_application
 
     tmp = tmp_path_factory.mktemp("metrics_app")
-    serve.run(build_app({"config": config(tmp)}), name="memory-metrics", route_prefix="/", blocking=False)
+    # the Consolidator's own loop off: the test's pass, not the loop, takes the user's writes
+    loop_off = {"Consolidator": {"user_config": {"enabled": False}}}
+    app = build_application({"config": config(tmp)}, overrides=loop_off)
+    serve.run(app, name="memory-metrics", route_prefix="/", blocking=False)
     url = f"http://127.0.0.1:{serve_http_port}"
     wait_healthy(url)
     yield url
@@ -118,6 +123,13 @@ def test_metrics_on_rays_endpoint(base_url, ray_metrics_port):
             break
         time.sleep(0.2)
     assert int(chat(base_url, alice, "What is my locker code?").headers["x-memory-injected"]) >= 1  # a hit
+    r = httpx.post(  # a caller's write: embedded by the Embedder, the caller waiting (queue seconds)
+        f"{base_url}/v1/memory",
+        headers={"x-authz-user-id": alice},
+        json={"memories": [{"content": "My gym is on Baker Street."}]},
+        timeout=60,
+    )
+    assert r.status_code == 201, r.text
     chat(base_url, None, "What is my locker code?")  # skipped: no_user
     from ray import serve
 
