@@ -10,7 +10,11 @@ user's write or read:
   ``query(id in [...])``, the engine's ``get``);
 - ``upsert 1``: one whole row written again (an update, an access count);
 - ``owner query``: every id of one user (``user_id == "…"``: a user's first load, ``list``);
-- ``search``: the user's 5 nearest by cosine with the owner filter.
+- ``search``: the user's 5 nearest by cosine with the owner filter;
+- ``counts owner`` / ``counts all``: one user's memories, and everyone's, by state and type
+  (``counts``, the admin views): before, the user's rows read (on the engine) and seven
+  ``count(*)`` queries through the client; now ``LiteEngine.tally`` from the engine's columns
+  (only ``--count-calls`` of these: the old way walks every row).
 
 Prints p50 / p95 (ms) per path and the ratio client ÷ engine of the p50s. One process, one
 thread, no other load: what a call costs, not what it waits for in the store's queue under
@@ -35,7 +39,10 @@ import numpy as np
 
 from memory_core.config import MilvusSettings
 from memory_core.stores.milvus import _SCALAR_FIELDS, _VECTOR_FIELD, MilvusStore, _filter, _ids_filter
-from memory_core.types import Memory, MemoryType
+from memory_core.types import Memory, MemoryState, MemoryType
+
+STATES = [s.value for s in MemoryState]
+TYPES = [t.value for t in MemoryType]
 
 
 def _p(values: list[float], q: float) -> float:
@@ -47,6 +54,7 @@ async def main() -> None:
     ap.add_argument("--rows", type=int, default=5000)
     ap.add_argument("--users", type=int, default=100)
     ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--count-calls", type=int, default=10)
     ap.add_argument("--dim", type=int, default=384)
     args = ap.parse_args()
     rng = np.random.default_rng(7)
@@ -95,7 +103,17 @@ async def main() -> None:
             expr = _filter(user, None, None)
             query = unit()
             row = row_of(one[0], user)
-            return {
+            counted = ["state", "memory_type"]
+
+            def seven_counts() -> list[int]:
+                clauses = [f'state == "{x}"' for x in STATES] + [f'memory_type == "{x}"' for x in TYPES]
+                return [conn.query(name, filter=c, output_fields=["count(*)"])[0]["count(*)"] for c in clauses]
+
+            counts = {
+                "counts owner": (lambda: engine.query(name, expr, counted), lambda: engine.tally(name, expr, counted)),
+                "counts all": (seven_counts, lambda: engine.tally(name, "", counted)),
+            }
+            return (counts if i < args.count_calls else {}) | {
                 "get 1": (
                     lambda: conn.query(name, filter=_ids_filter(one, None), output_fields=["id", "user_id"], limit=1),
                     lambda: engine.get(name, one, ["id", "user_id"]),

@@ -264,3 +264,77 @@ async def test_engine_search_finds_what_the_client_search_finds(tmp_path):
         )  # fmt: skip
     finally:
         await store.close()
+
+
+async def test_tally_counts_what_the_rows_hold_across_segments_updates_and_deletes(tmp_path):
+    """``tally`` reads the engine's columns: over flushed segments and the MemTable, rows
+    written again (a newer version replaces the older) and deleted (before and after a flush),
+    for every row and for one owner, it counts exactly what the engine's rows hold, and the
+    store's ``counts`` (one user's and everyone's) equal the client path's. The public-query
+    fallback counts the same."""
+    from collections import Counter
+
+    from memory_core.types import EVERYONE
+
+    store = _store(tmp_path)
+    await store.open()
+    try:
+        engine = store._engine
+        assert engine is not None
+        alice = _memories()
+        bob = [Memory(user_id="bob", content=f"bob's {i}", type=MemoryType.PROCEDURAL) for i in range(4)]
+        await store.store_many(alice)
+        await store.store_many(bob)
+        await store._flush()  # these rows in a segment, the next in the MemTable
+        carol = [Memory(user_id="carol", content=f"carol's {i}") for i in range(3)]
+        await store.store_many(carol)
+        await store.update(alice[2].id, "alice", MemoryChanges(state=MemoryState.SUPERSEDED))  # flushed row
+        await store.update(carol[0].id, "carol", MemoryChanges(state=MemoryState.CONSOLIDATED))  # MemTable row
+        await store.update(bob[0].id, "bob", MemoryChanges(state=MemoryState.QUARANTINED))
+        await store.forget(alice[4].id, "alice")  # deleted after its flush
+        await store.forget(carol[1].id, "carol")  # deleted before any flush
+        fields = ["state", "memory_type"]
+
+        def rows_hold(expr: str) -> Counter:
+            rows = engine._collection(store.collection).query(expr or None, output_fields=fields)
+            return Counter(tuple(r.get(f) for f in fields) for r in rows)
+
+        for flushed in (False, True):
+            for expr in ("", _filter("alice", None, None), _filter("carol", None, None), _filter("nobody", None, None)):
+                tallied = await _on_thread(store, engine.tally, store.collection, expr, fields)
+                assert tallied == rows_hold(expr), (flushed, expr)
+            on_engine = {who: await store.counts(who) for who in ("alice", "bob", "carol", EVERYONE)}
+            engine_kept, store._engine = store._engine, None
+            try:
+                by_client = {who: await store.counts(who) for who in ("alice", "bob", "carol", EVERYONE)}
+            finally:
+                store._engine = engine_kept
+            assert on_engine == by_client, flushed
+            assert on_engine[EVERYONE].total == 11 and on_engine["carol"].total == 2
+            assert on_engine[EVERYONE].by_state[MemoryState.SUPERSEDED] == 1
+            assert on_engine["carol"].by_state[MemoryState.CONSOLIDATED] == 1
+            assert on_engine[EVERYONE].by_type[MemoryType.PROCEDURAL] == 4
+            await store._flush()
+        engine._column_tally = False  # a milvus-lite without the internals: the public query
+        assert await _on_thread(store, engine.tally, store.collection, "", fields) == rows_hold("")
+    finally:
+        await store.close()
+
+
+def test_tally_falls_back_when_the_engine_lacks_its_internals():
+    """A collection without the internals ``tally`` reads is counted through its ``query``."""
+    from memory_core.stores.lite_engine import _has_column_internals
+
+    class Bare:
+        def query(self, expr, output_fields):
+            return [{"state": "active", "memory_type": "semantic"}] * 2 + [{"state": "archived"}]
+
+    class Db:
+        closed = False
+
+        def get_collection(self, name):
+            return Bare()
+
+    assert not _has_column_internals(Bare())
+    tallied = LiteEngine(Db()).tally("c", "", ["state", "memory_type"])
+    assert tallied == {("active", "semantic"): 2, ("archived", None): 1}
