@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from memory_core.access import KeyRegistry  # noqa: E402
-from memory_core.admin import ADMIN_CONCURRENCY, DEFAULT_USERS_PAGE, service_stats, users_page  # noqa: E402
+from memory_core.admin import DEFAULT_USERS_PAGE, service_stats, users_page  # noqa: E402
 from memory_core.config import CurationSettings, MemoryStoreSettings, MilvusSettings, QdrantSettings  # noqa: E402
 from memory_core.stores import make_store  # noqa: E402
 from memory_core.testing.fake_embed import DIM, fake_vector  # noqa: E402
@@ -33,6 +33,8 @@ from memory_core.types import ListQuery, Memory, MemoryState, MemoryType  # noqa
 
 app = typer.Typer(add_completion=False)
 VIEWS = ("stats", "users page", "previous stats")
+ADMIN_CONCURRENCY = 8
+"""The previous implementation's store calls at once."""
 
 
 class Counted:

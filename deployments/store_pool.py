@@ -53,6 +53,7 @@ from memory_core.errors import (
 )
 from memory_core.events import EventLog, acting_as, current_actor
 from memory_core.gc_pauses import LongLivedFreezer
+from memory_core.stores.base import distinct_owners
 from memory_core.stores.curating import ConsolidationReport, CuratingStore
 from memory_core.stores.recording import EventRecordingStore
 from memory_core.stores.sharding import shard_for
@@ -390,6 +391,9 @@ class StoreShard:
     async def counts(self, owner: str | Everyone, request_id: str = "", trace: Carrier | None = None) -> MemoryCounts:
         return await self._timed("counts", self._store.counts(owner), request_id, trace)
 
+    async def totals(self, owners: list[str], request_id: str = "", trace: Carrier | None = None) -> dict[str, int]:
+        return await self._timed("totals", self._store.totals(owners), request_id, trace)
+
     async def check_connection(self) -> bool:
         return await self._store.check_connection()
 
@@ -560,6 +564,12 @@ class StorePoolClient:
         self._handle = handle
         self._shards: list | None = None
 
+    async def _handle_count(self) -> int:
+        """How many shards the pool has (their handles fetched once)."""
+        if self._shards is None:
+            self._shards = await self._handle.shard_handles.remote()
+        return len(self._shards)
+
     async def _shard(self, user_id: str | Everyone, refresh: bool = False):
         if self._shards is None or refresh:
             self._shards = await self._handle.shard_handles.remote()
@@ -682,6 +692,21 @@ class StorePoolClient:
         backend runs one shard only (``MemoryStoreSettings``), so one call counts every
         user's memories."""
         return await self._call(owner, "counts", owner, read=True)
+
+    async def totals(self, owners: Sequence[str]) -> dict[str, int]:
+        """``Store.totals``: the owners grouped by shard, one call to each shard holding any
+        (concurrently), the answers merged. Raises as ``MemoryStore.totals`` (the owners are
+        checked here too, before they pick a shard)."""
+        distinct = distinct_owners(owners)
+        shards = await self._handle_count()
+        groups: dict[int, list[str]] = {}
+        for owner in distinct:
+            groups.setdefault(shard_for(owner, shards), []).append(owner)
+        answers = await asyncio.gather(*(self._call(g[0], "totals", g, read=True) for g in groups.values()))
+        merged: dict[str, int] = {}
+        for answer in answers:
+            merged.update(answer)
+        return merged
 
     async def check_connection(self) -> bool:
         """Every shard answers and its backend is reachable (``StorePool.check_connection``)."""

@@ -5,12 +5,12 @@ store queries (``Store.counts``) in bounded time whatever the number of users.
   one count per state and per type) and two registry counts: the same cost for 10 users or
   1,000,000.
 - ``users_page``: one page of the users seen (``limit`` at most ``MAX_USERS_PAGE``), each with
-  their memories, counted for the page's users only, at most ``ADMIN_CONCURRENCY`` at once.
+  their memories, counted for the page's users only in one ``Store.totals`` call (one call to
+  each store shard holding any of them; on Milvus Lite one pass over its columns).
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from .access import KeyRegistry
@@ -18,11 +18,9 @@ from .errors import InvalidInput
 from .stores.base import Store
 from .types import EVERYONE
 
-ADMIN_CONCURRENCY = 8
-"""Store counts ``users_page`` runs at once (one per user of the page)."""
 MAX_USERS_PAGE = 500
-"""The largest page of ``users_page`` (its cost grows with the page: one ``counts`` per user;
-``benchmarks/admin_views.py``)."""
+"""The largest page of ``users_page`` (its cost grows with the page where the backend counts
+one owner at a time: ``benchmarks/admin_views.py``)."""
 DEFAULT_USERS_PAGE = 100
 
 
@@ -45,20 +43,15 @@ async def users_page(
 ) -> dict[str, Any]:
     """``{"users": [{"user_id", "memories", "keys"}], "total", "limit", "offset"}``: the users
     seen sorted by id, ``users[offset:offset + limit]`` of them, each with their memories
-    (every state) and active keys; ``total`` = every user seen. ``len(page)`` store calls.
+    (every state) and active keys; ``total`` = every user seen. One ``totals`` store call.
     Raises ``InvalidInput`` (``limit`` outside 1..``MAX_USERS_PAGE``, negative ``offset``)."""
     if not 0 < limit <= MAX_USERS_PAGE:
         raise InvalidInput(f"limit must be in 1..{MAX_USERS_PAGE}")
     if offset < 0:
         raise InvalidInput("offset must be ≥ 0")
     page = registry.users(limit=limit, offset=offset)
-    gate = asyncio.Semaphore(ADMIN_CONCURRENCY)
-
-    async def memories(user_id: str) -> int:
-        async with gate:
-            return (await store.counts(user_id)).total
-
-    totals = await asyncio.gather(*(memories(u) for u, _ in page))
+    counted = await store.totals([u for u, _ in page]) if page else {}
+    totals = [counted.get(u, 0) for u, _ in page]
     return {
         "users": [
             {"user_id": u, "memories": total, "keys": keys} for (u, keys), total in zip(page, totals, strict=True)

@@ -51,6 +51,7 @@ STORE_OPERATIONS = frozenset(
         "update",
         "list",
         "forget",
+        "totals",
         "forget_by_scope",
         "counts",
         "history",

@@ -73,6 +73,21 @@ EmbedFn = Callable[[list[str]], Awaitable[list[list[float]]]]
 
 MAX_RETRIEVE_LIMIT = 1000
 MAX_BATCH = 1000
+MAX_TOTALS_OWNERS = 1000
+"""The most owners one ``totals`` call counts (the admin users page asks for at most 500)."""
+
+
+def distinct_owners(owners: Sequence[str]) -> builtins.list[str]:
+    """``owners`` without repeats, in their order, for ``Store.totals``. Raises
+    ``InvalidInput``: an owner that is not a user id, more than ``MAX_TOTALS_OWNERS``."""
+    distinct = builtins.list(dict.fromkeys(owners))
+    if len(distinct) > MAX_TOTALS_OWNERS:
+        raise InvalidInput(f"at most {MAX_TOTALS_OWNERS} owners in one totals call, got {len(distinct)}")
+    for owner in distinct:
+        require_user_id(owner)
+    return distinct
+
+
 """Most memories one ``store_many`` call accepts."""
 
 
@@ -107,6 +122,8 @@ class Store(Protocol):
     async def forget_by_scope(self, scope: MemoryScope) -> int: ...
 
     async def counts(self, owner: str | Everyone) -> MemoryCounts: ...
+
+    async def totals(self, owners: Sequence[str]) -> dict[str, int]: ...
 
     async def check_connection(self) -> bool: ...
 
@@ -656,9 +673,27 @@ class MemoryStore(ABC):
                 require_user_id(owner)  # anything but EVERYONE must be a user id
             return await self._counts(None if owner is EVERYONE else str(owner))
 
+    async def totals(self, owners: Sequence[str]) -> dict[str, int]:
+        """How many memories (every state) each of ``owners`` holds: ``{owner: n}`` for each
+        distinct owner, 0 for one with none (``GET /v1/admin/users`` counts a page of users in
+        one call). One backend pass for all of them where the backend counts by owner in one
+        (``_totals``; Milvus Lite's engine), else one ``counts`` query per owner. Raises
+        ``InvalidInput`` (an owner that is not a user id, more than ``MAX_TOTALS_OWNERS``),
+        ``StoreClosed``."""
+        async with self._op():
+            distinct = distinct_owners(owners)
+            if not distinct:
+                return {}
+            return await self._totals(distinct)
+
     # ------------------------------------------------------------------ backend hooks
     @abstractmethod
     async def _exists(self, memory_id: str) -> bool: ...
+
+    async def _totals(self, user_ids: builtins.list[str]) -> dict[str, int]:
+        """``totals`` of distinct, valid ``user_ids``. Default: ``_counts`` of each, one after
+        the other (each a bounded number of backend queries)."""
+        return {u: (await self._counts(u)).total for u in user_ids}
 
     @abstractmethod
     async def _counts(self, user_id: str | None) -> MemoryCounts:
@@ -915,6 +950,10 @@ class StoreDecorator:
         """``MemoryStore.counts`` of the wrapped store (a decorator holds no record of its own
         that the backend lacks: counts pass through)."""
         return await self.inner.counts(owner)
+
+    async def totals(self, owners: Sequence[str]) -> dict[str, int]:
+        """``MemoryStore.totals`` of the wrapped store (passes through, as ``counts``)."""
+        return await self.inner.totals(owners)
 
     async def check_connection(self) -> bool:
         return await self.inner.check_connection()

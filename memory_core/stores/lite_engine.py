@@ -84,6 +84,7 @@ class LiteEngine:
         self._db = db
         self._database = database
         self._column_tally: bool | None = None  # the engine internals ``tally`` reads: checked once
+        self._json_by_schema: dict[int, tuple[Any, frozenset[str]]] = {}
 
     @classmethod
     def attach(cls, uri: str, database: str | None = None) -> LiteEngine | None:
@@ -107,11 +108,18 @@ class LiteEngine:
             return self._db.get_collection(name, database_name=self._database)
         return self._db.get_collection(name)
 
-    @staticmethod
-    def _json_fields(collection: Any) -> frozenset[str]:
+    def _json_fields(self, collection: Any) -> frozenset[str]:
+        """The names of ``collection``'s JSON fields, read once per schema object (a
+        collection created again under its name brings a new one)."""
         from milvus_lite import DataType
 
-        return frozenset(f.name for f in collection.schema.fields if f.dtype == DataType.JSON)
+        schema = collection.schema
+        known = self._json_by_schema.get(id(schema))
+        if known is not None and known[0] is schema:
+            return known[1]
+        fields = frozenset(f.name for f in schema.fields if f.dtype == DataType.JSON)
+        self._json_by_schema[id(schema)] = (schema, fields)
+        return fields
 
     def _parsed(self, collection: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """``rows`` as pymilvus returns them: JSON fields parsed (the engine keeps their text)."""

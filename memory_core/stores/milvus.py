@@ -770,6 +770,16 @@ class MilvusStore(MemoryStore):
 
         return await self._call(counts)
 
+    async def _totals(self, user_ids: list[str]) -> dict[str, int]:
+        """On Milvus Lite's engine in this process: one ``LiteEngine.tally`` of the owners'
+        rows by ``user_id`` (one pass over the columns for the whole page, not one per user);
+        elsewhere the base's ``_counts`` of each."""
+        if self._engine is None:
+            return await super()._totals(user_ids)
+        expr = "user_id in [" + ", ".join(milvus_literal(u) for u in user_ids) + "]"
+        tally = await self._call(self._engine.tally, self.collection, expr, ["user_id"])
+        return {u: int(tally.get((u,), 0)) for u in user_ids}
+
     async def _flush(self) -> None:
         """Flush the collection (seal growing segments) and count it."""
         await self._call(self._on_client, "flush", self.collection)

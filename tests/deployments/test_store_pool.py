@@ -278,3 +278,47 @@ def test_a_shard_counts_the_e5_second_opinions_outcomes():
         ("llm_memory_second_opinion_vectors_total", {"backend": "inmemory", "outcome": o}, 1.0)
         for o in sorted(OUTCOMES | RECHECK_OUTCOMES)
     ]
+
+
+async def test_the_clients_totals_call_each_shard_holding_an_owner_once_and_merge_them():
+    """``StorePoolClient.totals``: the owners grouped by their shard, one ``totals`` call to
+    each shard holding any of them (none to the others), the answers merged; repeated owners
+    counted once; bad owners refused before any shard is called."""
+    from deployments.store_pool import StorePoolClient
+    from memory_core.errors import InvalidInput
+    from memory_core.stores.sharding import shard_for
+
+    calls = []
+
+    class Totals:
+        def __init__(self, index):
+            self.index = index
+
+        async def remote(self, owners, request_id):
+            calls.append((self.index, list(owners)))
+            assert all(shard_for(o, 4) == self.index for o in owners)
+            return {o: len(o) for o in owners}
+
+    class Shard:
+        def __init__(self, index):
+            self.totals = Totals(index)
+
+    shards = [Shard(i) for i in range(4)]
+
+    class ShardHandles:
+        async def remote(self):
+            return shards
+
+    class Handle:
+        shard_handles = ShardHandles()
+
+    client = StorePoolClient(Handle())
+    owners = [f"user-{i}" for i in range(12)] + ["user-3"]
+    totals = await client.totals(owners)
+    assert totals == {o: len(o) for o in owners}
+    assert sorted(i for i, _ in calls) == sorted({shard_for(o, 4) for o in owners})  # each shard once
+    assert sorted(o for _, group in calls for o in group) == sorted(set(owners))
+    calls.clear()
+    with pytest.raises(InvalidInput):
+        await client.totals(["alice", ""])
+    assert calls == []

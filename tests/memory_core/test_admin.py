@@ -1,15 +1,13 @@
 """The admin views from aggregate store queries (``memory_core.admin``): ``service_stats`` is
-one store call whatever the number of users, ``users_page`` counts the page's users only, at
-most ``ADMIN_CONCURRENCY`` at once."""
+one store call whatever the number of users, ``users_page`` counts the page's users only, in
+one ``totals`` call."""
 
 from __future__ import annotations
-
-import asyncio
 
 import pytest
 
 from memory_core.access import KeyRegistry
-from memory_core.admin import ADMIN_CONCURRENCY, MAX_USERS_PAGE, service_stats, users_page
+from memory_core.admin import MAX_USERS_PAGE, service_stats, users_page
 from memory_core.errors import InvalidInput
 from memory_core.stores import InMemoryStore
 from memory_core.testing.fake_embed import DIM, CountingEmbed
@@ -17,26 +15,18 @@ from memory_core.types import EVERYONE, Memory, MemoryChanges, MemoryState, Memo
 
 
 class CallCounter:
-    """A store that counts every call made to it (by method) and the most in flight at once."""
+    """A store that counts every call made to it (by method)."""
 
     def __init__(self, inner):
         self.inner = inner
         self.calls: dict[str, int] = {}
-        self.in_flight = 0
-        self.most_in_flight = 0
 
     def __getattr__(self, name):
         method = getattr(self.inner, name)
 
         async def counted(*args, **kwargs):
             self.calls[name] = self.calls.get(name, 0) + 1
-            self.in_flight += 1
-            self.most_in_flight = max(self.most_in_flight, self.in_flight)
-            try:
-                await asyncio.sleep(0)  # let the other counts start
-                return await method(*args, **kwargs)
-            finally:
-                self.in_flight -= 1
+            return await method(*args, **kwargs)
 
         return counted
 
@@ -77,10 +67,10 @@ async def test_stats_are_one_store_call_whatever_the_number_of_users(tmp_path, u
     }
 
 
-async def test_a_users_page_counts_the_pages_users_only_with_bounded_concurrency(tmp_path):
+async def test_a_users_page_counts_the_pages_users_only_in_one_store_call(tmp_path):
     store, registry = await seeded(tmp_path, 1000)
     page = await users_page(store, registry, limit=50, offset=0)
-    assert store.calls == {"counts": 50} and store.most_in_flight <= ADMIN_CONCURRENCY
+    assert store.calls == {"totals": 1}
     assert (page["total"], page["limit"], page["offset"], len(page["users"])) == (1001, 50, 0, 50)
     assert page["users"][0] == {"user_id": "admin", "memories": 0, "keys": 1}  # sorted by id
     assert page["users"][1] == {"user_id": "user-00000", "memories": 3, "keys": 0}

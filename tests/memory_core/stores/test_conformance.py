@@ -548,6 +548,31 @@ async def test_counts_by_state_and_type_for_one_user_and_for_everyone(store):
             await store.counts(bad)
 
 
+async def test_totals_count_each_owner_as_counts_does(store):
+    """``totals``: every state of each distinct owner asked for, 0 for an owner with none, an
+    owner id with quotes and commas counted as itself (never read as a list of owners), and
+    bad owners or too many refused before any backend query."""
+    from memory_core.stores.base import MAX_TOTALS_OWNERS
+
+    new = await store.store(mem("alice", "my locker code is 4817"))
+    old = await store.store(mem("alice", "my locker code was 1234", type=MemoryType.PROCEDURAL))
+    await store.update(old.id, "alice", MemoryChanges(state=MemoryState.SUPERSEDED, superseded_by=new.id))
+    for i in range(3):
+        await store.store(mem("bob", f"bob went hiking on day {i}", type=MemoryType.EPISODIC))
+    tricky = 'carol", "bob'
+    await store.store(mem(tricky, "a tricky owner id's memory"))
+    owners = ["alice", "bob", tricky, "nobody", "alice"]
+    totals = await store.totals(owners)
+    assert totals == {"alice": 2, "bob": 3, tricky: 1, "nobody": 0}
+    assert totals == {u: (await store.counts(u)).total for u in dict.fromkeys(owners)}
+    assert await store.totals([]) == {}
+    await store.forget(new.id, "alice")
+    assert (await store.totals(["alice"]))["alice"] == 1
+    for bad in ([""], [None], [" alice"], [f"user-{i}" for i in range(MAX_TOTALS_OWNERS + 1)]):
+        with pytest.raises(InvalidInput):
+            await store.totals(bad)
+
+
 # ---------------------------------------------------------------------- isolation
 
 

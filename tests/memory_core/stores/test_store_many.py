@@ -22,6 +22,7 @@ from tests.ids import tid, tnames
 # public contract methods that do not change which memories exist or what they contain
 NON_WRITE_METHODS = {
     "counts",
+    "totals",
     "open",
     "close",
     "check_connection",
