@@ -25,7 +25,9 @@ for the whole run. First an idle window gives the idle p50/p95. Then each heavy 
 - ``consolidate``: ``POST /v1/memory/consolidate?user_id=`` (admin) for a user seeded with
   ``--large-memories`` memories (LoCoMo turns, each also as a near-duplicate: consolidation
   has groups to merge; ``curation.consolidation.max_memories`` is 2,000);
-- ``admin``: ``GET /v1/admin/stats`` and every page of ``GET /v1/admin/users`` (500 each);
+- ``admin``: ``GET /v1/admin/stats`` and every page of ``GET /v1/admin/users`` (500 each),
+  again and again for ``ADMIN_WINDOW_S`` (an operator's dashboard refreshing as fast as it is
+  answered), over ``--admin-users`` more users (one memory each, seeded first);
 - ``locomo``: a LoCoMo replay (conversation 1 through ``POST /v1/memory`` batches of 32,
   ``memory_core.locomo.ingest_rest``);
 - ``all4``: batch, import, consolidate (another large user) and admin at once.
@@ -64,6 +66,8 @@ LIMITS = LimitsSettings()
 OP_TIMEOUT_S = 600.0
 """Bound of each heavy request (a longer one counts as ``timeout``)."""
 GOAL = 2.0
+ADMIN_WINDOW_S = 10.0
+"""How long the ``admin`` operation keeps reading the admin views, back to back."""
 """The goal: the victim's p95 during an operation ≤ GOAL × its idle p95."""
 
 
@@ -191,17 +195,34 @@ class Ops:
         await self._send(c, "POST", "/v1/memory/consolidate", params={"user_id": user}, headers=headers)
         return c
 
+    async def seed_admin_users(self, users: int) -> None:
+        """``users`` more users holding one memory each (the admin views' pages), 8 at once."""
+        gate = asyncio.Semaphore(8)
+
+        async def one(i: int) -> None:
+            u = self.user("seen")
+            body = {"memories": [{"content": f"I keep note number {i} in the blue folder."}]}
+            async with gate:
+                r = await self.client.post("/v1/memory", json=body, headers=user_headers(u), timeout=OP_TIMEOUT_S)
+            r.raise_for_status()
+
+        await asyncio.gather(*(one(i) for i in range(users)))
+
     async def admin(self) -> Counter:
         c: Counter = Counter()
-        await self._send(c, "GET", "/v1/admin/stats", headers=ADMIN)
-        offset, total = 0, 1
-        while offset < total:
-            r = await self._send(c, "GET", "/v1/admin/users", params={"limit": 500, "offset": offset}, headers=ADMIN)
-            if r is None or r.status_code != 200:
-                break
-            total = r.json()["total"]
-            offset += 500
-        return c
+        ends = time.monotonic() + ADMIN_WINDOW_S
+        while True:
+            await self._send(c, "GET", "/v1/admin/stats", headers=ADMIN)
+            offset, total = 0, 1
+            while offset < total:
+                params = {"limit": 500, "offset": offset}
+                r = await self._send(c, "GET", "/v1/admin/users", params=params, headers=ADMIN)
+                if r is None or r.status_code != 200:
+                    break
+                total = r.json()["total"]
+                offset += 500
+            if time.monotonic() >= ends:
+                return c
 
     async def locomo(self) -> Counter:
         c: Counter = Counter()
@@ -223,7 +244,9 @@ class Ops:
 OPS = ["batch", "import", "consolidate", "admin", "locomo", "all4"]
 
 
-async def run_bench(url: str, ops: list[str], repeat: int, victim_memories: int, large: int, idle_s: float) -> dict:
+async def run_bench(
+    url: str, ops: list[str], repeat: int, victim_memories: int, large: int, idle_s: float, admin_users: int = 500
+) -> dict:
     """Seed, measure the victim idle, run ``ops`` one at a time; the run's figures."""
     run = uuid.uuid4().hex[:8]
     samples = locomo.load_samples()
@@ -236,7 +259,11 @@ async def run_bench(url: str, ops: list[str], repeat: int, victim_memories: int,
         t = time.monotonic()
         for _ in range(consolidations):
             await o.seed_large(large)
-        console.print(f"seeded victim ({held}) and {consolidations} large users in {time.monotonic() - t:.0f} s")
+        seen = admin_users if {"admin", "all4"} & set(ops) else 0
+        await o.seed_admin_users(seen)
+        console.print(
+            f"seeded victim ({held}), {consolidations} large users and {seen} more users in {time.monotonic() - t:.0f} s"
+        )
         victim = Victim(vc, victim_user)
         victim.start()
         rows = []
@@ -305,6 +332,7 @@ def main(
     repeat: int | None = typer.Option(None, min=1, help="runs of each operation (2; quick 1)"),
     victim_memories: int = typer.Option(600, min=1),
     large_memories: int | None = typer.Option(None, min=2, help="memories of a consolidated user (2000)"),
+    admin_users: int = typer.Option(500, min=0, help="more users, one memory each, for the admin views"),
     idle_seconds: float | None = typer.Option(None, min=1, help="the idle window (20; quick 5)"),
     json_path: Path | None = typer.Option(None, "--json", help="also write the figures as JSON here"),
     markdown_path: Path | None = typer.Option(None, "--markdown", help="also write the table here"),
@@ -317,10 +345,10 @@ def main(
     large = large_memories or (300 if quick else 2000)
     idle_s = idle_seconds or (5.0 if quick else 20.0)
     if base_url is not None:
-        report = asyncio.run(run_bench(base_url.rstrip("/"), chosen, n, victim_memories, large, idle_s))
+        report = asyncio.run(run_bench(base_url.rstrip("/"), chosen, n, victim_memories, large, idle_s, admin_users))
     else:
         with started_service(_no_write_limit) as url:
-            report = asyncio.run(run_bench(url, chosen, n, victim_memories, large, idle_s))
+            report = asyncio.run(run_bench(url, chosen, n, victim_memories, large, idle_s, admin_users))
     table = markdown(report)
     print(table)
     if json_path is not None:
