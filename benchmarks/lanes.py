@@ -66,9 +66,9 @@ LIMITS = LimitsSettings()
 OP_TIMEOUT_S = 600.0
 """Bound of each heavy request (a longer one counts as ``timeout``)."""
 GOAL = 2.0
+"""The goal: the victim's p95 during an operation ≤ GOAL × its idle p95."""
 ADMIN_WINDOW_S = 10.0
 """How long the ``admin`` operation keeps reading the admin views, back to back."""
-"""The goal: the victim's p95 during an operation ≤ GOAL × its idle p95."""
 
 
 def _filler(seed: str, size: int) -> str:

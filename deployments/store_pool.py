@@ -565,9 +565,13 @@ class StorePoolClient:
         self._shards: list | None = None
 
     async def _handle_count(self) -> int:
-        """How many shards the pool has (their handles fetched once)."""
+        """How many shards the pool has (their handles fetched once). Raises
+        ``StoreUnavailable`` when the pool cannot be reached."""
         if self._shards is None:
-            self._shards = await self._handle.shard_handles.remote()
+            try:
+                self._shards = await self._handle.shard_handles.remote()
+            except RayError as e:
+                raise StoreUnavailable(f"store pool unavailable ({type(e).__name__}); retry") from e
         return len(self._shards)
 
     async def _shard(self, user_id: str | Everyone, refresh: bool = False):
@@ -702,7 +706,13 @@ class StorePoolClient:
         groups: dict[int, list[str]] = {}
         for owner in distinct:
             groups.setdefault(shard_for(owner, shards), []).append(owner)
-        answers = await asyncio.gather(*(self._call(g[0], "totals", g, read=True) for g in groups.values()))
+        calls = [asyncio.ensure_future(self._call(g[0], "totals", g, read=True)) for g in groups.values()]
+        try:
+            answers = await asyncio.gather(*calls)
+        except BaseException:
+            for call in calls:  # one shard failed: the others stop too (``_call`` cancels theirs)
+                call.cancel()
+            raise
         merged: dict[str, int] = {}
         for answer in answers:
             merged.update(answer)

@@ -6,7 +6,8 @@ store queries (``Store.counts``) in bounded time whatever the number of users.
   1,000,000.
 - ``users_page``: one page of the users seen (``limit`` at most ``MAX_USERS_PAGE``), each with
   their memories, counted for the page's users only in one ``Store.totals`` call (one call to
-  each store shard holding any of them; on Milvus Lite one pass over its columns).
+  each store shard holding any of them; on Milvus Lite one pass over its columns, on the other
+  backends one count query per user, 8 at a time).
 """
 
 from __future__ import annotations

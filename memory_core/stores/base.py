@@ -73,22 +73,25 @@ EmbedFn = Callable[[list[str]], Awaitable[list[list[float]]]]
 
 MAX_RETRIEVE_LIMIT = 1000
 MAX_BATCH = 1000
+"""Most memories one ``store_many`` call accepts."""
 MAX_TOTALS_OWNERS = 1000
 """The most owners one ``totals`` call counts (the admin users page asks for at most 500)."""
+TOTALS_CONCURRENCY = 8
+"""Owners the default ``_totals`` counts at once (a backend that counts one owner a query)."""
 
 
 def distinct_owners(owners: Sequence[str]) -> builtins.list[str]:
-    """``owners`` without repeats, in their order, for ``Store.totals``. Raises
-    ``InvalidInput``: an owner that is not a user id, more than ``MAX_TOTALS_OWNERS``."""
+    """``owners`` (a sequence of user ids, not one string) without repeats, in their order,
+    for ``Store.totals``. Raises ``InvalidInput``: a string in place of the sequence, an owner
+    that is not a user id, more than ``MAX_TOTALS_OWNERS``."""
+    if isinstance(owners, (str, bytes)):
+        raise InvalidInput("owners must be a list of user ids, not one string")
     distinct = builtins.list(dict.fromkeys(owners))
     if len(distinct) > MAX_TOTALS_OWNERS:
         raise InvalidInput(f"at most {MAX_TOTALS_OWNERS} owners in one totals call, got {len(distinct)}")
     for owner in distinct:
         require_user_id(owner)
     return distinct
-
-
-"""Most memories one ``store_many`` call accepts."""
 
 
 @runtime_checkable
@@ -691,9 +694,15 @@ class MemoryStore(ABC):
     async def _exists(self, memory_id: str) -> bool: ...
 
     async def _totals(self, user_ids: builtins.list[str]) -> dict[str, int]:
-        """``totals`` of distinct, valid ``user_ids``. Default: ``_counts`` of each, one after
-        the other (each a bounded number of backend queries)."""
-        return {u: (await self._counts(u)).total for u in user_ids}
+        """``totals`` of distinct, valid ``user_ids``. Default: ``_counts`` of each (a bounded
+        number of backend queries each), ``TOTALS_CONCURRENCY`` at once."""
+        gate = asyncio.Semaphore(TOTALS_CONCURRENCY)
+
+        async def total(user_id: str) -> int:
+            async with gate:
+                return (await self._counts(user_id)).total
+
+        return dict(zip(user_ids, await asyncio.gather(*(total(u) for u in user_ids)), strict=True))
 
     @abstractmethod
     async def _counts(self, user_id: str | None) -> MemoryCounts:

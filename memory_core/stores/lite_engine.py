@@ -23,10 +23,11 @@ projects the fields asked for, and the gRPC server answers ``count(*)`` with suc
 every field, so counting 15,000 rows took 560–640 ms either way, holding the process's GIL in
 Python all along (``benchmarks/lite_engine.py``, rows "counts"). ``tally`` takes the steps of
 ``Collection.query`` up to its mask of live, matching rows (the engine's filter compiler, its
-segment and MemTable snapshot, ``assemble_candidates``' filter evaluation,
+segment and MemTable snapshot, the filter evaluation of ``assemble_candidates``,
 ``build_valid_mask``) and counts the fields' values from the segments' Arrow columns: 7 ms for
 the same rows. Those steps are the engine's internals, not its API: ``tally`` checks once that
-they are all there and otherwise counts through the public ``query`` (``milvus-lite`` is pinned
+they are all there, and where one is missing or answers in another shape it counts through the
+public ``query`` from then on (``milvus-lite`` is pinned
 below its next minor version, and the tests compare both ways with the client's answers).
 Callers run it on the store's one worker thread: the engine is not safe for concurrent
 writes, and neither path adds a lock.
@@ -192,10 +193,17 @@ class LiteEngine:
             self._column_tally = _has_column_internals(collection)
             if not self._column_tally:
                 log.warning("milvus-lite %s: counting through its query (no column access)", _lite_version())
-        if not self._column_tally:
-            rows = collection.query(expr or None, output_fields=list(fields))
-            return Counter(tuple(r.get(f) for f in fields) for r in rows)
-        return _column_tally(collection, expr, list(fields))
+        if self._column_tally:
+            try:
+                return _column_tally(collection, expr, list(fields))
+            except (TypeError, ValueError, AttributeError, IndexError) as e:
+                if getattr(self._db, "closed", False):
+                    raise
+                # an internal of another shape (a patch release): the public query from now on
+                self._column_tally = False
+                log.warning("milvus-lite %s: counting through its query (%s: %s)", _lite_version(), type(e).__name__, e)
+        rows = collection.query(expr or None, output_fields=list(fields))
+        return Counter(tuple(r.get(f) for f in fields) for r in rows)
 
 
 def _lite_version() -> str:
@@ -211,7 +219,6 @@ def _has_column_internals(collection: Any) -> bool:
     """Whether ``collection`` (and its ``milvus-lite``) has every internal ``_column_tally``
     reads, with the shapes it expects."""
     try:
-        from milvus_lite.search.assembler import assemble_candidates  # noqa: F401
         from milvus_lite.search.bitmap import build_valid_mask  # noqa: F401
         from milvus_lite.search.filter import evaluate_mask  # noqa: F401
         from milvus_lite.search.indexed_filter import evaluate_segment_filter  # noqa: F401
@@ -251,7 +258,8 @@ def _column_tally(collection: Any, expr: str, fields: list[str]) -> Counter[tupl
         if compiled is not None:
             matches.append(np.asarray(evaluate_segment_filter(seg, compiled, plan), dtype=bool))
         columns.append(values(seg.table, seg.num_rows))
-    # the MemTable's live rows and their table, aligned, under its lock; no vectors read
+    # the MemTable's rows and their table, aligned (taken under its lock); no vector is turned
+    # into a list (the table still carries every column)
     mt_pks, mt_seqs, _, _, mt_table = collection._memtable.to_search_snapshot(vector_field=None, include_table=True)
     if mt_pks:
         pks.extend(mt_pks)

@@ -777,8 +777,15 @@ class MilvusStore(MemoryStore):
         if self._engine is None:
             return await super()._totals(user_ids)
         expr = "user_id in [" + ", ".join(milvus_literal(u) for u in user_ids) + "]"
-        tally = await self._call(self._engine.tally, self.collection, expr, ["user_id"])
-        return {u: int(tally.get((u,), 0)) for u in user_ids}
+        fields = ["user_id", "state", "memory_type"]
+        tally = await self._call(self._engine.tally, self.collection, expr, fields)
+        states = {s.value for s in MemoryState}
+        kinds = {t.value for t in MemoryType}
+        out = dict.fromkeys(user_ids, 0)
+        for (user_id, state, kind), n in tally.items():
+            if user_id in out and str(state) in states and str(kind) in kinds:  # as ``counts``
+                out[user_id] += n
+        return out
 
     async def _flush(self) -> None:
         """Flush the collection (seal growing segments) and count it."""

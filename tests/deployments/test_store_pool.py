@@ -322,3 +322,62 @@ async def test_the_clients_totals_call_each_shard_holding_an_owner_once_and_merg
     with pytest.raises(InvalidInput):
         await client.totals(["alice", ""])
     assert calls == []
+
+
+async def test_the_clients_totals_answer_503_when_the_pool_is_unreachable_and_stop_the_other_shards():
+    """``StorePoolClient.totals``: a pool whose shard handles cannot be fetched is
+    ``StoreUnavailable`` (503 + Retry-After), not a raw Ray error; when one shard's call
+    fails, the calls still running on the other shards are cancelled."""
+    import asyncio
+
+    from ray.exceptions import RayActorError, RaySystemError
+
+    from deployments.store_pool import StorePoolClient
+    from memory_core.errors import StoreUnavailable
+    from memory_core.stores.sharding import shard_for
+
+    class Unreachable:
+        async def remote(self):
+            raise RaySystemError("the pool's replica is gone")
+
+    class DownHandle:
+        shard_handles = Unreachable()
+
+    with pytest.raises(StoreUnavailable):
+        await StorePoolClient(DownHandle()).totals(["alice"])
+
+    cancelled = []
+
+    class Totals:
+        def __init__(self, index):
+            self.index = index
+
+        async def remote(self, owners, request_id):
+            if self.index == shard_for("user-0", 4):
+                raise RayActorError()  # a read: retried once, then StoreUnavailable
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                cancelled.append(self.index)
+                raise
+            return {}
+
+    class Shard:
+        def __init__(self, index):
+            self.totals = Totals(index)
+
+    shards = [Shard(i) for i in range(4)]
+
+    class ShardHandles:
+        async def remote(self):
+            return shards
+
+    class Handle:
+        shard_handles = ShardHandles()
+
+    owners = [f"user-{i}" for i in range(12)]
+    others = {shard_for(o, 4) for o in owners} - {shard_for("user-0", 4)}
+    with pytest.raises(StoreUnavailable):
+        await asyncio.wait_for(StorePoolClient(Handle()).totals(owners), timeout=10)
+    await asyncio.sleep(0)
+    assert sorted(cancelled) == sorted(others)

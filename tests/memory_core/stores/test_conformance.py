@@ -568,7 +568,7 @@ async def test_totals_count_each_owner_as_counts_does(store):
     assert await store.totals([]) == {}
     await store.forget(new.id, "alice")
     assert (await store.totals(["alice"]))["alice"] == 1
-    for bad in ([""], [None], [" alice"], [f"user-{i}" for i in range(MAX_TOTALS_OWNERS + 1)]):
+    for bad in ("alice", [""], [None], [" alice"], [f"user-{i}" for i in range(MAX_TOTALS_OWNERS + 1)]):
         with pytest.raises(InvalidInput):
             await store.totals(bad)
 

@@ -322,7 +322,8 @@ async def test_tally_counts_what_the_rows_hold_across_segments_updates_and_delet
 
 
 def test_tally_falls_back_when_the_engine_lacks_its_internals():
-    """A collection without the internals ``tally`` reads is counted through its ``query``."""
+    """A collection without the internals ``tally`` reads, or with one of another shape, is
+    counted through its ``query``."""
     from memory_core.stores.lite_engine import _has_column_internals
 
     class Bare:
@@ -338,3 +339,29 @@ def test_tally_falls_back_when_the_engine_lacks_its_internals():
     assert not _has_column_internals(Bare())
     tallied = LiteEngine(Db()).tally("c", "", ["state", "memory_type"])
     assert tallied == {("active", "semantic"): 2, ("archived", None): 1}
+
+    class Reshaped(Bare):
+        """Every internal there, one of another shape (as a patch release might change it)."""
+
+        _memtable = type("MemTable", (), {"to_search_snapshot": lambda self, **kw: ()})()
+
+        def _require_loaded(self):
+            return None
+
+        def _compile_filter(self, expr):
+            return None
+
+        def _indexed_filter_plan(self, compiled):
+            return None
+
+        def _read_snapshot(self):
+            return [], None  # then to_search_snapshot's answer does not unpack: ValueError
+
+    class ReshapedDb(Db):
+        def get_collection(self, name):
+            return Reshaped()
+
+    engine = LiteEngine(ReshapedDb())
+    assert _has_column_internals(Reshaped())
+    assert engine.tally("c", "", ["state", "memory_type"]) == tallied  # counted through query
+    assert engine._column_tally is False  # and so from then on
