@@ -49,6 +49,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 P = ParamSpec("P")
+TALLY_CACHE_ENTRIES = 64
+"""Tallies ``LiteEngine`` keeps (by collection, filter and fields), each until the next write."""
 
 
 def _unavailable_when_down(method: Callable[Concatenate[LiteEngine, P], T]) -> Callable[Concatenate[LiteEngine, P], T]:
@@ -86,6 +88,7 @@ class LiteEngine:
         self._database = database
         self._column_tally: bool | None = None  # the engine internals ``tally`` reads: checked once
         self._json_by_schema: dict[int, tuple[Any, frozenset[str]]] = {}
+        self._tallies: dict[tuple[str, str, tuple[str, ...]], tuple[Any, int, Counter[tuple[Any, ...]]]] = {}
 
     @classmethod
     def attach(cls, uri: str, database: str | None = None) -> LiteEngine | None:
@@ -187,8 +190,24 @@ class LiteEngine:
         the scalar ``fields`` (a ``Counter`` of value tuples in the order of ``fields``; a
         missing value is ``None``). Read from the engine's columns without building a row
         (see the module docstring); through the public ``query`` where this ``milvus-lite``
-        lacks one of the internals it reads."""
+        lacks one of the internals it reads. A tally is kept until the collection's next write
+        (its sequence number, which every insert, upsert and delete advances, is unchanged):
+        an operator's dashboard read again and again counts once per change."""
         collection = self._collection(name)
+        key = (name, expr, tuple(fields))
+        version = getattr(collection, "_next_seq", None)  # every insert, upsert, delete moves it
+        known = self._tallies.get(key)
+        if known is not None and version is not None and known[0] is collection and known[1] == version:
+            return Counter(known[2])
+        tally = self._tally(collection, expr, fields)
+        if version is not None:
+            self._tallies.pop(key, None)
+            self._tallies[key] = (collection, version, tally)
+            while len(self._tallies) > TALLY_CACHE_ENTRIES:
+                self._tallies.pop(next(iter(self._tallies)))
+        return Counter(tally)
+
+    def _tally(self, collection: Any, expr: str, fields: Sequence[str]) -> Counter[tuple[Any, ...]]:
         if self._column_tally is None:
             self._column_tally = _has_column_internals(collection)
             if not self._column_tally:

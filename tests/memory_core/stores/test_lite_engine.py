@@ -365,3 +365,38 @@ def test_tally_falls_back_when_the_engine_lacks_its_internals():
     assert _has_column_internals(Reshaped())
     assert engine.tally("c", "", ["state", "memory_type"]) == tallied  # counted through query
     assert engine._column_tally is False  # and so from then on
+
+
+async def test_a_tally_is_kept_until_the_collections_next_write(tmp_path):
+    """``tally`` counts again only after an insert, an upsert or a delete (the collection's
+    sequence number moved): read again with nothing written, the kept tally answers (a flush
+    moves no row); after each kind of write the new counts are read."""
+    store = _store(tmp_path)
+    await store.open()
+    try:
+        engine = store._engine
+        assert engine is not None
+        counted = []
+        real = engine._tally
+        engine._tally = lambda *a: counted.append(a[1]) or real(*a)  # type: ignore[method-assign]
+        fields = ["state", "memory_type"]
+
+        async def tally() -> dict:
+            return dict(await _on_thread(store, engine.tally, store.collection, "", fields))
+
+        memories = _memories()
+        await store.store_many(memories)
+        first = await tally()
+        assert await tally() == first and len(counted) == 1
+        await store._flush()
+        assert await tally() == first and len(counted) == 1
+        await store.store(Memory(user_id="bob", content="bob's one", type=MemoryType.PROCEDURAL))
+        added = await tally()
+        assert sum(added.values()) == sum(first.values()) + 1 and len(counted) == 2
+        await store.update(memories[0].id, "alice", MemoryChanges(state=MemoryState.SUPERSEDED))
+        updated = await tally()
+        assert updated.get(("superseded", memories[0].type.value)) == 1 and len(counted) == 3
+        await store.forget(memories[1].id, "alice")
+        assert sum((await tally()).values()) == sum(added.values()) - 1 and len(counted) == 4
+    finally:
+        await store.close()
