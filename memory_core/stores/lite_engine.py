@@ -195,10 +195,15 @@ class LiteEngine:
         an operator's dashboard read again and again counts once per change."""
         collection = self._collection(name)
         key = (name, expr, tuple(fields))
-        version = getattr(collection, "_next_seq", None)  # every insert, upsert, delete moves it
+        # every insert, upsert and delete moves it, before its rows land: sound because the
+        # store is the engine's only writer and runs every call, this one too, on its one
+        # thread (the engine takes no concurrent writes: see the module docstring)
+        version = getattr(collection, "_next_seq", None)
         known = self._tallies.get(key)
         if known is not None and version is not None and known[0] is collection and known[1] == version:
             return Counter(known[2])
+        if known is not None and known[0] is not collection:  # dropped or made again: forget its tallies
+            self._tallies = {k: v for k, v in self._tallies.items() if v[0] is not known[0]}
         tally = self._tally(collection, expr, fields)
         if version is not None:
             self._tallies.pop(key, None)
