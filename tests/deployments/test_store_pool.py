@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -43,7 +44,6 @@ async def test_the_client_routes_by_user_and_raises_the_shards_errors_as_themsel
     ``RayTaskError``) is raised as itself, with its own message."""
     from ray.exceptions import RayTaskError
 
-    from deployments.store_pool import StorePoolClient
     from memory_core.errors import DuplicateMemory
     from memory_core.stores import Store
     from memory_core.stores.sharding import shard_for
@@ -64,20 +64,7 @@ async def test_the_client_routes_by_user_and_raises_the_shards_errors_as_themsel
                 ).as_instanceof_cause()
             return list(args[0])
 
-    class Shard:
-        def __init__(self, index):
-            self.store_many = Method(index, "store_many")
-
-    shards = [Shard(i) for i in range(4)]
-
-    class ShardHandles:
-        async def remote(self):
-            return shards
-
-    class Handle:
-        shard_handles = ShardHandles()
-
-    client = StorePoolClient(Handle())
+    client = pool_client(lambda i: SimpleNamespace(store_many=Method(i, "store_many")))
     assert isinstance(client, Store)
     assert await client.store_many([]) == [] and calls == []
     for user in ("alice", "bob", "carol"):
@@ -133,21 +120,7 @@ async def test_the_shard_and_the_client_take_the_typed_values_and_hand_them_over
             calls.append((self.index, self.name, args))
             return {"list": ListResult(memories=[], total=0), "forget_by_scope": 0}.get(self.name)
 
-    class Shard:
-        def __init__(self, index):
-            for name in TYPED:
-                setattr(self, name, Method(index, name))
-
-    shards = [Shard(i) for i in range(4)]
-
-    class ShardHandles:
-        async def remote(self):
-            return shards
-
-    class Handle:
-        shard_handles = ShardHandles()
-
-    client = StorePoolClient(Handle())
+    client = pool_client(lambda i: SimpleNamespace(**{name: Method(i, name) for name in TYPED}))
     query = ListQuery(user_id="alice", project_id="atlas", limit=3)
     scope = MemoryScope(user_id="bob", types=["episodic"])
     changes = MemoryChanges(project_id=None)
@@ -280,11 +253,26 @@ def test_a_shard_counts_the_e5_second_opinions_outcomes():
     ]
 
 
+def pool_client(make_shard):
+    """A ``StorePoolClient`` over four fake shards, ``make_shard(index)`` each."""
+    from deployments.store_pool import StorePoolClient
+
+    shards = [make_shard(i) for i in range(4)]
+
+    class ShardHandles:
+        async def remote(self):
+            return shards
+
+    class Handle:
+        shard_handles = ShardHandles()
+
+    return StorePoolClient(Handle())
+
+
 async def test_the_clients_totals_call_each_shard_holding_an_owner_once_and_merge_them():
     """``StorePoolClient.totals``: the owners grouped by their shard, one ``totals`` call to
     each shard holding any of them (none to the others), the answers merged; repeated owners
     counted once; bad owners refused before any shard is called."""
-    from deployments.store_pool import StorePoolClient
     from memory_core.errors import InvalidInput
     from memory_core.stores.sharding import shard_for
 
@@ -299,20 +287,7 @@ async def test_the_clients_totals_call_each_shard_holding_an_owner_once_and_merg
             assert all(shard_for(o, 4) == self.index for o in owners)
             return {o: len(o) for o in owners}
 
-    class Shard:
-        def __init__(self, index):
-            self.totals = Totals(index)
-
-    shards = [Shard(i) for i in range(4)]
-
-    class ShardHandles:
-        async def remote(self):
-            return shards
-
-    class Handle:
-        shard_handles = ShardHandles()
-
-    client = StorePoolClient(Handle())
+    client = pool_client(lambda i: SimpleNamespace(totals=Totals(i)))
     owners = [f"user-{i}" for i in range(12)] + ["user-3"]
     totals = await client.totals(owners)
     assert totals == {o: len(o) for o in owners}
@@ -362,22 +337,9 @@ async def test_the_clients_totals_answer_503_when_the_pool_is_unreachable_and_st
                 raise
             return {}
 
-    class Shard:
-        def __init__(self, index):
-            self.totals = Totals(index)
-
-    shards = [Shard(i) for i in range(4)]
-
-    class ShardHandles:
-        async def remote(self):
-            return shards
-
-    class Handle:
-        shard_handles = ShardHandles()
-
     owners = [f"user-{i}" for i in range(12)]
     others = {shard_for(o, 4) for o in owners} - {shard_for("user-0", 4)}
     with pytest.raises(StoreUnavailable):
-        await asyncio.wait_for(StorePoolClient(Handle()).totals(owners), timeout=10)
+        await asyncio.wait_for(pool_client(lambda i: SimpleNamespace(totals=Totals(i))).totals(owners), timeout=10)
     await asyncio.sleep(0)
     assert sorted(cancelled) == sorted(others)
