@@ -152,6 +152,17 @@ def _filter(
     return " and ".join(parts)
 
 
+_STATES = {s.value: s for s in MemoryState}
+_TYPES = {t.value: t for t in MemoryType}
+
+
+def _known(state: Any, kind: Any) -> tuple[MemoryState, MemoryType] | None:
+    """A row's stored ``state`` and ``memory_type`` as the enums, or None when either is not
+    one of their values (a user's counts and totals leave such a row out)."""
+    pair = (_STATES.get(str(state)), _TYPES.get(str(kind)))
+    return None if pair[0] is None or pair[1] is None else (pair[0], pair[1])
+
+
 def _ids_filter(ids: list[str], user_id: str | None = None) -> str:
     """``id in [...]`` over escaped literals, and the owner when ``user_id`` is given."""
     expr = "id in [" + ", ".join(milvus_literal(i) for i in ids) + "]"
@@ -735,15 +746,14 @@ class MilvusStore(MemoryStore):
         partition the user hashes to, as listing reads it), counted here (one query instead
         of seven ``count(*)`` queries per user: ``benchmarks/admin_views.py``); every user:
         one ``count(*)`` query per state and per type (7)."""
-        states = {s.value: s for s in MemoryState}
-        kinds = {t.value: t for t in MemoryType}
+        states, kinds = _STATES, _TYPES
         if self._engine is not None:  # one pass over the engine's columns, no row built
             expr = "" if user_id is None else _filter(user_id, None, None)
             tally = await self._call(self._engine.tally, self.collection, expr, ["state", "memory_type"])
             by_state = {s: 0 for s in MemoryState}
             by_type = {t: 0 for t in MemoryType}
             for (state, kind), n in tally.items():
-                if user_id is not None and not (str(state) in states and str(kind) in kinds):
+                if user_id is not None and _known(state, kind) is None:
                     continue  # a user's counts: as the rows read below (both values known)
                 if str(state) in states:  # every user's: as the count(*) per state, per type
                     by_state[states[str(state)]] += n
@@ -752,11 +762,8 @@ class MilvusStore(MemoryStore):
             return MemoryCounts(by_state=by_state, by_type=by_type)
         if user_id is not None:
             rows = await self._call(self._query_all, _filter(user_id, None, None), ["state", "memory_type"])
-            return MemoryCounts.of(
-                (states[str(r["state"])], kinds[str(r["memory_type"])])
-                for r in rows
-                if str(r.get("state")) in states and str(r.get("memory_type")) in kinds
-            )
+            known = (_known(r.get("state"), r.get("memory_type")) for r in rows)
+            return MemoryCounts.of(pair for pair in known if pair is not None)
 
         def count(clause: str) -> int:
             rows = self._conn.query(self.collection, filter=clause, output_fields=["count(*)"], **self._read_level)
@@ -779,11 +786,9 @@ class MilvusStore(MemoryStore):
         expr = "user_id in [" + ", ".join(milvus_literal(u) for u in user_ids) + "]"
         fields = ["user_id", "state", "memory_type"]
         tally = await self._call(self._engine.tally, self.collection, expr, fields)
-        states = {s.value for s in MemoryState}
-        kinds = {t.value for t in MemoryType}
         out = dict.fromkeys(user_ids, 0)
         for (user_id, state, kind), n in tally.items():
-            if user_id in out and str(state) in states and str(kind) in kinds:  # as ``counts``
+            if user_id in out and _known(state, kind) is not None:  # as ``counts``
                 out[user_id] += n
         return out
 
