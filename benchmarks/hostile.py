@@ -201,6 +201,10 @@ def victim_facts(n: int) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- the victim
+LAG_TICK_S = 0.02
+"""The period (s) of the victim client's loop-lag timer (``Victim.lags``)."""
+
+
 @dataclass
 class Sample:
     """One victim request: ``kind`` (search|chat), monotonic start and end (s), ``status``
@@ -210,10 +214,29 @@ class Sample:
     started: float
     ended: float
     status: int | str
+    server_ms: float | None = None
+    """The sum of the answer's ``Server-Timing`` steps (ms): the ingress's own timing of the
+    memory work (``retrieve``, ``gate_inject``); None without the header."""
 
     @property
     def ms(self) -> float:
         return (self.ended - self.started) * 1000
+
+
+def server_timing_ms(header: str | None) -> float | None:
+    """The sum of the ``dur`` parameters (ms) of a ``Server-Timing`` header value (W3C Server
+    Timing: ``name;dur=12.5, other;dur=3``); None for no header or one without a ``dur``."""
+    if not header:
+        return None
+    total, found = 0.0, False
+    for entry in header.split(","):
+        for param in entry.split(";")[1:]:
+            key, _, value = param.strip().partition("=")
+            if key == "dur":
+                with contextlib.suppress(ValueError):
+                    total += float(value)
+                    found = True
+    return total if found else None
 
 
 @dataclass
@@ -227,6 +250,13 @@ class Window:
     server_errors: int
     other_errors: int
     in_flight: int
+    search_p95: float = 0.0
+    chat_p95: float = 0.0
+    server_p95: float = 0.0
+    """p95 of the answers' ``Server-Timing`` sums (the memory work inside the ingress)."""
+    client_lag_p95: float = 0.0
+    """p95 of the benchmark client's own event-loop lag (ms): how late a 20 ms timer woke in
+    the process that times the victim; what of the victim's figures is the client's."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -234,6 +264,10 @@ class Window:
             "p50_ms": round(self.p50, 1),
             "p95_ms": round(self.p95, 1),
             "max_ms": round(self.max, 1),
+            "search_p95_ms": round(self.search_p95, 1),
+            "chat_p95_ms": round(self.chat_p95, 1),
+            "server_p95_ms": round(self.server_p95, 1),
+            "client_lag_p95_ms": round(self.client_lag_p95, 1),
             "victim_5xx": self.server_errors,
             "victim_other_errors": self.other_errors,
             "in_flight_at_end": self.in_flight,
@@ -249,6 +283,8 @@ class Victim:
         self.pause_s = pause_s
         self.samples: list[Sample] = []
         self.in_flight: dict[int, tuple[str, float]] = {}
+        self.lags: list[tuple[float, float]] = []
+        """(monotonic s, ms late) of each ``LAG_TICK_S`` timer of this client's event loop."""
         self._stopped = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self._n = 0
@@ -259,15 +295,25 @@ class Victim:
         started = time.monotonic()
         self.in_flight[key] = (kind, started)
         status: int | str
+        server: float | None = None
         try:
-            status = (await asyncio.wait_for(request(), VICTIM_TIMEOUT_S)).status_code
+            response = await asyncio.wait_for(request(), VICTIM_TIMEOUT_S)
+            status, server = response.status_code, server_timing_ms(response.headers.get("server-timing"))
         except TimeoutError:
             status = "timeout"
         except httpx.HTTPError as e:
             status = type(e).__name__
         finally:
             del self.in_flight[key]
-        self.samples.append(Sample(kind, started, time.monotonic(), status))
+        self.samples.append(Sample(kind, started, time.monotonic(), status, server))
+
+    async def _watch_loop(self) -> None:
+        """Record how late a ``LAG_TICK_S`` timer wakes on this event loop, until ``stop()``:
+        the victim is timed by this loop, so its lag is part of every victim figure."""
+        while not self._stopped.is_set():
+            t = time.monotonic()
+            await asyncio.sleep(LAG_TICK_S)
+            self.lags.append((t, max(0.0, (time.monotonic() - t - LAG_TICK_S) * 1000)))
 
     async def _loop(self, kind: str) -> None:
         headers = user_headers(self.user)
@@ -286,7 +332,11 @@ class Victim:
                 await asyncio.wait_for(self._stopped.wait(), self.pause_s if kind == "search" else 3 * self.pause_s)
 
     def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._loop("search")), asyncio.create_task(self._loop("chat"))]
+        self._tasks = [
+            asyncio.create_task(self._loop("search")),
+            asyncio.create_task(self._loop("chat")),
+            asyncio.create_task(self._watch_loop()),
+        ]
 
     async def stop(self) -> None:
         self._stopped.set()
@@ -300,8 +350,13 @@ class Victim:
         now = time.monotonic()
         picked = [s for s in self.samples if s.started < end and s.ended > start]
         latencies = [s.ms for s in picked]
-        flying = [(now - t) * 1000 for _, t in list(self.in_flight.values()) if t < end]
+        in_flight = [(kind, (now - t) * 1000) for kind, t in list(self.in_flight.values()) if t < end]
+        flying = [ms for _, ms in in_flight]
         latencies += flying
+
+        def of_kind(kind: str) -> list[float]:
+            return [s.ms for s in picked if s.kind == kind] + [ms for k, ms in in_flight if k == kind]
+
         return Window(
             n=len(latencies),
             p50=percentile(latencies, 50),
@@ -310,6 +365,10 @@ class Victim:
             server_errors=sum(1 for s in picked if isinstance(s.status, int) and s.status >= 500),
             other_errors=sum(1 for s in picked if not isinstance(s.status, int) or 400 <= s.status < 500),
             in_flight=len(flying),
+            search_p95=percentile(of_kind("search"), 95),
+            chat_p95=percentile(of_kind("chat"), 95),
+            server_p95=percentile([s.server_ms for s in picked if s.server_ms is not None], 95),
+            client_lag_p95=percentile([ms for t, ms in self.lags if start <= t < end], 95),
         )
 
     async def settle(self, since: float, threshold_ms: float, timeout_s: float, dwell_s: float = 2.0) -> float | None:

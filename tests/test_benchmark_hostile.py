@@ -18,6 +18,7 @@ from benchmarks.hostile import (
     Victim,
     markdown,
     select,
+    server_timing_ms,
     settings_for,
     text_family,
     variant,
@@ -48,6 +49,37 @@ def test_window_takes_the_requests_that_overlap_it_and_ages_those_in_flight():
     late = v.window(base + 90.0, base + 100.0)  # only the request in flight, with its age
     assert (late.n, late.in_flight) == (1, 1)
     assert late.max == pytest.approx(5000.0, abs=500)
+
+
+def test_window_splits_search_and_chat_and_reads_server_timing_and_the_clients_lag():
+    base = time.monotonic() - 100
+    v = victim_with(
+        [Sample("search", base + 1.0 + i, base + 1.01 + i, 200, 8.0) for i in range(10)]
+        + [Sample("chat", base + 1.5 + i, base + 1.6 + i, 200, 30.0) for i in range(10)]
+        + [Sample("search", base + 50.0, base + 51.0, 200, 900.0)]  # after the window
+    )
+    v.lags = [(base + 2.0, 1.0), (base + 3.0, 40.0), (base + 60.0, 500.0)]
+    w = v.window(base + 0.5, base + 20.0)
+    assert w.search_p95 == pytest.approx(10.0)
+    assert w.chat_p95 == pytest.approx(100.0)
+    assert w.server_p95 == pytest.approx(30.0)
+    assert w.client_lag_p95 == pytest.approx(40.0)
+
+
+@pytest.mark.parametrize(
+    ("header", "ms"),
+    [
+        ("retrieve;dur=12.5", 12.5),
+        ("retrieve;dur=12.5, gate_inject;dur=0.5", 13.0),
+        ('retrieve;desc="x";dur=2', 2.0),
+        ("retrieve", None),
+        ("retrieve;dur=fast", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_server_timing_sums_the_dur_of_every_step(header, ms):
+    assert server_timing_ms(header) == (None if ms is None else pytest.approx(ms))
 
 
 def test_settle_waits_for_three_fast_searches_in_a_row_begun_after_the_attack():
