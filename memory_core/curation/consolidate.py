@@ -17,7 +17,9 @@ word the merged text does not have yet (``lost_words(merged, members) == set()``
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
 
 from ..types import Memory, MemoryState
 
@@ -42,6 +44,13 @@ def jaccard(a: set[str], b: set[str]) -> float:
     return len(a & b) / len(a | b) if (a or b) else 1.0
 
 
+NEAR_SLACK = 1e-3
+"""How far below ``min_cosine`` a pair's dot product may fall in ``plan_groups``' prefilter and
+still be read by ``cosine``: float32 sums in another order (one matrix product against one
+``np.dot`` per pair) differ by ~1e-6 for unit vectors, so the prefilter never drops a pair the
+exact rule would group."""
+
+
 def plan_groups(
     memories: Sequence[Memory],
     cosine: Callable[[Memory, Memory], float],
@@ -49,15 +58,31 @@ def plan_groups(
     min_cosine: float,
     min_jaccard: float,
     max_groups: int,
+    vectors: Mapping[str, np.ndarray | None] | None = None,
 ) -> list[list[Memory]]:
     """Groups (of at least two) of near-duplicate ``memories``, oldest first, at most
     ``max_groups``. ``cosine(a, b)`` is the similarity of two memories' vectors. Deterministic
-    (memories are visited by ``created_at`` then id)."""
+    (memories are visited by ``created_at`` then id; each joins the first group, in the order
+    the groups were begun, whose every member it matches).
+
+    ``vectors`` (optional): the unit vectors ``cosine`` reads, by memory id (None or missing:
+    no vector, which ``cosine`` must then score below ``min_cosine``). With them a memory is
+    compared only with the groups whose first member's dot product with it is at least
+    ``min_cosine - NEAR_SLACK`` (one matrix-vector product per memory, outside the GIL), since a
+    group it joins must match its first member: the same groups, without reading the Jaccard
+    and ``cosine`` of every pair (n memories: n²/2 pairs in Python without them; 1,000 memories
+    ``benchmarks/consolidation_plan.py``)."""
     order = sorted(memories, key=lambda m: (m.created_at.timestamp() if m.created_at else 0.0, m.id))
     word_sets = {m.id: words(m.content) for m in order}
+    near = _near_rows(order, vectors, min_cosine - NEAR_SLACK) if vectors is not None and order else None
     groups: list[list[Memory]] = []
-    for m in order:
-        for group in groups:
+    group_of_head: dict[int, list[Memory]] = {}
+    for i, m in enumerate(order):
+        if near is None:
+            candidates: Iterable[list[Memory]] = groups
+        else:
+            candidates = (group_of_head[j] for j in near(i) if j in group_of_head)
+        for group in candidates:
             head = group[0]
             if head.type != m.type or head.project_id != m.project_id:
                 continue
@@ -68,7 +93,33 @@ def plan_groups(
                 break
         else:
             groups.append([m])
+            group_of_head[i] = groups[-1]
     return [g for g in groups if len(g) > 1][:max_groups]
+
+
+def _near_rows(
+    order: Sequence[Memory], vectors: Mapping[str, np.ndarray | None], floor: float
+) -> Callable[[int], list[int]] | None:
+    """``near(i)``: the positions j < i (ascending) of ``order`` whose vector's dot product with
+    position i's is ≥ ``floor``; None when the vectors are not one dimension (no prefilter)."""
+    found = [vectors.get(m.id) for m in order]
+    dims = {v.shape for v in found if v is not None}
+    if len(dims) != 1:
+        return None
+    (shape,) = dims
+    if len(shape) != 1:
+        return None
+    matrix = np.zeros((len(order), shape[0]), dtype=np.float32)
+    for i, v in enumerate(found):
+        if v is not None:
+            matrix[i] = v
+
+    def near(i: int) -> list[int]:
+        if i == 0:
+            return []
+        return np.flatnonzero(matrix[:i] @ matrix[i] >= floor).tolist()
+
+    return near
 
 
 def _sentences(text: str) -> list[str]:

@@ -1166,7 +1166,9 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
                 min_cosine=s.min_cosine,
                 min_jaccard=s.min_jaccard,
                 max_groups=s.max_groups,
+                vectors=vectors,
             )
+            planned: list[tuple[Memory, list[Memory]]] = []
             for group in groups:
                 candidate = await self._cpu.run(self._merge, group)
                 if len(candidate.content.encode("utf-8")) > MAX_CONTENT_BYTES:
@@ -1180,7 +1182,18 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
                 if reason is not None:  # the merged text reads as instructions: keep the originals
                     log.warning("consolidation of %d memories skipped: merged text fails %s", len(group), reason)
                     continue
-                await self._cpu.run(pretokenize, [candidate.content])
+                planned.append((candidate, group))
+            if planned:
+                # the merged texts of the pass in one embedder call (not one round trip each)
+                texts = [candidate.content for candidate, _ in planned]
+                await self._cpu.run(pretokenize, texts)
+                embedded = await self.inner.embed_documents(texts)
+                if len(embedded) != len(planned):
+                    raise InvalidInput(f"the embedder returned {len(embedded)} vectors for {len(planned)} texts")
+                planned = [
+                    (c.model_copy(update={"embedding": v}), g) for (c, g), v in zip(planned, embedded, strict=True)
+                ]
+            for candidate, group in planned:
                 # cancellable between groups; a group is merged whole
                 merged = await _uncancellable(self._merge_group(candidate, group, user_id))
                 report.groups += 1

@@ -208,6 +208,37 @@ async def test_consolidation_merges_near_duplicates_idempotently_and_can_be_undo
     assert len(await active(store)) == 4 and (await store.list(ListQuery(user_id="alice"))).total == 4
 
 
+async def test_a_pass_embeds_its_merged_texts_in_one_call_and_stores_those_vectors(embed):
+    """Three groups of near-duplicates: one embedder call for the three merged texts (not one
+    round trip per group), and each merged memory holds the vector of its own text."""
+    store = build(embed)
+    store.settings = store.settings.model_copy(update={"candidates": 1, "candidate_min_cosine": 0.999})
+    texts = [
+        "I went hiking in the Alps with Maria last summer.",
+        "Last summer I went hiking in the Alps with Maria.",
+        "My sister Ana moved to Lisbon in March for her new job.",
+        "In March my sister Ana moved to Lisbon for her new job.",
+        "I keep the spare house keys in the blue bowl by the door.",
+        "The spare house keys are in the blue bowl by the door, I keep them there.",
+    ]
+    await store.write([fact(t, type=MemoryType.EPISODIC) for t in texts])
+    calls: list[list[str]] = []
+    real = store.inner.embed_documents
+
+    async def recording(batch):
+        calls.append(list(batch))
+        return await real(batch)
+
+    with patch.object(store.inner, "embed_documents", recording):
+        report = await store.consolidate("alice")
+    assert report.groups == 3
+    assert len(calls) == 1 and len(calls[0]) == 3
+    for merged_id in report.merged:
+        merged = await store.get(merged_id, "alice")
+        (expected,) = await real([merged.content])
+        assert merged.embedding == pytest.approx(expected, abs=1e-5)
+
+
 async def test_a_group_whose_merged_text_would_be_too_long_is_left_as_it_is(embed):
     """Near-duplicates that together say more than one memory may hold (16 KB): the pass
     keeps them (counted ``consolidation_too_large``) instead of failing for the user."""

@@ -1,0 +1,138 @@
+"""``plan_groups``: the vector prefilter gives exactly the groups of the rule read pair by pair
+(the class: any texts, vectors, types, projects, times, thresholds), and it reads fewer pairs."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memory_core.curation.consolidate import NEAR_SLACK, plan_groups
+from memory_core.retrieval.held_vectors import cosine, unit_vector
+from memory_core.types import Memory, MemoryType
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+WORDS = ["I", "keep", "my", "keys", "in", "the", "blue", "bowl", "red", "drawer", "again", "said", "that"]
+
+
+def _memories(draw_texts, draw_vectors, kinds, projects, times) -> list[Memory]:
+    return [
+        Memory(
+            id=f"m{i}",
+            user_id="u",
+            content=text,
+            type=kind,
+            project_id=project,
+            created_at=None if t is None else T0 + timedelta(seconds=t),
+            embedding=vector,
+        )
+        for i, (text, vector, kind, project, t) in enumerate(
+            zip(draw_texts, draw_vectors, kinds, projects, times, strict=True)
+        )
+    ]
+
+
+def _exact(vectors):
+    def similarity(a: Memory, b: Memory) -> float:
+        va, vb = vectors.get(a.id), vectors.get(b.id)
+        if va is None or vb is None:
+            return -1.0
+        return cosine(va, vb) or -1.0
+
+    return similarity
+
+
+@st.composite
+def user_memories(draw):
+    n = draw(st.integers(1, 24))
+    # a few directions, each memory near one of them (so groups form), some without a vector
+    centres = np.random.default_rng(draw(st.integers(0, 2**16))).standard_normal((3, 8))
+    texts, vectors = [], []
+    for _ in range(n):
+        words = draw(st.lists(st.sampled_from(WORDS), min_size=0, max_size=8))
+        texts.append(" ".join(words) or "…")
+        if draw(st.integers(0, 9)) == 0:
+            vectors.append(None)
+            continue
+        centre = centres[draw(st.integers(0, 2))]
+        noise = draw(st.floats(0.0, 0.6))
+        jitter = np.random.default_rng(draw(st.integers(0, 2**16))).standard_normal(8) * noise
+        vectors.append((centre + jitter).tolist())
+    kinds = [draw(st.sampled_from([MemoryType.SEMANTIC, MemoryType.EPISODIC])) for _ in range(n)]
+    projects = [draw(st.sampled_from([None, "p"])) for _ in range(n)]
+    times = [draw(st.one_of(st.none(), st.integers(0, 5))) for _ in range(n)]
+    return _memories(texts, vectors, kinds, projects, times)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    memories=user_memories(),
+    min_cosine=st.sampled_from([-1.0, -0.2, 0.0, 0.5, 0.8, 0.95, 1.0]),
+    min_jaccard=st.sampled_from([0.1, 0.3, 0.6, 1.0]),
+    max_groups=st.integers(1, 5),
+)
+def test_the_prefilter_gives_exactly_the_groups_read_pair_by_pair(memories, min_cosine, min_jaccard, max_groups):
+    vectors = {m.id: unit_vector(m.embedding) for m in memories}
+    rule = {"min_cosine": min_cosine, "min_jaccard": min_jaccard, "max_groups": max_groups}
+    pairwise = plan_groups(memories, _exact(vectors), **rule)
+    prefiltered = plan_groups(memories, _exact(vectors), vectors=vectors, **rule)
+    assert [[m.id for m in g] for g in prefiltered] == [[m.id for m in g] for g in pairwise]
+
+
+def test_a_pair_just_at_the_floor_is_still_read():
+    """A pair whose exact cosine equals ``min_cosine`` groups with and without the prefilter:
+    the prefilter's matrix product may round it a little below."""
+    a = np.array([1.0, 0.0], dtype=np.float32)
+    b = np.array([0.6, 0.8], dtype=np.float32)
+    floor = cosine(a, b)
+    memories = [
+        Memory(id="a", user_id="u", content="my keys are in the bowl", created_at=T0),
+        Memory(id="b", user_id="u", content="my keys are in the bowl", created_at=T0 + timedelta(seconds=1)),
+    ]
+    vectors = {"a": a, "b": b}
+    groups = plan_groups(memories, _exact(vectors), min_cosine=floor, min_jaccard=0.6, max_groups=5, vectors=vectors)
+    assert [[m.id for m in g] for g in groups] == [["a", "b"]]
+    assert NEAR_SLACK > 0
+
+
+def test_the_prefilter_reads_only_pairs_near_a_group_head():
+    """400 memories in 200 near-duplicate pairs of unrelated directions: the exact rule is
+    asked about far fewer pairs than the n²/2 the scan reads without the vectors."""
+    rng = np.random.default_rng(7)
+    memories, vectors = [], {}
+    for i in range(200):
+        v = unit_vector(rng.standard_normal(64))
+        for k in range(2):
+            m = Memory(id=f"m{i}-{k}", user_id="u", content=f"fact {i} said {'again' if k else ''}",
+                       created_at=T0 + timedelta(seconds=2 * i + k))  # fmt: skip
+            memories.append(m)
+            vectors[m.id] = v
+    asked = {"with": 0, "without": 0}
+
+    def counting(key):
+        exact = _exact(vectors)
+
+        def similarity(a, b):
+            asked[key] += 1
+            return exact(a, b)
+
+        return similarity
+
+    rule = {"min_cosine": 0.8, "min_jaccard": 0.3, "max_groups": 500}
+    without = plan_groups(memories, counting("without"), **rule)
+    with_vectors = plan_groups(memories, counting("with"), vectors=vectors, **rule)
+    assert len(with_vectors) == len(without) == 200
+    assert asked["with"] == 200  # one pair per group: each second member against its head
+    assert asked["without"] >= asked["with"]
+
+
+@pytest.mark.parametrize("shapes", [[(3,), (4,)], [(2, 2)]])
+def test_vectors_of_mixed_or_odd_shapes_fall_back_to_the_pairwise_scan(shapes):
+    memories = [Memory(id=f"m{i}", user_id="u", content="the same words", created_at=T0 + timedelta(seconds=i))
+                for i in range(len(shapes) + 1)]  # fmt: skip
+    vectors = {m.id: np.ones(shapes[i % len(shapes)], dtype=np.float32) for i, m in enumerate(memories)}
+    groups = plan_groups(memories, lambda a, b: 1.0, min_cosine=0.5, min_jaccard=0.5, max_groups=5, vectors=vectors)
+    assert [[m.id for m in g] for g in groups] == [[m.id for m in memories]]
