@@ -12,6 +12,7 @@ store queries (``Store.counts``) in bounded time whatever the number of users.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from .access import KeyRegistry
@@ -30,12 +31,13 @@ async def service_stats(store: Store, registry: KeyRegistry) -> dict[str, Any]:
     users seen, every memory in the store by lifecycle state and by type (every state),
     active API keys. One store call. Raises the store's errors (``StoreUnavailable``...)."""
     counts = await store.counts(EVERYONE)
+    users, keys = await asyncio.to_thread(lambda: (registry.user_count(), registry.active_key_count()))
     return {
-        "users": registry.user_count(),
+        "users": users,
         "memories": counts.total,
         "by_state": {s.value: n for s, n in counts.by_state.items()},
         "by_type": {t.value: n for t, n in counts.by_type.items()},
-        "keys": registry.active_key_count(),
+        "keys": keys,
     }
 
 
@@ -50,14 +52,15 @@ async def users_page(
         raise InvalidInput(f"limit must be in 1..{MAX_USERS_PAGE}")
     if offset < 0:
         raise InvalidInput("offset must be ≥ 0")
-    page = registry.users(limit=limit, offset=offset)
+    # the key registry's SQLite queries on a worker thread, not on the loop serving every user
+    page, seen = await asyncio.to_thread(lambda: (registry.users(limit=limit, offset=offset), registry.user_count()))
     counted = await store.totals([u for u, _ in page]) if page else {}
     totals = [counted.get(u, 0) for u, _ in page]
     return {
         "users": [
             {"user_id": u, "memories": total, "keys": keys} for (u, keys), total in zip(page, totals, strict=True)
         ],
-        "total": registry.user_count(),
+        "total": seen,
         "limit": limit,
         "offset": offset,
     }

@@ -144,6 +144,12 @@ def require_user_id(user_id: str | None, field: str = "user_id", max_chars: int 
         raise InvalidInput(f"{field} is required and must be non-empty")
     if len(user_id) > max_chars:
         raise InvalidInput(f"{field} is longer than {max_chars} characters")
+    if user_id.isascii() and user_id.isprintable():
+        # printable ASCII (U+0020..U+007E) holds no surrogate and, but for the space, no
+        # character of the forbidden categories: the per-character walk below is not needed
+        if user_id != user_id.strip():
+            raise InvalidInput(f"{field} has surrounding whitespace or control/invisible characters")
+        return user_id
     check_text(user_id, field)
     if user_id != user_id.strip() or any(
         c != " " and unicodedata.category(c) in _FORBIDDEN_ID_CATEGORIES for c in user_id

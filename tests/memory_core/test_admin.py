@@ -4,6 +4,8 @@ one ``totals`` call."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from memory_core.access import KeyRegistry
@@ -88,3 +90,23 @@ async def test_counts_for_everyone_is_never_a_user_id(tmp_path):
     store, _ = await seeded(tmp_path, 1)
     assert (await store.counts(EVERYONE)).total == 21
     assert (await store.counts("everyone")).total == 0  # a user called "everyone" is just a user
+
+
+async def test_the_registry_is_read_on_a_worker_thread_not_on_the_event_loop(tmp_path):
+    """The key registry's SQLite queries of both views run off the loop that serves every
+    other request of the ingress replica."""
+    store, registry = await seeded(tmp_path, 20)
+    loop_thread = threading.get_ident()
+    threads: dict[str, int] = {}
+    for name in ("users", "user_count", "active_key_count"):
+        real = getattr(registry, name)
+
+        def recording(*args, _real=real, _name=name, **kwargs):
+            threads[_name] = threading.get_ident()
+            return _real(*args, **kwargs)
+
+        setattr(registry, name, recording)
+    await service_stats(store, registry)
+    await users_page(store, registry, limit=5)
+    assert set(threads) == {"users", "user_count", "active_key_count"}
+    assert loop_thread not in threads.values()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import unicodedata
 
 import pytest
 from hypothesis import given, settings
@@ -76,6 +77,21 @@ def test_owner_ids_accepted(value):
 def test_owner_ids_refused(value):
     with pytest.raises(InvalidInput):
         require_user_id(value)
+
+
+@pytest.mark.parametrize("code", range(0x80))
+def test_every_ascii_character_inside_an_id_is_judged_by_its_unicode_category(code):
+    """The printable-ASCII shortcut of ``require_user_id`` decides as the category rule does,
+    for every ASCII character inside an id and at its ends."""
+    c = chr(code)
+    allowed_inside = c == " " or unicodedata.category(c) not in {"Cc", "Cf", "Zs", "Zl", "Zp"}
+    for value, allowed in ((f"a{c}b", allowed_inside), (f"{c}ab", allowed_inside and c != " "),
+                           (f"ab{c}", allowed_inside and c != " ")):  # fmt: skip
+        if allowed:
+            assert require_user_id(value) == value
+        else:
+            with pytest.raises(InvalidInput):
+                require_user_id(value)
 
 
 def test_project_and_conversation_ids_follow_the_id_rule_with_their_limit():
