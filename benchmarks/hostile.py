@@ -84,6 +84,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import subprocess
 import sys
 import tempfile
@@ -225,7 +226,7 @@ class Sample:
 
 def server_timing_ms(header: str | None) -> float | None:
     """The sum of the ``dur`` parameters (ms) of a ``Server-Timing`` header value (W3C Server
-    Timing: ``name;dur=12.5, other;dur=3``); None for no header or one without a ``dur``."""
+    Timing: ``name;dur=12.5, other;dur=3``); None for no header or one without a finite ``dur``."""
     if not header:
         return None
     total, found = 0.0, False
@@ -234,8 +235,10 @@ def server_timing_ms(header: str | None) -> float | None:
             key, _, value = param.strip().partition("=")
             if key == "dur":
                 with contextlib.suppress(ValueError):
-                    total += float(value)
-                    found = True
+                    ms = float(value)
+                    if math.isfinite(ms):
+                        total += ms
+                        found = True
     return total if found else None
 
 

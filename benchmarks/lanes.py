@@ -305,16 +305,22 @@ async def run_bench(
     return {"run": run, "victim_memories": held, "idle": idle.as_dict(), "repeat": repeat, "rows": rows}
 
 
+def _ms(value: float) -> str:
+    """A p95 in ms for the table; "–" for 0 (no answer carried ``server-timing``)."""
+    return f"{value:.0f}" if value > 0 else "–"
+
+
 def markdown(report: dict) -> str:
     """The run as a markdown table, with the idle figures in its header line."""
     idle = report["idle"]
     lines = [
         f"victim: {report['victim_memories']} memories, searching and chatting; idle n={idle['n']} "
         f"p50 {idle['p50_ms']:.0f} ms, p95 {idle['p95_ms']:.0f} ms, max {idle['max_ms']:.0f} ms; "
-        f"each operation ×{report['repeat']} (all4 once); goal p95 ≤ {GOAL:.0f}× idle p95",
+        f"each operation ×{report['repeat']} (all4 once); goal p95 ≤ {GOAL:.0f}× idle p95; "
+        f"the Consolidator's background loop {report.get('consolidation_loop', 'on')}",
         "",
         f"(idle: search p95 {idle['search_p95_ms']:.0f}, chat p95 {idle['chat_p95_ms']:.0f}, server-timing p95 "
-        f"{idle['server_p95_ms']:.0f}, the client's own loop lag p95 {idle['client_lag_p95_ms']:.0f} ms)",
+        f"{_ms(idle['server_p95_ms'])}, the client's own loop lag p95 {idle['client_lag_p95_ms']:.0f} ms)",
         "",
         "| operation | op seconds | op statuses | victim n | p50 ms | p95 ms | max ms | p95 / idle p95 | goal "
         "| search p95 | chat p95 | server-timing p95 | client loop lag p95 |",
@@ -328,7 +334,7 @@ def markdown(report: dict) -> str:
         lines.append(
             f"| {r['op']} | {seconds} | {statuses} | {v['n']} | {v['p50_ms']:.0f} | {v['p95_ms']:.0f} "
             f"| {v['max_ms']:.0f} | {r['p95_over_idle_p95']:.2f}× | {ok} | {v['search_p95_ms']:.0f} "
-            f"| {v['chat_p95_ms']:.0f} | {v['server_p95_ms']:.0f} | {v['client_lag_p95_ms']:.0f} |"
+            f"| {v['chat_p95_ms']:.0f} | {_ms(v['server_p95_ms'])} | {v['client_lag_p95_ms']:.0f} |"
         )
     lines += [
         "",
@@ -377,11 +383,14 @@ def main(
     n = repeat or (1 if quick else 2)
     large = large_memories or (300 if quick else 2000)
     idle_s = idle_seconds or (5.0 if quick else 20.0)
+    if base_url is not None and not consolidation_loop:
+        raise typer.BadParameter("--no-consolidation-loop configures the service this script starts, not --base-url")
     if base_url is not None:
         report = asyncio.run(run_bench(base_url.rstrip("/"), chosen, n, victim_memories, large, idle_s, admin_users))
     else:
         with started_service(_no_write_limit if consolidation_loop else _no_consolidation_loop) as url:
             report = asyncio.run(run_bench(url, chosen, n, victim_memories, large, idle_s, admin_users))
+    report["consolidation_loop"] = "on" if consolidation_loop else "off"
     table = markdown(report)
     print(table)
     if json_path is not None:

@@ -74,6 +74,8 @@ def test_window_splits_search_and_chat_and_reads_server_timing_and_the_clients_l
         ('retrieve;desc="x";dur=2', 2.0),
         ("retrieve", None),
         ("retrieve;dur=fast", None),
+        ("retrieve;dur=nan", None),
+        ("retrieve;dur=inf, gate_inject;dur=2", 2.0),
         ("", None),
         (None, None),
     ],

@@ -1141,7 +1141,13 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         group (``merged_from``, created via ``consolidation``) and mark the originals
         ``consolidated`` (``merged_into``). A group whose merged text screening flags (words of
         several memories can form an instruction together) is left as it is. Idempotent: a
-        second pass finds no group."""
+        second pass finds no group.
+
+        The merged texts of the pass are embedded in one ``embed_documents`` call before any
+        group is written: when it fails (``StoreClosed``, ``StoreUnavailable``, ``InvalidInput``
+        for a wrong number of vectors) the pass writes nothing and raises, and the user's next
+        write marks them for the next pass. Once the groups are being written, the pass can be
+        cancelled between groups; a group is written whole. Returns a ``ConsolidationReport``."""
         started = asyncio.get_running_loop().time()
         report = ConsolidationReport(user_id=require_user_id(user_id))
         s = self.settings.consolidation
@@ -1182,7 +1188,8 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
                 if reason is not None:  # the merged text reads as instructions: keep the originals
                     log.warning("consolidation of %d memories skipped: merged text fails %s", len(group), reason)
                     continue
-                planned.append((candidate, group))
+                # as the store will insert it (content cleaned), so the vector is of that text
+                planned.append((await self._cpu.run(self.inner.validate, candidate), group))
             if planned:
                 # the merged texts of the pass in one embedder call (not one round trip each)
                 texts = [candidate.content for candidate, _ in planned]

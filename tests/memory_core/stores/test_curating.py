@@ -15,7 +15,7 @@ import pytest
 from memory_core.config import CurationSettings, MemoryStoreSettings, RetentionSettings
 from memory_core.curation.consolidate import lost_words
 from memory_core.embedding import CoalescingEmbedFn
-from memory_core.errors import InvalidInput, StateConflict
+from memory_core.errors import InvalidInput, StateConflict, StoreClosed
 from memory_core.sanitize import MAX_CONTENT_BYTES
 from memory_core.stores import curating, make_store
 from memory_core.stores.curating import CuratingStore
@@ -237,6 +237,29 @@ async def test_a_pass_embeds_its_merged_texts_in_one_call_and_stores_those_vecto
         merged = await store.get(merged_id, "alice")
         (expected,) = await real([merged.content])
         assert merged.embedding == pytest.approx(expected, abs=1e-5)
+
+
+async def test_a_pass_whose_merged_texts_cannot_be_embedded_writes_nothing(embed):
+    """The embedder fails for the pass's merged texts: the pass raises before any group is
+    written (no merged memory, every original still active), and a later pass merges them."""
+    store = build(embed)
+    store.settings = store.settings.model_copy(update={"candidates": 1, "candidate_min_cosine": 0.999})
+    texts = [
+        "I went hiking in the Alps with Maria last summer.",
+        "Last summer I went hiking in the Alps with Maria.",
+        "My sister Ana moved to Lisbon in March for her new job.",
+        "In March my sister Ana moved to Lisbon for her new job.",
+    ]
+    await store.write([fact(t, type=MemoryType.EPISODIC) for t in texts])
+
+    async def failing(batch):
+        raise StoreClosed("the embedder went away")
+
+    with patch.object(store.inner, "embed_documents", failing), pytest.raises(StoreClosed):
+        await store.consolidate("alice")
+    assert await active(store) == sorted(texts)
+    assert (await store.list(ListQuery(user_id="alice"))).total == 4
+    assert (await store.consolidate("alice")).groups == 2
 
 
 async def test_a_group_whose_merged_text_would_be_too_long_is_left_as_it_is(embed):
