@@ -100,6 +100,7 @@ _CONSOLIDATION_EVENT = {
     "consolidation_group": "group",
     "expired_purged": "expired",
     "consolidation_too_large": "too_large",
+    "consolidation_invalid": "invalid",
 }
 
 

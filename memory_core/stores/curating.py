@@ -1188,8 +1188,13 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
                 if reason is not None:  # the merged text reads as instructions: keep the originals
                     log.warning("consolidation of %d memories skipped: merged text fails %s", len(group), reason)
                     continue
-                # as the store will insert it (content cleaned), so the vector is of that text
-                planned.append((await self._cpu.run(self.inner.validate, candidate), group))
+                try:  # as the store will insert it (content cleaned), so the vector is of that text
+                    candidate = await self._cpu.run(self.inner.validate, candidate)
+                except InvalidInput as e:  # the store would refuse it: keep the originals
+                    log.warning("consolidation of %d memories skipped: merged memory refused (%s)", len(group), e)
+                    self._count("consolidation_invalid")
+                    continue
+                planned.append((candidate, group))
             if planned:
                 # the merged texts of the pass in one embedder call (not one round trip each)
                 texts = [candidate.content for candidate, _ in planned]

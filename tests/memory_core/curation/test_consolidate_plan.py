@@ -90,7 +90,7 @@ def _pair_the_matrix_product_rounds_down() -> np.ndarray:
         m = np.stack([unit_vector(rng.standard_normal(384)) for _ in range(3)]).astype(np.float32)
         if float((m[:2] @ m[2])[0]) < cosine(m[0], m[2]):
             return m
-    pytest.fail("no such vectors in 500 draws: the float32 sums agree on this platform")
+    pytest.skip("no such vectors in 500 draws: this platform's BLAS sums as np.dot does (nothing to round)")
 
 
 def test_a_pair_exactly_at_the_floor_is_grouped_although_the_product_rounds_it_below():

@@ -262,6 +262,36 @@ async def test_a_pass_whose_merged_texts_cannot_be_embedded_writes_nothing(embed
     assert (await store.consolidate("alice")).groups == 2
 
 
+async def test_a_group_whose_merged_memory_the_store_refuses_is_left_and_the_others_merge(embed):
+    """The store refuses one group's merged memory (``validate`` raises ``InvalidInput``):
+    that group's originals stay active (counted ``consolidation_invalid``), the other group
+    is merged."""
+    events: list[str] = []
+    store = build(embed)
+    store._on_event = events.append
+    store.settings = store.settings.model_copy(update={"candidates": 1, "candidate_min_cosine": 0.999})
+    texts = [
+        "I went hiking in the Alps with Maria last summer.",
+        "Last summer I went hiking in the Alps with Maria.",
+        "My sister Ana moved to Lisbon in March for her new job.",
+        "In March my sister Ana moved to Lisbon for her new job.",
+    ]
+    await store.write([fact(t, type=MemoryType.EPISODIC) for t in texts])
+    real = store.inner.validate
+
+    def refusing(memory):
+        if "Alps" in memory.content:
+            raise InvalidInput("refused")
+        return real(memory)
+
+    with patch.object(store.inner, "validate", refusing):
+        report = await store.consolidate("alice")
+    assert report.groups == 1 and "consolidation_invalid" in events
+    assert [t for t in await active(store) if "Alps" in t] == sorted(texts[:2])
+    listed = (await store.list(ListQuery(user_id="alice", states=[MemoryState.ACTIVE]))).memories
+    assert [m.id for m in listed if "Lisbon" in m.content] == report.merged  # the Lisbon pair merged
+
+
 async def test_a_group_whose_merged_text_would_be_too_long_is_left_as_it_is(embed):
     """Near-duplicates that together say more than one memory may hold (16 KB): the pass
     keeps them (counted ``consolidation_too_large``) instead of failing for the user."""
