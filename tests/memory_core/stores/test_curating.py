@@ -180,17 +180,32 @@ async def test_retention_expires_and_purges(embed):
     assert await active(store) == ["We had sushi."]
 
 
-async def test_consolidation_merges_near_duplicates_idempotently_and_can_be_undone(embed):
+TWO_GROUPS = [
+    "I went hiking in the Alps with Maria last summer.",
+    "Last summer I went hiking in the Alps with Maria.",
+    "My sister Ana moved to Lisbon in March for her new job.",
+    "In March my sister Ana moved to Lisbon for her new job.",
+]
+"""Two pairs of near-duplicates (hiking in the Alps, a move to Lisbon)."""
+
+
+async def written_as_older_data(embed, texts: list[str]) -> tuple[CuratingStore, list[Memory]]:
+    """A store holding ``texts`` as episodic memories of alice, written with curation of
+    near-duplicates off (as older data would be: consolidation has groups to merge)."""
     store = build(embed)
-    # written with curation of near-duplicates off, as older data would be
     store.settings = store.settings.model_copy(update={"candidates": 1, "candidate_min_cosine": 0.999})
+    written = [r.memory for r in await store.write([fact(t, type=MemoryType.EPISODIC) for t in texts])]
+    return store, written
+
+
+async def test_consolidation_merges_near_duplicates_idempotently_and_can_be_undone(embed):
     texts = [
         "I went hiking in the Alps with Maria last summer.",
         "Last summer I went hiking in the Alps with Maria.",
         "I went hiking in the Alps with Maria last summer. It rained a lot.",
         "My locker code is 4817.",
     ]
-    written = [r.memory for r in await store.write([fact(t, type=MemoryType.EPISODIC) for t in texts])]
+    store, written = await written_as_older_data(embed, texts)
     assert len(await active(store)) == 4
     report = await store.consolidate("alice")
     assert report.groups == 1 and report.consolidated == 3 and report.examined == 4
@@ -211,17 +226,11 @@ async def test_consolidation_merges_near_duplicates_idempotently_and_can_be_undo
 async def test_a_pass_embeds_its_merged_texts_in_one_call_and_stores_those_vectors(embed):
     """Three groups of near-duplicates: one embedder call for the three merged texts (not one
     round trip per group), and each merged memory holds the vector of its own text."""
-    store = build(embed)
-    store.settings = store.settings.model_copy(update={"candidates": 1, "candidate_min_cosine": 0.999})
-    texts = [
-        "I went hiking in the Alps with Maria last summer.",
-        "Last summer I went hiking in the Alps with Maria.",
-        "My sister Ana moved to Lisbon in March for her new job.",
-        "In March my sister Ana moved to Lisbon for her new job.",
+    keys = [
         "I keep the spare house keys in the blue bowl by the door.",
         "The spare house keys are in the blue bowl by the door, I keep them there.",
     ]
-    await store.write([fact(t, type=MemoryType.EPISODIC) for t in texts])
+    store, _ = await written_as_older_data(embed, TWO_GROUPS + keys)
     calls: list[list[str]] = []
     real = store.inner.embed_documents
 
@@ -242,22 +251,14 @@ async def test_a_pass_embeds_its_merged_texts_in_one_call_and_stores_those_vecto
 async def test_a_pass_whose_merged_texts_cannot_be_embedded_writes_nothing(embed):
     """The embedder fails for the pass's merged texts: the pass raises before any group is
     written (no merged memory, every original still active), and a later pass merges them."""
-    store = build(embed)
-    store.settings = store.settings.model_copy(update={"candidates": 1, "candidate_min_cosine": 0.999})
-    texts = [
-        "I went hiking in the Alps with Maria last summer.",
-        "Last summer I went hiking in the Alps with Maria.",
-        "My sister Ana moved to Lisbon in March for her new job.",
-        "In March my sister Ana moved to Lisbon for her new job.",
-    ]
-    await store.write([fact(t, type=MemoryType.EPISODIC) for t in texts])
+    store, _ = await written_as_older_data(embed, TWO_GROUPS)
 
     async def failing(batch):
         raise StoreClosed("the embedder went away")
 
     with patch.object(store.inner, "embed_documents", failing), pytest.raises(StoreClosed):
         await store.consolidate("alice")
-    assert await active(store) == sorted(texts)
+    assert await active(store) == sorted(TWO_GROUPS)
     assert (await store.list(ListQuery(user_id="alice"))).total == 4
     assert (await store.consolidate("alice")).groups == 2
 
@@ -267,16 +268,8 @@ async def test_a_group_whose_merged_memory_the_store_refuses_is_left_and_the_oth
     that group's originals stay active (counted ``consolidation_invalid``), the other group
     is merged."""
     events: list[str] = []
-    store = build(embed)
+    store, _ = await written_as_older_data(embed, TWO_GROUPS)
     store._on_event = events.append
-    store.settings = store.settings.model_copy(update={"candidates": 1, "candidate_min_cosine": 0.999})
-    texts = [
-        "I went hiking in the Alps with Maria last summer.",
-        "Last summer I went hiking in the Alps with Maria.",
-        "My sister Ana moved to Lisbon in March for her new job.",
-        "In March my sister Ana moved to Lisbon for her new job.",
-    ]
-    await store.write([fact(t, type=MemoryType.EPISODIC) for t in texts])
     real = store.inner.validate
 
     def refusing(memory):
@@ -287,7 +280,7 @@ async def test_a_group_whose_merged_memory_the_store_refuses_is_left_and_the_oth
     with patch.object(store.inner, "validate", refusing):
         report = await store.consolidate("alice")
     assert report.groups == 1 and "consolidation_invalid" in events
-    assert [t for t in await active(store) if "Alps" in t] == sorted(texts[:2])
+    assert [t for t in await active(store) if "Alps" in t] == sorted(TWO_GROUPS[:2])
     listed = (await store.list(ListQuery(user_id="alice", states=[MemoryState.ACTIVE]))).memories
     assert [m.id for m in listed if "Lisbon" in m.content] == report.merged  # the Lisbon pair merged
 
