@@ -69,9 +69,10 @@ EXTRACTION_OUTCOMES = frozenset(
 )
 WRITE_OUTCOMES = frozenset({o.value for o in WriteOutcome} | {"superseded"})
 CACHE_EVENTS = frozenset(EVENT_NAMES.values())
-CONSOLIDATION_EVENTS = frozenset({"group", "expired", "too_large"})
+CONSOLIDATION_EVENTS = frozenset({"group", "expired", "too_large", "invalid"})
 CURATION_EVENTS = frozenset(
-    {f"write_{o}" for o in WRITE_OUTCOMES} | {"consolidation_group", "expired_purged", "consolidation_too_large"}
+    {f"write_{o}" for o in WRITE_OUTCOMES}
+    | {"consolidation_group", "expired_purged", "consolidation_too_large", "consolidation_invalid"}
 )
 """What ``CuratingStore`` reports to ``on_event`` (mapped to the write and consolidation metrics)."""
 JUDGES = frozenset({"second_opinion", "llm"})
