@@ -30,7 +30,7 @@ from ray import serve
 from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from memory_core.chat.metrics import CACHE_EVENTS, FALLBACK_EVENTS, SECOND_OPINION_E5_EVENTS
+from memory_core.chat.metrics import CACHE_EVENTS, CONSOLIDATION_EVENT_LABELS, FALLBACK_EVENTS, SECOND_OPINION_E5_EVENTS
 from memory_core.config import MemoryStoreSettings
 from memory_core.cpu_pool import NICE_MAX, CpuPool, favour_the_event_loop
 from memory_core.embedding import (
@@ -96,12 +96,6 @@ _ACTOR_METHODS = frozenset(
     {"store", "store_many", "write", "update", "forget", "forget_by_scope", "restore", "unmerge", "consolidate"}
 )
 """The shard methods ``StoreShard.as_actor`` runs (the writes)."""
-_CONSOLIDATION_EVENT = {
-    "consolidation_group": "group",
-    "expired_purged": "expired",
-    "consolidation_too_large": "too_large",
-    "consolidation_invalid": "invalid",
-}
 
 
 WRITE_LANE_NICE = NICE_MAX
@@ -250,9 +244,9 @@ class StoreShard:
             self._metrics.count("memory_redactions", {"kind": kind, "policy": policy})
         elif event.startswith("write_"):
             self._metrics.count("llm_memory_writes_total", {**self._by_backend, "outcome": event[len("write_") :]})
-        elif event in _CONSOLIDATION_EVENT:
+        elif event in CONSOLIDATION_EVENT_LABELS:
             self._metrics.count(
-                "llm_memory_consolidation_total", {**self._by_backend, "event": _CONSOLIDATION_EVENT[event]}
+                "llm_memory_consolidation_total", {**self._by_backend, "event": CONSOLIDATION_EVENT_LABELS[event]}
             )
         elif event.startswith("judge:"):  # judge:<judge>:<verdict> (JUDGE_EVENTS)
             _, judge, verdict = event.split(":", 2)

@@ -69,11 +69,15 @@ EXTRACTION_OUTCOMES = frozenset(
 )
 WRITE_OUTCOMES = frozenset({o.value for o in WriteOutcome} | {"superseded"})
 CACHE_EVENTS = frozenset(EVENT_NAMES.values())
-CONSOLIDATION_EVENTS = frozenset({"group", "expired", "too_large", "invalid"})
-CURATION_EVENTS = frozenset(
-    {f"write_{o}" for o in WRITE_OUTCOMES}
-    | {"consolidation_group", "expired_purged", "consolidation_too_large", "consolidation_invalid"}
-)
+CONSOLIDATION_EVENT_LABELS = {
+    "consolidation_group": "group",
+    "expired_purged": "expired",
+    "consolidation_too_large": "too_large",
+    "consolidation_invalid": "invalid",
+}
+"""``CuratingStore``'s consolidation events → the ``event`` label of ``llm_memory_consolidation_total``."""
+CONSOLIDATION_EVENTS = frozenset(CONSOLIDATION_EVENT_LABELS.values())
+CURATION_EVENTS = frozenset({f"write_{o}" for o in WRITE_OUTCOMES} | CONSOLIDATION_EVENT_LABELS.keys())
 """What ``CuratingStore`` reports to ``on_event`` (mapped to the write and consolidation metrics)."""
 JUDGES = frozenset({"second_opinion", "llm"})
 """Who overrode or answered for the rules in supersession: the embedding second opinion

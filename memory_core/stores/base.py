@@ -254,11 +254,16 @@ class MemoryStore(ABC):
 
     # ------------------------------------------------------------------ helpers
     async def _vectors(self, texts: list[str], *, query: bool = False) -> list[list[float]]:
+        """One checked vector per text from the store's embedder (the query embedder with
+        ``query``). Raises ``InvalidInput`` (no embedder, another number of vectors than texts,
+        a bad vector), ``StoreClosed``."""
         embed = (self._embed_query or self._embed) if query else self._embed
         if embed is None:
             raise InvalidInput("no embedding supplied and this store has no embedder")
         vectors = await embed(texts)
         self._still_open()  # no data work after close, even if embedding was slow
+        if len(vectors) != len(texts):
+            raise InvalidInput(f"the embedder returned {len(vectors)} vectors for {len(texts)} texts")
         return [self._check_vector(v) for v in vectors]
 
     def _check_vector(self, vector: Sequence[float], identity: str | None = None) -> list[float]:
@@ -345,8 +350,6 @@ class MemoryStore(ABC):
         if not missing:
             return memories
         vectors = await self._vectors([memories[i].content for i in missing])
-        if len(vectors) != len(missing):
-            raise InvalidInput(f"the embedder returned {len(vectors)} vectors for {len(missing)} texts")
         out = list(memories)
         for i, vector in zip(missing, vectors, strict=True):
             out[i] = out[i].model_copy(update={"embedding": vector, "embedding_identity": self.identity})
@@ -467,7 +470,7 @@ class MemoryStore(ABC):
     async def embed_documents(self, texts: Sequence[str]) -> builtins.list[builtins.list[float]]:
         """Vectors of ``texts`` as this store embeds the memories it stores (the document
         embedder), n texts → n unit vectors; ``[]`` for none. Raises ``InvalidInput`` (no
-        embedder), ``StoreClosed``."""
+        embedder, or it answered another number of vectors than texts), ``StoreClosed``."""
         if not texts:
             return []
         async with self._op():

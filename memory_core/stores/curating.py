@@ -1199,9 +1199,7 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
                 # the merged texts of the pass in one embedder call (not one round trip each)
                 texts = [candidate.content for candidate, _ in planned]
                 await self._cpu.run(pretokenize, texts)
-                embedded = await self.inner.embed_documents(texts)
-                if len(embedded) != len(planned):
-                    raise InvalidInput(f"the embedder returned {len(embedded)} vectors for {len(planned)} texts")
+                embedded = await self.inner.embed_documents(texts)  # as many vectors as texts, or raises
                 planned = [
                     (c.model_copy(update={"embedding": v}), g) for (c, g), v in zip(planned, embedded, strict=True)
                 ]
