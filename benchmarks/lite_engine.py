@@ -14,7 +14,13 @@ user's write or read:
 - ``counts owner`` / ``counts all``: one user's memories, and everyone's, by state and type
   (``counts``, the admin views): before, the user's rows read (on the engine) and seven
   ``count(*)`` queries through the client; now ``LiteEngine.tally`` from the engine's columns
-  (only ``--count-calls`` of these: the old way walks every row).
+  (only ``--count-calls`` of these: the old way walks every row);
+- ``write+counts``: what an admin view costs while users write (every view follows a write):
+  one row written again, then everyone's counts and a page of 50 owners' counts; before, a
+  ``tally`` pass over the columns for each (what a write made stale), now the counts the
+  engine keeps as it writes (``LiteEngine.owner_counts``; the write reads the row's stored
+  values first, and this row's time includes that). Measured before the other rows: their
+  client writes make the kept counts stale (built again on the next read).
 
 Prints p50 / p95 (ms) per path and the ratio client ÷ engine of the p50s. One process, one
 thread, no other load: what a call costs, not what it waits for in the store's queue under
@@ -33,6 +39,7 @@ import asyncio
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -141,8 +148,36 @@ async def main() -> None:
                 ),
             }
 
+        def write_then_counts(i: int) -> tuple[Callable[[], None], Callable[[], None]]:
+            user = users[i % len(users)]
+            row = row_of(by_user[user][i % len(by_user[user])], user)
+            page = users[i % len(users) : i % len(users) + 50]
+            page_expr = "user_id in [" + ", ".join(f'"{u}"' for u in page) + "]"
+            counted = ["state", "memory_type"]
+
+            def tally() -> None:
+                engine.upsert(name, [row])
+                engine.tally(name, "", counted)
+                engine.tally(name, page_expr, ["user_id", *counted])
+
+            def kept() -> None:
+                engine.upsert(name, [row])
+                counts = engine.owner_counts(name)
+                dict(counts.total)
+                [dict(counts.by_owner.get(u, {})) for u in page]
+
+            return tally, kept
+
         def measure() -> dict[str, tuple[list[float], list[float]]]:
             out: dict[str, tuple[list[float], list[float]]] = {}
+            engine.owner_counts(name)  # built once, as a running store's first admin view does
+            for i in range(args.count_calls):  # only engine writes here: the kept counts stay current
+                times = out.setdefault("write+counts", ([], []))
+                tally, kept = write_then_counts(i)
+                for path, fn in ((0, tally), (1, kept)) if i % 2 else ((1, kept), (0, tally)):
+                    t0 = time.perf_counter()
+                    fn()
+                    times[path].append((time.perf_counter() - t0) * 1000)
             for i in range(args.calls):
                 for op, (client, direct) in ops(i).items():
                     times = out.setdefault(op, ([], []))

@@ -49,8 +49,38 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 P = ParamSpec("P")
-TALLY_CACHE_ENTRIES = 64
-"""Tallies ``LiteEngine`` keeps (by collection, filter and fields), each until the next write."""
+OWNER_FIELDS = ("user_id", "state", "memory_type")
+"""The fields ``LiteEngine.owner_counts`` counts rows by: owner, lifecycle state, memory type."""
+
+
+class OwnerCounts:
+    """How many live rows of one collection each owner holds, by (state, memory type) as
+    stored (a missing value is ``None``), and the same for the whole collection: what the
+    admin views read. Built once from the columns (``LiteEngine.tally``) and then kept by
+    the engine's own writes (each row's stored values before and after), so a view costs
+    the owners it asks for, not the collection (``benchmarks/lite_engine.py``, rows
+    "counts"). ``seq`` is the collection's sequence number after the last write counted: a
+    write that did not go through ``LiteEngine`` moves it, and the counts are built again."""
+
+    def __init__(self, collection: Any, seq: int, by_owner: dict[Any, Counter[tuple[Any, Any]]]):
+        self.collection = collection
+        self.seq = seq
+        self.by_owner = by_owner
+        self.total: Counter[tuple[Any, Any]] = Counter()
+        for counts in by_owner.values():
+            self.total.update(counts)
+
+    def add(self, owner: Any, state: Any, kind: Any, n: int) -> None:
+        """Count ``n`` more (or, negative, fewer) rows of ``owner`` in (``state``, ``kind``)."""
+        counts = self.by_owner.setdefault(owner, Counter())
+        counts[(state, kind)] += n
+        self.total[(state, kind)] += n
+        if counts[(state, kind)] <= 0:
+            del counts[(state, kind)]
+            if not counts:
+                del self.by_owner[owner]
+        if self.total[(state, kind)] <= 0:
+            del self.total[(state, kind)]
 
 
 def _unavailable_when_down(method: Callable[Concatenate[LiteEngine, P], T]) -> Callable[Concatenate[LiteEngine, P], T]:
@@ -88,7 +118,7 @@ class LiteEngine:
         self._database = database
         self._column_tally: bool | None = None  # the engine internals ``tally`` reads: checked once
         self._json_by_schema: dict[int, tuple[Any, frozenset[str]]] = {}
-        self._tallies: dict[tuple[str, str, tuple[str, ...]], tuple[Any, int, Counter[tuple[Any, ...]]]] = {}
+        self._owner_counts: dict[str, OwnerCounts] = {}
 
     @classmethod
     def attach(cls, uri: str, database: str | None = None) -> LiteEngine | None:
@@ -175,14 +205,81 @@ class LiteEngine:
 
     @_unavailable_when_down
     def upsert(self, name: str, rows: list[dict[str, Any]]) -> None:
-        """Write whole ``rows`` in place of the rows of the same ids (new ids are inserted)."""
-        self._collection(name).upsert([dict(r) for r in rows], partition_name="_default")
+        """Write whole ``rows`` in place of the rows of the same ids (new ids are inserted);
+        the owner counts follow (see ``owner_counts``)."""
+        collection = self._collection(name)
+        self._counted_write(
+            name, collection, rows, lambda: collection.upsert([dict(r) for r in rows], partition_name="_default")
+        )
 
     @_unavailable_when_down
     def delete(self, name: str, ids: Sequence[str]) -> None:
-        """Delete the rows of ``ids`` (absent ids are no error)."""
+        """Delete the rows of ``ids`` (absent ids are no error); the owner counts follow."""
         if ids:
-            self._collection(name).delete(list(ids))
+            collection = self._collection(name)
+            self._counted_write(
+                name,
+                collection,
+                [{collection.pk_field: i} for i in ids],
+                lambda: collection.delete(list(ids)),
+                delete=True,
+            )
+
+    def _counted_write(
+        self, name: str, collection: Any, rows: list[dict[str, Any]], write: Callable[[], Any], delete: bool = False
+    ) -> None:
+        """Run ``write`` (an upsert of ``rows``, or with ``delete`` a delete of their ids) and
+        keep ``name``'s owner counts, where they are kept and current: the rows' stored
+        values are read by key before (what the write replaces or removes) and the written
+        values counted after (a field a row leaves out keeps its stored value, as the
+        engine's upsert merges). A write that raises drops the counts (the next read builds
+        them again from the columns): it may have landed in part."""
+        counts = self._owner_counts.get(name)
+        if (
+            counts is None
+            or counts.collection is not collection
+            or counts.seq != getattr(collection, "_next_seq", None)
+        ):
+            self._owner_counts.pop(name, None)
+            write()
+            return
+        pk = collection.pk_field
+        latest = {row[pk]: row for row in rows}  # a repeated id: its last row is the one kept
+        try:
+            before = {r[pk]: r for r in collection.get(list(latest), output_fields=list(OWNER_FIELDS))}
+            write()
+        except BaseException:
+            self._owner_counts.pop(name, None)
+            raise
+        for key, row in latest.items():
+            old = before.get(key)
+            if old is not None:
+                counts.add(old.get("user_id"), old.get("state"), old.get("memory_type"), -1)
+            if not delete:
+                new = {f: row[f] if f in row else (old or {}).get(f) for f in OWNER_FIELDS}
+                counts.add(new["user_id"], new["state"], new["memory_type"], 1)
+        counts.seq = collection._next_seq
+
+    @_unavailable_when_down
+    def owner_counts(self, name: str) -> OwnerCounts:
+        """``name``'s live rows counted by owner, state and memory type (``OwnerCounts``):
+        kept by this engine's writes, built from the columns on the first read and after
+        any write that did not go through it. Callers only read the answer (it is the kept
+        object) and run on the store's worker thread, as every write does."""
+        collection = self._collection(name)
+        seq = getattr(collection, "_next_seq", None)
+        counts = self._owner_counts.get(name)
+        if counts is not None and counts.collection is collection and seq is not None and counts.seq == seq:
+            return counts
+        by_owner: dict[Any, Counter[tuple[Any, Any]]] = {}
+        for (owner, state, kind), n in self._tally(collection, "", OWNER_FIELDS).items():
+            by_owner.setdefault(owner, Counter())[(state, kind)] = n
+        counts = OwnerCounts(collection, seq if seq is not None else -1, by_owner)
+        if seq is not None:  # an engine without the sequence number: counted on every read
+            self._owner_counts[name] = counts
+        else:
+            self._owner_counts.pop(name, None)
+        return counts
 
     @_unavailable_when_down
     def tally(self, name: str, expr: str, fields: Sequence[str]) -> Counter[tuple[Any, ...]]:
@@ -190,27 +287,9 @@ class LiteEngine:
         the scalar ``fields`` (a ``Counter`` of value tuples in the order of ``fields``; a
         missing value is ``None``). Read from the engine's columns without building a row
         (see the module docstring); through the public ``query`` where this ``milvus-lite``
-        lacks one of the internals it reads. A tally is kept until the collection's next write
-        (its sequence number, which every insert, upsert and delete advances, is unchanged):
-        an operator's dashboard read again and again counts once per change."""
-        collection = self._collection(name)
-        key = (name, expr, tuple(fields))
-        # every insert, upsert and delete moves it, before its rows land: sound because the
-        # store is the engine's only writer and runs every call, this one too, on its one
-        # thread (the engine takes no concurrent writes: see the module docstring)
-        version = getattr(collection, "_next_seq", None)
-        known = self._tallies.get(key)
-        if known is not None and version is not None and known[0] is collection and known[1] == version:
-            return Counter(known[2])
-        if known is not None and known[0] is not collection:  # dropped or made again: forget its tallies
-            self._tallies = {k: v for k, v in self._tallies.items() if v[0] is not known[0]}
-        tally = self._tally(collection, expr, fields)
-        if version is not None:
-            self._tallies.pop(key, None)
-            self._tallies[key] = (collection, version, tally)
-            while len(self._tallies) > TALLY_CACHE_ENTRIES:
-                self._tallies.pop(next(iter(self._tallies)))
-        return Counter(tally)
+        lacks one of the internals it reads. One pass over the collection: the admin views
+        read the kept ``owner_counts`` instead."""
+        return self._tally(self._collection(name), expr, fields)
 
     def _tally(self, collection: Any, expr: str, fields: Sequence[str]) -> Counter[tuple[Any, ...]]:
         if self._column_tally is None:

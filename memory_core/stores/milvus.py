@@ -51,6 +51,7 @@ import asyncio
 import concurrent.futures
 import functools
 import logging
+from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -739,20 +740,24 @@ class MilvusStore(MemoryStore):
         return bool(await self._call(self._get_sync, [memory_id], ["id"]))
 
     async def _counts(self, user_id: str | None) -> MemoryCounts:
-        """On Milvus Lite's engine in this process: one ``LiteEngine.tally`` of the rows'
-        ``state`` and ``memory_type`` (the user's rows, or every row), read from its columns
-        (~90× faster than a query that builds the rows: ``benchmarks/lite_engine.py``).
-        Otherwise, a user: one query of the user's ``state`` and ``memory_type`` (the
+        """On Milvus Lite's engine in this process: the engine's kept ``owner_counts`` (the
+        user's, or the collection's), which its writes update, so a read costs the user, not
+        the collection (``benchmarks/lite_engine.py``, rows "counts"). Otherwise, a user: one query of the user's ``state`` and ``memory_type`` (the
         partition the user hashes to, as listing reads it), counted here (one query instead
         of seven ``count(*)`` queries per user: ``benchmarks/admin_views.py``); every user:
         one ``count(*)`` query per state and per type (7)."""
         states, kinds = _STATES, _TYPES
-        if self._engine is not None:  # one pass over the engine's columns, no row built
-            expr = "" if user_id is None else _filter(user_id, None, None)
-            tally = await self._call(self._engine.tally, self.collection, expr, ["state", "memory_type"])
+        if self._engine is not None:  # the counts the engine keeps as it writes
+            engine = self._engine
+
+            def kept() -> list[tuple[tuple[Any, Any], int]]:
+                owned = engine.owner_counts(self.collection)
+                counts = owned.total if user_id is None else owned.by_owner.get(user_id, Counter())
+                return list(counts.items())  # copied on the worker thread, as every write runs
+
             by_state = {s: 0 for s in MemoryState}
             by_type = {t: 0 for t in MemoryType}
-            for (state, kind), n in tally.items():
+            for (state, kind), n in await self._call(kept):
                 if user_id is not None and _known(state, kind) is None:
                     continue  # a user's counts: as the rows read below (both values known)
                 if str(state) in states:  # every user's: as the count(*) per state, per type
@@ -778,19 +783,21 @@ class MilvusStore(MemoryStore):
         return await self._call(counts)
 
     async def _totals(self, user_ids: list[str]) -> dict[str, int]:
-        """On Milvus Lite's engine in this process: one ``LiteEngine.tally`` of the owners'
-        rows by ``user_id`` (one pass over the columns for the whole page, not one per user);
+        """On Milvus Lite's engine in this process: the engine's kept ``owner_counts`` of
+        each owner (a lookup per user of the page, not a pass over the collection);
         elsewhere the base's ``_counts`` of each."""
         if self._engine is None:
             return await super()._totals(user_ids)
-        expr = "user_id in [" + ", ".join(milvus_literal(u) for u in user_ids) + "]"
-        fields = ["user_id", "state", "memory_type"]
-        tally = await self._call(self._engine.tally, self.collection, expr, fields)
-        out = dict.fromkeys(user_ids, 0)
-        for (user_id, state, kind), n in tally.items():
-            if user_id in out and _known(state, kind) is not None:  # as ``counts``
-                out[user_id] += n
-        return out
+        engine = self._engine
+
+        def totals() -> dict[str, int]:
+            by_owner = engine.owner_counts(self.collection).by_owner
+            return {
+                u: sum(n for (state, kind), n in by_owner.get(u, {}).items() if _known(state, kind) is not None)
+                for u in user_ids
+            }  # as ``counts``: a row of an unknown state or type is left out
+
+        return await self._call(totals)
 
     async def _flush(self) -> None:
         """Flush the collection (seal growing segments) and count it."""

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("milvus_lite")
 
 from memory_core.config import MilvusSettings
-from memory_core.errors import MemoryNotFound
+from memory_core.errors import MemoryNotFound, StoreUnavailable
 from memory_core.stores.lite_engine import LiteEngine
 from memory_core.stores.milvus import _ALL_FIELDS, _SCALAR_FIELDS, _VECTOR_FIELD, MilvusStore, _filter, _ids_filter
 from memory_core.types import ListQuery, Memory, MemoryChanges, MemoryState, MemoryType
@@ -367,36 +367,111 @@ def test_tally_falls_back_when_the_engine_lacks_its_internals():
     assert engine._column_tally is False  # and so from then on
 
 
-async def test_a_tally_is_kept_until_the_collections_next_write(tmp_path):
-    """``tally`` counts again only after an insert, an upsert or a delete (the collection's
-    sequence number moved): read again with nothing written, the kept tally answers (a flush
-    moves no row); after each kind of write the new counts are read."""
+async def test_owner_counts_are_kept_by_the_engines_writes_without_a_recount(tmp_path):
+    """``owner_counts`` is built from the columns once, then kept by every write the store
+    makes through the engine (new rows, rows written again in another state, an update that
+    changes the state, deletes one by one and by scope, a delete of ids that do not exist):
+    after each, the kept counts equal a fresh pass over the columns, and none is counted
+    again. A flush moves no row. A write that did not go through the engine (the client's)
+    is noticed and the counts built again; so is a write that raises. The store's ``counts``
+    and ``totals`` read them."""
+    import random
+    from collections import Counter
+
+    from memory_core.stores.lite_engine import OWNER_FIELDS
+    from memory_core.types import EVERYONE, MemoryScope
+
     store = _store(tmp_path)
     await store.open()
     try:
         engine = store._engine
         assert engine is not None
-        counted = []
+        built = []
         real = engine._tally
-        engine._tally = lambda *a: counted.append(a[1]) or real(*a)  # type: ignore[method-assign]
-        fields = ["state", "memory_type"]
+        engine._tally = lambda *a: built.append(a[1]) or real(*a)  # type: ignore[method-assign]
 
-        async def tally() -> dict:
-            return dict(await _on_thread(store, engine.tally, store.collection, "", fields))
+        async def kept() -> dict:
+            counts = await _on_thread(store, engine.owner_counts, store.collection)
+            return {"by_owner": {u: dict(c) for u, c in counts.by_owner.items()}, "total": dict(counts.total)}
 
-        memories = _memories()
-        await store.store_many(memories)
-        first = await tally()
-        assert await tally() == first and len(counted) == 1
-        await store._flush()
-        assert await tally() == first and len(counted) == 1
-        await store.store(Memory(user_id="bob", content="bob's one", type=MemoryType.PROCEDURAL))
-        added = await tally()
-        assert sum(added.values()) == sum(first.values()) + 1 and len(counted) == 2
-        await store.update(memories[0].id, "alice", MemoryChanges(state=MemoryState.SUPERSEDED))
-        updated = await tally()
-        assert updated.get(("superseded", memories[0].type.value)) == 1 and len(counted) == 3
-        await store.forget(memories[1].id, "alice")
-        assert sum((await tally()).values()) == sum(added.values()) - 1 and len(counted) == 4
+        def recount() -> dict:
+            by_owner: dict = {}
+            total: Counter = Counter()
+            for (user, state, kind), n in real(engine._collection(store.collection), "", OWNER_FIELDS).items():
+                by_owner.setdefault(user, {})[(state, kind)] = n
+                total[(state, kind)] += n
+            return {"by_owner": by_owner, "total": dict(total)}
+
+        rng = random.Random(7)
+        users = ["alice", "bob", "carol"]
+        held: dict[str, list[str]] = {u: [] for u in users}
+        assert await kept() == recount() == {"by_owner": {}, "total": {}} and len(built) == 1
+        for step in range(40):
+            user = rng.choice(users)
+            action = rng.choice(["add", "add", "state", "forget", "flush", "scope", "absent"])
+            if action == "add" or not held[user]:
+                memories = [
+                    Memory(user_id=user, content=f"{user} fact {step}.{i}", type=rng.choice(list(MemoryType)))
+                    for i in range(rng.randint(1, 4))
+                ]
+                held[user] += [m.id for m in await store.store_many(memories)]
+            elif action == "state":
+                state = rng.choice([MemoryState.SUPERSEDED, MemoryState.QUARANTINED, MemoryState.ACTIVE])
+                await store.update(rng.choice(held[user]), user, MemoryChanges(state=state))
+            elif action == "forget":
+                gone = held[user].pop(rng.randrange(len(held[user])))
+                await store.forget(gone, user)
+            elif action == "flush":
+                await store._flush()
+            elif action == "scope":
+                kind = rng.choice(list(MemoryType))
+                await store.forget_by_scope(MemoryScope(user_id=user, types=(kind,)))
+                alive = {
+                    r["id"]
+                    for r in await _on_thread(store, engine.query, store.collection, _filter(user, None, None), ["id"])
+                }
+                held[user] = [i for i in held[user] if i in alive]
+            else:
+                await _on_thread(store, engine.delete, store.collection, ["no-such-id", "nor-this"])
+            assert await kept() == recount(), (step, action)
+        assert len(built) == 1  # never counted again: every write kept them
+        expected = {u: sum(n for (s, k), n in c.items()) for u, c in recount()["by_owner"].items()}
+        assert await store.totals(users + ["nobody"]) == {**dict.fromkeys(users + ["nobody"], 0), **expected}
+        assert (await store.counts(EVERYONE)).total == sum(expected.values())
+        assert (await store.counts("alice")).total == expected.get("alice", 0)
+
+        # a write the engine did not make: noticed (the sequence number moved), built again
+        extra = Memory(user_id="dave", content="dave's one", type=MemoryType.PROCEDURAL)
+        engine_kept, store._engine = store._engine, None
+        try:
+            await store.store(extra)
+        finally:
+            store._engine = engine_kept
+        assert (await kept())["by_owner"]["dave"] == {("active", "procedural"): 1} and len(built) == 2
+
+        # a row that leaves fields out keeps their stored values (the engine's upsert merges)
+        await _on_thread(store, engine.upsert, store.collection, [{"id": extra.id, "state": "superseded"}])
+        assert (await kept())["by_owner"]["dave"] == {("superseded", "procedural"): 1} and len(built) == 2
+        assert await kept() == recount()
+
+        # a write that raises drops the counts: the next read counts again
+        collection = engine._collection(store.collection)
+        real_upsert = collection.upsert
+
+        def failing(*a, **kw):
+            real_upsert(*a, **kw)
+            raise OSError("disk full after the write")
+
+        collection.upsert = failing
+        try:
+            with pytest.raises(StoreUnavailable):
+                await _on_thread(
+                    store, engine.upsert, store.collection,
+                    [{**(await _on_thread(store, engine.get, store.collection, [extra.id], _ALL_FIELDS))[0], "state": "quarantined"}],
+                )  # fmt: skip
+        finally:
+            del collection.upsert
+        assert (await kept())["by_owner"]["dave"] == {("quarantined", "procedural"): 1} and len(built) == 3
+        assert await kept() == recount()
     finally:
         await store.close()
