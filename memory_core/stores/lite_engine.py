@@ -56,10 +56,10 @@ OWNER_FIELDS = ("user_id", "state", "memory_type")
 class OwnerCounts:
     """How many live rows of one collection each owner holds, by (state, memory type) as
     stored (a missing value is ``None``), and the same for the whole collection: what the
-    admin views read. Built once from the columns (``LiteEngine.tally``) and then kept by
+    admin views read. Built once from the columns (as ``LiteEngine.tally`` counts) and then kept by
     the engine's own writes (each row's stored values before and after), so a view costs
-    the owners it asks for, not the collection (``benchmarks/lite_engine.py``, rows
-    "counts"). ``seq`` is the collection's sequence number after the last write counted: a
+    the owners it asks for, not the collection (``benchmarks/lite_engine.py``, row
+    "write+counts"). ``seq`` is the collection's sequence number after the last write counted: a
     write that did not go through ``LiteEngine`` moves it, and the counts are built again."""
 
     def __init__(self, collection: Any, seq: int, by_owner: dict[Any, Counter[tuple[Any, Any]]]):
@@ -70,17 +70,26 @@ class OwnerCounts:
         for counts in by_owner.values():
             self.total.update(counts)
 
-    def add(self, owner: Any, state: Any, kind: Any, n: int) -> None:
-        """Count ``n`` more (or, negative, fewer) rows of ``owner`` in (``state``, ``kind``)."""
+    def add(self, owner: Any, state: Any, kind: Any, n: int) -> bool:
+        """Count ``n`` more (or, negative, fewer) rows of ``owner`` in (``state``, ``kind``);
+        False (nothing changed) where that would leave fewer than none: the counts no longer
+        match the collection."""
         counts = self.by_owner.setdefault(owner, Counter())
+        if counts[(state, kind)] + n < 0:
+            if not counts[(state, kind)]:
+                del counts[(state, kind)]
+            if not counts:
+                del self.by_owner[owner]
+            return False
         counts[(state, kind)] += n
         self.total[(state, kind)] += n
-        if counts[(state, kind)] <= 0:
+        if not counts[(state, kind)]:
             del counts[(state, kind)]
             if not counts:
                 del self.by_owner[owner]
-        if self.total[(state, kind)] <= 0:
+        if not self.total[(state, kind)]:
             del self.total[(state, kind)]
+        return True
 
 
 def _unavailable_when_down(method: Callable[Concatenate[LiteEngine, P], T]) -> Callable[Concatenate[LiteEngine, P], T]:
@@ -232,33 +241,40 @@ class LiteEngine:
         keep ``name``'s owner counts, where they are kept and current: the rows' stored
         values are read by key before (what the write replaces or removes) and the written
         values counted after (a field a row leaves out keeps its stored value, as the
-        engine's upsert merges). A write that raises drops the counts (the next read builds
-        them again from the columns): it may have landed in part."""
-        counts = self._owner_counts.get(name)
-        if (
-            counts is None
-            or counts.collection is not collection
-            or counts.seq != getattr(collection, "_next_seq", None)
-        ):
-            self._owner_counts.pop(name, None)
+        engine's upsert merges). The counts are dropped (the next read builds them again
+        from the columns) where they could go wrong: a write that raises (it may have landed
+        in part), a batch that names an id twice (the engine writes the rows of each
+        partition-key bucket in turn, so the last row need not be the one kept), a read
+        before the write that fails, a write after which the sequence number is not where
+        this write alone puts it (another writer in between), a count that would go below
+        none."""
+        counts = self._owner_counts.pop(name, None)  # put back only once this write is counted
+        start = getattr(collection, "_next_seq", None)
+        if counts is None or counts.collection is not collection or counts.seq != start:
             write()
             return
         pk = collection.pk_field
-        latest = {row[pk]: row for row in rows}  # a repeated id: its last row is the one kept
+        latest = {row[pk]: row for row in rows}
         try:
             before = {r[pk]: r for r in collection.get(list(latest), output_fields=list(OWNER_FIELDS))}
+        except Exception as e:  # e.g. a released collection: its write decides, uncounted
+            log.info("owner counts of %s dropped: the rows could not be read before a write (%s)", name, e)
             write()
-        except BaseException:
-            self._owner_counts.pop(name, None)
-            raise
+            return
+        write()
+        moved = 1 if delete else len(rows)  # a delete takes one sequence number, a row one each
+        if len(latest) != len(rows) or collection._next_seq != start + moved:
+            return
         for key, row in latest.items():
             old = before.get(key)
-            if old is not None:
-                counts.add(old.get("user_id"), old.get("state"), old.get("memory_type"), -1)
+            if old is not None and not counts.add(old.get("user_id"), old.get("state"), old.get("memory_type"), -1):
+                log.warning("owner counts of %s did not match the collection: counted again on the next read", name)
+                return
             if not delete:
                 new = {f: row[f] if f in row else (old or {}).get(f) for f in OWNER_FIELDS}
                 counts.add(new["user_id"], new["state"], new["memory_type"], 1)
         counts.seq = collection._next_seq
+        self._owner_counts[name] = counts
 
     @_unavailable_when_down
     def owner_counts(self, name: str) -> OwnerCounts:

@@ -742,7 +742,8 @@ class MilvusStore(MemoryStore):
     async def _counts(self, user_id: str | None) -> MemoryCounts:
         """On Milvus Lite's engine in this process: the engine's kept ``owner_counts`` (the
         user's, or the collection's), which its writes update, so a read costs the user, not
-        the collection (``benchmarks/lite_engine.py``, rows "counts"). Otherwise, a user: one query of the user's ``state`` and ``memory_type`` (the
+        the collection (``benchmarks/lite_engine.py``, row "write+counts"). Otherwise, a user:
+        one query of the user's ``state`` and ``memory_type`` (the
         partition the user hashes to, as listing reads it), counted here (one query instead
         of seven ``count(*)`` queries per user: ``benchmarks/admin_views.py``); every user:
         one ``count(*)`` query per state and per type (7)."""
