@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from .. import linear_re
 from ..curation.judge import strip_lead_in
 from ..sanitize import MAX_CONTENT_BYTES, is_visible
+from ..sentences import join_sentences, split_sentences
 from ..types import Memory, MemoryType
 from .inject import content_text, strip_memory_block
 from .routing import is_greeting, is_punctuation_only
@@ -51,18 +52,12 @@ order) an answer's sentences are compared with: each sentence is compared with e
 so their number is bounded (a few memories of a few sentences each are far below it)."""
 ELLIPSIS = "…"
 
-# Sentence ends: ., !, ? followed by whitespace; CJK full stops with or without a space.
-_SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*")
 _QA_PREFIX = re.compile(r"^\s*[QA]:\s*")
 
 
 def _normalize(text: str) -> str:
     """Lowercase, word tokens only, single-spaced (punctuation/markup ignored)."""
     return " ".join(re.findall(r"\w+", text.lower()))
-
-
-def _sentences(text: str) -> list[str]:
-    return [s for s in _SENTENCE_SPLIT.split(text) if s.strip()]
 
 
 class _Quotes:
@@ -90,7 +85,7 @@ class _Quotes:
                     return
                 line = _QA_PREFIX.sub("", line)
                 add(i, line)
-                for sentence in _sentences(line):
+                for sentence in split_sentences(line):
                     add(i, sentence)
 
     def quoted(self, sentence: str) -> bool:
@@ -118,7 +113,7 @@ def remove_quoted(assistant_text: str, injected: Iterable[Memory]) -> str:
         return assistant_text.strip()
     kept_lines = []
     for line in assistant_text.splitlines():
-        kept = [s.strip() for s in _sentences(line) if not quotes.quoted(s)]
+        kept = [s.strip() for s in split_sentences(line) if not quotes.quoted(s)]
         if kept:
             kept_lines.append(" ".join(kept))
     return "\n".join(kept_lines).strip()
@@ -177,6 +172,13 @@ noun right after the verb reads as a statement ("Share prices fell", "Play is im
 "Show jumping is my hobby"), and so do a capitalised name ("Find My iPhone found…",
 "Imagine Dragons is my favourite band") and words glued to the verb ("Write-ups",
 "Check-in")."""
+_ANSWER_VERBS = "answer|respond|reply"
+"""English verbs asking how to answer ("Answer yes or no.", "Reply in one word", "Respond
+only with a number"): a request when one of ``_ANSWER_HOW`` follows, maybe after an adverb."""
+_ANSWER_HOW = (
+    "yes|no|in|with|using|by|as|me|us|this|that|the|these|those|each|every|briefly|"
+    "concisely|honestly|truthfully|simply|only|just|exactly|precisely|shortly|quickly"
+)
 _REQUEST_ARTIFACTS = (
     "poems?|limericks?|haikus?|stor(?:y|ies)|jokes?|songs?|lyrics|essays?|summar(?:y|ies)|lists?|recipes?|"
     "e-?mails?|letters?|captions?|slogans?|titles?|names?|ideas?|tips|suggestions|examples?|quiz(?:zes)?|"
@@ -192,7 +194,8 @@ _REQUEST_START = linear_re.compile(
     rf"(?:{_REQUEST_ARTIFACTS}){_S}+(?:about|for|on|of|that|to|in|with){linear_re.NOT_WORD})|"
     rf"(?i:(?:can|could|would|will){_S}+you|let'?s){_S}+{_W}|"
     rf"(?i:{_REQUEST_VERBS}){_S}+(?:{_W}|['\"‘“«])|"
-    rf"(?i:{_REQUEST_VERBS_WITH_OBJECT}){_S}+(?:(?:{_REQUEST_OBJECT})(?:{linear_re.NOT_WORD}|$)|['\"‘“«]))"
+    rf"(?i:{_REQUEST_VERBS_WITH_OBJECT}){_S}+(?:(?:{_REQUEST_OBJECT})(?:{linear_re.NOT_WORD}|$)|['\"‘“«])|"
+    rf"(?i:{_ANSWER_VERBS}){_S}+(?:{_ANSWER_HOW})(?:{linear_re.NOT_WORD}|$))"
 )
 """RE2: a one-off request to the assistant in English, by its first words (verbs in any
 case, the word after a two-way verb in lower case)."""
@@ -468,42 +471,6 @@ def classify_sentence(sentence: str) -> MemoryType | str:
     return MemoryType.SEMANTIC
 
 
-_NO_SPACE_AFTER = frozenset("。！？｡")
-"""Sentence ends of scripts written without spaces between sentences."""
-
-
-def _unspaced(ch: str) -> bool:
-    """Whether ``ch`` is of a script written without spaces between words and sentences
-    (Han, Hiragana, Katakana, Thai, Lao, Khmer, Myanmar, full-width forms)."""
-    o = ord(ch)
-    return (
-        0x3000 <= o <= 0x9FFF  # CJK punctuation, kana, CJK unified ideographs (and extension A)
-        or 0xF900 <= o <= 0xFAFF  # CJK compatibility ideographs
-        or 0xFF00 <= o <= 0xFFEF  # half- and full-width forms
-        or 0x0E00 <= o <= 0x0EFF  # Thai, Lao
-        or 0x1780 <= o <= 0x17FF  # Khmer
-        or 0x1000 <= o <= 0x109F  # Myanmar
-        or 0x20000 <= o <= 0x3FFFF  # CJK extensions B–H
-    )
-
-
-def join_sentences(sentences: Sequence[str]) -> str:
-    """``sentences`` joined as their script writes them: no space after a CJK full stop
-    ("我住在上海。" + "我的猫叫咪咪。" → "我住在上海。我的猫叫咪咪。", whatever follows it) or
-    between two characters of unspaced scripts (``_unspaced``: Chinese, Japanese, Thai…),
-    one space elsewhere (Latin, Cyrillic, Korean, Arabic…)."""
-    out: list[str] = []
-    for sentence in sentences:
-        if not sentence:
-            continue
-        if out:
-            left = out[-1][-1]
-            if not (left in _NO_SPACE_AFTER or (_unspaced(left) and _unspaced(sentence[0]))):
-                out.append(" ")
-        out.append(sentence)
-    return "".join(out)
-
-
 @dataclass
 class ExtractedMemory:
     """One memory a turn leaves: its ``type``, ``content`` and ``metadata``; ``window`` when
@@ -522,13 +489,6 @@ class TurnExtraction:
 
     memories: list[ExtractedMemory] = field(default_factory=list)
     skipped: str | None = None
-
-
-def _sentences_of(text: str) -> list[str]:
-    out: list[str] = []
-    for line in text.splitlines():
-        out.extend(s.strip() for s in _SENTENCE_SPLIT.split(line) if s.strip())
-    return out
 
 
 def _window(messages: Sequence[dict], answer: str, injected: Sequence[Memory], turns: int) -> str | None:
@@ -576,7 +536,7 @@ def extract_turn(
     out = TurnExtraction()
     kept: dict[MemoryType, list[str]] = {}
     first_reason: str | None = None
-    for sentence in _sentences_of(strip_lead_in(user_text)):
+    for sentence in split_sentences(strip_lead_in(user_text)):
         kind = classify_sentence(strip_lead_in(sentence))
         if isinstance(kind, MemoryType):
             kept.setdefault(kind, []).append(strip_lead_in(sentence))

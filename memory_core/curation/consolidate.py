@@ -21,11 +21,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from ..sentences import join_sentences, split_sentences
 from ..types import Memory, MemoryState
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\u0e00-\u0eff]")
-_SENTENCE = re.compile(r"(?<=[.!?。！？])\s+|\n+")
 
 
 def words(text: str) -> set[str]:
@@ -127,10 +127,6 @@ def _near_rows(
     return near
 
 
-def _sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE.split(text) if s.strip()]
-
-
 def merged_content(members: Sequence[Memory]) -> str:
     """One text saying what every member says (see the module docstring)."""
     by_size = sorted(
@@ -142,12 +138,12 @@ def merged_content(members: Sequence[Memory]) -> str:
     have = words(text)
     added: list[str] = []  # joined once at the end (appending to the text each time is quadratic)
     for m in by_size[1:]:
-        for sentence in _sentences(m.content):
+        for sentence in split_sentences(m.content):
             new = words(sentence) - have
             if new:
                 added.append(sentence)
                 have |= new
-    return " ".join([text.rstrip(), *added]) if added else text
+    return join_sentences([text.rstrip(), *added]) if added else text
 
 
 def lost_words(merged: str, members: Sequence[Memory]) -> set[str]:

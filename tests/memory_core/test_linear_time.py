@@ -61,6 +61,7 @@ from memory_core.sanitize import (
     normalize_headers,
     request_context,
 )
+from memory_core.sentences import split_sentences
 from memory_core.types import Memory, MemoryType, ScoredMemory
 
 MAX_RATIO = 64.0
@@ -147,6 +148,8 @@ RULES: dict[str, Rule] = {
     "is_punctuation_only": Rule(is_punctuation_only, CHAT_MAX_BYTES),
     "is_request": Rule(is_request, CHAT_MAX_BYTES),
     "join_sentences": Rule(lambda t: join_sentences(t.split(".")), CHAT_MAX_BYTES),
+    "split_sentences": Rule(split_sentences, CHAT_MAX_BYTES),
+    "split_sentences(initials)": Rule(lambda t: split_sentences(t.replace(" ", " A. ")), CHAT_MAX_BYTES),
     # the curation judge: the adversarial text old, new, and both
     "judge(old)": Rule(lambda t: _judge_uncached(t, "My code is a1b2 now, I moved to Paris.")),
     "judge(new)": Rule(lambda t: _judge_uncached("My code is a1b2 and I live in Boston.", t)),
