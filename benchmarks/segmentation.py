@@ -2,6 +2,11 @@
 
     python benchmarks/segmentation.py            # per split and kind: exact sentence lists
     python benchmarks/segmentation.py --misses dev
+    python benchmarks/segmentation.py --locomo   # LoCoMo's questions sent as chat turns
+
+``--locomo``: how many of the LoCoMo questions (``LOCOMO_PATH`` or the shared set), each sent
+alone as a user's chat message, leave a memory (``extract_turn``; a question should leave
+none), and which.
 
 ``tests/segmentation_set/blind_2026_12_07.jsonl`` (see its README): each message's sentences as
 a careful reader cuts them. A message counts when the whole list is exact. Split by the parity
@@ -48,7 +53,29 @@ def score(split: str) -> dict[str, tuple[int, int]]:
     return {kind: (ok, n) for kind, (ok, n) in sorted(out.items())}
 
 
+def locomo_questions_stored() -> list[tuple[str, list[str]]]:
+    """(question, the memories its chat turn leaves) for each LoCoMo question that leaves any."""
+    import os
+
+    from memory_core.chat.extract import extract_turn
+    from memory_core.locomo import load_samples
+
+    questions = [q["question"] for s in load_samples(os.environ.get("LOCOMO_PATH")) for q in s.get("qa", [])]
+    out = []
+    for q in questions:
+        memories = extract_turn([{"role": "user", "content": q}], q, window_every=0).memories
+        if memories:
+            out.append((q, [m.content for m in memories]))
+    return out
+
+
 def main() -> None:
+    if sys.argv[1:] == ["--locomo"]:
+        stored = locomo_questions_stored()
+        print(f"LoCoMo questions that leave a memory as a chat turn: {len(stored)}")
+        for q, memories in stored:
+            print(f"  {q!r} -> {memories}")
+        return
     if len(sys.argv) == 3 and sys.argv[1] == "--misses":
         for row in rows():
             if split_of(row) == sys.argv[2] and split_sentences(row["text"]) != row["sentences"]:

@@ -30,23 +30,28 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-ABBREVIATIONS = frozenset(
+TITLES = frozenset(
     {
-        # English titles and forms of address
-        "mr", "mrs", "ms", "mx", "dr", "prof", "st", "sr", "jr", "mt", "ft", "rev", "hon", "col", "lt", "capt",
-        "sgt", "gov", "supt", "fr",
-        # other languages' titles (es, pt, fr, de, it, nl)
+        # English titles, forms of address and names' prefixes
+        "mr", "mrs", "ms", "mx", "dr", "prof", "st", "sr", "mt", "rev", "hon", "col", "lt", "capt", "sgt", "gov",
+        "supt", "fr", "vs", "cf",
+        # other languages' (es, pt, fr, de, it, nl)
         "sra", "srta", "dra", "dña", "sto", "sta", "mme", "mlle", "mgr", "hr", "frl", "sig", "dott", "ing", "avv",
         "mevr", "dhr",
-        # words that stand before a number or a name, and list ends that go on
-        "vs", "approx", "no", "nr", "nos", "vol", "fig", "dept", "univ", "cf", "etc", "usw", "bzw", "vgl", "ecc",
-        "enz",
     }
 )  # fmt: skip
-"""Words (lower case, without their period) that a period follows without ending the sentence,
-when another word follows them. "No." is among them only before a digit ("No. 5"), as a
-sentence that answers "no" ends with it."""
-_NEEDS_DIGIT_AFTER = frozenset({"no", "nr", "nos", "vol", "fig"})
+"""Abbreviations (lower case, without their period) that stand before a name: the period does
+not end the sentence before a capitalised word ("Dr. Le", "Mr. Will Smith"), only before a
+pronoun or another word that cannot be a name (``NOT_NAMES``)."""
+TRAILING = frozenset({"jr", "etc", "usw", "bzw", "vgl", "ecc", "enz", "approx", "ft", "dept", "univ"})
+"""Abbreviations that end a name or a list, or stand before a number or a lower-case word
+("King Jr. gave", "pears etc. in", "approx. 5"): a capitalised word after them starts a new
+sentence ("…etc. Sarah is allergic…")."""
+BEFORE_NUMBER = frozenset({"no", "nr", "nos", "vol", "fig"})
+"""Abbreviations that keep their sentence only before a digit ("No. 5"): a sentence that
+answers "no" ends with it."""
+ABBREVIATIONS = TITLES | TRAILING | BEFORE_NUMBER
+"""Every word that a period may follow without ending the sentence."""
 """Of ``ABBREVIATIONS``, those that keep the sentence together only before a number."""
 
 SENTENCE_STARTERS = frozenset(
@@ -66,10 +71,22 @@ SENTENCE_STARTERS = frozenset(
 )
 """Words (lower case) that open sentences far more often than they follow a name: function
 words of English, Spanish, Portuguese, French, German, Italian and Dutch (pronouns,
-articles, possessives, conjunctions, question words, days). Capitalised after a word that
+articles, possessives, conjunctions, question words, adverbs of time). Capitalised after a word that
 keeps its period ("Ph.D.", "p.m.", "Jr.", an initial), one of them starts a new sentence ("I
 start at 9 a.m. What…", "an A. Then…"); a name or another word does not ("Dr. Seuss",
 "M. Lefèvre")."""
+
+NOT_NAMES = frozenset(
+    """
+    i i'm i've i'd i'll it it's he he's she she's we we're they they're you you're my our your his their the this
+    that these those there then what what's when where who why how which
+    yo él ella nosotros ellos eu ele ela nós eles je il elle nous vous ils elles ich er sie wir io lui noi ik hij
+    zij wij
+    """.split()
+)
+"""Of ``SENTENCE_STARTERS``, the words that are not also surnames or first names ("Le",
+"Ma", "De", "Will", "Mia" are): after a title or a run of initials, only these open a
+sentence."""
 
 _CJK_STOP = re.compile(r"(?<=[。！？])\s*")
 _HEAD = re.compile(r"[^\W\d_][\w'’]*")
@@ -80,13 +97,13 @@ _DOTTED = re.compile(r"(?:[^\W\d_]{1,2}\.){2,}")
 _INITIAL = re.compile(r"[^\W\d_]\.")
 
 
-def _starts_sentence(token: str) -> bool:
+def _starts_sentence(token: str, starters: frozenset[str] = SENTENCE_STARTERS) -> bool:
     """Whether ``token`` opens a sentence for certain: an inverted mark ("¿", "¡") or a
-    capitalised ``SENTENCE_STARTERS`` word."""
+    capitalised word of ``starters``."""
     if token[:1] in "¿¡":
         return True
     head = _HEAD.match(token.lstrip(_OPENING))
-    return bool(head and head.group(0)[0].isupper() and head.group(0).replace("’", "'").casefold() in SENTENCE_STARTERS)
+    return bool(head and head.group(0)[0].isupper() and head.group(0).replace("’", "'").casefold() in starters)
 
 
 def _keeps_going(token: str, before: str | None, after: str) -> bool:
@@ -98,12 +115,19 @@ def _keeps_going(token: str, before: str | None, after: str) -> bool:
         return False
     word = re.split(r"['’]", token.lstrip(_OPENING))[-1]  # after an elided article: "l'Ing.", "all'O.N.U."
     stem = word[:-1]
+    folded = stem.casefold()
     if len(stem) == 1 and stem.isupper() and before is not None and _INITIAL.fullmatch(before.lstrip(_OPENING)):
-        return True  # the last of a run of initials: a name follows ("J. M. G. Le Clézio")
+        # the last of a run of initials: a name follows ("J. M. G. Le Clézio"), unless a
+        # pronoun does ("We visited D. C. I loved it")
+        return not _starts_sentence(after, NOT_NAMES)
+    if folded in TITLES:
+        return not _starts_sentence(after, NOT_NAMES)
+    if folded in TRAILING:
+        return not after.lstrip(_OPENING)[:1].isupper() and not _starts_sentence(after)
+    if folded in BEFORE_NUMBER:
+        return after[:1].isdigit()
     if _starts_sentence(after):
         return False
-    if stem.casefold() in ABBREVIATIONS and "." not in stem:
-        return stem.casefold() not in _NEEDS_DIGIT_AFTER or after[:1].isdigit()
     if _DOTTED.fullmatch(word):
         return True
     if len(stem) == 1 and stem.isalpha() and stem.isupper():
@@ -165,18 +189,22 @@ def _unspaced(ch: str) -> bool:
     )
 
 
-def join_sentences(sentences: Sequence[str]) -> str:
+def join_sentences(sentences: Sequence[str], *, glue_unspaced: bool = True) -> str:
     """``sentences`` joined as their script writes them: no space after a CJK full stop
-    ("我住在上海。" + "我的猫叫咪咪。" → "我住在上海。我的猫叫咪咪。", whatever follows it) or
-    between two characters of unspaced scripts (``_unspaced``: Chinese, Japanese, Thai…),
-    one space elsewhere (Latin, Cyrillic, Korean, Arabic…)."""
+    ("我住在上海。" + "我的猫叫咪咪。" → "我住在上海。我的猫叫咪咪。", whatever follows it) and,
+    with ``glue_unspaced``, none between two characters of unspaced scripts (``_unspaced``:
+    Chinese, Japanese, Thai…: pieces one text was cut into, whose spaces were the cut's); one
+    space elsewhere (Latin, Cyrillic, Korean, Arabic…). Whole texts joined (consolidation's
+    merge) pass ``glue_unspaced=False``: a Chinese text without a final stop or a Thai
+    sentence (Thai separates sentences by a space) keeps a space as its boundary."""
     out: list[str] = []
     for sentence in sentences:
         if not sentence:
             continue
         if out:
             left = out[-1][-1]
-            if not (left in _NO_SPACE_AFTER or (_unspaced(left) and _unspaced(sentence[0]))):
+            glued = glue_unspaced and _unspaced(left) and _unspaced(sentence[0])
+            if not (left in _NO_SPACE_AFTER or glued):
                 out.append(" ")
         out.append(sentence)
     return "".join(out)

@@ -174,7 +174,7 @@ noun right after the verb reads as a statement ("Share prices fell", "Play is im
 "Check-in")."""
 _ANSWER_VERBS = "answer|respond|reply"
 """English verbs asking how to answer ("Answer yes or no.", "Reply in one word", "Respond
-only with a number"): a request when one of ``_ANSWER_HOW`` follows, maybe after an adverb."""
+only with a number"): a request when one of ``_ANSWER_HOW`` (in any case) follows."""
 _ANSWER_HOW = (
     "yes|no|in|with|using|by|as|me|us|this|that|the|these|those|each|every|briefly|"
     "concisely|honestly|truthfully|simply|only|just|exactly|precisely|shortly|quickly"
@@ -195,7 +195,7 @@ _REQUEST_START = linear_re.compile(
     rf"(?i:(?:can|could|would|will){_S}+you|let'?s){_S}+{_W}|"
     rf"(?i:{_REQUEST_VERBS}){_S}+(?:{_W}|['\"‘“«])|"
     rf"(?i:{_REQUEST_VERBS_WITH_OBJECT}){_S}+(?:(?:{_REQUEST_OBJECT})(?:{linear_re.NOT_WORD}|$)|['\"‘“«])|"
-    rf"(?i:{_ANSWER_VERBS}){_S}+(?:{_ANSWER_HOW})(?:{linear_re.NOT_WORD}|$))"
+    rf"(?i:{_ANSWER_VERBS}){_S}+(?i:{_ANSWER_HOW})(?:{linear_re.NOT_WORD}|$))"
 )
 """RE2: a one-off request to the assistant in English, by its first words (verbs in any
 case, the word after a two-way verb in lower case)."""

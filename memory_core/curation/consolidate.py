@@ -143,7 +143,7 @@ def merged_content(members: Sequence[Memory]) -> str:
             if new:
                 added.append(sentence)
                 have |= new
-    return join_sentences([text.rstrip(), *added]) if added else text
+    return join_sentences([text.rstrip(), *added], glue_unspaced=False) if added else text
 
 
 def lost_words(merged: str, members: Sequence[Memory]) -> set[str]:

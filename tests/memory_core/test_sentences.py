@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memory_core.chat.extract import extract_turn, is_request
-from memory_core.curation.consolidate import merged_content
-from memory_core.sentences import ABBREVIATIONS, split_sentences
+from memory_core.curation.consolidate import lost_words, merged_content
+from memory_core.sentences import ABBREVIATIONS, BEFORE_NUMBER, TITLES, TRAILING, split_sentences
 from memory_core.types import Memory
 
 KEPT_TOGETHER = [
@@ -92,12 +92,48 @@ def test_a_statement_naming_one_is_stored_whole(text):
     assert memory.content == text
 
 
-def test_every_abbreviation_keeps_its_sentence_before_a_word_and_ends_one_at_the_end():
+def test_every_abbreviation_keeps_its_sentence_where_its_kind_goes_on():
+    """A title before a name (one that is also a sentence-opening word too: "Le", "Will"),
+    a trailing abbreviation before a lower-case word, a number's before a digit; each at the
+    end of the text ends it."""
     for word in sorted(ABBREVIATIONS):
-        title = word.capitalize() + "."
-        follower = "5" if word in {"no", "nr", "nos", "vol", "fig"} else "Smith"
-        assert split_sentences(f"I wrote to {title} {follower} today.") == [f"I wrote to {title} {follower} today."]
-        assert split_sentences(f"I wrote to {title}") == [f"I wrote to {title}"]
+        abbreviation = word.capitalize() + "."
+        followers = {
+            **dict.fromkeys(TITLES, ("Smith", "Le", "Will")),
+            **dict.fromkeys(TRAILING, ("and", "5")),
+            **dict.fromkeys(BEFORE_NUMBER, ("5",)),
+        }[word]
+        for follower in followers:
+            text = f"I wrote to {abbreviation} {follower} today."
+            assert split_sentences(text) == [text], text
+        assert split_sentences(f"I wrote to {abbreviation}") == [f"I wrote to {abbreviation}"]
+
+
+@pytest.mark.parametrize(
+    ("text", "sentences"),
+    [
+        ("My dentist is Dr. Le and she is great.", ["My dentist is Dr. Le and she is great."]),
+        ("I met Mr. Will Smith. He was kind.", ["I met Mr. Will Smith.", "He was kind."]),
+        ("I saw the Dr. Then I went home.", ["I saw the Dr.", "Then I went home."]),
+        ("We visited D. C. I loved it.", ["We visited D. C.", "I loved it."]),
+        ("Buy milk, eggs, etc. Sarah is allergic to nuts.", ["Buy milk, eggs, etc.", "Sarah is allergic to nuts."]),
+        ("Martin Luther King Jr. gave a speech.", ["Martin Luther King Jr. gave a speech."]),
+        ("I'm Michael Evans Jr. People mix us up.", ["I'm Michael Evans Jr.", "People mix us up."]),
+    ],
+)
+def test_names_after_titles_and_sentences_after_trailing_abbreviations(text, sentences):
+    assert split_sentences(text) == sentences
+
+
+def test_a_list_end_before_a_new_sentence_keeps_that_sentences_fact():
+    """ "…etc. Sarah is allergic…" kept together read as one request ("Remind me…") and the
+    allergy was lost."""
+    turn = extract_turn(
+        [{"role": "user", "content": "Remind me to buy milk, eggs, etc. Sarah is allergic to nuts."}],
+        "ok",
+        window_every=0,
+    )
+    assert [m.content for m in turn.memories] == ["Sarah is allergic to nuts."]
 
 
 @pytest.mark.parametrize(
@@ -108,6 +144,8 @@ def test_every_abbreviation_keeps_its_sentence_before_a_word_and_ends_one_at_the
         ("Respond only with a number.", True),
         ("Answer briefly, please.", True),
         ("Answer the question first.", True),
+        ("Answer Yes or No.", True),
+        ("Reply IN ONE WORD.", True),
         ("Answer is 42.", False),
         ("Reply all is a bad habit at my office.", False),
         ("Respond time at my job is two hours.", False),
@@ -118,16 +156,26 @@ def test_asking_how_to_answer_is_a_request(text, asks):
     assert is_request(text) is asks
 
 
-def test_a_merged_memory_joins_unspaced_scripts_without_spaces():
-    merged = merged_content(
-        [Memory(user_id="u", content="我住在上海。"), Memory(user_id="u", content="我的猫叫咪咪。")]
-    )
-    assert merged == "我住在上海。我的猫叫咪咪。"
+@pytest.mark.parametrize(
+    ("first", "second", "merged"),
+    [
+        ("我住在上海。", "我的猫叫咪咪。", "我住在上海。我的猫叫咪咪。"),  # no space after a CJK full stop
+        ("我住在上海", "我的猫叫咪咪", "我住在上海 我的猫叫咪咪"),  # no stop: the boundary stays
+        ("ฉันชอบกาแฟ", "แมวของฉันชื่อทอม", "ฉันชอบกาแฟ แมวของฉันชื่อทอม"),  # Thai separates sentences by a space
+        ("I like tea.", "My cat is Tom.", "I like tea. My cat is Tom."),
+    ],
+)
+def test_a_merged_memory_joins_its_sentences_as_their_script_does(first, second, merged):
+    members = [Memory(user_id="u", content=first), Memory(user_id="u", content=second)]
+    swapped = merged.replace(first, "\0").replace(second, first).replace("\0", second)
+    assert merged_content(members) in (merged, swapped)  # the longer member first
+    assert not lost_words(merged, members)
 
 
 _CHUNKS = st.sampled_from(
     ["Dr.", "U.S.", "C.", "S.", "Lewis", "no.", "No.", "5", "a.m.", "word", "Then", "?", "!", "...", "。", "我",
-     "e.g.", "A.", "an", "x", "\n", "  ", "\t", "(Mr.", "«Sra.", 'noon."', "She", "¿Qué", "l'Ing."]
+     "e.g.", "A.", "an", "x", "\n", "  ", "\t", "(Mr.", "«Sra.", 'noon."', "She", "¿Qué", "l'Ing.",
+     ".", "..", '"."', "(", "¿", "’", "İ.", "ß.", "𝐀.", "Le", "etc.", "Jr."]
 )  # fmt: skip
 
 
@@ -148,4 +196,4 @@ def test_the_blind_set_holds_its_measured_figures():
     holdout, dev = score("holdout"), score("dev")
     floors = {"abbreviation": 28, "acronym": 11, "initials": 13, "plain": 25, "trap": 19, "all": 100}
     assert {kind: holdout[kind][0] >= floor for kind, floor in floors.items()} == dict.fromkeys(floors, True), holdout
-    assert dev["all"][0] >= 125, dev
+    assert dev["all"][0] >= 126, dev
