@@ -116,9 +116,11 @@ def _keeps_going(token: str, before: str | None, after: str) -> bool:
     word = re.split(r"['’]", token.lstrip(_OPENING))[-1]  # after an elided article: "l'Ing.", "all'O.N.U."
     stem = word[:-1]
     folded = stem.casefold()
-    if len(stem) == 1 and stem.isupper() and before is not None and _INITIAL.fullmatch(before.lstrip(_OPENING)):
-        # the last of a run of initials: a name follows ("J. M. G. Le Clézio"), unless a
-        # pronoun does ("We visited D. C. I loved it")
+    previous = before.lstrip(_OPENING) if before is not None else ""
+    if len(stem) == 1 and stem.isupper() and (_INITIAL.fullmatch(previous) or previous[:1].isupper()):
+        # an initial after a name or another initial: a name goes on ("J. M. G. Le Clézio",
+        # "Ursula K. Le Guin"), unless a pronoun or an article follows ("We visited D. C. I
+        # loved it", "Plan B. We left")
         return not _starts_sentence(after, NOT_NAMES)
     if folded in TITLES:
         return not _starts_sentence(after, NOT_NAMES)

@@ -222,6 +222,10 @@ _REQUEST_START_OTHER = linear_re.compile(
     r"pom[óo][żz]|narysuj|oblicz|wymie[ńn]|stre[śs][ćc]|"
     r"أخبرني|اخبرني|اكتب|اشرح|أعطني|اعطني|أرني|ترجم|لخص|صف|ساعدني|اقترح)"
     r"(?:[^\p{L}\p{N}\p{M}_'-]|$)"
+    # id: imperatives (most with -kan) and "tolong" (please) opening the sentence
+    r"|^(?:tolong|coba|ceritakan|jelaskan|buatkan|berikan|tuliskan|sebutkan|terjemahkan|ringkaskan|rangkumkan|"
+    r"rangkum|carikan|cariin|bantu (?:aku|saya)|kasih tahu|beritahu|tunjukkan|sarankan|rekomendasikan|hitungkan|"
+    r"gambarkan|bandingkan|bikinin|bikinkan)(?:[^\p{L}\p{N}\p{M}_'-]|$)"
     # zh: a request opening (please, help me, tell me, give me) or a verb with a measure word
     r"|^(?:请|請|麻烦|麻煩|帮我|幫我|给我|給我|告诉我|告訴我|为我|為我|替我)"
     r"|^(?:写|寫|讲|講|说|說|推荐|推薦|介绍|介紹|列出|列举|列舉|总结|總結|解释|解釋|翻译|翻譯|描述|画|畫|编|編|想)"
@@ -234,8 +238,9 @@ _REQUEST_END = linear_re.compile(
     r"(?:て|てください|て下さい|てくれ|てくれる|てちょうだい|ください|下さい|なさい|"
     r"줘|줘요|주세요|주십시오|줄래|줄래요|해봐|봐요|"
     r"anlat|yaz|açıkla|göster|öner|çevir|özetle|söyle|anlatır mısın|"
-    r"बताओ|बताइए|बताइये|लिखो|लिखिए|समझाओ|समझाइए|दिखाओ|दीजिए)"
-    rf"{_S}*[.!。！?？]*{_S}*$",
+    r"बताओ|बताइए|बताइये|लिखो|लिखिए|समझाओ|समझाइए|दिखाओ|दीजिए|सुनाओ|सुनाइए|बनाओ|बनाइए|भेजो|भेजिए|सुझाओ|"
+    r"सुझाइए|ढूंढो|ढूँढो|गिनाओ|करो|कीजिए|दो)"
+    rf"{_S}*[.!。！?？।]*{_S}*$",
     linear_re.IGNORECASE,
 )
 """RE2: requests in languages whose imperative ends the sentence (Japanese, Korean, Turkish,
@@ -273,7 +278,9 @@ MIN_STATEMENT_WORDS = 3
 """A sentence with fewer words (and no digit) is too short to state a fact ("why?", "lol"),
 unless it is a two-word statement of what the speaker is (``_short_self_statement``)."""
 
-_SELF_COPULAS = frozenset({"i'm", "i’m", "im", "soy", "sou", "sono", "suis", "bin", "я", "ben", "jestem", "sunt"})
+_SELF_COPULAS = frozenset(
+    {"i'm", "i’m", "im", "soy", "sou", "sono", "suis", "bin", "я", "ben", "jestem", "sunt", "أنا", "انا", "saya", "aku"}
+)
 """First-person "I am" forms that carry their own subject (en; es and pt: their copula of what
 one is, "soy"/"sou", not "estoy"/"estou" of how one is now; it, fr after "je", de after "ich",
 ru, tr, pl, ro), lower case."""
@@ -516,6 +523,17 @@ def _window(messages: Sequence[dict], answer: str, injected: Sequence[Memory], t
     return truncate_utf8("\n".join(reversed(exchanges)), MAX_CONTENT_BYTES)
 
 
+def _before_inverted_question(sentence: str) -> str:
+    """The clause before a question that Spanish opens mid-sentence with "¿" after a comma or
+    a semicolon ("Soy vegetariana, ¿me recomiendas una receta?" → "Soy vegetariana"), or ""
+    when there is none. Linear."""
+    at = sentence.find("¿")
+    if at <= 0:
+        return ""
+    clause = sentence[:at].rstrip()
+    return clause[:-1].rstrip() if clause.endswith((",", ";")) else ""
+
+
 def extract_turn(
     messages: Sequence[dict],
     answer: str,
@@ -537,9 +555,13 @@ def extract_turn(
     kept: dict[MemoryType, list[str]] = {}
     first_reason: str | None = None
     for sentence in split_sentences(strip_lead_in(user_text)):
-        kind = classify_sentence(strip_lead_in(sentence))
+        sentence = strip_lead_in(sentence)
+        kind = classify_sentence(sentence)
+        if kind == "question":  # "Soy vegetariana, ¿me recomiendas una receta?": the statement before it
+            sentence = _before_inverted_question(sentence)
+            kind = classify_sentence(sentence) if sentence else kind
         if isinstance(kind, MemoryType):
-            kept.setdefault(kind, []).append(strip_lead_in(sentence))
+            kept.setdefault(kind, []).append(sentence)
         elif first_reason is None:
             first_reason = kind
     for kind in (MemoryType.SEMANTIC, MemoryType.PROCEDURAL, MemoryType.EPISODIC):

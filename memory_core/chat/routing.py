@@ -784,9 +784,37 @@ GREETING_PHRASES = frozenset(
         "kya haal hai",
         "كيف حالك",
         "hoe gaat het",
+        # fillers and hesitations
+        "um", "umm", "uh", "uhm", "erm", "er", "eh", "meh", "mm", "mmm", "hmph",
+        # radio-style and closing acknowledgements
+        "roger", "roger that", "copy", "copy that", "wilco", "10-4", "affirmative", "that s all", "thats all", "that s it", "thats it", "that is all", "for now", "that s all for now",
+        "that s it for now", "nothing else", "nothing more", "all set", "i m all set", "i'm good",
+        # negatives and acknowledgements in more languages
+        "nö", "ne", "näh",
+        "hoi", "dag", "goed", "klopt",
+        "dobra", "okej", "spoko", "no dobra", "yok", "olur", "peki", "sağol", "selam",
+        "了解です", "了解しました", "halo", "hai", "gak", "nggak", "enggak", "ga", "tidak", "iya", "oke", "sip", "siap", "makasih",
+        "terima kasih", "thanks ya", "oke deh", "baik",
     }
-)
+)  # fmt: skip
 """Short greetings/acknowledgements (normalized: lower case, punctuation removed)."""
+_GREETINGS_DRAWN_OUT = frozenset(
+    "".join(ch for i, ch in enumerate(p) if i == 0 or p[i - 1] != ch) for p in GREETING_PHRASES if " " not in p
+)
+"""The one-word phrases with every run of a letter kept once ("cool" → "col"): a word typed
+with a letter drawn out ("okkk", "nooo", "coooool", "thanksss") is matched through it."""
+
+
+def _drawn_out_greeting(word: str) -> bool:
+    """Whether ``word`` is a one-word greeting typed with a letter drawn out: it repeats a
+    letter three times or more, or doubles its last letter ("okk", "yess"), and without the
+    repeats it is one (``_GREETINGS_DRAWN_OUT``). Linear in the word."""
+    drawn = len(word) >= 3 and (
+        word[-1] == word[-2] or any(word[i] == word[i - 1] == word[i - 2] for i in range(2, len(word)))
+    )
+    return drawn and "".join(ch for i, ch in enumerate(word) if i == 0 or word[i - 1] != ch) in _GREETINGS_DRAWN_OUT
+
+
 GREETING_MAX_WORDS = 6
 _GREETING_MAX_PHRASE_WORDS = max(len(p.split()) for p in GREETING_PHRASES)
 _GREETING_MAX_PHRASE_CHARS = max(len(p) for p in GREETING_PHRASES)
@@ -811,7 +839,7 @@ def _normalize_greeting(text: str) -> str:
 
 _LAUGH_PAIRS = frozenset(
     frozenset(pair)
-    for pair in ("ha", "he", "hi", "ja", "je", "ji", "ха", "хе", "хи", "ㅋㅎ", "ㅋ", "ㅎ", "哈", "呵", "嘿", "嘻")
+    for pair in ("ha", "he", "hi", "ja", "je", "ji", "wk", "ха", "хе", "хи", "ㅋㅎ", "ㅋ", "ㅎ", "哈", "呵", "嘿", "嘻")
 )
 _LAUGH_WORDS = frozenset({"lol", "lmao", "lmfao", "rofl", "mdr", "xd", "kek", "www", "kkk", "555", "草"})
 
@@ -893,7 +921,11 @@ def is_greeting(text: str) -> bool:
         for j in range(i + 1, min(n, i + _GREETING_MAX_PHRASE_WORDS) + 1):
             if " ".join(words[i:j]) in GREETING_PHRASES:
                 ok[j] = True
-        if is_laugh(words[i]) or (not words[i].isascii() and _greeting_token(words[i])):
+        if (
+            is_laugh(words[i])
+            or _drawn_out_greeting(words[i])
+            or (not words[i].isascii() and _greeting_token(words[i]))
+        ):
             ok[i + 1] = True
     return ok[n]
 

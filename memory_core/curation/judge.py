@@ -276,20 +276,25 @@ _LEAD_IN_WORDS = (
     # en
     "remember|note|please note|keep in mind|don'?t forget|do not forget|fyi|for the record|just so you know|"
     "heads up|btw|by the way|for your information|bear in mind|just so you're aware|for your reference|"
+    "for future reference|make a note(?: of (?:this|that))?|take note|note this|save this|write this down|"
+    "keep this in mind|"
     "let'?s (?:just )?say|"
     # es, fr, de, it, pt, nl
     "recuerda|recuerde|ten en cuenta|tenga en cuenta|para que (?:lo )?sepas|para tu informaci[óo]n|por cierto|"
     "rappelle-toi|souviens-toi|retiens|note bien|pour info|pour information|pour ton information|au fait|"
     "n'oublie pas|"
-    "merk dir|merke dir|denk daran|denke daran|zur info|zur information|nur damit du es wei[ßs]t|[üu]brigens|"
+    "merk dir|merke dir|merken|denk daran|denke daran|zur info|zur information|nur damit du es wei[ßs]t|[üu]brigens|"
     "vergiss nicht|"
     "ricorda|ricordati|tieni presente|tieni a mente|per tua informazione|per info|a proposito|non dimenticare|"
-    "lembre-se(?: de)?|lembra|lembre|tenha em mente|para constar|s[óo] para voc[êe] saber|para sua informa[çc][ãa]o|"
+    "lembre-se(?: de)?|lembra|lembre|tenha em mente|para constar|s[óo] (?:para|pra) voc[êe] saber|"
+    "para sua informa[çc][ãa]o|"
     "ali[áa]s|n[ãa]o esque[çc]a|"
     "onthoud|ter info|ter informatie|vergeet niet|"
     # ru, pl, tr
-    "запомни|запомните|имей в виду|имейте в виду|к сведению|для справки|кстати|на заметку|не забудь|"
-    "zapami[ęe]taj|pami[ęe]taj|miej na uwadze|dla informacji|do wiadomo[śs]ci|przy okazji|nie zapomnij|"
+    "запомни|запомните|имей в виду|имейте в виду|к сведению|к твоему сведению|к вашему сведению|для справки|"
+    "кстати|на заметку|не забудь|"
+    "zapami[ęe]taj|pami[ęe]taj|miej na uwadze|dla informacji|do wiadomo[śs]ci|dla (?:twojej|twej|pana|pani) "
+    "(?:wiadomo[śs]ci|informacji)|przy okazji|nie zapomnij|"
     "unutma|hat[ıi]rla|bilgin olsun|ak[ıi]nda olsun|"
     # hi (Devanagari and Latin), ar
     "याद रखना|याद रखें|याद रखिए|याद रखो|ध्यान रखें|ध्यान रखना|ध्यान दें|वैसे|yaad rakhna|yaad rakho|"
@@ -299,14 +304,16 @@ _LEAD_IN_WORDS = (
 _LEAD_IN_CJK = (
     "请记住|请记得|記住|记住|請記住|請記得|记得|記得|请注意|請注意|备注|備註|顺便说一下|順便說一下|顺便说|順便說|"
     "提醒一下|告诉你|告訴你|"
-    "覚えておいてください|覚えておいて|覚えといて|覚えてて|メモして|ちなみに|参考までに|念のため|"
+    "覚えておいてください|覚えておいて|覚えといて|覚えてて|メモして|ちなみに|参考までに|"
+    "念のため(?:に)?言っておくと|念のため(?:に)?言っておきますが|言っておくと|念のため|"
     "기억해 ?주세요|기억해 ?줘|기억해 ?둬|기억해|참고로|알아 ?둬|메모해 ?줘"
 )
 """Lead-ins in Chinese, Japanese and Korean: the separator may be nothing ("请记住我对花生过敏")."""
 _LEAD_IN_CONNECTOR = "that|this|que|qu'|che|dass|что|że|ki"
 _LEAD_IN_SEPARATOR = rf"(?:{_S}*[:,\-：，、،]{_S}*|{_S}+)"
 _LEAD_IN = linear_re.compile(
-    rf"^{_S}*(?:(?:(?:please|just){_S}+)?(?:{_LEAD_IN_WORDS})(?:{_S}+(?:{_LEAD_IN_CONNECTOR}))?{_LEAD_IN_SEPARATOR}"
+    rf"^{_S}*(?:(?:(?:please|just|bitte|por favor|per favore|proszę|пожалуйста|s'il te pla[îi]t),?{_S}+)?"
+    rf"(?:{_LEAD_IN_WORDS})(?:{_S}*,?{_S}+(?:{_LEAD_IN_CONNECTOR}))?{_LEAD_IN_SEPARATOR}"
     rf"|(?:{_LEAD_IN_CJK})(?:{_S}*[:,\-：，、]?{_S}*))+",
     linear_re.IGNORECASE,
 )

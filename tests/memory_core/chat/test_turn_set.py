@@ -319,3 +319,97 @@ def test_requests_named_by_what_is_asked_for(text, asks):
 )
 def test_lead_ins_of_more_forms_and_scripts_are_dropped(text, kept):
     assert stored(text) == [kept]
+
+
+# --- a second blind set (2026-12-07), written by another helper who read neither the rules nor
+# the earlier sets (420 turns, 16 languages), split by the same hash before any failure was
+# looked at; rules widened on its dev split's misses, each as a class (below); its holdout
+# measured once: 179/199 before → 183/199 after (skip 62 → 66/71, punctuation 18/18, request
+# 35/40, statement 39/40, lead_in 17/22, join 8/8). Floors: the measured figures less one.
+BLIND_2 = Path(__file__).resolve().parents[2] / "turn_set" / "blind_2026_12_07.jsonl"
+BLIND_2_ROWS = [json.loads(line) for line in BLIND_2.read_text(encoding="utf-8").splitlines() if line.strip()]
+BLIND_2_HOLDOUT_FLOORS = {"skip": 65, "punctuation": 17, "request": 34, "statement": 38, "lead_in": 16, "join": 7}
+
+
+@pytest.mark.parametrize("label", sorted(BLIND_2_HOLDOUT_FLOORS))
+def test_second_blind_holdout_class_at_floor(label):
+    ok, n = scores("holdout", BLIND_2_ROWS)[label]
+    assert ok >= BLIND_2_HOLDOUT_FLOORS[label], f"{label}: {ok}/{n} on the second blind holdout"
+
+
+def test_second_blind_set_is_split_by_hash_and_its_dev_nearly_correct():
+    import hashlib
+
+    for row in BLIND_2_ROWS:
+        assert row["split"] == ("dev" if hashlib.sha256(row["text"].encode()).digest()[0] % 2 == 0 else "holdout")
+    dev = scores("dev", BLIND_2_ROWS)
+    assert sum(ok for ok, _ in dev.values()) >= 219, dev  # 220/221: a two-word Polish statement stays too short
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "okkk", "okk", "nooo", "Yesss!", "coooool", "thanksss", "hellooo", "hmmm...", "um", "uhm", "erm",
+        "roger that", "Copy that.", "that's all for now, thanks", "That's it!", "I'm all set",
+        "nö", "hoi", "dobra", "spoko", "yok", "peki", "了解です", "了解しました", "halo", "gak", "nggak", "iya",
+        "oke deh", "wkwkwk", "WKWK",
+    ],
+)  # fmt: skip
+def test_acknowledgements_fillers_and_negatives_drawn_out_or_in_more_languages_skip(text):
+    assert gate(text) == "greeting"
+
+
+@pytest.mark.parametrize(
+    "text", ["god", "Nooo, I moved to Berlin.", "Goood news: I got the job.", "ya ampun aku lupa", "Tak, mam psa."]
+)
+def test_words_near_drawn_out_acknowledgements_are_not_small_talk(text):
+    assert gate(text) is None
+
+
+@pytest.mark.parametrize(
+    "text, asks",
+    [
+        ("मुझे एक चुटकुला सुनाओ।", True),
+        ("कृपया एक कविता बनाइए।", True),
+        ("मैं रोज़ योग करती हूँ।", False),
+        ("Ceritakan lelucon dong.", True),
+        ("Tolong jelaskan apa itu inflasi.", True),
+        ("Buatkan daftar belanja.", True),
+        ("Saya tinggal di Bandung.", False),
+        ("Buat saya, kopi itu penting.", False),
+    ],
+)
+def test_requests_in_hindi_and_indonesian(text, asks):
+    assert is_request(text) is asks
+
+
+@pytest.mark.parametrize(
+    "text, kept",
+    [
+        ("For future reference, I take my coffee black.", "I take my coffee black."),
+        ("Make a note: I'm a night owl.", "I'm a night owl."),
+        ("Save this: my favorite author is Ursula K. Le Guin.", "my favorite author is Ursula K. Le Guin."),
+        ("Bitte merken: mein Sohn heißt Jonas.", "mein Sohn heißt Jonas."),
+        ("Só pra você saber, eu moro em Recife.", "eu moro em Recife."),
+        ("Запомни, что я не ем глютен.", "я не ем глютен."),
+        ("К твоему сведению: у меня двое детей.", "у меня двое детей."),
+        ("Zapamiętaj, że mam dwa koty w domu.", "mam dwa koty w domu."),
+        ("念のため言っておくと、私はベジタリアンです。", "私はベジタリアンです。"),
+        ("تذكّر: أنا نباتي.", "أنا نباتي."),
+    ],
+)
+def test_lead_ins_with_a_comma_before_their_connector_and_more_forms(text, kept):
+    assert stored(text) == [kept]
+
+
+@pytest.mark.parametrize(
+    "text, kept",
+    [
+        ("Soy vegetariana, ¿me recomiendas una receta?", ["Soy vegetariana"]),
+        ("Vivo en Madrid; ¿qué museos me recomiendas?", ["Vivo en Madrid"]),
+        ("Hola, ¿qué tal?", []),
+        ("¿Dónde vivo yo?", []),
+    ],
+)
+def test_a_statement_before_a_spanish_question_is_kept(text, kept):
+    assert stored(text) == kept
