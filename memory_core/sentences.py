@@ -13,7 +13,8 @@ period belongs to the word rather than ending the sentence:
 
 A word that keeps its period ends the sentence all the same when the next word opens
 sentences (``SENTENCE_STARTERS``: "I start at 9 a.m. What…", "I got an A. Then…",
-"etc. Ahora…", "¿…"), except after a run of initials ("J. M. G. Le Clézio"). These are the
+"etc. Ahora…", "¿…"); after a title or an initial that follows a name, only such a word that
+is not also a name ("Dr. Le", "Ursula K. Le Guin", "J. M. G. Le Clézio" go on). These are the
 abbreviation, initial and orthographic rules of sentence segmenters such as Punkt (Kiss &
 Strunk 2006, "Unsupervised Multilingual Sentence Boundary Detection") reduced to fixed word
 lists, with no model. What they still get wrong: a sentence that ends with such a word before
@@ -76,6 +77,10 @@ keeps its period ("Ph.D.", "p.m.", "Jr.", an initial), one of them starts a new 
 start at 9 a.m. What…", "an A. Then…"); a name or another word does not ("Dr. Seuss",
 "M. Lefèvre")."""
 
+NAME_LIKE = frozenset("le la de ma mi mia will lo lui lei gli van von du des del della di da dos das".split())
+"""Of ``SENTENCE_STARTERS``, words that are also names or names' particles ("Le Guin", "De
+Souza", "Will Smith", "van Gogh")."""
+
 NOT_NAMES = frozenset(
     """
     i i'm i've i'd i'll it it's he he's she she's we we're they they're you you're my our your his their the this
@@ -88,6 +93,7 @@ NOT_NAMES = frozenset(
 "Ma", "De", "Will", "Mia" are): after a title or a run of initials, only these open a
 sentence."""
 
+_STARTERS_NOT_NAME_LIKE = SENTENCE_STARTERS - NAME_LIKE
 _CJK_STOP = re.compile(r"(?<=[。！？])\s*")
 _HEAD = re.compile(r"[^\W\d_][\w'’]*")
 _CLOSING = "\"'”’»)]}"
@@ -119,9 +125,9 @@ def _keeps_going(token: str, before: str | None, after: str) -> bool:
     previous = before.lstrip(_OPENING) if before is not None else ""
     if len(stem) == 1 and stem.isupper() and (_INITIAL.fullmatch(previous) or previous[:1].isupper()):
         # an initial after a name or another initial: a name goes on ("J. M. G. Le Clézio",
-        # "Ursula K. Le Guin"), unless a pronoun or an article follows ("We visited D. C. I
-        # loved it", "Plan B. We left")
-        return not _starts_sentence(after, NOT_NAMES)
+        # "Ursula K. Le Guin"), unless a sentence-opening word that is not also a name
+        # follows ("We visited D. C. I loved it", "I have Hepatitis B. Can you…")
+        return not _starts_sentence(after, _STARTERS_NOT_NAME_LIKE)
     if folded in TITLES:
         return not _starts_sentence(after, NOT_NAMES)
     if folded in TRAILING:

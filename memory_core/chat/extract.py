@@ -223,8 +223,8 @@ _REQUEST_START_OTHER = linear_re.compile(
     r"أخبرني|اخبرني|اكتب|اشرح|أعطني|اعطني|أرني|ترجم|لخص|صف|ساعدني|اقترح)"
     r"(?:[^\p{L}\p{N}\p{M}_'-]|$)"
     # id: imperatives (most with -kan) and "tolong" (please) opening the sentence
-    r"|^(?:tolong|coba|ceritakan|jelaskan|buatkan|berikan|tuliskan|sebutkan|terjemahkan|ringkaskan|rangkumkan|"
-    r"rangkum|carikan|cariin|bantu (?:aku|saya)|kasih tahu|beritahu|tunjukkan|sarankan|rekomendasikan|hitungkan|"
+    rf"|^{_S}*(?:tolong|ceritakan|jelaskan|buatkan|berikan|tuliskan|sebutkan|terjemahkan|ringkaskan|rangkumkan|"
+    rf"rangkum|carikan|cariin|bantu{_S}+(?:aku|saya)|kasih{_S}+tahu|beritahu|tunjukkan|sarankan|rekomendasikan|hitungkan|"
     r"gambarkan|bandingkan|bikinin|bikinkan)(?:[^\p{L}\p{N}\p{M}_'-]|$)"
     # zh: a request opening (please, help me, tell me, give me) or a verb with a measure word
     r"|^(?:请|請|麻烦|麻煩|帮我|幫我|给我|給我|告诉我|告訴我|为我|為我|替我)"
@@ -239,7 +239,7 @@ _REQUEST_END = linear_re.compile(
     r"줘|줘요|주세요|주십시오|줄래|줄래요|해봐|봐요|"
     r"anlat|yaz|açıkla|göster|öner|çevir|özetle|söyle|anlatır mısın|"
     r"बताओ|बताइए|बताइये|लिखो|लिखिए|समझाओ|समझाइए|दिखाओ|दीजिए|सुनाओ|सुनाइए|बनाओ|बनाइए|भेजो|भेजिए|सुझाओ|"
-    r"सुझाइए|ढूंढो|ढूँढो|गिनाओ|करो|कीजिए|दो)"
+    r"सुझाइए|ढूंढो|ढूँढो|गिनाओ)"
     rf"{_S}*[.!。！?？।]*{_S}*$",
     linear_re.IGNORECASE,
 )
@@ -278,9 +278,7 @@ MIN_STATEMENT_WORDS = 3
 """A sentence with fewer words (and no digit) is too short to state a fact ("why?", "lol"),
 unless it is a two-word statement of what the speaker is (``_short_self_statement``)."""
 
-_SELF_COPULAS = frozenset(
-    {"i'm", "i’m", "im", "soy", "sou", "sono", "suis", "bin", "я", "ben", "jestem", "sunt", "أنا", "انا", "saya", "aku"}
-)
+_SELF_COPULAS = frozenset({"i'm", "i’m", "im", "soy", "sou", "sono", "suis", "bin", "я", "ben", "jestem", "sunt"})
 """First-person "I am" forms that carry their own subject (en; es and pt: their copula of what
 one is, "soy"/"sou", not "estoy"/"estou" of how one is now; it, fr after "je", de after "ich",
 ru, tr, pl, ro), lower case."""
@@ -523,15 +521,33 @@ def _window(messages: Sequence[dict], answer: str, injected: Sequence[Memory], t
     return truncate_utf8("\n".join(reversed(exchanges)), MAX_CONTENT_BYTES)
 
 
+_FIRST_PERSON_ES = frozenset(
+    "yo soy estoy tengo vivo trabajo estudio me mi mis mío mía nosotros nosotras somos estamos tenemos vivimos "
+    "nuestro nuestra nuestros nuestras he hemos prefiero odio amo quiero necesito".split()
+)
+"""Words that make a Spanish clause speak of the speaker (first person)."""
+_NOT_A_STATEMENT_ES = frozenset(
+    "si cuando qué que cómo como dónde donde cuál cuáles quién por para entre en aparte hablando sabes".split()
+)
+"""First words of a Spanish clause that is a condition, a topic or a question, not a statement."""
+
+
 def _before_inverted_question(sentence: str) -> str:
     """The clause before a question that Spanish opens mid-sentence with "¿" after a comma or
-    a semicolon ("Soy vegetariana, ¿me recomiendas una receta?" → "Soy vegetariana"), or ""
-    when there is none. Linear."""
+    a semicolon, when it states something of the speaker ("Soy vegetariana, ¿me recomiendas
+    una receta?" → "Soy vegetariana": a first-person word, ``_FIRST_PERSON_ES``, and not a
+    condition or a topic, ``_NOT_A_STATEMENT_ES``), or "" otherwise. Linear."""
     at = sentence.find("¿")
     if at <= 0:
         return ""
     clause = sentence[:at].rstrip()
-    return clause[:-1].rstrip() if clause.endswith((",", ";")) else ""
+    if not clause.endswith((",", ";")):
+        return ""
+    clause = clause[:-1].rstrip()
+    words = [w.casefold() for w in re.findall(r"\w+", clause)]
+    if not words or words[0] in _NOT_A_STATEMENT_ES or not _FIRST_PERSON_ES.intersection(words):
+        return ""  # "Si tuviera un perro, ¿…?", "Qué hora es en Tokio, ¿sabes?"
+    return clause
 
 
 def extract_turn(

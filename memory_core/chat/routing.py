@@ -787,13 +787,15 @@ GREETING_PHRASES = frozenset(
         # fillers and hesitations
         "um", "umm", "uh", "uhm", "erm", "er", "eh", "meh", "mm", "mmm", "hmph",
         # radio-style and closing acknowledgements
-        "roger", "roger that", "copy", "copy that", "wilco", "10-4", "affirmative", "that s all", "thats all", "that s it", "thats it", "that is all", "for now", "that s all for now",
-        "that s it for now", "nothing else", "nothing more", "all set", "i m all set", "i'm good",
+        "roger", "roger that", "copy", "copy that", "wilco", "10 4", "affirmative",
+        "that s all", "thats all", "that s it", "thats it", "that is all", "for now", "that s all for now",
+        "that s it for now", "nothing else", "nothing more", "all set", "i m all set",
         # negatives and acknowledgements in more languages
         "nö", "ne", "näh",
         "hoi", "dag", "goed", "klopt",
         "dobra", "okej", "spoko", "no dobra", "yok", "olur", "peki", "sağol", "selam",
-        "了解です", "了解しました", "halo", "hai", "gak", "nggak", "enggak", "ga", "tidak", "iya", "oke", "sip", "siap", "makasih",
+        "了解です", "了解しました",
+        "halo", "hai", "gak", "nggak", "enggak", "ga", "tidak", "iya", "oke", "sip", "siap", "makasih",
         "terima kasih", "thanks ya", "oke deh", "baik",
     }
 )  # fmt: skip

@@ -276,19 +276,20 @@ _LEAD_IN_WORDS = (
     # en
     "remember|note|please note|keep in mind|don'?t forget|do not forget|fyi|for the record|just so you know|"
     "heads up|btw|by the way|for your information|bear in mind|just so you're aware|for your reference|"
-    "for future reference|make a note(?: of (?:this|that))?|take note|note this|save this|write this down|"
-    "keep this in mind|"
+    "for future reference|keep this in mind|"
     "let'?s (?:just )?say|"
     # es, fr, de, it, pt, nl
     "recuerda|recuerde|ten en cuenta|tenga en cuenta|para que (?:lo )?sepas|para tu informaci[óo]n|por cierto|"
     "rappelle-toi|souviens-toi|retiens|note bien|pour info|pour information|pour ton information|au fait|"
     "n'oublie pas|"
-    "merk dir|merke dir|merken|denk daran|denke daran|zur info|zur information|nur damit du es wei[ßs]t|[üu]brigens|"
+    "merk dir|merke dir|merken sie sich|merkt euch|denk daran|denke daran|zur info|zur information|nur damit du es wei[ßs]t|[üu]brigens|"
     "vergiss nicht|"
     "ricorda|ricordati|tieni presente|tieni a mente|per tua informazione|per info|a proposito|non dimenticare|"
     "lembre-se(?: de)?|lembra|lembre|tenha em mente|para constar|s[óo] (?:para|pra) voc[êe] saber|"
     "para sua informa[çc][ãa]o|"
     "ali[áa]s|n[ãa]o esque[çc]a|"
+    # id
+    "tolong (?:diingat|ingat|dicatat|catat)|ingat ya|ingat|sebagai informasi|asal kamu tahu|"
     "onthoud|ter info|ter informatie|vergeet niet|"
     # ru, pl, tr
     "запомни|запомните|имей в виду|имейте в виду|к сведению|к твоему сведению|к вашему сведению|для справки|"
@@ -310,10 +311,20 @@ _LEAD_IN_CJK = (
 )
 """Lead-ins in Chinese, Japanese and Korean: the separator may be nothing ("请记住我对花生过敏")."""
 _LEAD_IN_CONNECTOR = "that|this|que|qu'|che|dass|что|że|ki"
+_LEAD_IN_CONNECTOR_AFTER_COMMA = "que|che|dass|что|że|ki"
+"""The connectors a comma may stand before ("Запомни, что…", "Zapamiętaj, że…"); not English
+"that"/"this", which after a comma belong to the fact ("FYI, this is my work email")."""
+_LEAD_IN_WITH_MARK = (
+    "make a note(?: of (?:this|that))?|take note|note this|save this|write this down|merken|bitte merken"
+)
+"""Lead-ins that are also requests' openings ("Write this down as a haiku", "Make a note of
+everything we discussed"): one only before a colon or a comma."""
 _LEAD_IN_SEPARATOR = rf"(?:{_S}*[:,\-：，、،]{_S}*|{_S}+)"
 _LEAD_IN = linear_re.compile(
     rf"^{_S}*(?:(?:(?:please|just|bitte|por favor|per favore|proszę|пожалуйста|s'il te pla[îi]t),?{_S}+)?"
-    rf"(?:{_LEAD_IN_WORDS})(?:{_S}*,?{_S}+(?:{_LEAD_IN_CONNECTOR}))?{_LEAD_IN_SEPARATOR}"
+    rf"(?:{_LEAD_IN_WORDS})(?:{_S}+(?:{_LEAD_IN_CONNECTOR})|{_S}*,{_S}*(?:{_LEAD_IN_CONNECTOR_AFTER_COMMA}))?"
+    rf"{_LEAD_IN_SEPARATOR}"
+    rf"|(?:(?:please|just|bitte){_S}+)?(?:{_LEAD_IN_WITH_MARK}){_S}*[:,：，]{_S}*"
     rf"|(?:{_LEAD_IN_CJK})(?:{_S}*[:,\-：，、]?{_S}*))+",
     linear_re.IGNORECASE,
 )
