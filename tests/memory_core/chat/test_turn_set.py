@@ -344,7 +344,9 @@ def test_second_blind_set_is_split_by_hash_and_its_dev_nearly_correct():
     for row in BLIND_2_ROWS:
         assert row["split"] == ("dev" if hashlib.sha256(row["text"].encode()).digest()[0] % 2 == 0 else "holdout")
     dev = scores("dev", BLIND_2_ROWS)
-    assert sum(ok for ok, _ in dev.values()) >= 218, dev  # 219/221: two-word Polish and Arabic statements stay too short
+    assert sum(ok for ok, _ in dev.values()) >= 218, (
+        dev
+    )  # 219/221: two-word Polish and Arabic statements stay too short
 
 
 @pytest.mark.parametrize(
