@@ -13,8 +13,9 @@ period belongs to the word rather than ending the sentence:
 
 A word that keeps its period ends the sentence all the same when the next word opens
 sentences (``SENTENCE_STARTERS``: "I start at 9 a.m. What…", "I got an A. Then…",
-"etc. Ahora…", "¿…"); after a title or an initial that follows a name, only such a word that
-is not also a name ("Dr. Le", "Ursula K. Le Guin", "J. M. G. Le Clézio" go on). These are the
+"etc. Ahora…", "¿…"); after a title only a pronoun, an article or a question word
+(``NOT_NAMES``: "Dr. Le" goes on), and after an initial that follows a name only such a word
+that is not also a name (``NAME_LIKE``: "Ursula K. Le Guin", "J. M. G. Le Clézio" go on). These are the
 abbreviation, initial and orthographic rules of sentence segmenters such as Punkt (Kiss &
 Strunk 2006, "Unsupervised Multilingual Sentence Boundary Detection") reduced to fixed word
 lists, with no model. What they still get wrong: a sentence that ends with such a word before
@@ -53,7 +54,6 @@ BEFORE_NUMBER = frozenset({"no", "nr", "nos", "vol", "fig"})
 answers "no" ends with it."""
 ABBREVIATIONS = TITLES | TRAILING | BEFORE_NUMBER
 """Every word that a period may follow without ending the sentence."""
-"""Of ``ABBREVIATIONS``, those that keep the sentence together only before a number."""
 
 SENTENCE_STARTERS = frozenset(
     """
@@ -77,9 +77,11 @@ keeps its period ("Ph.D.", "p.m.", "Jr.", an initial), one of them starts a new 
 start at 9 a.m. What…", "an A. Then…"); a name or another word does not ("Dr. Seuss",
 "M. Lefèvre")."""
 
-NAME_LIKE = frozenset("le la de ma mi mia will lo lui lei gli van von du des del della di da dos das".split())
-"""Of ``SENTENCE_STARTERS``, words that are also names or names' particles ("Le Guin", "De
-Souza", "Will Smith", "van Gogh")."""
+NAME_LIKE = frozenset("le la de ma mi mia lo lui lei gli".split())
+"""Words of ``SENTENCE_STARTERS`` that are also names or names' particles, capitalised ("Le
+Guin", "De Souza", "Lo Bianco"). Not "Will" or "Das": after an initial they open a question
+or a sentence far more often ("I take Vitamin D. Will that help?", "Blutgruppe A. Das ist
+selten")."""
 
 NOT_NAMES = frozenset(
     """

@@ -314,17 +314,16 @@ _LEAD_IN_CONNECTOR = "that|this|que|qu'|che|dass|что|że|ki"
 _LEAD_IN_CONNECTOR_AFTER_COMMA = "que|che|dass|что|że|ki"
 """The connectors a comma may stand before ("Запомни, что…", "Zapamiętaj, że…"); not English
 "that"/"this", which after a comma belong to the fact ("FYI, this is my work email")."""
-_LEAD_IN_WITH_MARK = (
-    "make a note(?: of (?:this|that))?|take note|note this|save this|write this down|merken|bitte merken"
-)
+_LEAD_IN_WITH_MARK = "make a note(?: of (?:this|that))?|take note|save this|write this down|merken|bitte merken"
 """Lead-ins that are also requests' openings ("Write this down as a haiku", "Make a note of
-everything we discussed"): one only before a colon or a comma."""
+everything we discussed"): one only before a colon, a comma or "that" ("Make a note that I'm
+vegan")."""
 _LEAD_IN_SEPARATOR = rf"(?:{_S}*[:,\-：，、،]{_S}*|{_S}+)"
 _LEAD_IN = linear_re.compile(
     rf"^{_S}*(?:(?:(?:please|just|bitte|por favor|per favore|proszę|пожалуйста|s'il te pla[îi]t),?{_S}+)?"
     rf"(?:{_LEAD_IN_WORDS})(?:{_S}+(?:{_LEAD_IN_CONNECTOR})|{_S}*,{_S}*(?:{_LEAD_IN_CONNECTOR_AFTER_COMMA}))?"
     rf"{_LEAD_IN_SEPARATOR}"
-    rf"|(?:(?:please|just|bitte){_S}+)?(?:{_LEAD_IN_WITH_MARK}){_S}*[:,：，]{_S}*"
+    rf"|(?:(?:please|just|bitte),?{_S}+)?(?:{_LEAD_IN_WITH_MARK})(?:{_S}*[:,：，]{_S}*|{_S}+that{_S}+)"
     rf"|(?:{_LEAD_IN_CJK})(?:{_S}*[:,\-：，、]?{_S}*))+",
     linear_re.IGNORECASE,
 )

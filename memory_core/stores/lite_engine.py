@@ -263,7 +263,7 @@ class LiteEngine:
             return
         write()
         moved = 1 if delete else len(rows)  # a delete takes one sequence number, a row one each
-        if len(latest) != len(rows) or collection._next_seq != start + moved:
+        if (not delete and len(latest) != len(rows)) or collection._next_seq != start + moved:
             return
         for key, row in latest.items():
             old = before.get(key)

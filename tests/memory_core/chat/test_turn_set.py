@@ -438,6 +438,15 @@ def test_a_statement_before_a_spanish_question_is_kept(text, kept):
         ("Si tuviera un perro, ¿qué raza me recomiendas?", []),
         ("Qué hora es en Tokio, ¿sabes?", []),
         ("Entre Python y Java, ¿cuál es mejor?", []),
+        ("Cuando tengo tiempo, ¿qué puedo hacer?", []),
+        ("Si me mudo a Madrid, ¿qué barrio me recomiendas?", []),
+        # a request-like lead-in before "that", with a comma after "please"
+        ("Make a note that I'm allergic to peanuts.", ["I'm allergic to peanuts."]),
+        ("Take note that I'm vegan.", ["I'm vegan."]),
+        ("Please, make a note: I work nights.", ["I work nights."]),
+        # an initial, then a word that opens a question or a sentence
+        ("I take Vitamin D. Will that help?", ["I take Vitamin D."]),
+        ("Ich habe Blutgruppe A. Das ist selten, oder?", ["Ich habe Blutgruppe A."]),
         # a Hindi statement that ends by asking for a note is kept
         ("मैं शाकाहारी हूँ, इसे नोट करो।", ["मैं शाकाहारी हूँ, इसे नोट करो।"]),
         # an initial after a capitalised word, then a question: the fact is its own sentence

@@ -434,6 +434,11 @@ async def test_owner_counts_are_kept_by_the_engines_writes_without_a_recount(tmp
             else:
                 await _on_thread(store, engine.delete, store.collection, ["no-such-id", "nor-this"])
             assert await kept() == recount(), (step, action)
+        some_id = next(i for ids in held.values() for i in ids)
+        owner = next(u for u, ids in held.items() if some_id in ids)
+        await _on_thread(store, engine.delete, store.collection, [some_id, some_id])  # an id named twice
+        held[owner].remove(some_id)
+        assert await kept() == recount()
         assert len(built) == 1  # never counted again: every write kept them
         expected = {u: sum(n for (s, k), n in c.items()) for u, c in recount()["by_owner"].items()}
         assert await store.totals(users + ["nobody"]) == {**dict.fromkeys(users + ["nobody"], 0), **expected}
