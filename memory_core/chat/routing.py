@@ -800,9 +800,14 @@ GREETING_PHRASES = frozenset(
     }
 )  # fmt: skip
 """Short greetings/acknowledgements (normalized: lower case, punctuation removed)."""
-_GREETINGS_DRAWN_OUT = frozenset(
-    "".join(ch for i, ch in enumerate(p) if i == 0 or p[i - 1] != ch) for p in GREETING_PHRASES if " " not in p
-)
+
+
+def _collapse_runs(token: str) -> str:
+    """``token`` with every run of one character kept once ("lmaooo" → "lmao")."""
+    return "".join(ch for i, ch in enumerate(token) if i == 0 or token[i - 1] != ch)
+
+
+_GREETINGS_DRAWN_OUT = frozenset(_collapse_runs(p) for p in GREETING_PHRASES if " " not in p)
 """The one-word phrases with every run of a letter kept once ("cool" → "col"): a word typed
 with a letter drawn out ("okkk", "nooo", "coooool", "thanksss") is matched through it."""
 
@@ -814,7 +819,7 @@ def _drawn_out_greeting(word: str) -> bool:
     drawn = len(word) >= 3 and (
         word[-1] == word[-2] or any(word[i] == word[i - 1] == word[i - 2] for i in range(2, len(word)))
     )
-    return drawn and "".join(ch for i, ch in enumerate(word) if i == 0 or word[i - 1] != ch) in _GREETINGS_DRAWN_OUT
+    return drawn and _collapse_runs(word) in _GREETINGS_DRAWN_OUT
 
 
 GREETING_MAX_WORDS = 6
@@ -844,11 +849,6 @@ _LAUGH_PAIRS = frozenset(
     for pair in ("ha", "he", "hi", "ja", "je", "ji", "wk", "ха", "хе", "хи", "ㅋㅎ", "ㅋ", "ㅎ", "哈", "呵", "嘿", "嘻")
 )
 _LAUGH_WORDS = frozenset({"lol", "lmao", "lmfao", "rofl", "mdr", "xd", "kek", "www", "kkk", "555", "草"})
-
-
-def _collapse_runs(token: str) -> str:
-    """``token`` with every run of one character kept once ("lmaooo" → "lmao")."""
-    return "".join(ch for i, ch in enumerate(token) if i == 0 or token[i - 1] != ch)
 
 
 def is_laugh(token: str) -> bool:
