@@ -80,6 +80,7 @@ SWEEPS: dict[str, tuple] = {
     "date_weight": (0.0, 0.15, 0.3, 0.5),
     "date_slack_days": (0.0, 1.0, 2.0, 3.0),
     "question_weight": (0.0, 0.1, 0.15, 0.2, 0.3),
+    "diversity_weight": (0.0, 0.1, 0.2, 0.3, 0.4),
 }
 """Values tried per constant (each with the others at their defaults)."""
 
@@ -184,6 +185,7 @@ async def evaluate(settings: RetrievalSettings, samples: list[dict], vectors: Ve
                     hybrid=True,
                     lexical_weight=settings.lexical_weight,
                     temporal_boost=settings.temporal_boost,
+                    diversity=settings.diversity_weight,
                 ),
                 touch=False,
             )

@@ -176,6 +176,7 @@ def retrieval_settings(args) -> RetrievalSettings:
         date_weight=args.date_weight,
         date_slack_days=args.date_slack_days,
         question_weight=args.question_weight,
+        diversity_weight=args.diversity_weight,
     )
 
 
@@ -232,7 +233,11 @@ async def evaluate(store, qs, cache: EmbedCache, args) -> tuple[dict[str, list],
         )
         for name, hybrid, hop in paths:
             o = RetrieveOptions(
-                **opts, hybrid=hybrid, lexical_weight=args.lexical_weight, temporal_boost=not args.no_temporal_boost
+                **opts,
+                hybrid=hybrid,
+                lexical_weight=args.lexical_weight,
+                temporal_boost=not args.no_temporal_boost,
+                diversity=args.diversity_weight if hybrid else 0.0,
             )
             if hop is not None:
                 hybrid_store.hop_weight = hop
@@ -368,6 +373,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--question-weight", type=float, default=d.question_weight, help="how much lower a memory that asks ranks"
     )
+    ap.add_argument(
+        "--diversity-weight",
+        type=float,
+        default=d.diversity_weight,
+        help="maximal marginal relevance weight over the best 2 × limit (0: off)",
+    )
     ap.add_argument("--hop-weight", type=float, default=d.hop_weight, help="second hop weight (0: off)")
     ap.add_argument("--hop-seeds", type=int, default=d.hop_seeds)
     ap.add_argument("--hop-terms", type=int, default=d.hop_terms)
@@ -399,7 +410,7 @@ async def main(argv: list[str] | None = None) -> dict:
     print(
         f"hybrid: fusion={args.fusion} lexical_weight={args.lexical_weight} pool={args.candidate_pool} "
         f"neighbor={args.neighbor_weight}/r{args.neighbor_radius} speaker={args.speaker_weight} "
-        f"date={args.date_weight}/±{args.date_slack_days}d question={args.question_weight} "
+        f"date={args.date_weight}/±{args.date_slack_days}d question={args.question_weight} diversity={args.diversity_weight} "
         f"temporal={0 if args.no_temporal_boost else args.temporal_weight} k1={args.k1} b={args.b} "
         f"held_search_max={args.held_search_max} hop={args.hop_weight}/{args.hop_seeds}/{args.hop_terms}"
     )

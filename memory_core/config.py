@@ -389,7 +389,11 @@ class RetrievalSettings(_Strict):
     ``memory_core.retrieval.questions``: it states nothing of its own; 0: off). ``bm25_k1``/``bm25_b``: BM25
     parameters; ``hop_weight`` (0: off), ``hop_seeds``, ``hop_terms``: the second hop, a BM25
     pass for ``hop_terms`` terms of the first hop's best ``hop_seeds`` memories
-    (``memory_core.retrieval.feedback``), its max-normalised score added × ``hop_weight``; ``max_index_users``: user indexes held in memory (LRU); ``cache_vectors``: the
+    (``memory_core.retrieval.feedback``), its max-normalised score added × ``hop_weight``;
+    ``diversity_weight`` (0: off): maximal marginal relevance over the best ``2 × limit``
+    results of a search or a chat's retrieve (``memory_core.retrieval.diversity``: each next
+    result's score less this weight × its largest cosine to a result above it), so near-copies
+    of one memory do not fill the top; ``max_index_users``: user indexes held in memory (LRU); ``cache_vectors``: the
     lexical index also holds each memory's vector (1.5 KB per memory at 384 dimensions, about
     doubling an index entry; the per-user matrix keeps up to 2 rows per memory after growth
     and up to 4 after deletes, see ``memory_core.retrieval.held_vectors``; per shard the worst case is
@@ -419,12 +423,13 @@ class RetrievalSettings(_Strict):
     temporal_weight: float = Field(default=0.2, ge=0)
     bm25_k1: float = Field(default=0.9, ge=0)
     bm25_b: float = Field(default=0.4, ge=0, le=1)
-    hop_weight: float = Field(default=0.0, ge=0)
+    hop_weight: float = Field(default=0.1, ge=0)
     hop_seeds: int = Field(default=3, ge=1, le=50)
     hop_terms: int = Field(default=8, ge=1, le=100)
     date_weight: float = Field(default=0.3, ge=0)
     date_slack_days: float = Field(default=1.0, ge=0, le=366)
     question_weight: float = Field(default=0.15, ge=0, le=1)
+    diversity_weight: float = Field(default=0.3, ge=0, le=1)
     max_index_users: int = Field(default=1024, ge=1)
     cache_vectors: bool = True
     held_search_max: int = Field(default=10000, ge=0)

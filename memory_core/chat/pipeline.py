@@ -196,6 +196,7 @@ class MemoryPipeline:
                         hybrid=policy.hybrid,
                         lexical_weight=policy.lexical_weight,
                         temporal_boost=policy.temporal_boost,
+                        diversity=policy.diversity if policy.hybrid else 0.0,
                     )
                 ),
                 {"memory.backend": self.config.memory.backend},

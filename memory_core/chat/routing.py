@@ -85,8 +85,8 @@ class MemoryPolicy:
     ``decision_name``: the matched decision (``None``: no decision). ``retrieval_limit``:
     memories retrieved (before the reflection gate). ``similarity_threshold``: inclusive
     cosine floor. ``reflection``: the merged gate settings. ``placement``: ``current_turn`` or
-    ``after_system``. ``hybrid``/``lexical_weight``/``temporal_boost``: retrieval ranking
-    (``global.stores.memory.retrieval``).
+    ``after_system``. ``hybrid``/``lexical_weight``/``temporal_boost``/``diversity``: retrieval
+    ranking (``global.stores.memory.retrieval``; ``diversity`` is its ``diversity_weight``).
     """
 
     decision_name: str | None
@@ -99,6 +99,7 @@ class MemoryPolicy:
     hybrid: bool
     lexical_weight: float
     temporal_boost: bool
+    diversity: float
 
 
 def _merge_reflection(base: ReflectionSettings, override) -> ReflectionSettings:
@@ -154,6 +155,7 @@ def effective_policy(config: RouterConfig, decision: Decision | None) -> MemoryP
         hybrid=mem.retrieval.hybrid,
         lexical_weight=mem.retrieval.lexical_weight,
         temporal_boost=mem.retrieval.temporal_boost,
+        diversity=mem.retrieval.diversity_weight,
     )
 
 

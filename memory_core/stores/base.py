@@ -807,13 +807,15 @@ class MemoryStore(ABC):
 def check_retrieve_options(options: RetrieveOptions) -> None:
     """The rules of a retrieve's options, for every store and decorator that answers one:
     a non-empty user id, a valid ``project_id``, ``limit`` in 1..``MAX_RETRIEVE_LIMIT``, a
-    finite ``threshold``. Raises ``InvalidInput`` naming the rule."""
+    finite ``threshold``, ``diversity`` in [0, 1]. Raises ``InvalidInput`` naming the rule."""
     require_user_id(options.user_id)
     check_project_id(options.project_id)
     if not (0 < options.limit <= MAX_RETRIEVE_LIMIT):
         raise InvalidInput(f"limit must be in 1..{MAX_RETRIEVE_LIMIT}")
     if not math.isfinite(options.threshold):
         raise InvalidInput("threshold must be a finite number")
+    if not 0.0 <= options.diversity <= 1.0:  # NaN fails too
+        raise InvalidInput("diversity must be in [0, 1]")
 
 
 async def list_pages(store: Any, query: ListQuery) -> AsyncIterator[ListResult]:

@@ -36,7 +36,8 @@ Reads of a loaded user (``cache_vectors`` on, the default: records are held with
 
 Ranking: ``memory_core.retrieval.fusion`` (pure functions: weighted score fusion of the cosine
 and max-normalised BM25, or RRF; a temporal bonus for "when" questions; the best adjacent
-turn's score; a speaker bonus). ``prev``/``next`` are the memories adjacent in time
+turn's score; a speaker bonus; with ``RetrieveOptions.diversity``, maximal marginal relevance
+over the best ``2 · limit``, ``memory_core.retrieval.diversity``). ``prev``/``next`` are the memories adjacent in time
 (``created_at``, then write order, then id) within the same ``conversation_id`` (a memory
 without one has no neighbours), at most ``neighbor_max_gap_s`` apart: sessions are told apart by
 the time between them, from what a client sends (``user_index.group_of``). The speaker is
@@ -100,6 +101,7 @@ import numpy as np
 from ..config import RetrievalSettings
 from ..cpu_pool import yield_to_loop
 from ..errors import InvalidInput, MemoryNotFound, StoreClosed
+from ..retrieval.diversity import mmr_order
 from ..retrieval.feedback import expansion_terms, hop_scores
 from ..retrieval.fusion import Fusion, FusionWeights, Signals, base_score, final_score
 from ..retrieval.held_vectors import cosine, unit_vector
@@ -120,7 +122,7 @@ from ..types import (
     passes_floor,
     utcnow,
 )
-from .base import MAX_LIST_LIMIT, StoreDecorator, check_retrieve_options, list_pages
+from .base import MAX_LIST_LIMIT, MAX_RETRIEVE_LIMIT, StoreDecorator, check_retrieve_options, list_pages
 from .user_index import Timeline, UserIndex, UserIndexes, content_key
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -950,7 +952,37 @@ class HybridStore(StoreDecorator):
             ((scoring.score_of(i), i) for i, (_, cos) in cands.items() if passes_floor(cos, options.threshold)),
             key=lambda t: (-t[0], t[1]),
         )
-        return await self._winners(ranked, cands, options, sim, ui, scoring.rescore)
+        if options.diversity <= 0:
+            return await self._winners(ranked, cands, options, sim, ui, scoring.rescore, options.limit)
+        # maximal marginal relevance over twice the limit (``retrieval.diversity``)
+        depth = min(2 * options.limit, MAX_RETRIEVE_LIMIT)
+        results = await self._winners(ranked, cands, options, sim, ui, scoring.rescore, depth)
+        return self._diversified(results, options, sim, ui)
+
+    @staticmethod
+    def _diversified(
+        results: list[ScoredMemory], options: RetrieveOptions, sim: _Similarity, ui: UserIndex
+    ) -> list[ScoredMemory]:
+        """``results`` (best first) reordered by maximal marginal relevance with weight
+        ``options.diversity`` (``retrieval.diversity.mmr_order``), the first ``options.limit``,
+        each ``score`` the pick's marginal relevance. The vectors are the held ones
+        (``cache_vectors``), else those the vector search's hits carried; a memory whose vector
+        is not at hand (``cache_vectors`` off and read by id) or whose cosine means nothing
+        (``_Similarity.lexical_only``: text the model cannot represent) is neither penalised
+        nor penalises others."""
+        vectors: dict[str, np.ndarray] = {}
+        for r in results:
+            memory_id = r.memory.id
+            if sim.lexical_only(memory_id):
+                continue
+            vec = ui.held.get(memory_id)
+            if vec is None and r.memory.embedding is not None:
+                vec = unit_vector(r.memory.embedding)
+            if vec is not None:
+                vectors[memory_id] = vec
+        by_id = {r.memory.id: r for r in results}
+        order = mmr_order([(r.memory.id, r.score) for r in results], vectors, options.diversity, options.limit)
+        return [by_id[memory_id].model_copy(update={"score": score}) for memory_id, score in order]
 
     async def _period_candidates(
         self,
@@ -1203,8 +1235,9 @@ class HybridStore(StoreDecorator):
         sim: _Similarity,
         ui: UserIndex,
         rescore: Callable[[str, float], float],
+        limit: int,
     ) -> list[ScoredMemory]:
-        """The top ``options.limit`` of ``ranked`` ((score, id), best first) as results.
+        """The top ``limit`` of ``ranked`` ((score, id), best first) as results.
 
         Candidates scored from a held vector take the index's held record (records held: no
         store round trip); one without a held record is read from the inner store (one
@@ -1214,16 +1247,16 @@ class HybridStore(StoreDecorator):
         the stored vector and its score from ``rescore``, and is ranked again."""
         pending = list(ranked)
         out: list[ScoredMemory] = []
-        while pending and len(out) < options.limit:
-            while pending and len(out) < options.limit and cands[pending[0][1]][0] is not None:
+        while pending and len(out) < limit:
+            while pending and len(out) < limit and cands[pending[0][1]][0] is not None:
                 score, memory_id = pending.pop(0)
                 memory, cos = cands[memory_id]
                 assert memory is not None  # the loop condition checked it
                 if passes_floor(cos, options.threshold):
                     out.append(ScoredMemory(memory=memory, score=score, similarity=cos))
-            if not pending or len(out) >= options.limit:
+            if not pending or len(out) >= limit:
                 break
-            need = [i for _, i in pending[: options.limit - len(out)] if cands[i][0] is None]
+            need = [i for _, i in pending[: limit - len(out)] if cands[i][0] is None]
             loaded = self._held_records(need, options.user_id, ui)
             loaded.update(await self._load([i for i in need if i not in loaded], options.user_id, ui))
             rescored: dict[str, float] = {}

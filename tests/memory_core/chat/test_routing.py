@@ -112,7 +112,7 @@ def test_no_decisions_uses_global_settings():
             "default_similarity_threshold": 0.5,
             "auto_store": False,
             "injection": {"placement": "after_system"},
-            "retrieval": {"hybrid": False, "lexical_weight": 0.1, "temporal_boost": False},
+            "retrieval": {"hybrid": False, "lexical_weight": 0.1, "temporal_boost": False, "diversity_weight": 0.2},
         }
     )
     p = effective_policy(c, None)
@@ -127,6 +127,7 @@ def test_no_decisions_uses_global_settings():
         hybrid=False,
         lexical_weight=0.1,
         temporal_boost=False,
+        diversity=0.2,
     )
 
 
