@@ -185,6 +185,7 @@ async def evaluate(settings: RetrievalSettings, samples: list[dict], vectors: Ve
                     hybrid=True,
                     lexical_weight=settings.lexical_weight,
                     temporal_boost=settings.temporal_boost,
+                    second_hop=True,
                     diversity=settings.diversity_weight,
                 ),
                 touch=False,

@@ -237,6 +237,7 @@ async def evaluate(store, qs, cache: EmbedCache, args) -> tuple[dict[str, list],
                 hybrid=hybrid,
                 lexical_weight=args.lexical_weight,
                 temporal_boost=not args.no_temporal_boost,
+                second_hop=hybrid,
                 diversity=args.diversity_weight if hybrid else 0.0,
             )
             if hop is not None:

@@ -178,11 +178,12 @@ class RetrieveOptions(BaseModel):
     searched (default ``active`` only; expired memories are never returned). ``threshold`` is
     inclusive and applies to cosine similarity. ``query`` is the text (used by the lexical side of hybrid retrieval
     and to embed when ``embedding`` is absent). ``hybrid`` enables lexical+vector fusion
-    where the store supports it. ``diversity`` (in [0, 1]; 0: off): with ``hybrid``, the
-    weight of maximal marginal relevance over the best ``2 × limit`` results
-    (``memory_core.retrieval.diversity``): a near-copy of a better result ranks lower. The
-    service sets it from ``retrieval.diversity_weight`` for searches and chats; curation's
-    candidate search leaves it 0, since it looks for near-copies.
+    where the store supports it. With ``hybrid``: ``second_hop`` runs the store's second hop
+    (``retrieval.hop_weight`` > 0, ``memory_core.retrieval.feedback``); ``diversity`` (in
+    [0, 1]; 0: off) is the weight of maximal marginal relevance over the best ``2 × limit``
+    results (``memory_core.retrieval.diversity``): a near-copy of a better result ranks lower.
+    The service sets both from ``retrieval`` for searches and chats; curation's candidate
+    search leaves them off: it looks for near-copies of one statement.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -199,6 +200,7 @@ class RetrieveOptions(BaseModel):
     hybrid: bool = False
     lexical_weight: float = DEFAULT_LEXICAL_WEIGHT
     temporal_boost: bool = False
+    second_hop: bool = False
     diversity: float = 0.0
 
     def admits(self, memory: Memory, now: datetime, states: tuple[MemoryState, ...] | None = None) -> bool:

@@ -196,6 +196,7 @@ class MemoryPipeline:
                         hybrid=policy.hybrid,
                         lexical_weight=policy.lexical_weight,
                         temporal_boost=policy.temporal_boost,
+                        second_hop=policy.second_hop and policy.hybrid,
                         diversity=policy.diversity if policy.hybrid else 0.0,
                     )
                 ),

@@ -85,8 +85,9 @@ class MemoryPolicy:
     ``decision_name``: the matched decision (``None``: no decision). ``retrieval_limit``:
     memories retrieved (before the reflection gate). ``similarity_threshold``: inclusive
     cosine floor. ``reflection``: the merged gate settings. ``placement``: ``current_turn`` or
-    ``after_system``. ``hybrid``/``lexical_weight``/``temporal_boost``/``diversity``: retrieval
-    ranking (``global.stores.memory.retrieval``; ``diversity`` is its ``diversity_weight``).
+    ``after_system``. ``hybrid``/``lexical_weight``/``temporal_boost``/``second_hop``/``diversity``:
+    retrieval ranking (``global.stores.memory.retrieval``; ``second_hop``: its
+    ``hop_weight`` > 0; ``diversity``: its ``diversity_weight``).
     """
 
     decision_name: str | None
@@ -99,6 +100,7 @@ class MemoryPolicy:
     hybrid: bool
     lexical_weight: float
     temporal_boost: bool
+    second_hop: bool
     diversity: float
 
 
@@ -155,6 +157,7 @@ def effective_policy(config: RouterConfig, decision: Decision | None) -> MemoryP
         hybrid=mem.retrieval.hybrid,
         lexical_weight=mem.retrieval.lexical_weight,
         temporal_boost=mem.retrieval.temporal_boost,
+        second_hop=mem.retrieval.hop_weight > 0,
         diversity=mem.retrieval.diversity_weight,
     )
 

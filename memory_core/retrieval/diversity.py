@@ -39,13 +39,15 @@ def mmr_order(
     the pick's marginal relevance, made non-increasing down the list (each at most the one
     before it), so the list stays sorted by its score. Ties go to the earlier candidate of
     ``ranked``. ``weight`` 0, or fewer than two candidates with a vector: ``ranked``'s first
-    ``limit`` unchanged. Raises ``ValueError`` for a weight outside [0, 1] or a negative
-    ``limit``."""
+    ``limit`` unchanged. Raises ``ValueError`` for a weight outside [0, 1], a negative
+    ``limit`` or a NaN score."""
     if not 0.0 <= weight <= 1.0:  # NaN fails too
         raise ValueError("weight must be in [0, 1]")
     if limit < 0:
         raise ValueError("limit must be ≥ 0")
     head = list(ranked)
+    if any(s != s for _, s in head):
+        raise ValueError("scores must not be NaN")
     with_vector = [i for i, (memory_id, _) in enumerate(head) if memory_id in vectors]
     if weight == 0.0 or len(with_vector) < 2:
         return head[:limit]
@@ -57,10 +59,11 @@ def mmr_order(
     out: list[tuple[str, float]] = []
     ceiling = float("inf")
     while len(out) < limit and left.any():
-        marginal = np.where(left, scores - weight * redundancy, -np.inf)
-        pick = int(np.argmax(marginal))  # the first of equal values: ties to the earlier
+        remaining = np.flatnonzero(left)
+        marginal = scores[remaining] - weight * redundancy[remaining]
+        pick = int(remaining[int(np.argmax(marginal))])  # the first of equal values: ties to the earlier
         left[pick] = False
-        ceiling = min(ceiling, float(marginal[pick]))
+        ceiling = min(ceiling, float(scores[pick] - weight * redundancy[pick]))
         out.append((head[pick][0], ceiling))
         row = row_of.get(pick)
         if row is not None:

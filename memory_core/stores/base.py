@@ -459,6 +459,14 @@ class MemoryStore(ABC):
             self._overlay_access(options.user_id, [r.memory for r in results])
             return results
 
+    def diversify(self, results: Sequence[ScoredMemory], options: RetrieveOptions) -> builtins.list[ScoredMemory]:
+        """``results`` (one user's, best first) cut to ``options.limit`` in the order of maximal
+        marginal relevance with weight ``options.diversity`` (``retrieval.diversity``), where
+        the store holds the memories' vectors at hand. A store that does not (this base) keeps
+        the order: the first ``options.limit``. ``HybridStore`` reorders; a decorator asks its
+        inner store. No I/O."""
+        return builtins.list(results[: options.limit])
+
     async def _query_vector(self, options: RetrieveOptions) -> list[float]:
         if options.embedding is None:
             if not options.query.strip():
@@ -911,6 +919,10 @@ class StoreDecorator:
 
     async def retrieve(self, options: RetrieveOptions, *, touch: bool = True) -> list[ScoredMemory]:
         return await self.inner.retrieve(options, touch=touch)
+
+    def diversify(self, results: Sequence[ScoredMemory], options: RetrieveOptions) -> list[ScoredMemory]:
+        """See ``MemoryStore.diversify``."""
+        return self.inner.diversify(results, options)
 
     async def embed_query(self, options: RetrieveOptions) -> list[float]:
         return await self.inner.embed_query(options)

@@ -388,13 +388,17 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         chain that leaves the caller's scope (``_chain_ends``: another user, another project
         than ``options.project_id``, a type outside ``options.types``, expired, not active at
         its end) answers nothing: the match is dropped, not answered with the replaced memory.
-        Other ``states``: plain retrieval."""
+        With ``options.diversity`` the resolved hits (up to ``2 × limit``) are ordered by the
+        inner store's ``diversify``. Other ``states``: plain retrieval."""
         if tuple(options.states) != (MemoryState.ACTIVE,):
             return await self.inner.retrieve(options, touch=touch)
         wide = options.model_copy(
             update={
                 "states": (MemoryState.ACTIVE, MemoryState.SUPERSEDED, MemoryState.CONSOLIDATED),
                 "limit": min(MAX_RETRIEVE_LIMIT, 2 * options.limit),  # room for hits that resolve to one
+                # diversity is applied below, to what the hits resolve to: a replaced memory
+                # that answers nothing must not push others down
+                "diversity": 0.0,
             }
         )
         hits = await self.inner.retrieve(wide, touch=False)
@@ -410,7 +414,7 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
                 )
             if resolved is not None and resolved.memory.id not in out:
                 out[resolved.memory.id] = resolved
-        results = list(out.values())[: options.limit]
+        results = self.inner.diversify(list(out.values()), options)
         if touch and results:
             await self.inner.record_access([r.memory.id for r in results], options.user_id)
         return results

@@ -946,40 +946,37 @@ class HybridStore(StoreDecorator):
                 for i in extra:
                     if i in cands and i not in scoring.base:
                         scoring.add(i, cands[i][1])
-        if self.hop_weight > 0 and scoring.base:
+        if self.hop_weight > 0 and options.second_hop and scoring.base:
             await self._second_hop(scoring, q_terms, pool, options, sim, ui, cands)
         ranked = sorted(
             ((scoring.score_of(i), i) for i, (_, cos) in cands.items() if passes_floor(cos, options.threshold)),
             key=lambda t: (-t[0], t[1]),
         )
-        if options.diversity <= 0:
+        if options.diversity <= 0 or not self.cache_vectors:
             return await self._winners(ranked, cands, options, sim, ui, scoring.rescore, options.limit)
-        # maximal marginal relevance over twice the limit (``retrieval.diversity``)
+        # maximal marginal relevance over twice the limit (``diversify``)
         depth = min(2 * options.limit, MAX_RETRIEVE_LIMIT)
-        results = await self._winners(ranked, cands, options, sim, ui, scoring.rescore, depth)
-        return self._diversified(results, options, sim, ui)
+        return self.diversify(await self._winners(ranked, cands, options, sim, ui, scoring.rescore, depth), options)
 
-    @staticmethod
-    def _diversified(
-        results: list[ScoredMemory], options: RetrieveOptions, sim: _Similarity, ui: UserIndex
-    ) -> list[ScoredMemory]:
-        """``results`` (best first) reordered by maximal marginal relevance with weight
-        ``options.diversity`` (``retrieval.diversity.mmr_order``), the first ``options.limit``,
-        each ``score`` the pick's marginal relevance. The vectors are the held ones
-        (``cache_vectors``), else those the vector search's hits carried; a memory whose vector
-        is not at hand (``cache_vectors`` off and read by id) or whose cosine means nothing
-        (``_Similarity.lexical_only``: text the model cannot represent) is neither penalised
-        nor penalises others."""
+    def diversify(self, results: Sequence[ScoredMemory], options: RetrieveOptions) -> list[ScoredMemory]:
+        """``results`` (best first, memories of ``options.user_id``) reordered by maximal
+        marginal relevance with weight ``options.diversity`` (``retrieval.diversity.mmr_order``),
+        the first ``options.limit``, each ``score`` the pick's marginal relevance. The vectors
+        are those the user's index holds (``cache_vectors``); a memory without one (the user's
+        index not loaded, ``cache_vectors`` off) or whose vector means nothing (the model cannot
+        represent its text) is neither penalised nor penalises others. ``_ranked`` applies it to
+        its best ``2 × limit``; ``CuratingStore`` to its hits once superseded ones stand for
+        the memories that replaced them."""
+        if options.diversity <= 0:
+            return list(results[: options.limit])
+        ui = self.index.ready(options.user_id)
         vectors: dict[str, np.ndarray] = {}
-        for r in results:
-            memory_id = r.memory.id
-            if sim.lexical_only(memory_id):
-                continue
-            vec = ui.held.get(memory_id)
-            if vec is None and r.memory.embedding is not None:
-                vec = unit_vector(r.memory.embedding)
-            if vec is not None:
-                vectors[memory_id] = vec
+        if ui is not None:
+            for r in results:
+                attrs = ui.corpus.attrs(r.memory.id)
+                vec = ui.held.get(r.memory.id) if attrs is not None and attrs.get("represented") is not False else None
+                if vec is not None:
+                    vectors[r.memory.id] = vec
         by_id = {r.memory.id: r for r in results}
         order = mmr_order([(r.memory.id, r.score) for r in results], vectors, options.diversity, options.limit)
         return [by_id[memory_id].model_copy(update={"score": score}) for memory_id, score in order]

@@ -110,6 +110,7 @@ class MemoryRoutes(IngressBase):
                 hybrid=settings.retrieval.hybrid,
                 lexical_weight=settings.retrieval.lexical_weight,
                 temporal_boost=settings.retrieval.temporal_boost,
+                second_hop=settings.retrieval.hybrid and settings.retrieval.hop_weight > 0,
                 diversity=settings.retrieval.diversity_weight if settings.retrieval.hybrid else 0.0,
             )
         )

@@ -272,3 +272,27 @@ async def test_when_embed_stored_fails_or_answers_another_model_the_turn_is_stil
     prepared = await p.prepare(body("My bike is a red Brompton."), ctx())
     assert await p.remember(prepared, {"choices": [{"message": {"content": "Noted."}}]}) == []
     assert ("memory_store_errors", {"decision": "default"}) in metrics.counts
+
+
+async def test_a_chat_retrieve_asks_for_the_configured_ranking():
+    """The chat's retrieve carries ``retrieval``'s ranking: the second hop and the diversity
+    weight when hybrid, neither without it."""
+    seen: list = []
+
+    class Recording(InMemoryStore):
+        async def retrieve(self, options, *, touch=True):
+            seen.append(options)
+            return await super().retrieve(options, touch=touch)
+
+    for retrieval, expected in (
+        ({"hybrid": True, "diversity_weight": 0.25, "hop_weight": 0.1}, (True, 0.25)),
+        ({"hybrid": True, "diversity_weight": 0.0, "hop_weight": 0.0}, (False, 0.0)),
+        ({"hybrid": False, "diversity_weight": 0.25, "hop_weight": 0.1}, (False, 0.0)),
+    ):
+        seen.clear()
+        config = {"global": {"stores": {"memory": {"retrieval": retrieval}}}}
+        store = Recording(embed=CountingEmbed(), dimension=DIM)
+        await store.store(Memory(user_id="alice", content="my locker code is 4817"))
+        p = MemoryPipeline(load_config(config), store=store, metrics=Recorder(), now=lambda: NOW)
+        await p.prepare(body("what is my locker code"), ctx())
+        assert [(o.second_hop, o.diversity) for o in seen] == [expected]

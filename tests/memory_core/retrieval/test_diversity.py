@@ -55,6 +55,14 @@ def test_negative_cosines_are_no_bonus():
     assert mmr_order(ranked, vectors, 1.0, 2) == [("a", 1.0), ("opposite", 0.5)]
 
 
+def test_minus_infinity_scores_are_picked_once_each_and_nan_is_refused():
+    ranked = [("a", 1.0), ("c", 0.5), ("b", float("-inf"))]
+    vectors = {i: unit(1, 0) for i, _ in ranked}
+    assert [i for i, _ in mmr_order(ranked, vectors, 0.5, 3)] == ["a", "c", "b"]
+    with pytest.raises(ValueError):
+        mmr_order([("a", 1.0), ("b", float("nan"))], vectors, 0.5, 2)
+
+
 @pytest.mark.parametrize("weight", [-0.1, 1.1, float("nan")])
 def test_a_weight_outside_zero_one_raises(weight):
     with pytest.raises(ValueError):
@@ -146,3 +154,65 @@ async def test_a_diversity_outside_zero_one_is_invalid_input(diversity):
     with pytest.raises(InvalidInput):
         await h.retrieve(RetrieveOptions(user_id="u1", query="x", hybrid=True, diversity=diversity))
     await h.close()
+
+
+# ------------------------------------------------------------------ through CuratingStore
+
+
+async def curated_over(hybrid: HybridStore):
+    from memory_core.config import CurationSettings
+    from memory_core.stores.curating import CuratingStore
+
+    store = CuratingStore(hybrid, CurationSettings())
+    await store.open()
+    return store
+
+
+async def test_curation_orders_what_the_hits_resolve_to_and_its_candidate_search_keeps_near_copies():
+    hybrid = HybridStore(InMemoryStore(embed=fake_embed, dimension=DIM), **plain())
+    curated = await curated_over(hybrid)
+    # written beside curation (as an import of old rows would): two near-copies and another memory
+    for mid, content in (
+        ("pottery", "I signed up for a pottery class with clay on saturday"),
+        ("pottery_again", "I signed up for a pottery class with clay on saturday again"),
+        ("camping", "We went camping by the lake"),
+    ):
+        await hybrid.store(Memory(id=tid(mid), user_id="u1", content=content))
+    query = "pottery class with clay on saturday, or camping"
+    plain_top = await curated.retrieve(RetrieveOptions(user_id="u1", query=query, hybrid=True, limit=2))
+    assert sorted(tname(r.memory.id) for r in plain_top) == ["pottery", "pottery_again"]
+    diverse = await curated.retrieve(RetrieveOptions(user_id="u1", query=query, hybrid=True, limit=2, diversity=1.0))
+    assert tname(diverse[1].memory.id) == "camping"
+    await curated.close()
+
+
+async def test_a_replaced_memory_that_answers_nothing_pushes_no_other_memory_down():
+    """A superseded match whose replacement left the caller's scope (expired) is dropped; it
+    must not have cost its near-copy the place it would hold without diversity."""
+    from datetime import UTC, datetime, timedelta
+
+    from memory_core.types import MemoryState
+
+    hybrid = HybridStore(InMemoryStore(embed=fake_embed, dimension=DIM), **plain())
+    curated = await curated_over(hybrid)
+    past = datetime.now(UTC) - timedelta(days=1)
+    await hybrid.store(Memory(id=tid("gone"), user_id="u1", content="I moved to Oslo", expires_at=past))
+    await hybrid.store(
+        Memory(
+            id=tid("stale"),
+            user_id="u1",
+            content="I signed up for a pottery class with clay on saturday",
+            state=MemoryState.SUPERSEDED,
+            superseded_by=tid("gone"),
+        )
+    )
+    await hybrid.store(
+        Memory(id=tid("copy"), user_id="u1", content="I signed up for a pottery class with clay on saturday again")
+    )
+    await hybrid.store(Memory(id=tid("camping"), user_id="u1", content="We went camping by the lake"))
+    query = "pottery class with clay on saturday, or camping"
+    plain_top = await curated.retrieve(RetrieveOptions(user_id="u1", query=query, hybrid=True, limit=1))
+    diverse = await curated.retrieve(RetrieveOptions(user_id="u1", query=query, hybrid=True, limit=1, diversity=1.0))
+    assert [tname(r.memory.id) for r in plain_top] == ["copy"]
+    assert [tname(r.memory.id) for r in diverse] == ["copy"]
+    await curated.close()

@@ -73,16 +73,20 @@ async def test_the_second_hop_finds_a_memory_through_the_first_hops_best():
         **{f"f{i}": f"Mel: {t}" for i, t in enumerate(FILLER)},
     }
     margin = {}
-    for hop_weight in (0.0, 0.5):
+    for hop_weight, second_hop in ((0.0, True), (0.5, True), (0.5, False)):
         store = HybridStore(InMemoryStore(embed=fake_embed, dimension=DIM), **plain(hop_weight=hop_weight, hop_seeds=1))
         for name, text in texts.items():
             await store.store(Memory(id=tid(name), user_id="u1", content=text, type=MemoryType.EPISODIC))
-        got = await store.retrieve(opts(query="What does my daughter like?", limit=len(texts)))
+        got = await store.retrieve(opts(query="What does my daughter like?", limit=len(texts), second_hop=second_hop))
         assert ids(got)[0] == "seed"
         score = {n: r.score for n, r in zip(ids(got), got, strict=True)}
-        margin[hop_weight] = score.get("answer", 0.0) - max(score.get(f"f{i}", 0.0) for i in range(len(FILLER)))
-    assert margin[0.0] == pytest.approx(0.0, abs=1e-6)  # one hop: the answer scores as the filler
-    assert margin[0.5] > 0.2  # two hops: found through "luna" and "dinosaur" of the seed
+        margin[(hop_weight, second_hop)] = score.get("answer", 0.0) - max(
+            score.get(f"f{i}", 0.0) for i in range(len(FILLER))
+        )
+    assert margin[(0.0, True)] == pytest.approx(0.0, abs=1e-6)  # one hop: the answer scores as the filler
+    assert margin[(0.5, True)] > 0.2  # two hops: found through "luna" and "dinosaur" of the seed
+    # a request without ``second_hop`` (curation's candidate search) gets one hop whatever the weight
+    assert margin[(0.5, False)] == pytest.approx(0.0, abs=1e-6)
 
 
 def test_hop_settings_are_checked():
