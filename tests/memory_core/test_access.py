@@ -96,6 +96,34 @@ def test_keys_and_users_are_listed_without_the_keys(registry):
     assert all(k1 not in str(k.public()) for k in registry.keys())
 
 
+def test_a_key_check_and_a_write_never_wait_behind_an_admin_read(registry):
+    """The admin views' reads hold their own connection and lock: while one is in progress
+    (held here at its lock), ``verify`` and ``note_user`` on the ingress's loop answer, and the
+    read sees what was written once it goes on."""
+    import threading
+
+    key, record = registry.create("alice")
+    answered = threading.Event()
+    with registry._read_lock:  # an admin page's read in progress
+        worker = threading.Thread(
+            target=lambda: (registry.verify(key), registry.note_user("bob"), answered.set()), daemon=True
+        )
+        worker.start()
+        assert answered.wait(5.0), "the key check or the write waited behind the admin read"
+    worker.join(5.0)
+    assert [u for u, _ in registry.users()] == ["alice", "bob"] and registry.user_count() == 2
+    assert registry.verify(key).key_id == record.key_id
+
+
+def test_an_in_memory_registry_reads_what_it_wrote():
+    r = KeyRegistry(":memory:")
+    key, record = r.create("alice")
+    r.note_user("bob")
+    assert r.verify(key).user_id == "alice" and r.user_count() == 2 and r.active_key_count() == 1
+    assert [k.key_id for k in r.keys()] == [record.key_id]
+    r.close()
+
+
 def test_keys_survive_a_reopen(tmp_path):
     path = tmp_path / "access.sqlite"
     key, _ = KeyRegistry(path).create("alice")
