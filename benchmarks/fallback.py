@@ -59,6 +59,7 @@ from memory_core.config import (  # noqa: E402
     EmbeddingSettings,
     FallbackModelSettings,
     MemoryStoreSettings,
+    RetrievalSettings,
 )
 from memory_core.embedding import TokenizerCoverage, compute_identity, local_encoder  # noqa: E402
 from memory_core.embedding.fallback import (  # noqa: E402
@@ -73,6 +74,9 @@ from memory_core.embedding.fallback import (  # noqa: E402
 from memory_core.stores.factory import make_store  # noqa: E402
 from memory_core.stores.hybrid import HybridStore  # noqa: E402
 from memory_core.types import Memory, RetrieveOptions  # noqa: E402
+
+SERVICE_RANKING = {k: v for k, v in RetrievalSettings().ranking_options().items() if k in ("second_hop", "diversity")}
+"""The second hop and diversity as the service's searches ask for them (the default settings)."""
 
 MODEL = "bundled:all-MiniLM-L6-v2"
 FALLBACK = "bundled:multilingual-e5-small"
@@ -253,7 +257,12 @@ async def run_modes(
     represents = coverage.represents if coverage is not None else (lambda _t: True)
     for user, pair_id, lang, kind, text in questions:
         options = RetrieveOptions(
-            user_id=user, query=text, embedding=(await vectors.embed([text]))[0], hybrid=True, limit=5
+            user_id=user,
+            query=text,
+            embedding=(await vectors.embed([text]))[0],
+            hybrid=True,
+            limit=5,
+            **SERVICE_RANKING,
         )
         for mode in turns():
             started = time.perf_counter()

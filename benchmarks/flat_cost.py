@@ -84,7 +84,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.locomo_offline import EmbedCache  # noqa: E402
 from memory_core import locomo as ld  # noqa: E402
-from memory_core.config import MemoryStoreSettings  # noqa: E402
+from memory_core.config import MemoryStoreSettings, RetrievalSettings  # noqa: E402
 from memory_core.sanitize import scoped_memory_id  # noqa: E402
 from memory_core.stores import make_store  # noqa: E402
 from memory_core.stores.hybrid import HybridStore  # noqa: E402
@@ -94,6 +94,9 @@ DIM = 384
 MANY = 600
 FILLER_CHUNK = 50_000
 """Filler rows made and loaded at a time (each mode in turn)."""
+
+SERVICE_RANKING = {k: v for k, v in RetrievalSettings().ranking_options().items() if k in ("second_hop", "diversity")}
+"""The second hop and diversity as the service's searches ask for them (the default settings)."""
 
 
 def pct(values: list[float], q: float) -> float:
@@ -310,7 +313,15 @@ async def stack_run(store, hybrid, threshold, users, qs, writes, cache, args, ta
         def search(i: int, uid=uid):
             q = qs[i % len(qs)]
             return store.retrieve(
-                RetrieveOptions(user_id=uid, query=q, embedding=cache[q], hybrid=True, limit=5, threshold=threshold)
+                RetrieveOptions(
+                    user_id=uid,
+                    query=q,
+                    embedding=cache[q],
+                    hybrid=True,
+                    limit=5,
+                    threshold=threshold,
+                    **SERVICE_RANKING,
+                )
             )
 
         lat = await timed(search, args.queries)

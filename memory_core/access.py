@@ -180,21 +180,25 @@ class KeyRegistry:
 
     ``path``: the database file (parent folders are created) or ``":memory:"``. Every method
     is thread-safe. ``verify`` and the writes take well under a millisecond (one indexed
-    statement) and run on the ingress's event loop; the admin views' reads (``users``,
-    ``user_count``, ``active_key_count``, ``keys``) walk a table and run on worker threads,
-    over a second connection with its own lock, so a request's key check never waits behind
-    an admin page (WAL: a reader never blocks the writer). ``":memory:"`` (tests) has one
-    connection for both."""
+    statement each) and run on the ingress's event loop; the admin views' reads (``users``,
+    ``user_count``, ``active_key_count``, ``keys``) walk a table, and the service calls them
+    on worker threads; they use a second connection with its own lock, so a request's key
+    check never waits behind an admin page (WAL: a reader never blocks the writer).
+    ``":memory:"`` (tests) has one connection for both."""
 
     def __init__(self, path: str | Path):
         self.path = str(path)
         self._lock = threading.Lock()
         self._db = open_sqlite(self.path)
         self._db.executescript(_SCHEMA)
-        if self.path == ":memory:":  # a second connection would open another, empty database
+        if self.path in ("", ":memory:"):  # a second connection would open another, empty database
             self._read_lock, self._read_db = self._lock, self._db
         else:
-            self._read_lock, self._read_db = threading.Lock(), open_sqlite(self.path)
+            try:
+                self._read_lock, self._read_db = threading.Lock(), open_sqlite(self.path)
+            except BaseException:
+                self._db.close()
+                raise
 
     def close(self) -> None:
         with self._lock:
@@ -222,13 +226,21 @@ class KeyRegistry:
         key = new_api_key()
         record = KeyRecord("key_" + secrets.token_hex(8), user_id, role, name, _now())
         with self._lock:
-            self._db.execute(
-                "INSERT INTO api_keys (key_id, digest, user_id, role, name, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (record.key_id, key_digest(key), user_id, role.value, name, record.created_at),
-            )
-            self._db.execute(
-                "INSERT OR IGNORE INTO users (user_id, first_seen) VALUES (?, ?)", (user_id, record.created_at)
-            )
+            # one transaction: an admin read (its own connection) never sees the key without
+            # its user
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute(
+                    "INSERT INTO api_keys (key_id, digest, user_id, role, name, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                    (record.key_id, key_digest(key), user_id, role.value, name, record.created_at),
+                )
+                self._db.execute(
+                    "INSERT OR IGNORE INTO users (user_id, first_seen) VALUES (?, ?)", (user_id, record.created_at)
+                )
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
         return key, record
 
     def revoke(self, key_id: str) -> KeyRecord:

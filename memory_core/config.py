@@ -434,6 +434,19 @@ class RetrievalSettings(_Strict):
     cache_vectors: bool = True
     held_search_max: int = Field(default=10000, ge=0)
 
+    def ranking_options(self) -> dict[str, Any]:
+        """The ``RetrieveOptions`` fields a search or a chat's retrieve takes from these
+        settings: ``hybrid``, ``lexical_weight``, ``temporal_boost``, ``second_hop``
+        (``hop_weight`` > 0) and ``diversity`` (``diversity_weight``); the last two only with
+        ``hybrid``."""
+        return {
+            "hybrid": self.hybrid,
+            "lexical_weight": self.lexical_weight,
+            "temporal_boost": self.temporal_boost,
+            "second_hop": self.hybrid and self.hop_weight > 0,
+            "diversity": self.diversity_weight if self.hybrid else 0.0,
+        }
+
 
 class InjectionSettings(_Strict):
     """Where the memory block goes: ``current_turn`` (default; appended to the last user

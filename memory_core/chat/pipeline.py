@@ -196,8 +196,8 @@ class MemoryPipeline:
                         hybrid=policy.hybrid,
                         lexical_weight=policy.lexical_weight,
                         temporal_boost=policy.temporal_boost,
-                        second_hop=policy.second_hop and policy.hybrid,
-                        diversity=policy.diversity if policy.hybrid else 0.0,
+                        second_hop=policy.second_hop,
+                        diversity=policy.diversity,
                     )
                 ),
                 {"memory.backend": self.config.memory.backend},

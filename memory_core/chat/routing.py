@@ -154,11 +154,7 @@ def effective_policy(config: RouterConfig, decision: Decision | None) -> MemoryP
         auto_store=auto_store,
         reflection=reflection,
         placement=placement,
-        hybrid=mem.retrieval.hybrid,
-        lexical_weight=mem.retrieval.lexical_weight,
-        temporal_boost=mem.retrieval.temporal_boost,
-        second_hop=mem.retrieval.hop_weight > 0,
-        diversity=mem.retrieval.diversity_weight,
+        **mem.retrieval.ranking_options(),
     )
 
 

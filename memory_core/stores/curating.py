@@ -100,7 +100,15 @@ from ..types import (
     WriteOutcome,
     WriteResult,
 )
-from .base import MAX_BATCH, MAX_LIST_LIMIT, MAX_RETRIEVE_LIMIT, StoreDecorator, list_pages, utcnow
+from .base import (
+    MAX_BATCH,
+    MAX_LIST_LIMIT,
+    MAX_RETRIEVE_LIMIT,
+    StoreDecorator,
+    check_retrieve_options,
+    list_pages,
+    utcnow,
+)
 from .user_index import split_speaker
 
 log = logging.getLogger(__name__)
@@ -392,6 +400,7 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
         inner store's ``diversify``. Other ``states``: plain retrieval."""
         if tuple(options.states) != (MemoryState.ACTIVE,):
             return await self.inner.retrieve(options, touch=touch)
+        check_retrieve_options(options)  # here too: ``wide`` does not carry the caller's diversity
         wide = options.model_copy(
             update={
                 "states": (MemoryState.ACTIVE, MemoryState.SUPERSEDED, MemoryState.CONSOLIDATED),
@@ -414,7 +423,12 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
                 )
             if resolved is not None and resolved.memory.id not in out:
                 out[resolved.memory.id] = resolved
-        results = self.inner.diversify(list(out.values()), options)
+        resolved_hits = list(out.values())
+        results = (
+            self.inner.diversify(resolved_hits, options)
+            if options.hybrid and options.diversity > 0
+            else resolved_hits[: options.limit]
+        )
         if touch and results:
             await self.inner.record_access([r.memory.id for r in results], options.user_id)
         return results

@@ -956,20 +956,31 @@ class HybridStore(StoreDecorator):
             return await self._winners(ranked, cands, options, sim, ui, scoring.rescore, options.limit)
         # maximal marginal relevance over twice the limit (``diversify``)
         depth = min(2 * options.limit, MAX_RETRIEVE_LIMIT)
-        return self.diversify(await self._winners(ranked, cands, options, sim, ui, scoring.rescore, depth), options)
+        return self._diversify(
+            await self._winners(ranked, cands, options, sim, ui, scoring.rescore, depth), options, ui
+        )
 
     def diversify(self, results: Sequence[ScoredMemory], options: RetrieveOptions) -> list[ScoredMemory]:
         """``results`` (best first, memories of ``options.user_id``) reordered by maximal
         marginal relevance with weight ``options.diversity`` (``retrieval.diversity.mmr_order``),
         the first ``options.limit``, each ``score`` the pick's marginal relevance. The vectors
-        are those the user's index holds (``cache_vectors``); a memory without one (the user's
-        index not loaded, ``cache_vectors`` off) or whose vector means nothing (the model cannot
-        represent its text) is neither penalised nor penalises others. ``_ranked`` applies it to
-        its best ``2 × limit``; ``CuratingStore`` to its hits once superseded ones stand for
-        the memories that replaced them."""
+        are those the user's index holds now (``cache_vectors``); a memory without one (the
+        user's index not loaded — evicted since a cached answer was made, say —, ``cache_vectors``
+        off) or whose vector means nothing (the model cannot represent its text) is neither
+        penalised nor penalises others: without any, the order is the plain one. The cosines
+        are between memories, so a query the model cannot represent is diversified too.
+        ``_ranked`` applies it to its best ``2 × limit`` (with the index it ranked with);
+        ``CuratingStore`` to its hits once superseded ones stand for the memories that
+        replaced them."""
+        return self._diversify(results, options, self.index.ready(options.user_id))
+
+    @staticmethod
+    def _diversify(
+        results: Sequence[ScoredMemory], options: RetrieveOptions, ui: UserIndex | None
+    ) -> list[ScoredMemory]:
+        """``diversify`` with the vectors of ``ui`` (None: none)."""
         if options.diversity <= 0:
             return list(results[: options.limit])
-        ui = self.index.ready(options.user_id)
         vectors: dict[str, np.ndarray] = {}
         if ui is not None:
             for r in results:

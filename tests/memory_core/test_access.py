@@ -104,13 +104,19 @@ def test_a_key_check_and_a_write_never_wait_behind_an_admin_read(registry):
 
     key, record = registry.create("alice")
     answered = threading.Event()
-    with registry._read_lock:  # an admin page's read in progress
+    checked: list = []
+    with registry._read_lock:  # an admin page's read in progress, holding its snapshot
+        registry._read_db.execute("BEGIN")
+        assert registry._read_db.execute("SELECT COUNT(*) FROM users").fetchone()[0] == 1
         worker = threading.Thread(
-            target=lambda: (registry.verify(key), registry.note_user("bob"), answered.set()), daemon=True
+            target=lambda: (checked.append(registry.verify(key)), registry.note_user("bob"), answered.set()),
+            daemon=True,
         )
         worker.start()
         assert answered.wait(5.0), "the key check or the write waited behind the admin read"
+        registry._read_db.execute("COMMIT")
     worker.join(5.0)
+    assert [(p.user_id, p.key_id) for p in checked] == [("alice", record.key_id)]
     assert [u for u, _ in registry.users()] == ["alice", "bob"] and registry.user_count() == 2
     assert registry.verify(key).key_id == record.key_id
 

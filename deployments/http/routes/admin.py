@@ -108,7 +108,9 @@ class AdminRoutes(IngressBase):
         """Every API key (of ``user_id`` when given), revoked ones included, never the key
         itself. Admin only."""
         self._admin(request, "listing API keys")
-        return {"keys": [k.public() for k in self.registry.keys(owner)]}
+        # a walk of the key table: on a worker thread, never on the ingress's loop
+        keys = await asyncio.to_thread(self.registry.keys, owner)
+        return {"keys": [k.public() for k in keys]}
 
     @app.delete("/v1/admin/keys/{key_id}", response_model=RevokedOut)
     async def revoke_key(self, key_id: str, request: Request) -> dict:

@@ -107,11 +107,7 @@ class MemoryRoutes(IngressBase):
                 states=tuple(body.states) if body.states else (MemoryState.ACTIVE,),
                 limit=body.limit or settings.default_retrieval_limit,
                 threshold=NO_SIMILARITY_FLOOR if body.threshold is None else body.threshold,  # see SearchRequest
-                hybrid=settings.retrieval.hybrid,
-                lexical_weight=settings.retrieval.lexical_weight,
-                temporal_boost=settings.retrieval.temporal_boost,
-                second_hop=settings.retrieval.hybrid and settings.retrieval.hop_weight > 0,
-                diversity=settings.retrieval.diversity_weight if settings.retrieval.hybrid else 0.0,
+                **settings.retrieval.ranking_options(),
             )
         )
         done = time.perf_counter()

@@ -127,8 +127,8 @@ def test_no_decisions_uses_global_settings():
         hybrid=False,
         lexical_weight=0.1,
         temporal_boost=False,
-        second_hop=True,
-        diversity=0.2,
+        second_hop=False,  # neither without hybrid
+        diversity=0.0,
     )
 
 

@@ -216,3 +216,23 @@ async def test_a_replaced_memory_that_answers_nothing_pushes_no_other_memory_dow
     assert [tname(r.memory.id) for r in plain_top] == ["copy"]
     assert [tname(r.memory.id) for r in diverse] == ["copy"]
     await curated.close()
+
+
+@pytest.mark.parametrize("diversity", [-0.5, 1.5, float("nan")])
+async def test_curation_refuses_a_diversity_outside_zero_one_as_invalid_input(diversity):
+    curated = await curated_over(HybridStore(InMemoryStore(embed=fake_embed, dimension=DIM), **plain()))
+    await curated.store(Memory(user_id="u1", content="We went camping by the lake"))
+    with pytest.raises(InvalidInput):
+        await curated.retrieve(RetrieveOptions(user_id="u1", query="camping", hybrid=True, diversity=diversity))
+    await curated.close()
+
+
+def test_the_service_asks_for_the_second_hop_and_diversity_only_with_hybrid():
+    from memory_core.config import RetrievalSettings
+
+    on = RetrievalSettings(diversity_weight=0.25, hop_weight=0.1).ranking_options()
+    assert (on["second_hop"], on["diversity"]) == (True, 0.25)
+    off = RetrievalSettings(hybrid=False, diversity_weight=0.25, hop_weight=0.1).ranking_options()
+    assert (off["second_hop"], off["diversity"]) == (False, 0.0)
+    assert RetrievalSettings(hop_weight=0.0).ranking_options()["second_hop"] is False
+    RetrieveOptions(user_id="u1", **on)  # every field is a RetrieveOptions field
