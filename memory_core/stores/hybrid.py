@@ -249,6 +249,9 @@ class _Scoring:
     sig: dict[str, Signals] = field(default_factory=dict)
     base: dict[str, float] = field(default_factory=dict)
     hop: dict[str, float] = field(default_factory=dict)
+    # each candidate's neighbours, looked up once per ranking (the seeds of the second hop,
+    # the final order and the neighbour expansion all ask)
+    _neighbours: dict[str, list[str]] = field(default_factory=dict)
 
     def signals(self, memory_id: str, similarity: float) -> Signals:
         a = self.corpus.attrs(memory_id) or {}
@@ -270,12 +273,24 @@ class _Scoring:
         self.base[memory_id] = base_score(self.sig[memory_id], self.weights, self.max_bm25)
 
     def neighbours(self, memory_id: str) -> list[str]:
+        found = self._neighbours.get(memory_id)
+        if found is not None:
+            return found
         a = self.corpus.attrs(memory_id)
-        if not a:
-            return []
-        return self.timeline.neighbours(
-            a.get("group"), a.get("ts", 0.0), memory_id, self.neighbor_max_gap_s, a.get("seq", 0), self.neighbor_radius
+        found = (
+            self.timeline.neighbours(
+                a.get("group"),
+                a.get("ts", 0.0),
+                memory_id,
+                self.neighbor_max_gap_s,
+                a.get("seq", 0),
+                self.neighbor_radius,
+            )
+            if a
+            else []
         )
+        self._neighbours[memory_id] = found
+        return found
 
     def score_of(self, memory_id: str) -> float:
         nb = (
