@@ -99,9 +99,24 @@ def fill_in_process(db: Path, total: int, have: int, seed: int, per_user: int) -
         try:
             return asyncio.run(fill_to(db, total, have, np.random.default_rng(seed), per_user))
         except Exception as e:
-            if "holds the lock" not in repr(e) and "DataDirLocked" not in repr(e) or time.monotonic() > deadline:
+            if not _file_locked(e) or time.monotonic() > deadline:
                 raise
             time.sleep(2)
+
+
+def _file_locked(error: BaseException) -> bool:
+    """``error`` or an exception in its chain says another process holds the Milvus Lite
+    file's lock (the store wraps the client's failure: ``StoreUnavailable`` from "Open local
+    milvus failed", whose cause names the lock)."""
+    seen: set[int] = set()
+    e: BaseException | None = error
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        text = repr(e)
+        if "holds the lock" in text or "DataDirLocked" in text or "Open local milvus failed" in text:
+            return True
+        e = e.__cause__ or e.__context__
+    return False
 
 
 def edit_for(work: Path):
