@@ -98,16 +98,28 @@ def test_picks_are_distinct_candidates_best_first_never_above_their_score(scores
 # ------------------------------------------------------------------ through HybridStore
 
 
+TWO_COPIES_AND_ANOTHER = (
+    ("pottery", "I signed up for a pottery class with clay on saturday"),
+    ("pottery_again", "I signed up for a pottery class with clay on saturday again"),
+    ("camping", "We went camping by the lake"),
+)
+QUERY = "pottery class with clay on saturday, or camping"
+"""Ranked by relevance alone, the two near-copies come first for ``QUERY``."""
+
+
+async def holding_two_copies_and_another(store, *, open_it: bool = True):
+    """``store`` (opened unless ``open_it`` is false) holding ``TWO_COPIES_AND_ANOTHER`` of
+    user u1, written to it directly."""
+    if open_it:
+        await store.open()
+    for mid, content in TWO_COPIES_AND_ANOTHER:
+        await store.store(Memory(id=tid(mid), user_id="u1", content=content))
+    return store
+
+
 async def test_a_search_with_diversity_returns_the_other_memory_before_the_near_copy():
-    h = HybridStore(InMemoryStore(embed=fake_embed, dimension=DIM), **plain())
-    await h.open()
-    for mid, content in (
-        ("pottery", "I signed up for a pottery class with clay on saturday"),
-        ("pottery_again", "I signed up for a pottery class with clay on saturday again"),
-        ("camping", "We went camping by the lake"),
-    ):
-        await h.store(Memory(id=tid(mid), user_id="u1", content=content))
-    query = "pottery class with clay on saturday, or camping"
+    h = await holding_two_copies_and_another(HybridStore(InMemoryStore(embed=fake_embed, dimension=DIM), **plain()))
+    query = QUERY
 
     def ask(diversity: float, limit: int = 2) -> RetrieveOptions:
         return RetrieveOptions(user_id="u1", query=query, hybrid=True, limit=limit, diversity=diversity)
@@ -123,18 +135,13 @@ async def test_a_search_with_diversity_returns_the_other_memory_before_the_near_
     await h.close()
 
 
-async def test_without_held_vectors_the_records_read_from_the_store_keep_their_order():
-    """``cache_vectors`` off: records read by id carry no vector, so nothing is penalised
-    (the documented limit) and the ranking is the relevance ranking."""
-    h = HybridStore(InMemoryStore(embed=fake_embed, dimension=DIM), **plain(cache_vectors=False))
-    await h.open()
-    for mid, content in (
-        ("pottery", "I signed up for a pottery class with clay on saturday"),
-        ("pottery_again", "I signed up for a pottery class with clay on saturday again"),
-        ("camping", "We went camping by the lake"),
-    ):
-        await h.store(Memory(id=tid(mid), user_id="u1", content=content))
-    query = "pottery class with clay on saturday, or camping"
+async def test_without_held_vectors_the_ranking_is_the_relevance_ranking():
+    """``cache_vectors`` off: the index holds no vectors to compare (the documented limit), so
+    nothing is penalised."""
+    h = await holding_two_copies_and_another(
+        HybridStore(InMemoryStore(embed=fake_embed, dimension=DIM), **plain(cache_vectors=False))
+    )
+    query = QUERY
     ranked = [
         (tname(r.memory.id), r.score)
         for r in await h.retrieve(RetrieveOptions(user_id="u1", query=query, hybrid=True, limit=3, diversity=1.0))
@@ -168,17 +175,12 @@ async def curated_over(hybrid: HybridStore):
     return store
 
 
-async def test_curation_orders_what_the_hits_resolve_to_and_its_candidate_search_keeps_near_copies():
+async def test_curation_diversifies_a_search_of_its_hits():
     hybrid = HybridStore(InMemoryStore(embed=fake_embed, dimension=DIM), **plain())
     curated = await curated_over(hybrid)
     # written beside curation (as an import of old rows would): two near-copies and another memory
-    for mid, content in (
-        ("pottery", "I signed up for a pottery class with clay on saturday"),
-        ("pottery_again", "I signed up for a pottery class with clay on saturday again"),
-        ("camping", "We went camping by the lake"),
-    ):
-        await hybrid.store(Memory(id=tid(mid), user_id="u1", content=content))
-    query = "pottery class with clay on saturday, or camping"
+    await holding_two_copies_and_another(hybrid, open_it=False)
+    query = QUERY
     plain_top = await curated.retrieve(RetrieveOptions(user_id="u1", query=query, hybrid=True, limit=2))
     assert sorted(tname(r.memory.id) for r in plain_top) == ["pottery", "pottery_again"]
     diverse = await curated.retrieve(RetrieveOptions(user_id="u1", query=query, hybrid=True, limit=2, diversity=1.0))
