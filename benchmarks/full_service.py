@@ -105,9 +105,10 @@ def fill_in_process(db: Path, total: int, have: int, seed: int, per_user: int) -
 
 
 def _file_locked(error: BaseException) -> bool:
-    """``error`` or an exception in its chain says another process holds the Milvus Lite
-    file's lock (the store wraps the client's failure: ``StoreUnavailable`` from "Open local
-    milvus failed", whose cause names the lock)."""
+    """``error`` or an exception in its chain says the Milvus Lite file could not be opened
+    (the store wraps the client's "Open local milvus failed" as ``StoreUnavailable``; the
+    lock held by the stopped service is the cause seen here, logged by milvus_lite, not
+    carried in the chain). Any such failure is retried until the deadline."""
     seen: set[int] = set()
     e: BaseException | None = error
     while e is not None and id(e) not in seen:

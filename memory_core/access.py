@@ -180,7 +180,7 @@ class KeyRegistry:
 
     ``path``: the database file (parent folders are created) or ``":memory:"``. Every method
     is thread-safe. ``verify`` and the writes take well under a millisecond (one indexed
-    statement each) and run on the ingress's event loop; the admin views' reads (``users``,
+    statement each; ``create``: one transaction of two) and run on the ingress's event loop; the admin views' reads (``users``,
     ``user_count``, ``active_key_count``, ``keys``) walk a table, and the service calls them
     on worker threads; they use a second connection with its own lock, so a request's key
     check never waits behind an admin page (WAL: a reader never blocks the writer).
@@ -237,10 +237,11 @@ class KeyRegistry:
                 self._db.execute(
                     "INSERT OR IGNORE INTO users (user_id, first_seen) VALUES (?, ?)", (user_id, record.created_at)
                 )
+                self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:  # SQLite may have rolled back already (I/O error)
+                    self._db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
         return key, record
 
     def revoke(self, key_id: str) -> KeyRecord:

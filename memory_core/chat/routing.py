@@ -86,8 +86,9 @@ class MemoryPolicy:
     memories retrieved (before the reflection gate). ``similarity_threshold``: inclusive
     cosine floor. ``reflection``: the merged gate settings. ``placement``: ``current_turn`` or
     ``after_system``. ``hybrid``/``lexical_weight``/``temporal_boost``/``second_hop``/``diversity``:
-    retrieval ranking (``global.stores.memory.retrieval``; ``second_hop``: its
-    ``hop_weight`` > 0; ``diversity``: its ``diversity_weight``).
+    retrieval ranking (``global.stores.memory.retrieval``, ``RetrievalSettings.ranking_options``:
+    ``second_hop`` is its ``hop_weight`` > 0 and ``diversity`` its ``diversity_weight``, both
+    only with ``hybrid``).
     """
 
     decision_name: str | None

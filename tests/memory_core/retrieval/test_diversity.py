@@ -212,7 +212,7 @@ async def test_a_replaced_memory_that_answers_nothing_pushes_no_other_memory_dow
         Memory(id=tid("copy"), user_id="u1", content="I signed up for a pottery class with clay on saturday again")
     )
     await hybrid.store(Memory(id=tid("camping"), user_id="u1", content="We went camping by the lake"))
-    query = "pottery class with clay on saturday, or camping"
+    query = QUERY
     plain_top = await curated.retrieve(RetrieveOptions(user_id="u1", query=query, hybrid=True, limit=1))
     diverse = await curated.retrieve(RetrieveOptions(user_id="u1", query=query, hybrid=True, limit=1, diversity=1.0))
     assert [tname(r.memory.id) for r in plain_top] == ["copy"]
