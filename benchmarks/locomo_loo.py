@@ -182,11 +182,7 @@ async def evaluate(settings: RetrievalSettings, samples: list[dict], vectors: Ve
                     query=q.question,
                     embedding=vectors.queries[q.question],
                     limit=10,
-                    hybrid=True,
-                    lexical_weight=settings.lexical_weight,
-                    temporal_boost=settings.temporal_boost,
-                    second_hop=True,
-                    diversity=settings.diversity_weight,
+                    **settings.ranking_options(),  # as the service's searches ask
                 ),
                 touch=False,
             )
