@@ -25,6 +25,14 @@ memory overhead (memory route minus memory-off route, p50 and p95); then the rat
 p95(largest total) / p95(smallest) against the 1.3 goal and the figures at the largest total
 against the read-path goals (chat overhead p50 ≤ 12 ms, ``many`` search p95 ≤ 20 ms). Sequential
 requests, one client, on loopback; the machine is shared: compare figures of one run.
+
+``--alternate K`` (0: off) then measures each total K more times, in alternating order
+(largest first, then smallest first, ...: with two totals and K = 3 the phases run
+1k, 100k | 100k, 1k, 100k, 1k), each phase a fresh ``serve run`` over a copy of that total's
+Milvus Lite directory as it stood after its first phase. A slow or fast stretch of the shared
+machine then falls on both totals alike; the table shows every phase, and the ratios and
+goals are read from each total's requests of all its phases pooled (so a p95 rests on
+(K + 1) × ``--rounds`` requests), with each ABBA pair's own ratios printed beside them.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ import json
 import multiprocessing
 import os
 import random
+import shutil
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -64,21 +73,27 @@ GOAL_SEARCH_P95_MS = 20.0
 MANY = 600
 
 
-async def fill_to(db: Path, total: int, have: int, rng: np.random.Generator, per_user: int) -> float:
-    """Add filler rows to the application's collection in ``db`` until it holds ``total``
-    rows besides the measured users' (``have`` filler rows so far). Returns seconds spent."""
+def bare_store(db: Path) -> Any:
+    """The bare ``MilvusStore`` over the application's physical collection in ``db`` (not
+    opened)."""
     from memory_core.config import MilvusSettings
     from memory_core.stores.milvus import MilvusStore
 
-    if total <= have:
-        return 0.0
     identity = compute_identity(EmbeddingSettings(model="bundled:all-MiniLM-L6-v2"))
-    store = MilvusStore(
+    return MilvusStore(
         MilvusSettings(uri=str(db), collection=physical_name("agentic_memory", identity.collection_suffix)),
         embed=None,
         dimension=DIM,
         identity=identity.digest,
     )
+
+
+async def fill_to(db: Path, total: int, have: int, rng: np.random.Generator, per_user: int) -> float:
+    """Add filler rows to the application's collection in ``db`` until it holds ``total``
+    rows besides the measured users' (``have`` filler rows so far). Returns seconds spent."""
+    if total <= have:
+        return 0.0
+    store = bare_store(db)
     started = time.monotonic()
     t0 = datetime(2024, 1, 1, tzinfo=UTC)
     try:
@@ -102,6 +117,36 @@ def fill_in_process(db: Path, total: int, have: int, seed: int, per_user: int) -
             if not _file_locked(e) or time.monotonic() > deadline:
                 raise
             time.sleep(2)
+
+
+def wait_unlocked(db: Path) -> None:
+    """Return once ``db`` (a Milvus Lite directory) opens: the stopped service's processes have
+    let go of it, so a copy of it is what they acknowledged. Run in a child process (the open
+    takes the lock until its process exits). Raises the open's error after 120 s."""
+
+    async def open_and_close() -> None:
+        store = bare_store(db)
+        try:
+            await store.open()
+        finally:
+            await store.close()
+
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            asyncio.run(open_and_close())
+            return
+        except Exception as e:
+            if not _file_locked(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(2)
+
+
+def in_child(fn, *args: Any) -> Any:
+    """``fn(*args)`` in a spawned process of its own (Milvus Lite holds a file's lock until its
+    process exits); its result."""
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(fn, *args).result()
 
 
 def _file_locked(error: BaseException) -> bool:
@@ -150,9 +195,27 @@ async def count(client: httpx.AsyncClient, user: str) -> int:
     return int(r.json()["total"])
 
 
+KINDS = ("search_one", "search_many", "chat_memory", "chat_off")
+
+
+def figures(times: dict[str, list[float]], many_count: list[int]) -> dict[str, Any]:
+    """p50/p95/n of each kind in ``times`` (ms), the chat memory overhead, the raw samples
+    (``samples``: what phases of one total pool) and the ``many`` user's count before/after."""
+    out: dict[str, Any] = {
+        k: {"p50": percentile(v, 50), "p95": percentile(v, 95), "n": len(v)} for k, v in times.items()
+    }
+    out["overhead"] = {
+        "p50": out["chat_memory"]["p50"] - out["chat_off"]["p50"],
+        "p95": out["chat_memory"]["p95"] - out["chat_off"]["p95"],
+    }
+    out["many_count"] = many_count
+    out["samples"] = times
+    return out
+
+
 async def measure(url: str, questions: list[str], rounds: int) -> dict[str, Any]:
-    """``rounds`` interleaved rounds (see the module docstring): ms per request kind."""
-    times: dict[str, list[float]] = {k: [] for k in ("search_one", "search_many", "chat_memory", "chat_off")}
+    """``rounds`` interleaved rounds (see the module docstring): ``figures`` of them."""
+    times: dict[str, list[float]] = {k: [] for k in KINDS}
     async with httpx.AsyncClient(base_url=url, timeout=60) as client:
         before = await count(client, "many")
 
@@ -183,15 +246,13 @@ async def measure(url: str, questions: list[str], rounds: int) -> dict[str, Any]
                     v.clear()
         await asyncio.sleep(2)  # auto-stores run after the answers
         after = await count(client, "many")
-    out: dict[str, Any] = {
-        k: {"p50": percentile(v, 50), "p95": percentile(v, 95), "n": len(v)} for k, v in times.items()
-    }
-    out["overhead"] = {
-        "p50": out["chat_memory"]["p50"] - out["chat_off"]["p50"],
-        "p95": out["chat_memory"]["p95"] - out["chat_off"]["p95"],
-    }
-    out["many_count"] = [before, after]
-    return out
+    return figures(times, [before, after])
+
+
+def pooled(phases: list[dict[str, Any]]) -> dict[str, Any]:
+    """One total's phases as one: ``figures`` of all their requests together."""
+    times = {k: [x for p in phases for x in p["samples"][k]] for k in KINDS}
+    return figures(times, [phases[0]["many_count"][0], phases[-1]["many_count"][1]])
 
 
 @app.command()
@@ -199,6 +260,7 @@ def main(
     totals: str = typer.Option("1000,100000", help="total memories in the service, ascending"),
     rounds: int = typer.Option(200, min=10, help="measured rounds per total"),
     filler_per_user: int = typer.Option(100, min=1, help="memories per filler user"),
+    alternate: int = typer.Option(0, min=0, help="measure each total this many more times, alternating"),
     json_out: Path | None = typer.Option(None, "--json", help="write the figures here too"),
 ) -> None:
     wanted = sorted(int(t) for t in totals.split(","))
@@ -210,15 +272,17 @@ def main(
         questions += [q["question"] for q in sample.get("qa", []) if q.get("question")]
     texts = texts[:MANY]
     random.Random(7).shuffle(questions)
-    results: dict[int, dict[str, Any]] = {}
+    phases: dict[int, list[dict[str, Any]]] = {t: [] for t in wanted}
+    order: list[tuple[int, int]] = []  # (total, phase) in the order run
     with tempfile.TemporaryDirectory(prefix="full-service-") as tmp:
         work = Path(tmp)
+        db = work / "memory.db"
         have = 0
         for i, total in enumerate(wanted):
-            # in a process of its own: Milvus Lite holds the file's lock until its process exits
-            with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-                job = pool.submit(fill_in_process, work / "memory.db", total - MANY - 1, have, i, filler_per_user)
-                filled = job.result()
+            if i and alternate:
+                in_child(wait_unlocked, db)
+                shutil.copytree(db, work / f"snapshot-{wanted[i - 1]}")  # the smaller total as measured
+            filled = in_child(fill_in_process, db, total - MANY - 1, have, i, filler_per_user)
             have = max(have, total - MANY - 1)
             console.print(f"total {total}: filled in {filled:.0f} s")
             with started_service(edit_for(work)) as url:
@@ -226,15 +290,68 @@ def main(
                     started = time.monotonic()
                     asyncio.run(seed(url, texts))
                     console.print(f"seeded 1 + {len(texts)} memories in {time.monotonic() - started:.0f} s")
-                results[total] = asyncio.run(measure(url, questions, rounds))
-            console.print(json.dumps(results[total]))
+                phases[total].append(asyncio.run(measure(url, questions, rounds)))
+            order.append((total, 0))
+            console.print(json.dumps({k: v for k, v in phases[total][-1].items() if k != "samples"}))
+        if alternate:
+            in_child(wait_unlocked, db)
+            shutil.copytree(db, work / f"snapshot-{wanted[-1]}")
+        for a in range(alternate):
+            for total in reversed(wanted) if a % 2 == 0 else wanted:
+                if db.exists():
+                    in_child(wait_unlocked, db)
+                    shutil.rmtree(db)
+                shutil.copytree(work / f"snapshot-{total}", db)
+                with started_service(edit_for(work)) as url:
+                    phases[total].append(asyncio.run(measure(url, questions, rounds)))
+                order.append((total, len(phases[total]) - 1))
+                console.print(f"total {total}, phase {len(phases[total])}:")
+                console.print(json.dumps({k: v for k, v in phases[total][-1].items() if k != "samples"}))
+    results = {t: pooled(p) for t, p in phases.items()}
+    if alternate:
+        report_phases(phases, order, wanted)
     report(results, wanted)
     if json_out is not None:
-        json_out.write_text(json.dumps({str(k): v for k, v in results.items()}, indent=2))
+        json_out.write_text(
+            json.dumps(
+                {
+                    "pooled": {str(k): {x: y for x, y in v.items() if x != "samples"} for k, v in results.items()},
+                    "phases": {
+                        str(k): [{x: y for x, y in p.items() if x != "samples"} for p in v] for k, v in phases.items()
+                    },
+                    "order": order,
+                },
+                indent=2,
+            )
+        )
+
+
+def report_phases(phases: dict[int, list[dict[str, Any]]], order: list[tuple[int, int]], wanted: list[int]) -> None:
+    """Each phase's figures in the order run, then the ratios of each pair of phases (the
+    j-th of the largest total over the j-th of the smallest)."""
+    table = Table(title="each phase, in the order run (ms)")
+    for col in ("#", "total", "search 1-memory p50/p95", f"search {MANY}-memory p50/p95", "overhead p50",
+                f"{MANY}-memory chat p50/p95"):  # fmt: skip
+        table.add_column(col)
+    for n, (total, j) in enumerate(order, 1):
+        r = phases[total][j]
+        table.add_row(str(n), str(total), f"{r['search_one']['p50']:.1f} / {r['search_one']['p95']:.1f}",
+                      f"{r['search_many']['p50']:.1f} / {r['search_many']['p95']:.1f}", f"{r['overhead']['p50']:.1f}",
+                      f"{r['chat_memory']['p50']:.1f} / {r['chat_memory']['p95']:.1f}")  # fmt: skip
+    console.print(table)
+    lo, hi = phases[wanted[0]], phases[wanted[-1]]
+    for j in range(min(len(lo), len(hi))):
+        one = hi[j]["search_one"]["p95"] / lo[j]["search_one"]["p95"]
+        many = hi[j]["search_many"]["p95"] / lo[j]["search_many"]["p95"]
+        console.print(
+            f"pair {j + 1}: search p95 {wanted[-1]} / {wanted[0]} = {one:.2f}× (1-memory), {many:.2f}× ({MANY}-memory)"
+        )
 
 
 def report(results: dict[int, dict[str, Any]], wanted: list[int]) -> None:
-    table = Table(title="the read path through HTTP as the service fills (ms)")
+    """Each total's figures (all its phases pooled), the p95 ratios against the 1.3 goal and
+    the largest total's read-path figures against theirs."""
+    table = Table(title="the read path through HTTP as the service fills (ms; each total's phases pooled)")
     for col in ("total", "search 1-memory p50/p95", f"search {MANY}-memory p50/p95", "chat memory p50/p95",
                 "chat memory-off p50/p95", "overhead p50/p95", f"{MANY}-user count before/after"):  # fmt: skip
         table.add_column(col)
