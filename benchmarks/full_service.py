@@ -26,13 +26,20 @@ p95(largest total) / p95(smallest) against the 1.3 goal and the figures at the l
 against the read-path goals (chat overhead p50 ≤ 12 ms, ``many`` search p95 ≤ 20 ms). Sequential
 requests, one client, on loopback; the machine is shared: compare figures of one run.
 
-``--alternate K`` (0: off) then measures each total K more times, in alternating order
-(largest first, then smallest first, ...: with two totals and K = 3 the phases run
-1k, 100k | 100k, 1k, 100k, 1k), each phase a fresh ``serve run`` over a copy of that total's
-Milvus Lite directory as it stood after its first phase. A slow or fast stretch of the shared
-machine then falls on both totals alike; the table shows every phase, and the ratios and
-goals are read from each total's requests of all its phases pooled (so a p95 rests on
-(K + 1) × ``--rounds`` requests), with each ABBA pair's own ratios printed beside them.
+``--alternate K`` (0: off) measures each total K + 1 times instead, in alternating order. The
+Milvus Lite directory of each total is built first (filled; the measured users seeded into the
+smallest, through a service started for that and stopped) and kept as a snapshot; then every
+phase is a fresh ``serve run`` over a fresh copy of its total's snapshot (so no phase sees
+another's access-time writes or a warm index), in passes ascending, descending, ascending, ...:
+with two totals and K = 3, 1k, 100k | 100k, 1k | 1k, 100k | 100k, 1k (ABBA). A slow or fast
+stretch of the shared machine then falls on both totals alike. Printed: every phase in the
+order run (with the ``many`` user's count before/after it), each pair's ratios (the j-th
+phase of the largest total over the j-th of the smallest), then the ratios and goals read
+from each total's requests of all its phases pooled (a p95 over (K + 1) × ``--rounds``).
+
+``--json`` writes ``{"pooled": {total: figures}, "phases": {total: [figures per phase]},
+"order": [[total, phase], ...]}`` (figures: p50/p95/n per request kind, the overhead, the
+``many`` count before/after; pooled, the count's total change over the phases).
 """
 
 from __future__ import annotations
@@ -250,9 +257,17 @@ async def measure(url: str, questions: list[str], rounds: int) -> dict[str, Any]
 
 
 def pooled(phases: list[dict[str, Any]]) -> dict[str, Any]:
-    """One total's phases as one: ``figures`` of all their requests together."""
+    """One total's phases as one: ``figures`` of all their requests together; the ``many``
+    count as the first phase's before and that plus every phase's change (each phase starts
+    from the same snapshot)."""
     times = {k: [x for p in phases for x in p["samples"][k]] for k in KINDS}
-    return figures(times, [phases[0]["many_count"][0], phases[-1]["many_count"][1]])
+    before = phases[0]["many_count"][0]
+    return figures(times, [before, before + sum(p["many_count"][1] - p["many_count"][0] for p in phases)])
+
+
+def shown(result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` without its raw samples (what is printed and written)."""
+    return {k: v for k, v in result.items() if k != "samples"}
 
 
 @app.command()
@@ -260,10 +275,12 @@ def main(
     totals: str = typer.Option("1000,100000", help="total memories in the service, ascending"),
     rounds: int = typer.Option(200, min=10, help="measured rounds per total"),
     filler_per_user: int = typer.Option(100, min=1, help="memories per filler user"),
-    alternate: int = typer.Option(0, min=0, help="measure each total this many more times, alternating"),
+    alternate: int = typer.Option(
+        0, min=0, help="measure each total K + 1 times from snapshots, in ABBA order (0: once, in order)"
+    ),
     json_out: Path | None = typer.Option(None, "--json", help="write the figures here too"),
 ) -> None:
-    wanted = sorted(int(t) for t in totals.split(","))
+    wanted = sorted({int(t) for t in totals.split(",")})
     samples = load_samples(os.environ.get("LOCOMO_PATH"))
     texts: list[str] = []
     questions: list[str] = []
@@ -279,34 +296,34 @@ def main(
         db = work / "memory.db"
         have = 0
         for i, total in enumerate(wanted):
-            if i and alternate:
-                in_child(wait_unlocked, db)
-                shutil.copytree(db, work / f"snapshot-{wanted[i - 1]}")  # the smaller total as measured
             filled = in_child(fill_in_process, db, total - MANY - 1, have, i, filler_per_user)
             have = max(have, total - MANY - 1)
             console.print(f"total {total}: filled in {filled:.0f} s")
-            with started_service(edit_for(work)) as url:
-                if i == 0:
-                    started = time.monotonic()
-                    asyncio.run(seed(url, texts))
-                    console.print(f"seeded 1 + {len(texts)} memories in {time.monotonic() - started:.0f} s")
-                phases[total].append(asyncio.run(measure(url, questions, rounds)))
-            order.append((total, 0))
-            console.print(json.dumps({k: v for k, v in phases[total][-1].items() if k != "samples"}))
-        if alternate:
-            in_child(wait_unlocked, db)
-            shutil.copytree(db, work / f"snapshot-{wanted[-1]}")
-        for a in range(alternate):
-            for total in reversed(wanted) if a % 2 == 0 else wanted:
+            if i == 0 or not alternate:
+                with started_service(edit_for(work)) as url:
+                    if i == 0:
+                        started = time.monotonic()
+                        asyncio.run(seed(url, texts))
+                        console.print(f"seeded 1 + {len(texts)} memories in {time.monotonic() - started:.0f} s")
+                    if not alternate:
+                        phases[total].append(asyncio.run(measure(url, questions, rounds)))
+                        order.append((total, 0))
+                        console.print(json.dumps(shown(phases[total][-1])))
+            if alternate:
+                in_child(wait_unlocked, db)  # the service (if one ran) has let go of the directory
+                shutil.copytree(db, work / f"snapshot-{total}")
+        for a in range(alternate + 1 if alternate else 0):
+            for total in wanted if a % 2 == 0 else list(reversed(wanted)):
                 if db.exists():
                     in_child(wait_unlocked, db)
                     shutil.rmtree(db)
                 shutil.copytree(work / f"snapshot-{total}", db)
+                os.sync()  # the copy's writes reach the disk before the phase, not during it
                 with started_service(edit_for(work)) as url:
                     phases[total].append(asyncio.run(measure(url, questions, rounds)))
                 order.append((total, len(phases[total]) - 1))
                 console.print(f"total {total}, phase {len(phases[total])}:")
-                console.print(json.dumps({k: v for k, v in phases[total][-1].items() if k != "samples"}))
+                console.print(json.dumps(shown(phases[total][-1])))
     results = {t: pooled(p) for t, p in phases.items()}
     if alternate:
         report_phases(phases, order, wanted)
@@ -315,10 +332,8 @@ def main(
         json_out.write_text(
             json.dumps(
                 {
-                    "pooled": {str(k): {x: y for x, y in v.items() if x != "samples"} for k, v in results.items()},
-                    "phases": {
-                        str(k): [{x: y for x, y in p.items() if x != "samples"} for p in v] for k, v in phases.items()
-                    },
+                    "pooled": {str(k): shown(v) for k, v in results.items()},
+                    "phases": {str(k): [shown(p) for p in v] for k, v in phases.items()},
                     "order": order,
                 },
                 indent=2,
@@ -331,18 +346,23 @@ def report_phases(phases: dict[int, list[dict[str, Any]]], order: list[tuple[int
     j-th of the largest total over the j-th of the smallest)."""
     table = Table(title="each phase, in the order run (ms)")
     for col in ("#", "total", "search 1-memory p50/p95", f"search {MANY}-memory p50/p95", "overhead p50",
-                f"{MANY}-memory chat p50/p95"):  # fmt: skip
+                f"{MANY}-memory chat p50/p95", f"{MANY}-user count before/after"):  # fmt: skip
         table.add_column(col)
     for n, (total, j) in enumerate(order, 1):
         r = phases[total][j]
         table.add_row(str(n), str(total), f"{r['search_one']['p50']:.1f} / {r['search_one']['p95']:.1f}",
                       f"{r['search_many']['p50']:.1f} / {r['search_many']['p95']:.1f}", f"{r['overhead']['p50']:.1f}",
-                      f"{r['chat_memory']['p50']:.1f} / {r['chat_memory']['p95']:.1f}")  # fmt: skip
+                      f"{r['chat_memory']['p50']:.1f} / {r['chat_memory']['p95']:.1f}",
+                      "/".join(map(str, r["many_count"])))  # fmt: skip
     console.print(table)
     lo, hi = phases[wanted[0]], phases[wanted[-1]]
+
+    def ratio(a: float, b: float) -> float:
+        return a / b if b else float("nan")
+
     for j in range(min(len(lo), len(hi))):
-        one = hi[j]["search_one"]["p95"] / lo[j]["search_one"]["p95"]
-        many = hi[j]["search_many"]["p95"] / lo[j]["search_many"]["p95"]
+        one = ratio(hi[j]["search_one"]["p95"], lo[j]["search_one"]["p95"])
+        many = ratio(hi[j]["search_many"]["p95"], lo[j]["search_many"]["p95"])
         console.print(
             f"pair {j + 1}: search p95 {wanted[-1]} / {wanted[0]} = {one:.2f}× (1-memory), {many:.2f}× ({MANY}-memory)"
         )

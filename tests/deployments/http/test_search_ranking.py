@@ -8,14 +8,15 @@ configuration never reaches a search (the configuration is refused)."""
 from __future__ import annotations
 
 import types
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 from ray import serve
 from starlette.testclient import TestClient
 
-from deployments.http import ingress
-from memory_core.config import RouterConfig
+from deployments.http import audit_hook, ingress
+from memory_core.config import RetrievalSettings, RouterConfig
 from memory_core.types import MemoryState, RetrieveOptions
 
 
@@ -30,22 +31,26 @@ class RecordingStore:
         return []
 
 
-def _config(retrieval: dict) -> RouterConfig:
+def _config(retrieval: dict, data: Path | None = None) -> RouterConfig:
+    """A configuration with ``retrieval`` as its ranking; its files (keys, audit) under
+    ``data``, lifecycle events off."""
+    data = data or Path("unused")
     return RouterConfig.model_validate(
         {
             "global": {
-                "access": {"mode": "trusted_header"},
-                "stores": {"memory": {"retrieval": retrieval}},
+                "access": {"mode": "trusted_header", "api_keys": {"path": str(data / "access.sqlite")}},
+                "audit": {"path": str(data / "audit.sqlite")},
+                "stores": {"memory": {"retrieval": retrieval, "events": {"enabled": False}}},
             },
             "routing": {"decisions": [{"name": "default", "plugins": []}]},
         }
     )
 
 
-def _search(monkeypatch: pytest.MonkeyPatch, retrieval: dict, body: dict) -> tuple[int, RecordingStore]:
-    """One search by ``alice`` against an ingress configured with ``retrieval``: its status
-    and the store that recorded what it was asked."""
-    config = _config(retrieval)
+def _search(monkeypatch: pytest.MonkeyPatch, data: Path, retrieval: dict, body: dict) -> tuple[int, RecordingStore]:
+    """One search by ``alice`` against an ingress configured with ``retrieval`` (its files in
+    ``data``): its status and the store that recorded what it was asked."""
+    config = _config(retrieval, data)
     wrapper = ingress.MemoryIngress.func_or_class
     user_class = wrapper.__mro__[1]
     instance = object.__new__(user_class)  # the class under Serve's ASGI wrapper
@@ -59,30 +64,36 @@ def _search(monkeypatch: pytest.MonkeyPatch, retrieval: dict, body: dict) -> tup
         answer = client.post("/v1/memory/search", json=body, headers={"x-authz-user-id": "alice"})
     finally:
         instance.registry.close()
+        instance.audit.log.close()
+        audit_hook.configure_recorder(None)  # the process-wide recorder: nothing of this test stays
     return answer.status_code, store
 
 
+DEFAULTS = RetrievalSettings()
 RANKINGS = [
-    {},  # the shipped defaults
-    {"diversity_weight": 0.55, "hop_weight": 0.2, "lexical_weight": 0.7, "temporal_boost": False},
-    {"diversity_weight": 0.0, "hop_weight": 0.0},
-    {"hybrid": False, "diversity_weight": 0.4, "hop_weight": 0.3},  # no hop or diversity without hybrid
+    # (the configured retrieval settings, what the store must be asked: hybrid, lexical
+    # weight, temporal boost, second hop, diversity)
+    ({}, (True, DEFAULTS.lexical_weight, True, True, DEFAULTS.diversity_weight)),
+    (
+        {"diversity_weight": 0.55, "hop_weight": 0.2, "lexical_weight": 0.7, "temporal_boost": False},
+        (True, 0.7, False, True, 0.55),
+    ),
+    ({"diversity_weight": 0.0, "hop_weight": 0.0}, (True, DEFAULTS.lexical_weight, True, False, 0.0)),
+    # no hop or diversity without hybrid, whatever their weights
+    ({"hybrid": False, "diversity_weight": 0.4, "hop_weight": 0.3}, (False, DEFAULTS.lexical_weight, True, False, 0.0)),
 ]
 
 
-@pytest.mark.parametrize("retrieval", RANKINGS)
-def test_a_search_asks_the_store_for_the_configured_ranking(monkeypatch, retrieval):
-    status, store = _search(monkeypatch, retrieval, {"query": "where did I park", "limit": 7})
+@pytest.mark.parametrize(("retrieval", "asked"), RANKINGS)
+def test_a_search_asks_the_store_for_the_configured_ranking(monkeypatch, tmp_path, retrieval, asked):
+    status, store = _search(monkeypatch, tmp_path, retrieval, {"query": "where did I park", "limit": 7})
     assert status == 200
     [options] = store.asked
-    expected = _config(retrieval).global_.stores.memory.retrieval.ranking_options()
-    assert {k: getattr(options, k) for k in expected} == expected
+    fields = ("hybrid", "lexical_weight", "temporal_boost", "second_hop", "diversity")
+    assert tuple(getattr(options, k) for k in fields) == asked
+    assert set(fields) == set(DEFAULTS.ranking_options())  # every ranking field is checked
     assert (options.user_id, options.query, options.limit) == ("alice", "where did I park", 7)
     assert options.states == (MemoryState.ACTIVE,)
-    if retrieval.get("hybrid", True) and retrieval.get("hop_weight", 0.1) > 0:
-        assert options.second_hop is True
-    if not retrieval.get("hybrid", True):
-        assert (options.second_hop, options.diversity) == (False, 0.0)
 
 
 def test_the_defaults_turn_both_on():
