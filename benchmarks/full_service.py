@@ -52,10 +52,11 @@ import random
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import numpy as np
@@ -78,6 +79,7 @@ GOAL_RATIO = 1.3
 GOAL_OVERHEAD_P50_MS = 12.0
 GOAL_SEARCH_P95_MS = 20.0
 MANY = 600
+T = TypeVar("T")
 
 
 def bare_store(db: Path) -> Any:
@@ -112,24 +114,30 @@ async def fill_to(db: Path, total: int, have: int, rng: np.random.Generator, per
     return time.monotonic() - started
 
 
-def fill_in_process(db: Path, total: int, have: int, seed: int, per_user: int) -> float:
-    """``fill_to`` run to completion in this (child) process; seconds spent. The stopped
-    service's store actor may hold the file's lock for a while after ``serve run`` exited:
-    waits for it (up to 120 s)."""
+def once_unlocked(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """``asyncio.run(make())``, again every 2 s while it fails because the Milvus Lite
+    directory is locked (``_file_locked``: a stopped service's store actor may hold the lock
+    for a while after ``serve run`` exited), for up to 120 s; then its error is raised."""
     deadline = time.monotonic() + 120
     while True:
         try:
-            return asyncio.run(fill_to(db, total, have, np.random.default_rng(seed), per_user))
+            return asyncio.run(make())
         except Exception as e:
             if not _file_locked(e) or time.monotonic() > deadline:
                 raise
             time.sleep(2)
 
 
+def fill_in_process(db: Path, total: int, have: int, seed: int, per_user: int) -> float:
+    """``fill_to`` run to completion in this (child) process, once the directory is free
+    (``once_unlocked``); seconds spent."""
+    return once_unlocked(lambda: fill_to(db, total, have, np.random.default_rng(seed), per_user))
+
+
 def wait_unlocked(db: Path) -> None:
-    """Return once ``db`` (a Milvus Lite directory) opens: the stopped service's processes have
-    let go of it, so a copy of it is what they acknowledged. Run in a child process (the open
-    takes the lock until its process exits). Raises the open's error after 120 s."""
+    """Return once ``db`` (a Milvus Lite directory) opens (``once_unlocked``): the stopped
+    service's processes have let go of it, so a copy of it is what they acknowledged. Run in a
+    child process (the open takes the lock until its process exits)."""
 
     async def open_and_close() -> None:
         store = bare_store(db)
@@ -138,15 +146,7 @@ def wait_unlocked(db: Path) -> None:
         finally:
             await store.close()
 
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            asyncio.run(open_and_close())
-            return
-        except Exception as e:
-            if not _file_locked(e) or time.monotonic() > deadline:
-                raise
-            time.sleep(2)
+    once_unlocked(open_and_close)
 
 
 def in_child(fn, *args: Any) -> Any:

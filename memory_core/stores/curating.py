@@ -423,12 +423,7 @@ class CuratingStore(StoreDecorator, passthrough_writes=True):
                 )
             if resolved is not None and resolved.memory.id not in out:
                 out[resolved.memory.id] = resolved
-        resolved_hits = list(out.values())
-        results = (
-            self.inner.diversify(resolved_hits, options)
-            if options.hybrid and options.diversity > 0
-            else resolved_hits[: options.limit]
-        )
+        results = self.inner.diversify(list(out.values()), options)
         if touch and results:
             await self.inner.record_access([r.memory.id for r in results], options.user_id)
         return results

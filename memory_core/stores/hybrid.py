@@ -977,7 +977,8 @@ class HybridStore(StoreDecorator):
 
     def diversify(self, results: Sequence[ScoredMemory], options: RetrieveOptions) -> list[ScoredMemory]:
         """``results`` (best first, memories of ``options.user_id``) reordered by maximal
-        marginal relevance with weight ``options.diversity`` (``retrieval.diversity.mmr_order``),
+        marginal relevance with weight ``options.diversity`` (``retrieval.diversity.mmr_order``;
+        only with ``options.hybrid``),
         the first ``options.limit``, each ``score`` the pick's marginal relevance. The vectors
         are those the user's index holds now (``cache_vectors``); a memory without one (the
         user's index not loaded — evicted since a cached answer was made, say —, ``cache_vectors``
@@ -993,8 +994,10 @@ class HybridStore(StoreDecorator):
     def _diversify(
         results: Sequence[ScoredMemory], options: RetrieveOptions, ui: UserIndex | None
     ) -> list[ScoredMemory]:
-        """``diversify`` with the vectors of ``ui`` (None: none)."""
-        if options.diversity <= 0:
+        """``diversify`` with the vectors of ``ui`` (None: none); the plain order without
+        ``options.hybrid`` or with ``options.diversity`` 0 (the rule is part of the hybrid
+        ranking)."""
+        if options.diversity <= 0 or not options.hybrid:
             return list(results[: options.limit])
         vectors: dict[str, np.ndarray] = {}
         if ui is not None:
