@@ -24,7 +24,9 @@ Keeping the index in step — the rule
 
 Reads of a loaded user (``cache_vectors`` on, the default: records are held with the vectors)
     A retrieve's winners are the held records (no ``get_many``); ``get``/``get_many`` answer
-    from the held records (with the held vector as ``embedding``); ``record_access`` counts on
+    from the held records (with the held vector as ``embedding``), and so does ``list``
+    (newest first over the held records, unless the build met unreadable records: ``list``'s
+    docstring); ``record_access`` counts on
     the held record as the inner store's write-behind log counts it. So with the held search
     (users of at most ``held_search_max`` memories) a hybrid retrieve — curation's candidate
     search on every write included — makes no backend call at all, and its cost follows the
@@ -87,11 +89,13 @@ accessed.
 from __future__ import annotations
 
 import asyncio
+import builtins
+import contextlib
 import inspect
 import itertools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -100,7 +104,7 @@ import numpy as np
 
 from ..config import RetrievalSettings
 from ..cpu_pool import yield_to_loop
-from ..errors import InvalidInput, MemoryNotFound, StoreClosed
+from ..errors import DuplicateMemory, InvalidInput, MemoryNotFound, StoreClosed
 from ..retrieval.diversity import mmr_order
 from ..retrieval.feedback import expansion_terms, hop_scores
 from ..retrieval.fusion import Fusion, FusionWeights, Signals, base_score, final_score
@@ -111,6 +115,7 @@ from ..retrieval.timeparse import temporal_intent
 from ..sanitize import require_user_id
 from ..types import (
     ListQuery,
+    ListResult,
     Memory,
     MemoryChanges,
     MemoryScope,
@@ -307,6 +312,31 @@ class _Scoring:
         return self.score_of(memory_id)
 
 
+@dataclass
+class UserWork:
+    """The work under way for one user beside its held ``UserIndex`` (``HybridStore`` keeps one
+    per user while anything is under way, and drops it once ``idle``): the index being built
+    (``build``, until it is installed; writes meanwhile queue in its ``building``), the fill of
+    the fallback vectors a held index lacks (``fill``: that index and the task), every
+    fallback task of the user, writes' included (``background``: referenced here until it
+    ends, since the event loop keeps no reference), and the (memory id, content key) pairs a
+    task is making the fallback vector of now (``making``: a fill leaves them to that task)."""
+
+    build: UserIndex | None = None
+    fill: tuple[UserIndex, asyncio.Task] | None = None
+    background: set[asyncio.Future] = field(default_factory=set)
+    making: set[tuple[str, str]] = field(default_factory=set)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing under way: no build, no fill, no task, no claim."""
+        return self.build is None and self.fill is None and not self.background and not self.making
+
+
+_NO_WORK = UserWork()
+"""Read (never changed) where a user has no ``UserWork``: nothing under way."""
+
+
 class HybridStore(StoreDecorator):
     """Lexical + vector retrieval over any store. See the module docstring.
 
@@ -384,13 +414,9 @@ class HybridStore(StoreDecorator):
         self.fallback_queries = fallback_queries
         self.fallback_wait_s = fallback_wait_s
         self._on_event = on_event
-        # per user, the index being filled and the task making the fallback vectors it lacks
-        # (``_request_fill``); every fallback task (writes' too) is referenced here until it ends
-        self._fills: dict[str, tuple[UserIndex, asyncio.Task]] = {}
-        self._background: dict[str, set[asyncio.Future]] = {}
-        # per user, the (memory id, content key) pairs a task is making the vector of now: a
-        # fill leaves them to that task (``_claim``/``_release``)
-        self._making: dict[str, set[tuple[str, str]]] = {}
+        # per user, the work under way beside the held index (``UserWork``): its build, the
+        # fill of its fallback vectors, every fallback task; dropped once nothing is under way
+        self._work: dict[str, UserWork] = {}
         self._fallback_failed_at = -float("inf")
         if candidate_pool < 1 or rrf_k < 1:
             raise ValueError("candidate_pool and rrf_k must be ≥ 1")
@@ -422,9 +448,8 @@ class HybridStore(StoreDecorator):
         self.cache_vectors = cache_vectors
         self.held_search_max = held_search_max
         # one UserIndex per loaded user (LRU of max_users): corpus, timeline, held vectors and
-        # records, write generation; those being built wait in _builds until installed
+        # records, write generation; one being built is its user's ``UserWork.build`` until installed
         self.index = UserIndexes(max_users=max_users, k1=k1, b=b)
-        self._builds: dict[str, UserIndex] = {}
         # write generations (a fresh value of one counter per write through this decorator):
         # a read that overlapped a write must not re-index what it read
         self._seq = itertools.count(1)
@@ -500,7 +525,8 @@ class HybridStore(StoreDecorator):
     def _apply(self, user_id: str, op: str, arg: Any) -> None:
         """Apply a write to a loaded index, queue it for an index being built, or drop it
         (an unloaded user's index is built from the store later)."""
-        build = self._builds.get(user_id)
+        work = self._work.get(user_id)
+        build = work.build if work is not None else None
         if build is not None and build.building is not None:
             build.building.append((op, arg))
         ui = self.index.ready(user_id)
@@ -514,16 +540,20 @@ class HybridStore(StoreDecorator):
         ui = self.index.ready(user_id)
         if ui is not None:
             return ui
-        build = self._builds.get(user_id)
+        work = self._work_of(user_id)
+        build = work.build
         if build is None or build.task is None:
-            build = self._new_index()
-            build.building = []
-            self._builds[user_id] = build
-            task = asyncio.ensure_future(self._build(user_id, build))
-            build.task = task
-            task.add_done_callback(
-                lambda _t: self._builds.pop(user_id, None) if self._builds.get(user_id) is build else None
-            )
+            new = build = self._new_index()
+            new.building = []
+            work.build = new
+            new.task = asyncio.ensure_future(self._build(user_id, new))
+
+            def built(_t: asyncio.Future) -> None:
+                if work.build is new:
+                    work.build = None
+                    self._settle(user_id, work)
+
+            new.task.add_done_callback(built)
         assert build.task is not None
         return await asyncio.shield(build.task)
 
@@ -531,6 +561,7 @@ class HybridStore(StoreDecorator):
         """Fill ``ui`` from ``inner.list`` (pages of ``MAX_LIST_LIMIT``), replay the writes
         queued meanwhile, and hold it."""
         async for page in list_pages(self.inner, ListQuery(user_id=user_id, limit=MAX_LIST_LIMIT)):
+            ui.unreadable |= bool(page.unreadable)
             for m in page.memories:
                 if m.user_id == user_id:
                     ui.put(m, self._represents(m.content))
@@ -538,6 +569,8 @@ class HybridStore(StoreDecorator):
         for op, arg in queued:
             ui.apply(op, arg, self._represents)
         ui.gen = next(self._seq)
+        if ui.stale:  # a write of unknown outcome meanwhile (``_outcome_known``): answers this read only
+            return ui
         self.index.put(user_id, ui)
         fill = self._request_fill(user_id, ui)
         if fill is not None:  # the vectors of two models never share a collection: made anew
@@ -550,15 +583,26 @@ class HybridStore(StoreDecorator):
             for _ in range(n):
                 self._on_event(event)
 
+    def _work_of(self, user_id: str) -> UserWork:
+        """The ``UserWork`` of ``user_id``, added when none is under way."""
+        work = self._work.get(user_id)
+        if work is None:
+            work = self._work[user_id] = UserWork()
+        return work
+
+    def _settle(self, user_id: str, work: UserWork) -> None:
+        """Drop ``work`` (``user_id``'s) once nothing is under way in it."""
+        if work.idle and self._work.get(user_id) is work:
+            del self._work[user_id]
+
     def _keep(self, user_id: str, future: asyncio.Future) -> asyncio.Future:
         """Hold a reference to a fallback task of ``user_id`` until it ends (the loop does not)."""
-        tasks = self._background.setdefault(user_id, set())
-        tasks.add(future)
+        work = self._work_of(user_id)
+        work.background.add(future)
 
         def done(f: asyncio.Future) -> None:
-            tasks.discard(f)
-            if not tasks and self._background.get(user_id) is tasks:
-                del self._background[user_id]
+            work.background.discard(f)
+            self._settle(user_id, work)
 
         future.add_done_callback(done)
         return future
@@ -588,23 +632,21 @@ class HybridStore(StoreDecorator):
         self._event("fallback:passage", len(usable))
         return True
 
-    def _claim(self, user_id: str, items: Sequence[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    def _claim(self, user_id: str, items: Sequence[tuple[str, str, str]]) -> builtins.list[tuple[str, str, str]]:
         """Those of ``items`` ((memory id, content key, text)) no task is making the vector
         of, now marked as made by the caller (``_release`` them when it ends)."""
-        making = self._making.setdefault(user_id, set())
-        out = [(i, key, text) for i, key, text in items if (i, key) not in making]
-        making.update((i, key) for i, key, _ in out)
-        if not making:
-            del self._making[user_id]
+        work = self._work_of(user_id)
+        out = [(i, key, text) for i, key, text in items if (i, key) not in work.making]
+        work.making.update((i, key) for i, key, _ in out)
+        self._settle(user_id, work)
         return out
 
     def _release(self, user_id: str, items: Sequence[tuple[str, str, str]]) -> None:
         """End the claim ``_claim`` gave on ``items``."""
-        making = self._making.get(user_id)
-        if making is not None:
-            making.difference_update((i, key) for i, key, _ in items)
-            if not making:
-                del self._making[user_id]
+        work = self._work.get(user_id)
+        if work is not None:
+            work.making.difference_update((i, key) for i, key, _ in items)
+            self._settle(user_id, work)
 
     def _request_fill(self, user_id: str, ui: UserIndex) -> asyncio.Task | None:
         """The task making the fallback vectors ``ui`` (the user's held index) still lacks
@@ -612,14 +654,19 @@ class HybridStore(StoreDecorator):
         is pending or there is no fallback."""
         if self.fallback is None or not ui.fallback_pending:
             return None
-        filling, task = self._fills.get(user_id, (None, None))
-        if filling is ui and task is not None and not task.done():
-            return task  # (the fill of an evicted index stops at its next batch: not this one's)
+        work = self._work_of(user_id)
+        if work.fill is not None and work.fill[0] is ui and not work.fill[1].done():
+            return work.fill[1]  # (the fill of an evicted index stops at its next batch: not this one's)
         task = asyncio.ensure_future(self._fill(user_id, ui))
-        entry = (ui, task)
-        self._fills[user_id] = entry
+        entry = work.fill = (ui, task)
         self._keep(user_id, task)
-        task.add_done_callback(lambda _t: self._fills.pop(user_id, None) if self._fills.get(user_id) is entry else None)
+
+        def filled(_t: asyncio.Future) -> None:
+            if work.fill is entry:
+                work.fill = None
+                self._settle(user_id, work)
+
+        task.add_done_callback(filled)
         return task
 
     async def _fill(self, user_id: str, ui: UserIndex) -> None:
@@ -629,7 +676,8 @@ class HybridStore(StoreDecorator):
         assert self.fallback is not None
         batch = self.fallback.passage_batch
         while self.index.ready(user_id) is ui and ui.fallback_pending:
-            making = self._making.get(user_id, set())
+            work = self._work.get(user_id)
+            making = work.making if work is not None else set()
             unclaimed = ((i, key, text) for i, (key, text) in ui.fallback_pending.items() if (i, key) not in making)
             items = self._claim(user_id, list(itertools.islice(unclaimed, batch)))
             if not items:
@@ -644,8 +692,8 @@ class HybridStore(StoreDecorator):
         """Wait until the fallback vectors under way for ``user_id`` (writes' and the index's
         own) are made or given up on; nothing to wait for without a fallback. Never raises
         what those tasks raised (they count and log their failures)."""
-        while self._background.get(user_id):
-            await asyncio.wait(set(self._background[user_id]))
+        while (work := self._work.get(user_id)) is not None and work.background:
+            await asyncio.wait(set(work.background))
 
     async def _fallback_after_write(self, user_id: str, memories: Sequence[Memory]) -> None:
         """Give the memories just written that the model cannot represent their fallback
@@ -656,7 +704,7 @@ class HybridStore(StoreDecorator):
         if self.fallback is None or not memories:
             return
         ui = self.index.ready(user_id)
-        if ui is None and user_id not in self._builds:
+        if ui is None and self._work.get(user_id, _NO_WORK).build is None:
             return
         items = []
         for m in memories:
@@ -671,7 +719,7 @@ class HybridStore(StoreDecorator):
         task = self._keep(user_id, asyncio.ensure_future(self._embed_fallback(user_id, items))) if items else None
         if task is not None:
             task.add_done_callback(lambda _t: self._release(user_id, items))
-        if ui is not None and len(ui.fallback_pending) > len(self._making.get(user_id, ())):
+        if ui is not None and len(ui.fallback_pending) > len(self._work.get(user_id, _NO_WORK).making):
             self._request_fill(user_id, ui)  # earlier ones left behind, no task making them
         if task is not None:
             await asyncio.wait({task}, timeout=self.fallback_wait_s)
@@ -705,23 +753,46 @@ class HybridStore(StoreDecorator):
 
     async def close(self) -> None:
         """Stop the fallback tasks under way, then close the inner store."""
-        for tasks in list(self._background.values()):
-            for task in list(tasks):
+        for work in list(self._work.values()):
+            for task in list(work.background):
                 task.cancel()
         await self.inner.close()
 
     # ------------------------------------------------------------------ writes
+    @contextlib.contextmanager
+    def _outcome_known(self, *user_ids: str) -> Iterator[None]:
+        """Around an inner write of ``user_ids``: when it raises anything but a refusal
+        (``InvalidInput``, ``MemoryNotFound``, ``DuplicateMemory``: nothing was written), what
+        landed is unknown (a timeout after the commit, a cancellation, a delete done in part),
+        so each user's held index is dropped and an index being built is not installed
+        (``UserIndex.stale``): the next read builds it again from the store, the record of
+        what landed. Without this a listing, an export or a search of the held records could
+        miss a memory that was written, or keep one that was deleted."""
+        try:
+            yield
+        except (InvalidInput, MemoryNotFound, DuplicateMemory):
+            raise
+        except BaseException:
+            for user_id in set(user_ids):
+                self.index.drop_user(user_id)
+                work = self._work.get(user_id)
+                if work is not None and work.build is not None:
+                    work.build.stale = True
+            raise
+
     async def store(self, memory: Memory) -> Memory:
         """``MemoryStore.store``; indexes the stored record (and makes its fallback vector)."""
-        stored = await self.inner.store(memory)
+        with self._outcome_known(memory.user_id):
+            stored = await self.inner.store(memory)
         self._apply(stored.user_id, "add", stored)
         await self._fallback_after_write(stored.user_id, [stored])
         return stored
 
-    async def store_many(self, memories: Sequence[Memory]) -> list[Memory]:
+    async def store_many(self, memories: Sequence[Memory]) -> builtins.list[Memory]:
         """As ``MemoryStore.store_many`` (all or nothing); indexes every stored record (and
         makes the fallback vectors)."""
-        stored = await self.inner.store_many(memories)
+        with self._outcome_known(*(m.user_id for m in memories if isinstance(m, Memory))):
+            stored = await self.inner.store_many(memories)
         for memory in stored:
             self._apply(memory.user_id, "add", memory)
         if stored:
@@ -731,20 +802,23 @@ class HybridStore(StoreDecorator):
     async def update(self, memory_id: str, user_id: str, changes: MemoryChanges) -> Memory:
         """``MemoryStore.update``; re-indexes the record (a new text gets a new fallback
         vector, the old one is dropped at once)."""
-        updated = await self.inner.update(memory_id, user_id, changes)
+        with self._outcome_known(user_id):
+            updated = await self.inner.update(memory_id, user_id, changes)
         self._apply(user_id, "add", updated)
         await self._fallback_after_write(user_id, [updated])
         return updated
 
     async def forget(self, memory_id: str, user_id: str) -> None:
         try:
-            await self.inner.forget(memory_id, user_id)
+            with self._outcome_known(user_id):
+                await self.inner.forget(memory_id, user_id)
         finally:
             self._apply(user_id, "remove", memory_id)
 
     async def forget_by_scope(self, scope: MemoryScope) -> int:
         try:
-            return await self.inner.forget_by_scope(scope)
+            with self._outcome_known(scope.user_id):
+                return await self.inner.forget_by_scope(scope)
         finally:
             self._apply(scope.user_id, "scope", (scope.project_id, _types_or_none(scope.types)))
 
@@ -770,13 +844,13 @@ class HybridStore(StoreDecorator):
             raise MemoryNotFound(f"memory {memory_id!r} not found")
         return m
 
-    async def get_many(self, memory_ids, user_id: str) -> list[Memory]:
+    async def get_many(self, memory_ids, user_id: str) -> builtins.list[Memory]:
         """``MemoryStore.get_many``; a loaded user's memories come from the held records."""
         ui = self._served(user_id)
         if ui is None:
             return await self.inner.get_many(memory_ids, user_id)
         ids = [i for i in dict.fromkeys(memory_ids) if isinstance(i, str)]
-        out: list[Memory] = []
+        out: builtins.list[Memory] = []
         for start in range(0, len(ids), HELD_RECORDS_PER_TURN):
             if start:  # a consolidation pass reads up to 2,000 records: not in one loop turn
                 await yield_to_loop()
@@ -784,6 +858,36 @@ class HybridStore(StoreDecorator):
                     return out + await self.inner.get_many(ids[start:], user_id)
             out.extend(self._held_records(ids[start : start + HELD_RECORDS_PER_TURN], user_id, ui).values())
         return out
+
+    async def list(self, query: ListQuery) -> ListResult:
+        """``MemoryStore.list``; a loaded user's page comes from the held records, without a
+        store call: the ids of the scope and states ordered newest first (``created_at`` in
+        epoch milliseconds as the persistent stores keep it, ``_records.to_ms``, then ``id``,
+        both descending; ``total`` all of them), and the page's records copied
+        ``HELD_RECORDS_PER_TURN`` a loop turn, as ``get_many`` copies them. The inner store
+        answers for a user not loaded, one whose index build met records it could not read
+        (``ListResult.unreadable``: only the store lists them), and one whose index is evicted
+        while the page is copied.
+
+        Why: on Milvus Lite a listing walks every row of the collection (``_get_sync``'s
+        measurement), on the store's one worker thread under the process's GIL, so each
+        listing of one user slowed every other user's search on the shard; a consolidation
+        pass lists its user twice (``benchmarks/lanes.py --ops consolidate``). Raises
+        ``StoreClosed``, ``InvalidInput`` (empty user id)."""
+        ui = self._served(query.user_id)
+        if ui is None or ui.unreadable:
+            return await self.inner.list(query)
+        ordered = ui.newest_first(query.project_id, query.types, query.states)
+        page = ordered[query.offset : query.offset + query.limit]
+        out: builtins.list[Memory] = []
+        for start in range(0, len(page), HELD_RECORDS_PER_TURN):
+            if start:
+                await yield_to_loop()
+                if self.index.ready(query.user_id) is not ui:  # evicted meanwhile: the store answers
+                    return await self.inner.list(query)
+            held = self._held_records(page[start : start + HELD_RECORDS_PER_TURN], query.user_id, ui)
+            out.extend(held[i] for i in page[start : start + HELD_RECORDS_PER_TURN] if i in held)
+        return ListResult(memories=out, total=len(ordered))
 
     async def same_content(
         self,
@@ -793,7 +897,7 @@ class HybridStore(StoreDecorator):
         project_id: str | None,
         types: tuple[MemoryType, ...],
         states: tuple[MemoryState, ...],
-    ) -> list[Memory]:
+    ) -> builtins.list[Memory]:
         """``MemoryStore.same_content`` from this user's index (``UserIndex.same_content``:
         one lookup of the text's content key, no ranking), the records with their vectors
         (held, else loaded from the inner store). Raises ``StoreClosed``, ``InvalidInput``
@@ -823,7 +927,7 @@ class HybridStore(StoreDecorator):
         return now
 
     # ------------------------------------------------------------------ retrieve
-    async def retrieve(self, options: RetrieveOptions, *, touch: bool = True) -> list[ScoredMemory]:
+    async def retrieve(self, options: RetrieveOptions, *, touch: bool = True) -> builtins.list[ScoredMemory]:
         """Hybrid top ``limit`` when ``options.hybrid`` (see the module docstring), else the
         inner store's retrieve. ``similarity`` is cosine; ``threshold`` is a cosine floor.
         Raises what ``MemoryStore.retrieve`` raises (``StoreClosed`` first, before any
@@ -849,7 +953,7 @@ class HybridStore(StoreDecorator):
             ]
         return results
 
-    async def _ranked(self, options: RetrieveOptions) -> list[ScoredMemory]:
+    async def _ranked(self, options: RetrieveOptions) -> builtins.list[ScoredMemory]:
         """The hybrid top ``limit``, access counts untouched (a query the model cannot
         represent is ranked lexically only)."""
         user_id = options.user_id
@@ -888,7 +992,7 @@ class HybridStore(StoreDecorator):
             if self._fallback_query_wanted(options, ui, q_represented)
             else None
         )
-        if ui.fallback_pending and user_id not in self._background:
+        if ui.fallback_pending and not self._work.get(user_id, _NO_WORK).background:
             # memories left without a fallback vector (a failed or cancelled write): retried
             # in the background, not more often than FALLBACK_RETRY_S after a failure
             if time.monotonic() - self._fallback_failed_at >= FALLBACK_RETRY_S:
@@ -975,7 +1079,7 @@ class HybridStore(StoreDecorator):
             await self._winners(ranked, cands, options, sim, ui, scoring.rescore, depth), options, ui
         )
 
-    def diversify(self, results: Sequence[ScoredMemory], options: RetrieveOptions) -> list[ScoredMemory]:
+    def diversify(self, results: Sequence[ScoredMemory], options: RetrieveOptions) -> builtins.list[ScoredMemory]:
         """``results`` (best first, memories of ``options.user_id``) reordered by maximal
         marginal relevance with weight ``options.diversity`` (``retrieval.diversity.mmr_order``;
         only with ``options.hybrid``),
@@ -993,7 +1097,7 @@ class HybridStore(StoreDecorator):
     @staticmethod
     def _diversify(
         results: Sequence[ScoredMemory], options: RetrieveOptions, ui: UserIndex | None
-    ) -> list[ScoredMemory]:
+    ) -> builtins.list[ScoredMemory]:
         """``diversify`` with the vectors of ``ui`` (None: none); the plain order without
         ``options.hybrid`` or with ``options.diversity`` 0 (the rule is part of the hybrid
         ranking)."""
@@ -1052,7 +1156,7 @@ class HybridStore(StoreDecorator):
     async def _second_hop(
         self,
         scoring: _Scoring,
-        q_terms: list[str],
+        q_terms: builtins.list[str],
         pool: int,
         options: RetrieveOptions,
         sim: _Similarity,
@@ -1081,11 +1185,11 @@ class HybridStore(StoreDecorator):
         ui: UserIndex,
         gen: int,
         sim: _Similarity,
-        vector: list[float] | None,
-        store_hits: list[ScoredMemory],
+        vector: builtins.list[float] | None,
+        store_hits: builtins.list[ScoredMemory],
         pool: int,
         held_search: bool,
-    ) -> list[tuple[str, Memory | None, float]]:
+    ) -> builtins.list[tuple[str, Memory | None, float]]:
         """The vector side's top ``pool`` as (id, record or None, cosine), best first: the
         held search when ``held_search`` (and it can answer), else the inner store's hits
         (``store_hits``, or asked for now), re-indexing what they show changed unless a write
@@ -1098,7 +1202,7 @@ class HybridStore(StoreDecorator):
                 return vec_top
             assert vector is not None  # q was made from it
             store_hits = await self._store_search(options, vector, pool)
-        out: list[tuple[str, Memory | None, float]] = []
+        out: builtins.list[tuple[str, Memory | None, float]] = []
         unchanged = self._current(options.user_id, ui, gen)
         for hit in store_hits:
             if unchanged:  # else a write through this decorator may be newer than the hit
@@ -1126,13 +1230,15 @@ class HybridStore(StoreDecorator):
 
     async def _vector_side(
         self, options: RetrieveOptions, pool: int, *, search_store: bool
-    ) -> tuple[list[float], list[ScoredMemory]]:
+    ) -> tuple[builtins.list[float], builtins.list[ScoredMemory]]:
         """(query vector, the inner store's top ``pool`` by cosine when ``search_store``, else
         ``[]``)."""
         vector = await self.inner.embed_query(options)
         return vector, (await self._store_search(options, vector, pool) if search_store else [])
 
-    async def _store_search(self, options: RetrieveOptions, vector: list[float], pool: int) -> list[ScoredMemory]:
+    async def _store_search(
+        self, options: RetrieveOptions, vector: builtins.list[float], pool: int
+    ) -> builtins.list[ScoredMemory]:
         """The inner store's top ``pool`` by cosine to ``vector``, access counts untouched."""
         vec_opts = options.model_copy(
             update={"embedding": vector, "embedding_identity": None, "limit": min(pool, 1000), "hybrid": False}
@@ -1143,7 +1249,7 @@ class HybridStore(StoreDecorator):
 
     async def _held_side(
         self, user_id: str, ui: UserIndex, q: np.ndarray, pool: int, options: RetrieveOptions
-    ) -> list[tuple[str, Memory | None, float]] | None:
+    ) -> builtins.list[tuple[str, Memory | None, float]] | None:
         """The top ``pool`` of the user's held vectors by cosine with ``q`` (exact), honouring
         ``project_id``/``types``, as (id, None, cosine) best first; None when the inner
         store must be searched instead (the index was evicted meanwhile, or more than
@@ -1262,7 +1368,7 @@ class HybridStore(StoreDecorator):
         ui: UserIndex,
         rescore: Callable[[str, float], float],
         limit: int,
-    ) -> list[ScoredMemory]:
+    ) -> builtins.list[ScoredMemory]:
         """The top ``limit`` of ``ranked`` ((score, id), best first) as results.
 
         Candidates scored from a held vector take the index's held record (records held: no
@@ -1272,7 +1378,7 @@ class HybridStore(StoreDecorator):
         stored vector differs from the held one (re-indexed by ``_load``) gets its cosine from
         the stored vector and its score from ``rescore``, and is ranked again."""
         pending = list(ranked)
-        out: list[ScoredMemory] = []
+        out: builtins.list[ScoredMemory] = []
         while pending and len(out) < limit:
             while pending and len(out) < limit and cands[pending[0][1]][0] is not None:
                 score, memory_id = pending.pop(0)

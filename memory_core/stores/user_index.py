@@ -37,6 +37,7 @@ from ..retrieval.questions import is_question
 from ..retrieval.speaker import speaker_and_body
 from ..retrieval.timeparse import has_time_expression
 from ..types import Memory, MemoryState, MemoryType
+from ._records import to_ms
 
 _MAX_MASKS = 16
 """Most vector masks (``UserIndex.vector_mask``) one user's index keeps, one per scope
@@ -155,11 +156,18 @@ class UserIndex:
     by_key: dict[str, set[str]] = field(default_factory=dict)
     gen: int = 0
     writes: int = 0
+    # the build met records the store holds but could not read (``ListResult.unreadable``):
+    # listings go to the store, which reports them
+    unreadable: bool = False
+    # a write of unknown outcome happened while it was being built: never installed
+    stale: bool = False
     building: list[tuple[str, Any]] | None = None
     task: asyncio.Future | None = None
     # the corpus's version (each put/remove) and the vector masks made at it (``vector_mask``)
     version: int = 0
     _masks: dict[tuple, tuple[int, int, np.ndarray]] = field(default_factory=dict, repr=False)
+    # the last listing's scope, at which version, and its ids newest first (``newest_first``)
+    _listing: tuple[tuple, list[str]] | None = field(default=None, repr=False)
 
     @property
     def ready(self) -> bool:
@@ -355,6 +363,28 @@ class UserIndex:
             self._masks.clear()
         self._masks[key] = (self.version, vectors.version, mask)
         return mask
+
+    def newest_first(
+        self,
+        project_id: str | None,
+        types: Iterable[MemoryType] | None,
+        states: Iterable[MemoryState] | None,
+    ) -> list[str]:
+        """The ids of the held records of ``project_id`` (None: any project), ``types`` and
+        ``states`` (None or empty: any), newest first as the stores list them: ``created_at``
+        in epoch milliseconds (``_records.to_ms``, as stored; none: 0), then the id, both
+        descending. The last scope's order is kept until the index changes (``version``), so
+        a pager's pages sort once. The caller must not change the list. Empty without held
+        records."""
+        key = (self.version, project_id, tuple(types) if types else None, tuple(states) if states else None)
+        if self._listing is not None and self._listing[0] == key:
+            return self._listing[1]
+        records = self.records
+        matching = self.corpus.matching(project_id, types, states)
+        keyed = sorted(((to_ms(records[i].created_at) or 0, i) for i in matching if i in records), reverse=True)
+        ids = [memory_id for _, memory_id in keyed]
+        self._listing = (key, ids)
+        return ids
 
     def record(self, memory_id: str) -> Memory | None:
         """A copy of the held record of ``memory_id`` with its held vector (as a list, the

@@ -392,4 +392,4 @@ async def test_writes_overlapping_a_busy_fallback_embed_each_memory_once():
     await asyncio.wait_for(store.fallback_settled("u1"), 5)
     assert all(store.fallback_vector("u1", tid(f"M{n}")) is not None for n in range(len(texts)))
     assert sorted(encoder.texts) == sorted(texts)  # each once
-    assert store._making == {} and store._fills == {} and store._background == {}  # nothing left per user
+    assert store._work == {}  # nothing left under way for any user

@@ -1,0 +1,257 @@
+"""HybridStore.list: a loaded user's pages come from the held records, page for page what the
+inner store lists (ids, order, totals, records), without a store call; the store answers
+for a user not loaded and for one whose build met unreadable records."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memory_core.errors import DuplicateMemory, MemoryNotFound, StoreUnavailable
+from memory_core.stores import InMemoryStore
+from memory_core.stores.hybrid import HELD_RECORDS_PER_TURN, HybridStore
+from memory_core.types import (
+    ListQuery,
+    ListResult,
+    Memory,
+    MemoryChanges,
+    MemoryScope,
+    MemoryState,
+    MemoryType,
+    RetrieveOptions,
+)
+from tests.ids import tid, tname
+from tests.memory_core.stores.test_hybrid import DIM, fake_embed, plain
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+PROJECTS = [None, "p1", "p2"]
+
+
+class CountingStore(InMemoryStore):
+    """The in-memory store, counting its ``list`` calls of user u1."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.lists = 0
+
+    async def list(self, query: ListQuery) -> ListResult:
+        self.lists += query.user_id == "u1"
+        return await super().list(query)
+
+
+def _comparable(page: ListResult) -> tuple:
+    """A page as ids in order, total, unreadable and each record without its vector (the held
+    vector is the stored one as float32)."""
+    records = [m.model_dump(exclude={"embedding"}) for m in page.memories]
+    return [m.id for m in page.memories], page.total, page.unreadable, records
+
+
+memory_specs = st.lists(
+    st.tuples(
+        st.integers(0, 5),  # created_at: a few distinct milliseconds, so ties are ordered by id
+        st.sampled_from(list(MemoryType)),
+        st.sampled_from(PROJECTS),
+        st.sampled_from(["u1", "u2"]),
+    ),
+    min_size=1,
+    max_size=25,
+)
+writes = st.lists(
+    st.tuples(st.sampled_from(["state", "forget", "scope", "content"]), st.integers(0, 24), st.sampled_from(PROJECTS)),
+    max_size=8,
+)
+queries = st.lists(
+    st.builds(
+        lambda project, types, states, limit, offset: ListQuery(
+            user_id="u1", project_id=project, types=types, states=states, limit=limit, offset=offset
+        ),
+        st.sampled_from(PROJECTS),
+        st.one_of(st.none(), st.lists(st.sampled_from(list(MemoryType)), max_size=2, unique=True)),
+        st.one_of(st.none(), st.lists(st.sampled_from(list(MemoryState)), max_size=3, unique=True)),
+        st.integers(1, 30),
+        st.integers(0, 26),
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(specs=memory_specs, changes=writes, asked=queries)
+def test_a_loaded_users_pages_are_the_stores_pages(specs, changes, asked):
+    async def run() -> None:
+        inner = CountingStore(embed=fake_embed, dimension=DIM)
+        h = HybridStore(inner, **plain())
+        stored = []
+        for i, (ms, kind, project, user) in enumerate(specs):
+            m = Memory(
+                id=tid(f"m{i}"),
+                user_id=user,
+                content=f"note {i} about otters",
+                type=kind,
+                project_id=project,
+                created_at=T0 + timedelta(milliseconds=ms),
+            )
+            stored.append(await h.store(m))
+        await h.retrieve(RetrieveOptions(user_id="u1", query="otters", hybrid=True, limit=3))  # loads u1
+        for op, n, project in changes:  # writes through the decorator keep the held records
+            target = stored[n % len(stored)]
+            try:
+                if op == "state":
+                    await h.update(target.id, target.user_id, MemoryChanges(state=MemoryState.SUPERSEDED))
+                elif op == "content":
+                    await h.update(target.id, target.user_id, MemoryChanges(content=f"otters swim {n}"))
+                elif op == "forget":
+                    await h.forget(target.id, target.user_id)
+                else:
+                    await h.forget_by_scope(MemoryScope(user_id="u1", project_id=project, types=[target.type]))
+            except MemoryNotFound:  # forgotten by an earlier write
+                pass
+        if not h.index.has_user("u1"):
+            return  # u1 stored nothing: no index to serve from
+        for q in asked:
+            before = inner.lists
+            held = await h.list(q)
+            assert inner.lists == before  # answered from the held records
+            assert _comparable(held) == _comparable(await inner.list(q)), q
+
+    asyncio.run(run())
+
+
+async def test_a_user_not_loaded_is_listed_by_the_store():
+    inner = CountingStore(embed=fake_embed, dimension=DIM)
+    h = HybridStore(inner, **plain())
+    await h.store(Memory(id=tid("a"), user_id="u1", content="otters hold hands"))
+    assert not h.index.has_user("u1")
+    page = await h.list(ListQuery(user_id="u1"))
+    assert inner.lists == 1 and [m.id for m in page.memories] == [tid("a")]
+
+
+async def test_a_build_that_met_unreadable_records_leaves_listing_to_the_store():
+    class WithUnreadable(CountingStore):
+        async def list(self, query: ListQuery) -> ListResult:
+            page = await super().list(query)
+            return page.model_copy(update={"unreadable": [tid("odd")], "total": page.total + 1})
+
+    inner = WithUnreadable(embed=fake_embed, dimension=DIM)
+    h = HybridStore(inner, **plain())
+    await h.store(Memory(id=tid("a"), user_id="u1", content="otters hold hands"))
+    await h.retrieve(RetrieveOptions(user_id="u1", query="otters", hybrid=True))
+    assert h.index.has_user("u1")
+    before = inner.lists
+    page = await h.list(ListQuery(user_id="u1"))
+    assert inner.lists == before + 1 and page.unreadable == [tid("odd")] and page.total == 2
+
+
+async def test_a_long_page_is_copied_over_several_loop_turns_and_an_eviction_hands_it_to_the_store():
+    inner = CountingStore(embed=fake_embed, dimension=DIM)
+    h = HybridStore(inner, max_users=1, **plain())
+    n = 8 * HELD_RECORDS_PER_TURN
+    await h.store_many(
+        [
+            Memory(id=tid(f"m{i}"), user_id="u1", content=f"otter {i}", created_at=T0 + timedelta(seconds=i))
+            for i in range(n)
+        ]
+    )
+    await h.store(Memory(id=tid("b"), user_id="u2", content="badgers dig"))
+    await h.retrieve(RetrieveOptions(user_id="u1", query="otter", hybrid=True))
+    expected = _comparable(await inner.list(ListQuery(user_id="u1", limit=n)))
+    assert expected[0][0] == tid(f"m{n - 1}")  # newest first
+
+    turns = 0
+
+    async def other_user() -> None:  # runs after the page's first turn, and evicts u1
+        nonlocal turns
+        turns += 1
+        await h.retrieve(RetrieveOptions(user_id="u2", query="badgers", hybrid=True))
+
+    before = inner.lists
+    page, _ = await asyncio.gather(h.list(ListQuery(user_id="u1", limit=n)), other_user())
+    assert turns == 1 and not h.index.has_user("u1")
+    assert inner.lists == before + 1  # the page went to the store once u1 was evicted
+    assert _comparable(page) == expected
+
+
+class FailingAfter(CountingStore):
+    """Raises ``StoreUnavailable`` from the next ``store`` after writing it (a timeout after the
+    commit), or from the next ``forget`` before deleting."""
+
+    fail_store = fail_forget = False
+
+    async def store(self, memory: Memory) -> Memory:
+        stored = await super().store(memory)
+        if self.fail_store:
+            raise StoreUnavailable("timed out after the commit")
+        return stored
+
+    async def forget(self, memory_id: str, user_id: str) -> None:
+        if self.fail_forget:
+            raise StoreUnavailable("the delete did not reach the backend")
+        await super().forget(memory_id, user_id)
+
+
+async def _loaded(inner: CountingStore) -> HybridStore:
+    h = HybridStore(inner, **plain())
+    await h.store(Memory(id=tid("a"), user_id="u1", content="otters hold hands", created_at=T0))
+    await h.retrieve(RetrieveOptions(user_id="u1", query="otters", hybrid=True))
+    assert h.index.has_user("u1")
+    return h
+
+
+async def test_a_write_of_unknown_outcome_makes_the_store_list_again():
+    inner = FailingAfter(embed=fake_embed, dimension=DIM)
+    h = await _loaded(inner)
+    inner.fail_store = True
+    late = Memory(id=tid("b"), user_id="u1", content="otters sleep afloat", created_at=T0 + timedelta(seconds=1))
+    with pytest.raises(StoreUnavailable):
+        await h.store(late)
+    assert not h.index.has_user("u1")  # dropped: the store holds "b", the index does not know it
+    assert [m.id for m in (await h.list(ListQuery(user_id="u1"))).memories] == [tid("b"), tid("a")]
+    inner.fail_store = False
+
+    await h.retrieve(RetrieveOptions(user_id="u1", query="otters", hybrid=True))  # built again, with "b"
+    inner.fail_forget = True
+    with pytest.raises(StoreUnavailable):
+        await h.forget(tid("a"), "u1")
+    assert not h.index.has_user("u1")  # "a" is still in the store
+    await h.retrieve(RetrieveOptions(user_id="u1", query="otters", hybrid=True))
+    before = inner.lists
+    page = await h.list(ListQuery(user_id="u1"))
+    assert inner.lists == before and [m.id for m in page.memories] == [tid("b"), tid("a")]
+
+
+async def test_a_refused_write_keeps_the_index():
+    inner = FailingAfter(embed=fake_embed, dimension=DIM)
+    h = await _loaded(inner)
+    with pytest.raises(MemoryNotFound):
+        await h.forget(tid("nothing"), "u1")
+    with pytest.raises(DuplicateMemory):
+        await h.store(Memory(id=tid("a"), user_id="u1", content="otters again"))
+    assert h.index.has_user("u1")
+
+
+async def test_an_index_built_across_a_write_of_unknown_outcome_is_not_installed():
+    inner = FailingAfter(embed=fake_embed, dimension=DIM)
+    h = HybridStore(inner, **plain())
+    await h.store(Memory(id=tid("a"), user_id="u1", content="otters hold hands", created_at=T0))
+    gate = asyncio.Event()
+    listed = inner.list
+
+    async def slow_list(query: ListQuery) -> ListResult:
+        page = await listed(query)
+        await gate.wait()
+        return page
+
+    inner.list = slow_list  # type: ignore[method-assign]
+    search = asyncio.ensure_future(h.retrieve(RetrieveOptions(user_id="u1", query="otters", hybrid=True)))
+    await asyncio.sleep(0.01)  # the build has read the store and waits
+    inner.fail_store = True
+    with pytest.raises(StoreUnavailable):
+        await h.store(Memory(id=tid("b"), user_id="u1", content="otters sleep afloat"))
+    gate.set()
+    assert "a" in [tname(r.memory.id) for r in await search]  # that search still answers
+    assert not h.index.has_user("u1")  # but the index is not kept: the next read builds it again
