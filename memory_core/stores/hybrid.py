@@ -104,7 +104,14 @@ import numpy as np
 
 from ..config import RetrievalSettings
 from ..cpu_pool import yield_to_loop
-from ..errors import DuplicateMemory, InvalidInput, MemoryNotFound, StoreClosed
+from ..errors import (
+    DuplicateMemory,
+    EmbeddingIdentityMismatch,
+    EmbeddingUnavailable,
+    InvalidInput,
+    MemoryNotFound,
+    StoreClosed,
+)
 from ..retrieval.diversity import mmr_order
 from ..retrieval.feedback import expansion_terms, hop_scores
 from ..retrieval.fusion import Fusion, FusionWeights, Signals, base_score, final_score
@@ -332,6 +339,16 @@ class UserWork:
         """Nothing under way: no build, no fill, no task, no claim."""
         return self.build is None and self.fill is None and not self.background and not self.making
 
+
+_REFUSALS = (
+    InvalidInput,
+    MemoryNotFound,
+    DuplicateMemory,
+    EmbeddingIdentityMismatch,
+    EmbeddingUnavailable,
+    StoreClosed,
+)
+"""The errors an inner write raises before writing anything (``HybridStore._outcome_known``)."""
 
 _NO_WORK = UserWork()
 """Read (never changed) where a user has no ``UserWork``: nothing under way."""
@@ -762,15 +779,17 @@ class HybridStore(StoreDecorator):
     @contextlib.contextmanager
     def _outcome_known(self, *user_ids: str) -> Iterator[None]:
         """Around an inner write of ``user_ids``: when it raises anything but a refusal
-        (``InvalidInput``, ``MemoryNotFound``, ``DuplicateMemory``: nothing was written), what
-        landed is unknown (a timeout after the commit, a cancellation, a delete done in part),
-        so each user's held index is dropped and an index being built is not installed
-        (``UserIndex.stale``): the next read builds it again from the store, the record of
-        what landed. Without this a listing, an export or a search of the held records could
-        miss a memory that was written, or keep one that was deleted."""
+        (``_REFUSALS``: raised before anything is written), what landed is unknown (a timeout
+        after the commit, a cancellation, a delete done in part), so each user's held index
+        is dropped and an index being built is detached and not installed
+        (``UserIndex.stale``: it answers only the reads already waiting for it): the next
+        read builds it again from the store, the record of what landed. Without this a
+        listing, an export, a search or curation's duplicate check of the held records could
+        miss a memory that was written, or keep one that was deleted. (A Qdrant or Valkey
+        server that applies a cancelled request after the rebuild listed is not caught.)"""
         try:
             yield
-        except (InvalidInput, MemoryNotFound, DuplicateMemory):
+        except _REFUSALS:
             raise
         except BaseException:
             for user_id in set(user_ids):
@@ -778,6 +797,8 @@ class HybridStore(StoreDecorator):
                 work = self._work.get(user_id)
                 if work is not None and work.build is not None:
                     work.build.stale = True
+                    work.build = None
+                    self._settle(user_id, work)
             raise
 
     async def store(self, memory: Memory) -> Memory:
@@ -791,6 +812,7 @@ class HybridStore(StoreDecorator):
     async def store_many(self, memories: Sequence[Memory]) -> builtins.list[Memory]:
         """As ``MemoryStore.store_many`` (all or nothing); indexes every stored record (and
         makes the fallback vectors)."""
+        memories = builtins.list(memories)
         with self._outcome_known(*(m.user_id for m in memories if isinstance(m, Memory))):
             stored = await self.inner.store_many(memories)
         for memory in stored:
