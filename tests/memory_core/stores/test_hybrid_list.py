@@ -5,6 +5,7 @@ for a user not loaded and for one whose build met unreadable records."""
 from __future__ import annotations
 
 import asyncio
+import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -25,6 +26,7 @@ from memory_core.types import (
     RetrieveOptions,
 )
 from tests.ids import tid, tname
+from tests.memory_core.stores.test_conformance import Q, rig  # noqa: F401 (rig: a fixture)
 from tests.memory_core.stores.test_hybrid import DIM, fake_embed, plain
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -262,3 +264,49 @@ async def test_an_index_built_across_a_write_of_unknown_outcome_is_not_installed
     await later
     assert h.index.has_user("u1")  # the later build is installed, and it read the store after the write
     assert [m.id for m in (await h.list(ListQuery(user_id="u1"))).memories] == [tid("b"), tid("a")]
+
+
+def _hybrid_of(store) -> HybridStore:
+    while not isinstance(store, HybridStore):
+        store = store.inner
+    return store
+
+
+async def test_on_each_hybrid_rig_a_loaded_users_pages_are_the_backends(rig):  # noqa: F811
+    """The same comparison over the conformance suite's hybrid rigs (the in-memory store and
+    Milvus Lite, each bare and behind the hot cache): the held records' pages against the
+    backend's own, with created_at values that tie at the millisecond."""
+    if not rig.hybrid:
+        pytest.skip("hybrid rigs only")
+    store = rig.open()
+    h = _hybrid_of(store)
+    rng = random.Random(7)
+    written = []
+    for i in range(40):
+        m = Memory(
+            id=tid(f"r{i}"),
+            user_id="alice",
+            content=f"note {i} about otters and tea",
+            created_at=T0 + timedelta(milliseconds=rng.randint(0, 6)),
+            project_id=rng.choice(PROJECTS),
+            type=rng.choice(list(MemoryType)),
+        )
+        written.append(await store.store(m))
+    await store.store(Memory(user_id="bob", content="bob's otters", created_at=T0))
+    for m in rng.sample(written, 8):
+        await store.update(m.id, "alice", MemoryChanges(state=MemoryState.QUARANTINED, state_reason="test"))
+    await store.retrieve(Q(user_id="alice", query="otters", threshold=-1))
+    assert h.index.has_user("alice")
+    for project in PROJECTS:
+        for types in (None, [MemoryType.SEMANTIC], [MemoryType.EPISODIC, MemoryType.PROCEDURAL]):
+            for states in (None, [MemoryState.ACTIVE], [MemoryState.QUARANTINED]):
+                for limit, offset in ((50, 0), (3, 2), (1, 0)):
+                    q = ListQuery(
+                        user_id="alice", project_id=project, types=types, states=states, limit=limit, offset=offset
+                    )
+                    held, stored = await h.list(q), await h.inner.list(q)
+                    assert [m.id for m in held.memories] == [m.id for m in stored.memories], q
+                    assert (held.total, held.unreadable) == (stored.total, stored.unreadable), q
+                    assert [m.model_dump(exclude={"embedding"}) for m in held.memories] == [
+                        m.model_dump(exclude={"embedding"}) for m in stored.memories
+                    ], q
