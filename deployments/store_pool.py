@@ -43,6 +43,7 @@ from memory_core.embedding import (
     WriteLane,
     open_local_encoder,
 )
+from memory_core.embedding import lanes as embedding_lanes
 from memory_core.embedding.fallback import open_fallback
 from memory_core.errors import (
     ConfigError,
@@ -311,7 +312,8 @@ class StoreShard:
         deployment; raises ``EmbeddingIdentityMismatch`` when it answers with another model
         identity than the one this store was deployed for, ``EmbeddingUnavailable`` when it
         cannot be reached."""
-        result = await embed_through(self._embedder, texts, query=query)
+        background = embedding_lanes.embeds_in_background() and not query
+        result = await embed_through(self._embedder, texts, query=query, background=background)
         if result.identity != self._identity.digest:
             raise EmbeddingIdentityMismatch(
                 f"Embedder answered with model identity {result.identity!r}; this store holds "
@@ -421,7 +423,8 @@ class StoreShard:
     async def consolidate(
         self, user_id: str, request_id: str = "", trace: Carrier | None = None
     ) -> ConsolidationReport:
-        return await self._timed("consolidate", self._curating().consolidate(user_id), request_id, trace)
+        with embedding_lanes.in_background():  # the merged texts: behind the callers' writes
+            return await self._timed("consolidate", self._curating().consolidate(user_id), request_id, trace)
 
     def take_dirty_users(self, limit: int) -> list[str]:
         """Users with writes since their last consolidation pass (the consolidation loop's

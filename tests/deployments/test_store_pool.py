@@ -343,3 +343,58 @@ async def test_the_clients_totals_answer_503_when_the_pool_is_unreachable_and_st
         await asyncio.wait_for(pool_client(lambda i: SimpleNamespace(totals=Totals(i))).totals(owners), timeout=10)
     await asyncio.sleep(0)
     assert sorted(cancelled) == sorted(others)
+
+
+async def test_a_consolidation_embeds_its_merged_texts_behind_the_callers_writes():
+    """A consolidation pass (no caller waits on its embeddings) sends the merged texts to the
+    Embedder's background lane; a caller's write asks the awaited lane, before and after."""
+    import hashlib
+    import math
+    import re
+
+    import deployments.store_pool as store_pool
+    from deployments.embedder import EmbedResponse
+    from memory_core.config import MemoryStoreSettings
+    from memory_core.embedding import compute_identity
+    from memory_core.types import Memory, MemoryType
+
+    settings = MemoryStoreSettings(backend="inmemory")
+    identity = compute_identity(settings.embedding)
+    dimension = 384  # the bundled model's (the store checks it)
+    calls: list[tuple[list[str], bool]] = []
+
+    def bag_of_words(text: str) -> list[float]:
+        v = [0.0] * dimension
+        for word in re.findall(r"\w+", text.lower()):
+            v[int.from_bytes(hashlib.blake2b(word.encode(), digest_size=4).digest(), "little") % dimension] += 1.0
+        n = math.sqrt(sum(x * x for x in v)) or 1.0
+        return [x / n for x in v]
+
+    class Embed:
+        async def remote(self, texts, trace=None, query=False, background=False):
+            calls.append((list(texts), background))
+            return EmbedResponse(
+                embeddings=[bag_of_words(t) for t in texts],
+                identity=identity.digest,
+                dimension=dimension,
+                model="fake",
+                truncated=[False] * len(texts),
+                prompt_tokens=0,
+            )
+
+    shard = store_pool.StoreShard.__ray_metadata__.modified_class(settings, identity, SimpleNamespace(embed=Embed()))
+    await shard.open()
+    try:
+        twins = ["I keep my bike in the red shed by the gate", "I keep my bike in the red shed by the gate."]
+        for text in twins:  # episodic: both kept at write time, merged by consolidation
+            await shard.store(Memory(user_id="alice", content=text, type=MemoryType.EPISODIC))
+        assert calls and not any(background for _, background in calls)
+        calls.clear()
+        report = await shard.consolidate("alice")
+        assert report.groups == 1
+        assert calls and all(background for _, background in calls)  # the merged text, in the background lane
+        calls.clear()
+        await shard.store(Memory(user_id="alice", content="my locker code is 4817"))
+        assert calls and not any(background for _, background in calls)  # the flag does not outlive the pass
+    finally:
+        await shard.close()
