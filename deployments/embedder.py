@@ -24,7 +24,10 @@ Callers first
     ``_embed_background_one``, whose every batch waits until no caller-awaited ``embed`` is
     queued or running in the replica (at most ``BACKGROUND_MAX_WAIT_S``): under a full chat
     load a caller's ``POST /v1/memory`` waits for one batch, not for every user's background
-    stores (measured: README "Measured", "callers before background stores").
+    stores (measured: README "Measured", "callers before background stores"). A background
+    call of at least ``max_batch_size`` texts (a consolidation pass's merged texts,
+    ``memory_core.embedding.lanes``) runs ``max_batch_size`` of them per encoder call, each
+    after the callers of the moment, so a caller waits for one of its batches, not all of it.
 
 Knobs (``serve_config.yaml``, ``applications[].deployments[name=Embedder]``)
     - ``user_config`` (applied by ``reconfigure``, no replica restart):
@@ -413,15 +416,25 @@ class Embedder:
             counts = await asyncio.to_thread(self.encoder.count_tokens, texts)
         cfg = self._config
         cap = self.max_seq_length
-        if len(texts) >= cfg["max_batch_size"]:
-            # a bulk request fills a batch by itself: one encoder call plans its forward passes
-            # over all of it (longest first, within max_batch_size/max_batch_tokens) instead of
-            # cutting it into batches in arrival order behind the other callers' items
-            if background:
+        if len(texts) >= cfg["max_batch_size"] and background:
+            # background bulk (a consolidation pass's merged texts): max_batch_size texts per
+            # encoder call, each after the callers of the moment, so a caller arriving during
+            # the bulk waits for one of its batches, not for all of it
+            size = cfg["max_batch_size"]
+            bulk: list[tuple[list[float], bool, int]] = []
+            for start in range(0, len(texts), size):
                 await self._after_awaited()
+                self._metrics.observe("llm_memory_embedder_batch_size", float(len(texts[start : start + size])))
+                bulk += await self.encode_batch_async(
+                    list(texts[start : start + size]), counts[start : start + size], query
+                )
+            return self._response(bulk)
+        if len(texts) >= cfg["max_batch_size"]:
+            # a caller's bulk request fills a batch by itself: one encoder call plans its forward
+            # passes over all of it (longest first, within max_batch_size/max_batch_tokens)
+            # instead of cutting it into batches in arrival order behind the other callers' items
             self._metrics.observe("llm_memory_embedder_batch_size", float(len(texts)))
-            if not background:
-                self._metrics.observe("llm_memory_embedder_queue_seconds", 0.0)
+            self._metrics.observe("llm_memory_embedder_queue_seconds", 0.0)
             results = await self.encode_batch_async(list(texts), counts, query)
             return self._response(results)
         enqueued = time.monotonic()
