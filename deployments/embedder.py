@@ -27,7 +27,8 @@ Callers first
     stores (measured: README "Measured", "callers before background stores"). A background
     call of at least ``max_batch_size`` texts (a consolidation pass's merged texts,
     ``memory_core.embedding.lanes``) runs ``max_batch_size`` of them per encoder call, each
-    after the callers of the moment, so a caller waits for one of its batches, not all of it.
+    after the callers of the moment, so a caller's batch runs beside at most one of its batches
+    (encoder calls run in threads, unlocked), not beside all of it.
 
 Knobs (``serve_config.yaml``, ``applications[].deployments[name=Embedder]``)
     - ``user_config`` (applied by ``reconfigure``, no replica restart):

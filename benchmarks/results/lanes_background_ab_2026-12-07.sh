@@ -1,7 +1,7 @@
 #!/bin/bash
 # lanes A/B, consolidation only: the service before (1f0d5c9, /work/old) and after (the consolidation in the background lane
 # , /work/main) alternated old/new/new/old, each its own fresh `serve run`
-cd "$(dirname "$0")/../.."  # recorded: old = a worktree of 1f0d5c9 at /work/old, new = /work/main at HEAD
+cd "$(dirname "$0")/../.."  # recorded: old = a worktree of 1f0d5c9 at /work/old, new = /work/main with the code committed as c7d2a2e + bd74dd5
 for cfg in ${CFGS:-old new new old}; do
   if [ $cfg = old ]; then dir=/work/old; else dir=/work/main; fi
   echo "=== $cfg $(date +%T) load $(cat /proc/loadavg)"

@@ -117,28 +117,28 @@ async def test_a_caller_is_not_queued_behind_background_texts(serve_embedder):
 
 async def test_a_caller_is_not_queued_behind_a_background_bulk_call(serve_embedder):
     """A background bulk call (a consolidation pass's merged texts: one call of many texts)
-    runs ``max_batch_size`` texts at a time, each batch after the callers of the moment: a
-    caller's text sent while it runs comes back before it ends (one encoder call over the
-    whole bulk would hold the encoder until its last text)."""
+    runs ``max_batch_size`` texts per encoder call, each after the callers of the moment (the
+    batch sizes: one encoder call over the whole bulk would record one batch of 192), and a
+    caller's text sent while it runs comes back before it ends."""
     deploy, _ = serve_embedder
     handle = deploy({"max_batch_size": 8, "batch_wait_timeout_s": 0.01})
     await handle.stats.remote(reset=True)
     order: list[str] = []
-    texts = [f"merged memory {i} about the garden " + "and the roses " * 60 for i in range(96)]
+    texts = [f"merged memory {i} about the garden " + "and the roses " * 60 for i in range(192)]
 
     async def bulk() -> None:
         out = await handle.embed.remote(texts, background=True)
-        assert len(out.embeddings) == 96
+        assert len(out.embeddings) == 192
         order.append("bulk")
 
     running = asyncio.ensure_future(bulk())
-    await asyncio.sleep(0.3)  # the bulk call is running in the replica
+    await asyncio.sleep(0.3)  # the bulk call is running in the replica (192 long texts: seconds here)
     await handle.embed.remote(["a caller's own memory about the bike"])
     order.append("caller")
     await running
     assert order == ["caller", "bulk"]
     stats = await handle.stats.remote(reset=True)
-    assert sum(stats["batch_sizes"]) == 97 and max(stats["batch_sizes"]) <= 8, stats["batch_sizes"]
+    assert sum(stats["batch_sizes"]) == 193 and max(stats["batch_sizes"]) <= 8, stats["batch_sizes"]
 
 
 async def test_e5_embedder_batches_searches_and_stored_texts_in_their_roles(serve_http_port):
