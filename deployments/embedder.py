@@ -417,26 +417,23 @@ class Embedder:
             counts = await asyncio.to_thread(self.encoder.count_tokens, texts)
         cfg = self._config
         cap = self.max_seq_length
-        if len(texts) >= cfg["max_batch_size"] and background:
-            # background bulk (a consolidation pass's merged texts): max_batch_size texts per
-            # encoder call, each after the callers of the moment, so a caller arriving during
-            # the bulk waits for one of its batches, not for all of it
-            size = cfg["max_batch_size"]
-            bulk: list[tuple[list[float], bool, int]] = []
-            for start in range(0, len(texts), size):
-                await self._after_awaited()
-                self._metrics.observe("llm_memory_embedder_batch_size", float(len(texts[start : start + size])))
-                bulk += await self.encode_batch_async(
-                    list(texts[start : start + size]), counts[start : start + size], query
-                )
-            return self._response(bulk)
         if len(texts) >= cfg["max_batch_size"]:
             # a caller's bulk request fills a batch by itself: one encoder call plans its forward
             # passes over all of it (longest first, within max_batch_size/max_batch_tokens)
-            # instead of cutting it into batches in arrival order behind the other callers' items
-            self._metrics.observe("llm_memory_embedder_batch_size", float(len(texts)))
-            self._metrics.observe("llm_memory_embedder_queue_seconds", 0.0)
-            results = await self.encode_batch_async(list(texts), counts, query)
+            # instead of cutting it into batches in arrival order behind the other callers'
+            # items; background bulk (a consolidation pass's merged texts) runs max_batch_size
+            # texts per call, each after the callers of the moment, so a caller's batch runs
+            # beside one of its batches, not beside all of it
+            step = cfg["max_batch_size"] if background else len(texts)
+            results: list[tuple[list[float], bool, int]] = []
+            for start in range(0, len(texts), step):
+                if background:
+                    await self._after_awaited()
+                else:
+                    self._metrics.observe("llm_memory_embedder_queue_seconds", 0.0)
+                chunk = list(texts[start : start + step])
+                self._metrics.observe("llm_memory_embedder_batch_size", float(len(chunk)))
+                results += await self.encode_batch_async(chunk, counts[start : start + step], query)
             return self._response(results)
         enqueued = time.monotonic()
         items = [

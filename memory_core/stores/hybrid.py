@@ -872,14 +872,27 @@ class HybridStore(StoreDecorator):
         if ui is None:
             return await self.inner.get_many(memory_ids, user_id)
         ids = [i for i in dict.fromkeys(memory_ids) if isinstance(i, str)]
+        out, copied = await self._held_in_turns(ids, user_id, ui)
+        if copied < len(ids):  # evicted meanwhile: the store has the rest
+            out += await self.inner.get_many(ids[copied:], user_id)
+        return out
+
+    async def _held_in_turns(
+        self, ids: Sequence[str], user_id: str, ui: UserIndex
+    ) -> tuple[builtins.list[Memory], int]:
+        """The held records of ``ids`` (those ``ui`` holds, in ``ids``' order), copied
+        ``HELD_RECORDS_PER_TURN`` a loop turn (a consolidation pass reads up to 2,000 records:
+        not in one turn), and how many of ``ids`` were looked at: fewer than all when ``ui``
+        stopped being the user's index between two turns (the caller asks the store for the
+        rest)."""
         out: builtins.list[Memory] = []
         for start in range(0, len(ids), HELD_RECORDS_PER_TURN):
-            if start:  # a consolidation pass reads up to 2,000 records: not in one loop turn
+            if start:
                 await yield_to_loop()
-                if self.index.ready(user_id) is not ui:  # evicted meanwhile: the store has the rest
-                    return out + await self.inner.get_many(ids[start:], user_id)
+                if self.index.ready(user_id) is not ui:
+                    return out, start
             out.extend(self._held_records(ids[start : start + HELD_RECORDS_PER_TURN], user_id, ui).values())
-        return out
+        return out, len(ids)
 
     async def list(self, query: ListQuery) -> ListResult:
         """``MemoryStore.list``; a loaded user's page comes from the held records, without a
@@ -901,14 +914,9 @@ class HybridStore(StoreDecorator):
             return await self.inner.list(query)
         ordered = ui.newest_first(query.project_id, query.types, query.states)
         page = ordered[query.offset : query.offset + query.limit]
-        out: builtins.list[Memory] = []
-        for start in range(0, len(page), HELD_RECORDS_PER_TURN):
-            if start:
-                await yield_to_loop()
-                if self.index.ready(query.user_id) is not ui:  # evicted meanwhile: the store answers
-                    return await self.inner.list(query)
-            held = self._held_records(page[start : start + HELD_RECORDS_PER_TURN], query.user_id, ui)
-            out.extend(held[i] for i in page[start : start + HELD_RECORDS_PER_TURN] if i in held)
+        out, copied = await self._held_in_turns(page, query.user_id, ui)
+        if copied < len(page):  # evicted meanwhile: the store answers
+            return await self.inner.list(query)
         return ListResult(memories=out, total=len(ordered))
 
     async def same_content(

@@ -37,7 +37,7 @@ from ..retrieval.questions import is_question
 from ..retrieval.speaker import speaker_and_body
 from ..retrieval.timeparse import has_time_expression
 from ..types import Memory, MemoryState, MemoryType
-from ._records import to_ms
+from ._records import newest_first, to_ms
 
 _MAX_MASKS = 16
 """Most vector masks (``UserIndex.vector_mask``) one user's index keeps, one per scope
@@ -381,8 +381,7 @@ class UserIndex:
             return self._listing[1]
         records = self.records
         matching = self.corpus.matching(project_id, types, states)
-        keyed = sorted(((to_ms(records[i].created_at) or 0, i) for i in matching if i in records), reverse=True)
-        ids = [memory_id for _, memory_id in keyed]
+        ids = newest_first([(to_ms(records[i].created_at) or 0, i) for i in matching if i in records])
         self._listing = (key, ids)
         return ids
 

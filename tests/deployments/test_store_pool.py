@@ -348,14 +348,11 @@ async def test_the_clients_totals_answer_503_when_the_pool_is_unreachable_and_st
 async def test_a_consolidation_embeds_its_merged_texts_behind_the_callers_writes():
     """A consolidation pass (no caller waits on its embeddings) sends the merged texts to the
     Embedder's background lane; a caller's write asks the awaited lane, before and after."""
-    import hashlib
-    import math
-    import re
-
     import deployments.store_pool as store_pool
     from deployments.embedder import EmbedResponse
     from memory_core.config import MemoryStoreSettings
     from memory_core.embedding import compute_identity
+    from memory_core.testing.fake_embed import fake_vector
     from memory_core.types import Memory, MemoryType
 
     settings = MemoryStoreSettings(backend="inmemory")
@@ -363,18 +360,11 @@ async def test_a_consolidation_embeds_its_merged_texts_behind_the_callers_writes
     dimension = 384  # the bundled model's (the store checks it)
     calls: list[tuple[list[str], bool]] = []
 
-    def bag_of_words(text: str) -> list[float]:
-        v = [0.0] * dimension
-        for word in re.findall(r"\w+", text.lower()):
-            v[int.from_bytes(hashlib.blake2b(word.encode(), digest_size=4).digest(), "little") % dimension] += 1.0
-        n = math.sqrt(sum(x * x for x in v)) or 1.0
-        return [x / n for x in v]
-
     class Embed:
         async def remote(self, texts, trace=None, query=False, background=False):
             calls.append((list(texts), background))
             return EmbedResponse(
-                embeddings=[bag_of_words(t) for t in texts],
+                embeddings=[fake_vector(t, dimension) for t in texts],
                 identity=identity.digest,
                 dimension=dimension,
                 model="fake",
