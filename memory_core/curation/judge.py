@@ -55,13 +55,17 @@ Portuguese and Japanese; a pair with no cue in another language stays compatible
 
 from __future__ import annotations
 
+import contextlib
 import re
+import sys
+import threading
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from functools import lru_cache
 from typing import Any
+
+import cachetools
 
 from .. import linear_re
 from ..retrieval.lexical import tokenize
@@ -717,13 +721,40 @@ class PairReading:
         return self.old.all_values() == self.new.all_values()
 
 
-@lru_cache(maxsize=32)
+LONG_FORM_CACHE_BYTES = 16 * 1024 * 1024
+"""Weight bound of ``_long_form``'s cache of recent texts (each entry weighs the text and its
+normalised form as Python holds them, plus ``_LONG_FORM_ENTRY_BYTES``). A memory written is
+judged against each of its candidates, and they against later ones: a maximal ``POST
+/v1/memory`` batch of distinct 3.9 KB notes (~2.3 MB of entries) is judged within itself with
+each note read once. With the 32 entries kept before, such a batch read its notes again ~2,000
+times (0.4 s of the store shard's GIL per batch, py-spy ``--gil``, 2026-12-07)."""
+
+_LONG_FORM_ENTRY_BYTES = 300
+_long_forms: cachetools.LRUCache[str, tuple[int, str, int]] = cachetools.LRUCache(
+    LONG_FORM_CACHE_BYTES, getsizeof=lambda held: held[2]
+)
+_long_forms_lock = threading.Lock()
+
+
 def _long_form(text: str) -> tuple[int, str]:
     """The length of ``_prepared(text)`` and its normalised text (``Statement.norm``), kept for
-    the last 32 texts longer than ``MAX_JUDGED_CHARS`` (≤ ~8 MB): a memory written is
-    compared with each of its candidates, and they with later ones."""
+    recent texts up to ``LONG_FORM_CACHE_BYTES`` (thread-safe)."""
+    with _long_forms_lock:
+        held = _long_forms.get(text)
+    if held is not None:
+        return held[0], held[1]
     prepared = _prepared(text)
-    return len(prepared), _norm(prepared)
+    chars, norm = len(prepared), _norm(prepared)
+    weight = sys.getsizeof(text) + sys.getsizeof(norm) + _LONG_FORM_ENTRY_BYTES
+    with contextlib.suppress(ValueError), _long_forms_lock:  # heavier than the whole budget: not kept
+        _long_forms[text] = (chars, norm, weight)
+    return chars, norm
+
+
+def _clear_long_forms() -> None:
+    """Empty ``_long_form``'s cache (tests)."""
+    with _long_forms_lock:
+        _long_forms.clear()
 
 
 def read_pair(old_text: str, new_text: str) -> PairReading:

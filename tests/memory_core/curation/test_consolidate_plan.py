@@ -1,5 +1,6 @@
-"""``plan_groups``: the vector prefilter gives exactly the groups of the rule read pair by pair
-(the class: any texts, vectors, types, projects, times, thresholds), and it reads fewer pairs."""
+"""``plan_groups``: the vector prefilter and the word sketches give exactly the groups of the rule
+read pair by pair (the class: any texts, vectors, types, projects, times, thresholds), and they
+read fewer pairs."""
 
 from __future__ import annotations
 
@@ -10,7 +11,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory_core.curation.consolidate import NEAR_SLACK, plan_groups
+from memory_core.curation.consolidate import (
+    _CJK,
+    _WORD,
+    NEAR_SLACK,
+    SKETCH_MIN_CANDIDATES,
+    WordSketches,
+    jaccard,
+    plan_groups,
+)
+from memory_core.curation.consolidate import words as consolidation_words
 from memory_core.retrieval.held_vectors import cosine, unit_vector
 from memory_core.types import Memory, MemoryType
 
@@ -152,3 +162,85 @@ def test_vectors_of_mixed_or_odd_shapes_fall_back_to_the_pairwise_scan(shapes):
     vectors = {m.id: np.ones(shapes[i % len(shapes)], dtype=np.float32) for i, m in enumerate(memories)}
     groups = plan_groups(memories, lambda a, b: 1.0, min_cosine=0.5, min_jaccard=0.5, max_groups=5, vectors=vectors)
     assert [[m.id for m in g] for g in groups] == [[m.id for m in memories]]
+
+
+# --- the word sketches: an exact upper bound of Jaccard, whatever the collisions -----------
+
+VOCABULARY = [f"w{i}" for i in range(3000)] + ["東", "京", "ไทย", "über", "_", "naïve"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sets=st.lists(st.sets(st.sampled_from(VOCABULARY), max_size=400), min_size=1, max_size=6),
+)
+def test_a_sketch_bound_is_never_below_the_jaccard_it_bounds(sets):
+    """Sets of up to 400 words of a 3,000-word vocabulary: the bitsets (256–1,024 bits here)
+    collide often, and the bound still holds for every pair, equal sets and empty ones included."""
+    sketches = WordSketches(sets)
+    assert len(sets) < SKETCH_MIN_CANDIDATES or len(sketches.may_reach(0, list(range(len(sets))), 1.1)) == 0
+    for i, a in enumerate(sets):
+        bounds = sketches.upper_bounds(i, list(range(len(sets))))
+        for j, b in enumerate(sets):
+            assert bounds[j] >= jaccard(a, b), (i, j)
+            assert 0.0 <= bounds[j] <= 1.0
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    memories=user_memories(),
+    min_cosine=st.sampled_from([-1.0, 0.0, 0.8]),
+    min_jaccard=st.sampled_from([0.1, 0.3, 0.6, 1.0]),
+    max_groups=st.integers(1, 5),
+    with_vectors=st.booleans(),
+)
+def test_the_sketches_give_exactly_the_groups_of_the_rule(memories, min_cosine, min_jaccard, max_groups, with_vectors):
+    vectors = {m.id: unit_vector(m.embedding) for m in memories}
+    rule = {"min_cosine": min_cosine, "min_jaccard": min_jaccard, "max_groups": max_groups}
+    if with_vectors:
+        rule["vectors"] = vectors
+    read = plan_groups(memories, _exact(vectors), sketches=False, **rule)
+    sketched = plan_groups(memories, _exact(vectors), **rule)
+    assert [[m.id for m in g] for g in sketched] == [[m.id for m in g] for g in read]
+
+
+def test_long_notes_near_in_vectors_but_not_in_words_are_not_read_pair_by_pair(monkeypatch):
+    """300 distinct 3.9 KB notes sharing a vector (the model places such notes near each
+    other): without the sketches every note's words are compared with every earlier one's
+    (~45,000 Jaccards of ~650-word sets, all holding the GIL); with them, none is, and no group
+    forms either way. Two copies of one note still group."""
+    from memory_core.curation import consolidate
+
+    def note(i: int) -> str:
+        return f"note {i}: " + " ".join(f"w{(i * 7919 + k) % 99991}x{k}" for k in range(650))
+
+    memories = [Memory(id=f"n{i}", user_id="u", content=note(i), created_at=T0 + timedelta(seconds=i))
+                for i in range(300)]  # fmt: skip
+    memories.append(Memory(id="copy", user_id="u", content=note(5) + " again", created_at=T0 + timedelta(days=1)))
+    vectors = {m.id: unit_vector(np.ones(8)) for m in memories}
+    asked = {"n": 0}
+    exact_jaccard = consolidate.jaccard
+
+    def counting(a, b):
+        asked["n"] += 1
+        return exact_jaccard(a, b)
+
+    monkeypatch.setattr(consolidate, "jaccard", counting)
+    rule = {"min_cosine": 0.8, "min_jaccard": 0.6, "max_groups": 100, "vectors": vectors}
+    read = plan_groups(memories, _exact(vectors), sketches=False, **rule)
+    read_pairs, asked["n"] = asked["n"], 0
+    sketched = plan_groups(memories, _exact(vectors), **rule)
+    assert [[m.id for m in g] for g in sketched] == [[m.id for m in g] for g in read] == [["n5", "copy"]]
+    assert read_pairs > 40_000
+    # the first notes (fewer earlier groups than SKETCH_MIN_CANDIDATES: read, not bounded)
+    # and the copy against its original, whose words it shares
+    assert asked["n"] == sum(range(SKETCH_MIN_CANDIDATES)) + 1
+
+
+def test_words_are_the_same_with_and_without_the_whole_text_shortcut():
+    """``words``' shortcut (no CJK/Thai character in the text: one set of the regex's words)
+    gives what the per-word path gives."""
+    for text in ["My keys, my KEYS!", "snake_case and x_y", "Tokyo 東京 trip", "ไทย food", "", "naïve Über"]:
+        per_word: set[str] = set()
+        for w in _WORD.findall(text.lower()):
+            per_word.update(w) if _CJK.search(w) else per_word.add(w)
+        assert consolidation_words(text) == per_word

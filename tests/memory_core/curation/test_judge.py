@@ -4,6 +4,8 @@ written for these tests (the shared contradiction set is measured by
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from memory_core.curation.judge import Verdict, compatible_on_purpose, judge, read_statement
@@ -756,6 +758,33 @@ def test_a_long_statement_is_a_duplicate_of_a_text_that_normalises_alike(variant
     pair = judge_module.read_pair(old, variant(old))
     assert pair.long and pair.verdict() == D and pair.same_values() and pair.on_purpose() is None
     assert judge(old, old.replace("Lisbon", "Porto")) == C
+
+
+@pytest.mark.parametrize("size", [3_900, 16_000])
+def test_a_maximal_batch_of_long_notes_is_judged_within_itself_reading_each_note_once(size, monkeypatch):
+    """A maximal ``POST /v1/memory`` batch (256 notes) of distinct long notes, each judged
+    against up to 8 of the notes before it, anywhere in the batch (curation's candidates are
+    the most similar, not the latest): every note is prepared for the
+    rules once (``_long_form``'s cache holds the batch: ``LONG_FORM_CACHE_BYTES``), not once
+    per pair, at 3.9 KB and at the 16 KB content bound alike; the verdicts are unchanged."""
+    from memory_core.curation import judge as judge_module
+
+    judge_module._clear_long_forms()
+    prepared = {"n": 0}
+    real = judge_module._prepared
+
+    def counting(text):
+        prepared["n"] += 1
+        return real(text)
+
+    monkeypatch.setattr(judge_module, "_prepared", counting)
+    notes = [_padded(f"Note {i}: the shed plan, step {i}.", size) for i in range(256)]
+    rng = random.Random(size)
+    pairs = [(j, i) for i in range(1, 256) for j in rng.sample(range(i), min(8, i))]
+    verdicts = [judge_module.read_pair(notes[j], notes[i]).verdict() for j, i in pairs]
+    assert set(verdicts) == {C}
+    assert prepared["n"] == 256
+    judge_module._clear_long_forms()
 
 
 def test_the_bound_leaves_every_shorter_statement_to_the_rules():
