@@ -10,7 +10,7 @@ three ways, side by side in one run, with the bundled model's vectors:
 Two users: the case ``benchmarks.lanes`` consolidates (LoCoMo turns, each also written as a
 near-duplicate: ``--sizes``), and a user who sent maximal batches of distinct long notes
 (``benchmarks.lanes.batch_body``'s 3.9 KB texts, which the model places near each other but
-which share almost no words: ``--notes``; its ``pairs`` way is skipped, it costs what
+which mostly share no words: ``--notes``; its ``pairs`` way is skipped, it costs what
 ``prefilter`` does).
 
     python benchmarks/consolidation_plan.py                  # 500, 1,000, 2,000 memories; 256, 2,000 notes
@@ -75,8 +75,9 @@ class CountingCosine:
 
 
 def long_notes(notes: int) -> list[Memory]:
-    """``notes`` distinct notes of one maximal ``POST /v1/memory`` body each
-    (``benchmarks.lanes.batch_body``), one second apart."""
+    """``notes`` notes of maximal ``POST /v1/memory`` bodies (``benchmarks.lanes.batch_body``,
+    256 a body), one second apart. The filler seeds each note's words with ``crc32 % 9973``:
+    about one note in six has a twin with the same words (the groups found)."""
     from benchmarks.lanes import batch_body
 
     texts = [item["content"] for b in range(0, notes, 256) for item in batch_body(f"u-{b}")["memories"]]

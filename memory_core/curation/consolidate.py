@@ -142,7 +142,7 @@ def plan_groups(
     NEAR_SLACK`` (one matrix-vector product per memory, which numpy runs without the GIL),
     since a group it joins must match its first member: the same groups, without the Jaccard
     and ``cosine`` of every pair (n memories: up to n²/2 pairs read in Python without them;
-    2,000 memories grouped in 65 ms instead of 2.2 s, ``benchmarks/consolidation_plan.py``).
+    2,000 LoCoMo memories grouped in 79 ms instead of 2.5 s, ``benchmarks/consolidation_plan.py``).
     Vectors that are not unit length would make the prefilter drop pairs ``cosine`` accepts:
     pass ``unit_vector``'s. Vectors of several shapes, or none at all: no prefilter.
 
@@ -151,10 +151,11 @@ def plan_groups(
     per memory for all its candidate groups), and a group whose bound is below
     ``min_jaccard`` is not read: the same groups (the bound is exact), without a Python set
     operation per pair. Without it, long memories that the model places near each other but
-    that share few words (a maximal batch of distinct 3.9 KB notes) cost a ``jaccard`` of two
-    large sets per pair, n²/2 of them, all holding the GIL: 256 such notes 0.91 s → 0.055 s,
-    2,000 of them 62.8 s → 0.85 s; LoCoMo users as before, 2,000 memories 79 → 84 ms
-    (``benchmarks/consolidation_plan.py``). Off: every
+    that share few words (maximal batches of 3.9 KB notes, ``benchmarks.lanes.batch_body``,
+    ~17 % of them built with a twin by the filler) cost a ``jaccard`` of two large sets per
+    pair, up to n²/2 of them, all holding the GIL: 256 such notes 0.91 s → 0.055 s, 2,000 of
+    them 62.8 s → 0.85 s; LoCoMo users 6–8 % slower (2,000 memories 79 → 84 ms, the numpy
+    calls of memories with four or more candidate groups) (``benchmarks/consolidation_plan.py``). Off: every
     candidate pair's Jaccard is read (the rule as written, for comparisons).
     Raises nothing of its own (``cosine``'s errors propagate)."""
     order = sorted(memories, key=lambda m: (m.created_at.timestamp() if m.created_at else 0.0, m.id))

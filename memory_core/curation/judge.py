@@ -751,12 +751,6 @@ def _long_form(text: str) -> tuple[int, str]:
     return chars, norm
 
 
-def _clear_long_forms() -> None:
-    """Empty ``_long_form``'s cache (tests)."""
-    with _long_forms_lock:
-        _long_forms.clear()
-
-
 def read_pair(old_text: str, new_text: str) -> PairReading:
     """``PairReading`` of ``new_text`` written after ``old_text``: linear in both texts, and
     at most ``2 × MAX_JUDGED_CHARS`` characters read by the rules whatever their length

@@ -87,7 +87,7 @@ def user_memories(draw):
 def test_the_prefilter_gives_exactly_the_groups_read_pair_by_pair(memories, min_cosine, min_jaccard, max_groups):
     vectors = {m.id: unit_vector(m.embedding) for m in memories}
     rule = {"min_cosine": min_cosine, "min_jaccard": min_jaccard, "max_groups": max_groups}
-    pairwise = plan_groups(memories, _exact(vectors), **rule)
+    pairwise = plan_groups(memories, _exact(vectors), sketches=False, **rule)
     prefiltered = plan_groups(memories, _exact(vectors), vectors=vectors, **rule)
     assert [[m.id for m in g] for g in prefiltered] == [[m.id for m in g] for g in pairwise]
 
@@ -117,7 +117,7 @@ def test_a_pair_exactly_at_the_floor_is_grouped_although_the_product_rounds_it_b
     ]
     vectors = dict(zip(("a", "x", "b"), m, strict=True))
     rule = {"min_cosine": floor, "min_jaccard": 0.6, "max_groups": 5}
-    pairwise = plan_groups(memories, _exact(vectors), **rule)
+    pairwise = plan_groups(memories, _exact(vectors), sketches=False, **rule)
     prefiltered = plan_groups(memories, _exact(vectors), vectors=vectors, **rule)
     assert [[g.id for g in group] for group in pairwise] == [["a", "b"]]
     assert [[g.id for g in group] for group in prefiltered] == [["a", "b"]]
@@ -236,11 +236,46 @@ def test_long_notes_near_in_vectors_but_not_in_words_are_not_read_pair_by_pair(m
     assert asked["n"] == sum(range(SKETCH_MIN_CANDIDATES)) + 1
 
 
-def test_words_are_the_same_with_and_without_the_whole_text_shortcut():
+@settings(max_examples=500, deadline=None)
+@given(
+    st.one_of(
+        st.text(max_size=60),
+        st.lists(st.sampled_from(["My", "KEYS", "x_y", "東京", "ไทย", "İ", "ΣΑΣ", " ", ","]), max_size=12).map("".join),
+    )
+)
+def test_words_are_the_same_with_and_without_the_whole_text_shortcut(text):
     """``words``' shortcut (no CJK/Thai character in the text: one set of the regex's words)
-    gives what the per-word path gives."""
-    for text in ["My keys, my KEYS!", "snake_case and x_y", "Tokyo 東京 trip", "ไทย food", "", "naïve Über"]:
-        per_word: set[str] = set()
-        for w in _WORD.findall(text.lower()):
-            per_word.update(w) if _CJK.search(w) else per_word.add(w)
-        assert consolidation_words(text) == per_word
+    gives what the per-word path gives, for any text."""
+    per_word: set[str] = set()
+    for w in _WORD.findall(text.lower()):
+        per_word.update(w) if _CJK.search(w) else per_word.add(w)
+    assert consolidation_words(text) == per_word
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sets=st.lists(st.sets(st.sampled_from(VOCABULARY[:300]), min_size=0, max_size=120), min_size=2, max_size=14),
+    min_jaccard=st.sampled_from([0.05, 0.2, 0.4, 0.6]),
+)
+def test_saturated_sketches_still_give_exactly_the_groups_of_the_rule(sets, min_jaccard, monkeypatch_bits):
+    """Every bitset 64 bits (``SKETCH_BITS`` forced down) for sets of up to 120 words: nearly
+    every bit of every row is set, and the groups are still those of the rule read pair by pair."""
+    memories = [
+        Memory(id=f"m{i}", user_id="u", content=" ".join(sorted(s)) or "…", created_at=T0 + timedelta(seconds=i))
+        for i, s in enumerate(sets)
+    ]
+    vectors = {m.id: unit_vector(np.ones(4)) for m in memories}
+    rule = {"min_cosine": 0.5, "min_jaccard": min_jaccard, "max_groups": 20, "vectors": vectors}
+    read = plan_groups(memories, _exact(vectors), sketches=False, **rule)
+    sketched = plan_groups(memories, _exact(vectors), **rule)
+    assert [[m.id for m in g] for g in sketched] == [[m.id for m in g] for g in read]
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_bits():
+    from memory_core.curation import consolidate
+
+    before = consolidate.SKETCH_BITS
+    consolidate.SKETCH_BITS = (64, 64)
+    yield
+    consolidate.SKETCH_BITS = before

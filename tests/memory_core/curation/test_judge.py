@@ -766,10 +766,16 @@ def test_a_maximal_batch_of_long_notes_is_judged_within_itself_reading_each_note
     against up to 8 of the notes before it, anywhere in the batch (curation's candidates are
     the most similar, not the latest): every note is prepared for the
     rules once (``_long_form``'s cache holds the batch: ``LONG_FORM_CACHE_BYTES``), not once
-    per pair, at 3.9 KB and at the 16 KB content bound alike; the verdicts are unchanged."""
+    per pair, at 3.9 KB (the 1 MiB body bound's notes) and at the 16 KB content bound (several
+    batches' worth of notes); the verdicts are unchanged. The test's own cache, so no other
+    test sees its entries."""
     from memory_core.curation import judge as judge_module
 
-    judge_module._clear_long_forms()
+    monkeypatch.setattr(
+        judge_module,
+        "_long_forms",
+        judge_module._long_forms.__class__(judge_module.LONG_FORM_CACHE_BYTES, getsizeof=lambda held: held[2]),
+    )
     prepared = {"n": 0}
     real = judge_module._prepared
 
@@ -784,7 +790,6 @@ def test_a_maximal_batch_of_long_notes_is_judged_within_itself_reading_each_note
     verdicts = [judge_module.read_pair(notes[j], notes[i]).verdict() for j, i in pairs]
     assert set(verdicts) == {C}
     assert prepared["n"] == 256
-    judge_module._clear_long_forms()
 
 
 def test_the_bound_leaves_every_shorter_statement_to_the_rules():
