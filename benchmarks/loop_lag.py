@@ -1,7 +1,7 @@
 """How long the writer's loop is held: the store stack a shard builds (``make_store``:
 curation, hybrid index, Milvus Lite in a temporary directory) handles the heaviest requests
-the API accepts (a maximal batch, a maximal import, the consolidation of a 2,000-memory user)
-while a probe coroutine sleeping 1 ms records how late the event loop wakes it. Every other
+the API accepts (a maximal batch, a maximal import, the consolidation of a 2,000-memory user,
+the first search of a user holding 1,000 notes of 15,000 characters after a restart) while a probe coroutine sleeping 1 ms records how late the event loop wakes it. Every other
 user of the shard waits that long. Prints the worst stall of each case (ms).
 
     python benchmarks/loop_lag.py
@@ -28,7 +28,7 @@ from memory_core.cpu_pool import favour_the_event_loop
 from memory_core.migration import import_lines
 from memory_core.stores.factory import make_store
 from memory_core.testing.fake_embed import fake_vector
-from memory_core.types import Memory, MemoryType
+from memory_core.types import Memory, MemoryType, RetrieveOptions
 
 LIMITS = LimitsSettings()
 
@@ -103,6 +103,29 @@ async def consolidation(store) -> float:
     return await LoopLag().measure(store.consolidate(user))
 
 
+LONG_NOTES = 1000
+"""Memories of the user ``first_read_of_long_notes`` reads (``MAX_LIST_LIMIT``: one page)."""
+
+
+async def first_read_of_long_notes(store, directory: Path) -> float:
+    """A user holding ``LONG_NOTES`` notes of 15,000 characters (15 MB), written below curation
+    (vectors given), on a shard just restarted: its first search builds the user's index (every
+    note tokenized, checked and indexed) while the probe runs."""
+    user = "lag-long"
+    bottom = store
+    while getattr(bottom, "inner", None) is not None:
+        bottom = bottom.inner
+    for start in range(0, LONG_NOTES, 100):
+        texts = [_text(f"long note {i}:", 15_000) for i in range(start, start + 100)]
+        await bottom.store_many([Memory(user_id=user, content=t, embedding=fake_vector(t, 384)) for t in texts])
+    await store.close()
+    restarted = await _store(directory)
+    try:
+        return await LoopLag().measure(restarted.retrieve(RetrieveOptions(user_id=user, query="long note", hybrid=True)))
+    finally:
+        await restarted.close()
+
+
 def _hold_what_a_shard_holds() -> object:
     """The in-shard query encoder a shard of the root ``serve_config.yaml`` loads
     (``pool.query_embedding: in_shard``:
@@ -149,6 +172,7 @@ async def main(rounds: int = 2) -> None:
             ("maximal batch", maximal_batch),
             ("maximal import", maximal_import),
             ("consolidation", consolidation),
+            ("first read of a long-notes user", first_read_of_long_notes),
         ]:
             for policy in ("frozen", "cpython"):
                 with tempfile.TemporaryDirectory() as d:
@@ -160,7 +184,7 @@ async def main(rounds: int = 2) -> None:
                         else:
                             gc.unfreeze()
                         full_collections.clear()
-                        stall = await case(store)
+                        stall = await (case(store, Path(d)) if case is first_read_of_long_notes else case(store))
                     finally:
                         await store.close()
                 worst.setdefault((name, policy), []).append(stall)
@@ -171,7 +195,7 @@ async def main(rounds: int = 2) -> None:
                     flush=True,
                 )
     print("worst stall of each run, ms: case | frozen (the shard's policy) | CPython's own | max ratio")
-    for name in ("maximal batch", "maximal import", "consolidation"):
+    for name in ("maximal batch", "maximal import", "consolidation", "first read of a long-notes user"):
         f, c = (worst[(name, p)] for p in ("frozen", "cpython"))
         runs = " | ".join(", ".join(f"{x * 1000:.0f}" for x in runs) for runs in (f, c))
         print(f"{name} | {runs} | {max(f) / max(c):.2f}")

@@ -19,7 +19,9 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
+from .. import linear_re
 from ..errors import InvalidInput
+from ..linear_re import DIGIT, END, SPACE, START
 
 MONTHS = {
     "january": 1, "jan": 1, "february": 2, "feb": 2, "march": 3, "mar": 3, "april": 4, "apr": 4,
@@ -84,25 +86,35 @@ def try_parse_session_date(text: str | None) -> datetime | None:
         return None
 
 
-_TEMPORAL_INTENT = re.compile(
-    r"\b(?:when|what\s+(?:year|month|day|date|time|week(?:end)?|season)|which\s+(?:year|month|day|date|week(?:end)?)"
-    r"|how\s+long(?:\s+ago)?|how\s+many\s+(?:years|months|weeks|days)|since\s+when|what\s+age|how\s+old"
-    r"|before\s+or\s+after|first\s+time|last\s+time|until\s+when)\b",
-    re.I,
+_S = SPACE + "+"
+"""One or more whitespace characters (Python's ``\\s+``)."""
+
+_TEMPORAL_INTENT = linear_re.compile(
+    rf"{START}(?:when|what{_S}(?:year|month|day|date|time|week(?:end)?|season)|which{_S}(?:year|month|day|date|week(?:end)?)"
+    rf"|how{_S}long(?:{_S}ago)?|how{_S}many{_S}(?:years|months|weeks|days)|since{_S}when|what{_S}age|how{_S}old"
+    rf"|before{_S}or{_S}after|first{_S}time|last{_S}time|until{_S}when){END}",
+    linear_re.IGNORECASE,
 )
+"""Words that ask about time, as whole words (RE2: linear in the query, ``memory_core.linear_re``)."""
 
 # full month names except "may" (a modal verb far more often than a month in chat)
 _FULL_MONTHS = "january|february|march|april|june|july|august|september|october|november|december"
 
-_TIME_EXPRESSION = re.compile(
-    rf"\b(?:yesterday|today|tonight|tomorrow|ago|last\s+(?:week|month|year|night|weekend|summer|winter|spring|fall|"
-    rf"monday|tuesday|wednesday|thursday|friday|saturday|sunday)|next\s+(?:week|month|year|weekend)"
-    rf"|this\s+(?:week|month|year|weekend|morning|summer|winter|spring|fall)|recently|lately|earlier|"
-    rf"monday|tuesday|wednesday|thursday|friday|saturday|sunday|weekend|(?:19|20)\d\d|{_FULL_MONTHS}|may\s+\d{{1,2}}"
-    rf"|(?:a|one|two|three|four|five|six|few|couple\s+of)\s+(?:days?|weeks?|months?|years?)"
-    rf"|since|years?|months?|weeks?)\b",
-    re.I,
+_TIME_EXPRESSION = linear_re.compile(
+    rf"{START}(?:yesterday|today|tonight|tomorrow|ago|last{_S}(?:week|month|year|night|weekend|summer|winter|spring|fall|"
+    rf"monday|tuesday|wednesday|thursday|friday|saturday|sunday)|next{_S}(?:week|month|year|weekend)"
+    rf"|this{_S}(?:week|month|year|weekend|morning|summer|winter|spring|fall)|recently|lately|earlier|"
+    rf"monday|tuesday|wednesday|thursday|friday|saturday|sunday|weekend|(?:19|20){DIGIT}{DIGIT}|{_FULL_MONTHS}"
+    rf"|may{_S}{DIGIT}{{1,2}}"
+    rf"|(?:a|one|two|three|four|five|six|few|couple{_S}of){_S}(?:days?|weeks?|months?|years?)"
+    rf"|since|years?|months?|weeks?){END}",
+    linear_re.IGNORECASE,
 )
+"""A time mentioned, as whole words. RE2 (``memory_core.linear_re``): every memory indexed is
+read by it on the store shard's event loop (``UserIndex.put``), and Python's ``re`` took ~85 ms
+for the 256 notes of a maximal 1 MB batch, holding that loop for every other user; RE2's
+automaton reads them in a few ms. The same matches as the ``re`` pattern it replaced (a
+hypothesis test, ``tests/memory_core/retrieval/test_timeparse_linear.py``)."""
 
 
 def temporal_intent(query: str) -> bool:

@@ -147,6 +147,11 @@ HELD_RECORDS_PER_TURN = 64
 """Most held records ``get_many`` copies in one turn of the event loop (~40 µs each with
 their vector: 2,000 at once held the loop that serves every user ~80 ms,
 ``benchmarks/loop_lag.py``'s consolidation, 2026-12-06)."""
+BUILD_CHARS_PER_TURN = 64_000
+"""Most content (characters) a user's index build reads in one turn of the event loop
+(``_build``: tokenizing, the coverage check and the attributes of each memory, ~0.15 ms a
+kilobyte): a page of ``MAX_LIST_LIMIT`` memories of 16 KB each read at once held the loop that
+serves every user for seconds; 64,000 characters are ~10 ms. At least one memory a turn."""
 _PERIOD_YEARS = 200
 """Most years a period without a year ("in June") is looked for in: the latest ones the
 user's memories cover."""
@@ -575,13 +580,19 @@ class HybridStore(StoreDecorator):
         return await asyncio.shield(build.task)
 
     async def _build(self, user_id: str, ui: UserIndex) -> UserIndex:
-        """Fill ``ui`` from ``inner.list`` (pages of ``MAX_LIST_LIMIT``), replay the writes
-        queued meanwhile, and hold it."""
+        """Fill ``ui`` from ``inner.list`` (pages of ``MAX_LIST_LIMIT``, read
+        ``BUILD_CHARS_PER_TURN`` a loop turn), replay the writes queued meanwhile, and hold it."""
+        read = 0  # characters read since the last loop turn (BUILD_CHARS_PER_TURN)
         async for page in list_pages(self.inner, ListQuery(user_id=user_id, limit=MAX_LIST_LIMIT)):
             ui.unreadable |= bool(page.unreadable)
             for m in page.memories:
-                if m.user_id == user_id:
-                    ui.put(m, self._represents(m.content))
+                if m.user_id != user_id:
+                    continue
+                if read >= BUILD_CHARS_PER_TURN:
+                    read = 0
+                    await yield_to_loop()  # not installed yet: writes meanwhile queue in ui.building
+                ui.put(m, self._represents(m.content))
+                read += len(m.content)
         queued, ui.building = ui.building or [], None
         for op, arg in queued:
             ui.apply(op, arg, self._represents)

@@ -310,3 +310,44 @@ async def test_on_each_hybrid_rig_a_loaded_users_pages_are_the_backends(rig):  #
                     assert [m.model_dump(exclude={"embedding"}) for m in held.memories] == [
                         m.model_dump(exclude={"embedding"}) for m in stored.memories
                     ], q
+
+
+async def test_an_index_build_of_long_memories_reads_them_over_many_loop_turns_and_keeps_a_write_made_meanwhile():
+    """A user's index built from 40 memories of 15,000 characters (600,000 to tokenize and
+    index): another coroutine gets a turn at least every ``BUILD_CHARS_PER_TURN`` characters
+    instead of waiting for the whole page; a memory written during the build is in the index
+    it installs."""
+    from memory_core.stores.hybrid import BUILD_CHARS_PER_TURN
+
+    inner = CountingStore(embed=fake_embed, dimension=DIM)
+    h = HybridStore(inner, **plain())
+    long = [
+        Memory(id=tid(f"m{i}"), user_id="u1", content=f"otter {i} " + " ".join(f"w{i}x{k}" for k in range(2_000))[:14_990],
+               created_at=T0 + timedelta(seconds=i))
+        for i in range(40)
+    ]  # fmt: skip
+    await inner.store_many(long)  # stored below the hybrid layer: u1 is not loaded
+    assert not h.index.has_user("u1")
+    turns = 0
+    done = False
+
+    async def other_user() -> None:
+        nonlocal turns
+        while not done:
+            turns += 1
+            await asyncio.sleep(0)
+
+    async def build_and_write() -> list[str]:
+        nonlocal done
+        build = asyncio.ensure_future(h.retrieve(RetrieveOptions(user_id="u1", query="otter", hybrid=True)))
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # the build has begun
+        await h.store(Memory(id=tid("late"), user_id="u1", content="badgers dig at night", created_at=T0))
+        await build
+        done = True
+        return [s.memory.id for s in await h.retrieve(RetrieveOptions(user_id="u1", query="badgers", hybrid=True))]
+
+    found, _ = await asyncio.gather(build_and_write(), other_user())
+    assert BUILD_CHARS_PER_TURN <= 64_000
+    assert turns >= sum(len(m.content) for m in long) // 64_000
+    assert h.index.has_user("u1") and tid("late") in found
