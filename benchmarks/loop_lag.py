@@ -121,7 +121,9 @@ async def first_read_of_long_notes(store, directory: Path) -> float:
     await store.close()
     restarted = await _store(directory)
     try:
-        return await LoopLag().measure(restarted.retrieve(RetrieveOptions(user_id=user, query="long note", hybrid=True)))
+        return await LoopLag().measure(
+            restarted.retrieve(RetrieveOptions(user_id=user, query="long note", hybrid=True))
+        )
     finally:
         await restarted.close()
 

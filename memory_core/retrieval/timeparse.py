@@ -113,8 +113,12 @@ _TIME_EXPRESSION = linear_re.compile(
 """A time mentioned, as whole words. RE2 (``memory_core.linear_re``): every memory indexed is
 read by it on the store shard's event loop (``UserIndex.put``), and Python's ``re`` took ~85 ms
 for the 256 notes of a maximal 1 MB batch, holding that loop for every other user; RE2's
-automaton reads them in a few ms. The same matches as the ``re`` pattern it replaced (a
-hypothesis test, ``tests/memory_core/retrieval/test_timeparse_linear.py``)."""
+automaton reads them in a few ms. The same answers as the ``re`` pattern it replaced (a
+hypothesis test, ``tests/memory_core/retrieval/test_timeparse_linear.py``) except where RE2's
+rules differ from Python's: ``linear_re``'s documented ``SPACE``/``WORD`` (U+001C–U+001F,
+combining marks), the Turkish dotted and dotless I (Python's ``re.I`` matches ``FRİDAY`` and
+``sınce``, RE2 does not) and characters that RE2's newer Unicode tables assign and
+Python 3.11's do not."""
 
 
 def temporal_intent(query: str) -> bool:

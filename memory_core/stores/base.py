@@ -827,8 +827,9 @@ def check_retrieve_options(options: RetrieveOptions) -> None:
 
 
 async def list_pages(store: Any, query: ListQuery) -> AsyncIterator[ListResult]:
-    """Every page of ``store.list`` for ``query`` from ``query.offset`` on, in order: the one
-    page loop of the project. Each next offset is this page's plus ``ListResult.rows`` (the
+    """Every page of ``store.list`` for ``query`` from ``query.offset`` on, in order: the page
+    loop of the project (``HybridStore._build`` keeps its own, which steps back over the
+    deletions its queued writes show). Each next offset is this page's plus ``ListResult.rows`` (the
     rows it read, unreadable ones included, so a page of undecodable rows still moves on);
     stops after an empty page or once the offset reaches the page's ``total``. Concurrent
     writes may shift the pages: a caller that must not see a memory twice keeps the ids

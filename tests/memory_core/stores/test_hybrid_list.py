@@ -312,42 +312,88 @@ async def test_on_each_hybrid_rig_a_loaded_users_pages_are_the_backends(rig):  #
                     ], q
 
 
-async def test_an_index_build_of_long_memories_reads_them_over_many_loop_turns_and_keeps_a_write_made_meanwhile():
+async def test_an_index_build_of_long_memories_reads_them_over_many_loop_turns_and_queues_a_write_made_meanwhile(
+    monkeypatch,
+):
     """A user's index built from 40 memories of 15,000 characters (600,000 to tokenize and
-    index): another coroutine gets a turn at least every ``BUILD_CHARS_PER_TURN`` characters
-    instead of waiting for the whole page; a memory written during the build is in the index
-    it installs."""
+    index) hands the loop over after at most ``BUILD_CHARS_PER_TURN`` characters (and the
+    memory that crosses it); a memory written during the build is queued for it and is in the
+    index it installs."""
+    from memory_core.stores import hybrid as hybrid_module
     from memory_core.stores.hybrid import BUILD_CHARS_PER_TURN
+    from memory_core.stores.user_index import UserIndex
 
+    between_turns: list[int] = []
+    pending = 0
+    real_put, real_yield = UserIndex.put, hybrid_module.yield_to_loop
+
+    def counting_put(self, memory, represented):
+        nonlocal pending
+        pending += len(memory.content)
+        return real_put(self, memory, represented)
+
+    async def counting_yield():
+        nonlocal pending
+        between_turns.append(pending)
+        pending = 0
+        await real_yield()
+
+    monkeypatch.setattr(UserIndex, "put", counting_put)
+    monkeypatch.setattr(hybrid_module, "yield_to_loop", counting_yield)
     inner = CountingStore(embed=fake_embed, dimension=DIM)
     h = HybridStore(inner, **plain())
+    size = 15_000
     long = [
-        Memory(id=tid(f"m{i}"), user_id="u1", content=f"otter {i} " + " ".join(f"w{i}x{k}" for k in range(2_000))[:14_990],
+        Memory(id=tid(f"m{i}"), user_id="u1", content=f"otter {i} " + " ".join(f"w{i}x{k}" for k in range(2_500))[: size - 10],
                created_at=T0 + timedelta(seconds=i))
         for i in range(40)
     ]  # fmt: skip
     await inner.store_many(long)  # stored below the hybrid layer: u1 is not loaded
     assert not h.index.has_user("u1")
-    turns = 0
-    done = False
-
-    async def other_user() -> None:
-        nonlocal turns
-        while not done:
-            turns += 1
-            await asyncio.sleep(0)
-
-    async def build_and_write() -> list[str]:
-        nonlocal done
-        build = asyncio.ensure_future(h.retrieve(RetrieveOptions(user_id="u1", query="otter", hybrid=True)))
+    build = asyncio.ensure_future(h.retrieve(RetrieveOptions(user_id="u1", query="otter", hybrid=True)))
+    while not between_turns:  # the build has begun reading
         await asyncio.sleep(0)
-        await asyncio.sleep(0)  # the build has begun
-        await h.store(Memory(id=tid("late"), user_id="u1", content="badgers dig at night", created_at=T0))
-        await build
-        done = True
-        return [s.memory.id for s in await h.retrieve(RetrieveOptions(user_id="u1", query="badgers", hybrid=True))]
-
-    found, _ = await asyncio.gather(build_and_write(), other_user())
-    assert BUILD_CHARS_PER_TURN <= 64_000
-    assert turns >= sum(len(m.content) for m in long) // 64_000
+    await h.store(Memory(id=tid("late"), user_id="u1", content="badgers dig at night", created_at=T0))
+    queued = h._work["u1"].build.building
+    assert queued is not None and ("add", tid("late")) in [(op, getattr(arg, "id", None)) for op, arg in queued]
+    await build
+    pending = 0
+    total = sum(len(m.content) for m in long)
+    assert len(between_turns) >= total // (BUILD_CHARS_PER_TURN + size) - 1
+    assert max(between_turns) <= BUILD_CHARS_PER_TURN + size
+    found = [s.memory.id for s in await h.retrieve(RetrieveOptions(user_id="u1", query="badgers", hybrid=True))]
     assert h.index.has_user("u1") and tid("late") in found
+
+
+@pytest.mark.parametrize("deletion", ["newest", "scope"])
+async def test_a_deletion_during_a_build_of_several_pages_leaves_no_memory_out_of_the_index(deletion):
+    """1,100 memories (two pages of ``MAX_LIST_LIMIT``): a memory of the first page deleted
+    (or a scope deleted) while the build works through that page shifts the second page up a
+    row; the build steps back over it, so the index it installs holds every stored memory
+    (without the step back the first row of the second page was missing)."""
+    inner = CountingStore(embed=fake_embed, dimension=DIM)
+    h = HybridStore(inner, **plain())
+    notes = [
+        Memory(id=tid(f"m{i}"), user_id="u1", content=f"note {i} " + "lorem ipsum " * 80,
+               project_id="p2" if i % 10 == 0 else None, created_at=T0 + timedelta(seconds=i))
+        for i in range(1_100)
+    ]  # fmt: skip
+    for k in range(0, len(notes), 100):
+        await inner.store_many(notes[k : k + 100])
+    build = asyncio.ensure_future(h.retrieve(RetrieveOptions(user_id="u1", query="note", hybrid=True)))
+    for _ in range(4):  # the build has read part of the first page and handed the loop over
+        await asyncio.sleep(0)
+    assert not build.done()
+    if deletion == "newest":
+        await h.forget(tid("m1099"), "u1")
+    else:
+        await h.forget_by_scope(MemoryScope(user_id="u1", project_id="p2"))
+    await build
+    ui = h.index.ready("u1")
+    assert ui is not None
+    stored = {m.id for page in [await inner.list(ListQuery(user_id="u1", limit=1_000, offset=o)) for o in (0, 1_000)]
+              for m in page.memories}  # fmt: skip
+    held = {m.id for m in notes if ui.corpus.attrs(m.id)}
+    assert held == stored
+    page = await h.list(ListQuery(user_id="u1", limit=10))
+    assert page.total == len(stored)
