@@ -260,6 +260,9 @@ class Window:
     client_lag_p95: float = 0.0
     """p95 of the benchmark client's own event-loop lag (ms): how late a 20 ms timer woke in
     the process that times the victim; what of the victim's figures is the client's."""
+    write_n: int = 0
+    """The victim's own note writes in the window (``Victim(writes=True)``), and their p95."""
+    write_p95: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -271,6 +274,8 @@ class Window:
             "chat_p95_ms": round(self.chat_p95, 1),
             "server_p95_ms": round(self.server_p95, 1),
             "client_lag_p95_ms": round(self.client_lag_p95, 1),
+            "write_n": self.write_n,
+            "write_p95_ms": round(self.write_p95, 1),
             "victim_5xx": self.server_errors,
             "victim_other_errors": self.other_errors,
             "in_flight_at_end": self.in_flight,
@@ -278,12 +283,24 @@ class Window:
 
 
 class Victim:
-    """A user with memories, searching and chatting in two bounded loops until ``stop()``."""
+    """A user with memories, searching and chatting in two bounded loops until ``stop()``;
+    with ``writes``, also writing one new note (``POST /v1/memory``) every ``write_every_s``
+    seconds, timed apart (``Window.write_p95``: not in the search/chat figures)."""
 
-    def __init__(self, client: httpx.AsyncClient, user: str, pause_s: float = 0.1):
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        user: str,
+        pause_s: float = 0.1,
+        *,
+        writes: bool = False,
+        write_every_s: float = 1.0,
+    ):
         self.client = client
         self.user = user
         self.pause_s = pause_s
+        self.writes = writes
+        self.write_every_s = write_every_s
         self.samples: list[Sample] = []
         self.in_flight: dict[int, tuple[str, float]] = {}
         self.lags: list[tuple[float, float]] = []
@@ -334,12 +351,26 @@ class Victim:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopped.wait(), self.pause_s if kind == "search" else 3 * self.pause_s)
 
+    async def _write_loop(self) -> None:
+        """One new note of this user every ``write_every_s`` seconds until ``stop()``."""
+        headers = user_headers(self.user)
+        i = 0
+        while not self._stopped.is_set():
+            thing, place = VICTIM_TOPICS[i % len(VICTIM_TOPICS)]
+            body = {"memories": [{"content": f"Note {i}: on check {i} my {thing} was still in {place}."}]}
+            i += 1
+            await self._one("write", lambda b=body: self.client.post("/v1/memory", json=b, headers=headers))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopped.wait(), self.write_every_s)
+
     def start(self) -> None:
         self._tasks = [
             asyncio.create_task(self._loop("search")),
             asyncio.create_task(self._loop("chat")),
             asyncio.create_task(self._watch_loop()),
         ]
+        if self.writes:
+            self._tasks.append(asyncio.create_task(self._write_loop()))
 
     async def stop(self) -> None:
         self._stopped.set()
@@ -351,27 +382,30 @@ class Victim:
         """Figures of the requests that overlapped [start, end]; a request still in flight
         that began before ``end`` counts with its age now."""
         now = time.monotonic()
-        picked = [s for s in self.samples if s.started < end and s.ended > start]
+        overlapping = [s for s in self.samples if s.started < end and s.ended > start]
+        picked = [s for s in overlapping if s.kind != "write"]  # the search/chat figures
         latencies = [s.ms for s in picked]
         in_flight = [(kind, (now - t) * 1000) for kind, t in list(self.in_flight.values()) if t < end]
-        flying = [ms for _, ms in in_flight]
+        flying = [ms for kind, ms in in_flight if kind != "write"]
         latencies += flying
 
         def of_kind(kind: str) -> list[float]:
-            return [s.ms for s in picked if s.kind == kind] + [ms for k, ms in in_flight if k == kind]
+            return [s.ms for s in overlapping if s.kind == kind] + [ms for k, ms in in_flight if k == kind]
 
         return Window(
             n=len(latencies),
             p50=percentile(latencies, 50),
             p95=percentile(latencies, 95),
             max=max(latencies, default=0.0),
-            server_errors=sum(1 for s in picked if isinstance(s.status, int) and s.status >= 500),
-            other_errors=sum(1 for s in picked if not isinstance(s.status, int) or 400 <= s.status < 500),
+            server_errors=sum(1 for s in overlapping if isinstance(s.status, int) and s.status >= 500),
+            other_errors=sum(1 for s in overlapping if not isinstance(s.status, int) or 400 <= s.status < 500),
             in_flight=len(flying),
             search_p95=percentile(of_kind("search"), 95),
             chat_p95=percentile(of_kind("chat"), 95),
             server_p95=percentile([s.server_ms for s in picked if s.server_ms is not None], 95),
             client_lag_p95=percentile([ms for t, ms in self.lags if start <= t < end], 95),
+            write_n=len(of_kind("write")),
+            write_p95=percentile(of_kind("write"), 95),
         )
 
     async def settle(self, since: float, threshold_ms: float, timeout_s: float, dwell_s: float = 2.0) -> float | None:

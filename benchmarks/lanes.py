@@ -5,6 +5,7 @@ once.
     python -m benchmarks.lanes                          # starts and stops its own service
     python -m benchmarks.lanes --quick                  # a smoke run (small sizes)
     python -m benchmarks.lanes --ops batch,import --json lanes.json
+    python -m benchmarks.lanes --victim-writes          # the victim also writes a note a second
 
 The service is the root ``serve_config.yaml`` started by ``benchmarks.hostile.started_service``
 (Milvus Lite, one store shard, query embedding in the shard, the echo upstream) in a
@@ -248,9 +249,17 @@ OPS = ["batch", "import", "consolidate", "admin", "locomo", "all4"]
 
 
 async def run_bench(
-    url: str, ops: list[str], repeat: int, victim_memories: int, large: int, idle_s: float, admin_users: int = 500
+    url: str,
+    ops: list[str],
+    repeat: int,
+    victim_memories: int,
+    large: int,
+    idle_s: float,
+    admin_users: int = 500,
+    victim_writes: bool = False,
 ) -> dict:
-    """Seed, measure the victim idle, run ``ops`` one at a time; the run's figures."""
+    """Seed, measure the victim idle, run ``ops`` one at a time; the run's figures
+    (``victim_writes``: the victim also writes a note a second, timed apart)."""
     run = uuid.uuid4().hex[:8]
     samples = locomo.load_samples()
     async with victim_and_operation_clients(url) as (vc, oc):
@@ -267,7 +276,7 @@ async def run_bench(
         console.print(
             f"seeded victim ({held}), {consolidations} large users and {seen} more users in {time.monotonic() - t:.0f} s"
         )
-        victim = Victim(vc, victim_user)
+        victim = Victim(vc, victim_user, writes=victim_writes)
         victim.start()
         rows = []
         try:
@@ -292,6 +301,7 @@ async def run_bench(
                     "op_statuses": {str(k): n for k, n in sorted(statuses.items(), key=str)},
                     "victim": window.as_dict(),
                     "p95_over_idle_p95": round(window.p95 / idle.p95, 2) if idle.p95 else 0.0,
+                    "write_p95_over_idle": round(window.write_p95 / idle.write_p95, 2) if idle.write_p95 else 0.0,
                     "settle_s": None if settled is None else round(settled, 1),
                     "cpu_cores": {
                         name: round(sec / (ended - started), 2)
@@ -302,7 +312,14 @@ async def run_bench(
                 rows.append(row)
         finally:
             await victim.stop()
-    return {"run": run, "victim_memories": held, "idle": idle.as_dict(), "repeat": repeat, "rows": rows}
+    return {
+        "run": run,
+        "victim_memories": held,
+        "idle": idle.as_dict(),
+        "repeat": repeat,
+        "rows": rows,
+        "victim_writes": victim_writes,
+    }
 
 
 def _ms(value: float) -> str:
@@ -313,6 +330,7 @@ def _ms(value: float) -> str:
 def markdown(report: dict) -> str:
     """The run as a markdown table, with the idle figures in its header line."""
     idle = report["idle"]
+    writes = bool(report.get("victim_writes"))
     lines = [
         f"victim: {report['victim_memories']} memories, searching and chatting; idle n={idle['n']} "
         f"p50 {idle['p50_ms']:.0f} ms, p95 {idle['p95_ms']:.0f} ms, max {idle['max_ms']:.0f} ms; "
@@ -323,9 +341,14 @@ def markdown(report: dict) -> str:
         f"{_ms(idle['server_p95_ms'])}, the client's own loop lag p95 {idle['client_lag_p95_ms']:.0f} ms)",
         "",
         "| operation | op seconds | op statuses | victim n | p50 ms | p95 ms | max ms | p95 / idle p95 | goal "
-        "| search p95 | chat p95 | server-timing p95 | client loop lag p95 |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| search p95 | chat p95 | server-timing p95 | client loop lag p95 |"
+        + (" writes n | write p95 | ÷ idle |" if writes else ""),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if writes else ""),
     ]
+    if writes:
+        lines.insert(2, f"(the victim also writes a note a second: idle write p95 {idle['write_p95_ms']:.0f} ms, "
+                        f"n={idle['write_n']}; not in the search/chat figures)")  # fmt: skip
+        lines.insert(3, "")
     for r in report["rows"]:
         v = r["victim"]
         statuses = ", ".join(f"{k}×{n}" for k, n in r["op_statuses"].items())
@@ -335,6 +358,7 @@ def markdown(report: dict) -> str:
             f"| {r['op']} | {seconds} | {statuses} | {v['n']} | {v['p50_ms']:.0f} | {v['p95_ms']:.0f} "
             f"| {v['max_ms']:.0f} | {r['p95_over_idle_p95']:.2f}× | {ok} | {v['search_p95_ms']:.0f} "
             f"| {v['chat_p95_ms']:.0f} | {_ms(v['server_p95_ms'])} | {v['client_lag_p95_ms']:.0f} |"
+            + (f" {v['write_n']} | {v['write_p95_ms']:.0f} | {r['write_p95_over_idle']:.2f}× |" if writes else "")
         )
     lines += [
         "",
@@ -373,6 +397,9 @@ def main(
     consolidation_loop: bool = typer.Option(
         True, help="the Consolidator's background loop on, as shipped (off: only the measured operations consolidate)"
     ),
+    victim_writes: bool = typer.Option(
+        False, "--victim-writes", help="the victim also writes a note a second (POST /v1/memory), timed apart"
+    ),
     json_path: Path | None = typer.Option(None, "--json", help="also write the figures as JSON here"),
     markdown_path: Path | None = typer.Option(None, "--markdown", help="also write the table here"),
 ) -> None:
@@ -386,10 +413,12 @@ def main(
     if base_url is not None and not consolidation_loop:
         raise typer.BadParameter("--no-consolidation-loop configures the service this script starts, not --base-url")
     if base_url is not None:
-        report = asyncio.run(run_bench(base_url.rstrip("/"), chosen, n, victim_memories, large, idle_s, admin_users))
+        report = asyncio.run(
+            run_bench(base_url.rstrip("/"), chosen, n, victim_memories, large, idle_s, admin_users, victim_writes)
+        )
     else:
         with started_service(_no_write_limit if consolidation_loop else _no_consolidation_loop) as url:
-            report = asyncio.run(run_bench(url, chosen, n, victim_memories, large, idle_s, admin_users))
+            report = asyncio.run(run_bench(url, chosen, n, victim_memories, large, idle_s, admin_users, victim_writes))
     report["consolidation_loop"] = "on" if consolidation_loop else "off"
     table = markdown(report)
     print(table)
