@@ -541,14 +541,10 @@ async def test_a_slow_rule_for_one_user_does_not_hold_up_another_users_read(embe
     await store.close()
 
 
-async def test_a_write_hands_its_cpu_work_to_the_pool_in_a_bounded_number_of_calls(embed):
-    """Each hand-off to the CPU pool waits for a worker thread to be scheduled: a batch costs
-    one call for validation, one for redaction, one for screening and tokenizing and one per
-    memory for the rules' verdicts on all its candidates, whatever the number of candidates
-    (was one per candidate)."""
-    store = build(embed, candidates=8, candidate_min_cosine=0.0)
-    await store.write([fact(f"My cousin number {i} lives in Lisbon and plays the cello.") for i in range(10)])
-    calls = []
+def count_pool_calls(store: CuratingStore) -> list[str]:
+    """The names of the functions ``store`` hands to its CPU pool from now on, in call order
+    (the list fills as the store works)."""
+    calls: list[str] = []
     run = store._cpu.run
 
     async def counted(fn, *args, **kwargs):
@@ -556,6 +552,17 @@ async def test_a_write_hands_its_cpu_work_to_the_pool_in_a_bounded_number_of_cal
         return await run(fn, *args, **kwargs)
 
     store._cpu.run = counted  # type: ignore[method-assign]
+    return calls
+
+
+async def test_a_write_hands_its_cpu_work_to_the_pool_in_a_bounded_number_of_calls(embed):
+    """Each hand-off to the CPU pool waits for a worker thread to be scheduled: a batch costs
+    one call for validation, one for redaction, one for screening and tokenizing and one per
+    memory for the rules' verdicts on all its candidates, whatever the number of candidates
+    (was one per candidate)."""
+    store = build(embed, candidates=8, candidate_min_cosine=0.0)
+    await store.write([fact(f"My cousin number {i} lives in Lisbon and plays the cello.") for i in range(10)])
+    calls = count_pool_calls(store)
     batch = [fact(f"My aunt number {i} lives in Porto and plays the violin.") for i in range(3)]
     results = await store.write(batch)
     assert [r.outcome for r in results] == [WriteOutcome.CREATED] * 3
@@ -573,14 +580,7 @@ async def test_a_large_batch_hands_its_redaction_and_screening_to_the_pool_in_pa
     from memory_core.stores.curating import POOL_CALL_CHARS
 
     store = build(embed)
-    calls = []
-    run = store._cpu.run
-
-    async def counted(fn, *args, **kwargs):
-        calls.append(getattr(fn, "__name__", repr(fn)))
-        return await run(fn, *args, **kwargs)
-
-    store._cpu.run = counted  # type: ignore[method-assign]
+    calls = count_pool_calls(store)
     notes = [
         " ".join(
             f"Step {k} of plan {i} is to paint board {k * 97 + i} {'blue red green'.split()[(i + k) % 3]}."
