@@ -208,7 +208,7 @@ LAG_TICK_S = 0.02
 
 @dataclass
 class Sample:
-    """One victim request: ``kind`` (search|chat), monotonic start and end (s), ``status``
+    """One victim request: ``kind`` (search|chat|write), monotonic start and end (s), ``status``
     (an HTTP status, or the transport error's name)."""
 
     kind: str
@@ -284,8 +284,10 @@ class Window:
 
 class Victim:
     """A user with memories, searching and chatting in two bounded loops until ``stop()``;
-    with ``writes``, also writing one new note (``POST /v1/memory``) every ``write_every_s``
-    seconds, timed apart (``Window.write_p95``: not in the search/chat figures)."""
+    with ``writes``, also writing one new note (``POST /v1/memory``) ``write_every_s`` seconds
+    after the previous one was answered, timed apart (``Window.write_p95``: not in the
+    search/chat figures; their errors are counted). Each note marks the victim for the
+    Consolidator's next pass, which holds the victim's writes while it runs."""
 
     def __init__(
         self,

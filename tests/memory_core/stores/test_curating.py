@@ -557,9 +557,10 @@ def count_pool_calls(store: CuratingStore) -> list[str]:
 
 async def test_a_write_hands_its_cpu_work_to_the_pool_in_a_bounded_number_of_calls(embed):
     """Each hand-off to the CPU pool waits for a worker thread to be scheduled: a batch costs
-    one call for validation, one for redaction, one for screening and tokenizing and one per
-    memory for the rules' verdicts on all its candidates, whatever the number of candidates
-    (was one per candidate)."""
+    one call for validation, one for redaction, one for screening and tokenizing (a batch of at
+    most ``POOL_CALL_CHARS`` of content; more: one of each per part) and one per memory for the
+    rules' verdicts on all its candidates, whatever the number of candidates (was one per
+    candidate)."""
     store = build(embed, candidates=8, candidate_min_cosine=0.0)
     await store.write([fact(f"My cousin number {i} lives in Lisbon and plays the cello.") for i in range(10)])
     calls = count_pool_calls(store)
@@ -572,7 +573,7 @@ async def test_a_write_hands_its_cpu_work_to_the_pool_in_a_bounded_number_of_cal
 
 
 async def test_a_large_batch_hands_its_redaction_and_screening_to_the_pool_in_parts(embed):
-    """A batch of 64 notes of ~4,000 characters (256,000: twice ``POOL_CALL_CHARS``) is
+    """A batch of 64 notes of ~3,900 characters (~246,000: within twice ``POOL_CALL_CHARS``) is
     redacted and screened in two pool calls each, not one that keeps a pool thread from the
     other users' writes; what each memory becomes is as before: the secret of a note in the
     first part redacted, the instruction-shaped note in the second quarantined, the others
