@@ -163,10 +163,9 @@ def plan_groups(
     near = _near_rows(order, vectors, min_cosine - NEAR_SLACK) if vectors is not None and order else None
     bounds = WordSketches([word_sets[m.id] for m in order]) if sketches and order else None
     groups: list[list[Memory]] = []
-    heads: list[int] = []  # the position in ``order`` of each group's first member, groups in begun order
-    group_of_head: dict[int, list[Memory]] = {}
+    group_of_head: dict[int, list[Memory]] = {}  # by the position of its first member, in begun order
     for i, m in enumerate(order):
-        positions = heads if near is None else [j for j in near(i) if j in group_of_head]
+        positions = list(group_of_head) if near is None else [j for j in near(i) if j in group_of_head]
         for j in positions if bounds is None else bounds.may_reach(i, positions, min_jaccard):
             group = group_of_head[j]
             head = group[0]
@@ -179,7 +178,6 @@ def plan_groups(
                 break
         else:
             groups.append([m])
-            heads.append(i)
             group_of_head[i] = groups[-1]
     return [g for g in groups if len(g) > 1][:max_groups]
 

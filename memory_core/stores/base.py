@@ -826,14 +826,18 @@ def check_retrieve_options(options: RetrieveOptions) -> None:
         raise InvalidInput("diversity must be in [0, 1]")
 
 
-async def list_pages(store: Any, query: ListQuery) -> AsyncIterator[ListResult]:
-    """Every page of ``store.list`` for ``query`` from ``query.offset`` on, in order: the page
-    loop of the project (``HybridStore._build`` keeps its own, which steps back over the
-    deletions its queued writes show). Each next offset is this page's plus ``ListResult.rows`` (the
+async def list_pages(
+    store: Any, query: ListQuery, step_back: Callable[[], int] | None = None
+) -> AsyncIterator[ListResult]:
+    """Every page of ``store.list`` for ``query`` from ``query.offset`` on, in order: the one
+    page loop of the project. Each next offset is this page's plus ``ListResult.rows`` (the
     rows it read, unreadable ones included, so a page of undecodable rows still moves on);
     stops after an empty page or once the offset reaches the page's ``total``. Concurrent
     writes may shift the pages: a caller that must not see a memory twice keeps the ids
-    it saw. Raises what ``store.list`` raises."""
+    it saw; a caller that must not miss one passes ``step_back``, asked once the caller is
+    done with a page: how many rows to go back before the next one (deletions meanwhile
+    shift the later rows up; a large number goes back to ``query.offset``). Raises what
+    ``store.list`` raises."""
     offset = query.offset
     while True:
         page = await store.list(query.model_copy(update={"offset": offset}))
@@ -841,6 +845,8 @@ async def list_pages(store: Any, query: ListQuery) -> AsyncIterator[ListResult]:
         offset += page.rows
         if not page.rows or offset >= page.total:
             return
+        if step_back is not None:
+            offset = max(query.offset, offset - step_back())
 
 
 def candidate_count(options: RetrieveOptions, cap: int) -> int:

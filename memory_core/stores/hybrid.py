@@ -94,6 +94,7 @@ import contextlib
 import inspect
 import itertools
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -134,7 +135,7 @@ from ..types import (
     passes_floor,
     utcnow,
 )
-from .base import MAX_LIST_LIMIT, MAX_RETRIEVE_LIMIT, StoreDecorator, check_retrieve_options
+from .base import MAX_LIST_LIMIT, MAX_RETRIEVE_LIMIT, StoreDecorator, check_retrieve_options, list_pages
 from .user_index import Timeline, UserIndex, UserIndexes, content_key
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -583,10 +584,23 @@ class HybridStore(StoreDecorator):
         """Fill ``ui`` from ``inner.list`` (pages of ``MAX_LIST_LIMIT``, read
         ``BUILD_CHARS_PER_TURN`` a loop turn), replay the writes queued meanwhile, and hold it."""
         read = 0  # characters read since the last loop turn (BUILD_CHARS_PER_TURN)
-        offset = 0
-        accounted = 0  # writes queued in ui.building that the offset already allows for
-        while True:
-            page = await self.inner.list(ListQuery(user_id=user_id, limit=MAX_LIST_LIMIT, offset=offset))
+        accounted = 0  # writes queued in ui.building that the pages already allow for
+
+        def step_back() -> int:
+            """Rows to go back before the next page: one for each write queued since the last
+            page was asked for that deleted or moved a memory (pages are read newest first by
+            offset, and such a write shifts the later rows up), all of them after a scope
+            deletion (an unknown number of rows). A row read twice is indexed twice, which
+            changes nothing (``UserIndex.put``); a row skipped would be missing from an index
+            that claims to hold every memory."""
+            nonlocal accounted
+            since = (ui.building or [])[accounted:]
+            accounted += len(since)
+            if any(op == "scope" for op, _ in since):
+                return sys.maxsize
+            return sum(op in ("add", "remove") for op, _ in since)
+
+        async for page in list_pages(self.inner, ListQuery(user_id=user_id, limit=MAX_LIST_LIMIT), step_back):
             ui.unreadable |= bool(page.unreadable)
             for m in page.memories:
                 if m.user_id != user_id:
@@ -596,11 +610,6 @@ class HybridStore(StoreDecorator):
                     await yield_to_loop()  # not installed yet: writes meanwhile queue in ui.building
                 ui.put(m, self._represents(m.content))
                 read += len(m.content)
-            offset += page.rows
-            if not page.rows or offset >= page.total:
-                break
-            offset = self._next_build_offset(ui, offset, accounted)
-            accounted = len(ui.building or ())
         queued, ui.building = ui.building or [], None
         for op, arg in queued:
             ui.apply(op, arg, self._represents)
@@ -612,20 +621,6 @@ class HybridStore(StoreDecorator):
         if fill is not None:  # the vectors of two models never share a collection: made anew
             await asyncio.wait({fill}, timeout=self.fallback_wait_s)
         return ui
-
-    @staticmethod
-    def _next_build_offset(ui: UserIndex, offset: int, accounted: int) -> int:
-        """Where a build's next page starts, given the writes queued in ``ui.building`` since
-        the last page was asked for (``accounted`` of them were before): pages are read by
-        offset, newest first, and a memory deleted (or moved by a write) meanwhile shifts the
-        later ones up a row, so the next page steps back a row for each such write, and to
-        the start after a scope deletion (an unknown number of rows). A row read twice is
-        indexed twice, which changes nothing (``UserIndex.put``); a row skipped would be
-        missing from an index that claims to hold every memory."""
-        since = (ui.building or [])[accounted:]
-        if any(op == "scope" for op, _ in since):
-            return 0
-        return max(0, offset - sum(op in ("add", "remove") for op, _ in since))
 
     # ------------------------------------------------------------------ the fallback model
     def _event(self, event: str, n: int = 1) -> None:
