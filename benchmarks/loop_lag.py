@@ -4,7 +4,7 @@ the API accepts (a maximal batch, a maximal import, the consolidation of a 2,000
 the first search of a user holding 1,000 notes of 15,000 characters after a restart) while a probe coroutine sleeping 1 ms records how late the event loop wakes it. Every other
 user of the shard waits that long. Prints the worst stall of each case (ms).
 
-    python benchmarks/loop_lag.py
+    python benchmarks/loop_lag.py [--rounds 2] [--cases first-read --cases batch ...]
 
 Each case runs under the shard's garbage-collector policy (``pool.gc_freeze_every_s``,
 ``memory_core.gc_pauses``) and under CPython's own, alternated, in one run; the process holds
@@ -23,6 +23,8 @@ import zlib
 from collections.abc import Awaitable
 from pathlib import Path
 
+import typer
+
 from memory_core.config import LimitsSettings, MemoryStoreSettings
 from memory_core.cpu_pool import favour_the_event_loop
 from memory_core.migration import import_lines
@@ -35,6 +37,9 @@ LIMITS = LimitsSettings()
 
 class LoopLag:
     """A coroutine that sleeps 1 ms in a loop and records how late it wakes (``worst``, s)."""
+
+    last_took_s = 0.0
+    """How long the last measured ``work`` took (s): the heavy request's own time."""
 
     def __init__(self) -> None:
         self.worst = 0.0
@@ -51,9 +56,11 @@ class LoopLag:
         self.worst = 0.0
         self._task = asyncio.create_task(self._probe())
         await asyncio.sleep(0.01)
+        started = time.perf_counter()
         try:
             await work
         finally:
+            LoopLag.last_took_s = time.perf_counter() - started
             self._task.cancel()
         return self.worst
 
@@ -140,7 +147,16 @@ def _hold_what_a_shard_holds() -> object:
     return OnnxEncoder.from_local(LocalEncoder(EmbeddingSettings()), num_threads=1)
 
 
-async def main(rounds: int = 2) -> None:
+CASES = {
+    "batch": ("maximal batch", maximal_batch),
+    "import": ("maximal import", maximal_import),
+    "consolidation": ("consolidation", consolidation),
+    "first-read": ("first read of a long-notes user", first_read_of_long_notes),
+}
+"""The cases by their ``--cases`` name: (printed name, coroutine function)."""
+
+
+async def main(rounds: int = 2, cases: list[str] | None = None) -> None:
     """Each case on a fresh store, ``rounds`` times, alternating the shard's garbage-collector
     policy (``pool.gc_freeze_every_s``: a ``memory_core.gc_pauses`` round before the case, as
     the shard's start and periodic rounds leave it) with CPython's own (everything unfrozen);
@@ -170,12 +186,7 @@ async def main(rounds: int = 2) -> None:
     print(f"objects the collector tracks with the shard's model loaded: {len(gc.get_objects()):,}")
     worst: dict[tuple[str, str], list[float]] = {}
     for _ in range(rounds):
-        for name, case in [
-            ("maximal batch", maximal_batch),
-            ("maximal import", maximal_import),
-            ("consolidation", consolidation),
-            ("first read of a long-notes user", first_read_of_long_notes),
-        ]:
+        for name, case in [CASES[c] for c in cases or CASES]:
             for policy in ("frozen", "cpython"):
                 with tempfile.TemporaryDirectory() as d:
                     store = await _store(Path(d))
@@ -193,11 +204,12 @@ async def main(rounds: int = 2) -> None:
                 longest = max(full_collections, default=0.0)
                 print(
                     f"{name} ({policy}): worst loop stall {stall * 1000:.0f} ms; full (generation 2) collections "
-                    f"{len(full_collections)}, longest {longest * 1000:.0f} ms",
+                    f"{len(full_collections)}, longest {longest * 1000:.0f} ms; the request took "
+                    f"{LoopLag.last_took_s * 1000:,.0f} ms",
                     flush=True,
                 )
     print("worst stall of each run, ms: case | frozen (the shard's policy) | CPython's own | max ratio")
-    for name in ("maximal batch", "maximal import", "consolidation", "first read of a long-notes user"):
+    for name in [CASES[c][0] for c in cases or CASES]:
         f, c = (worst[(name, p)] for p in ("frozen", "cpython"))
         runs = " | ".join(", ".join(f"{x * 1000:.0f}" for x in runs) for runs in (f, c))
         print(f"{name} | {runs} | {max(f) / max(c):.2f}")
@@ -205,5 +217,16 @@ async def main(rounds: int = 2) -> None:
     del model
 
 
+def cli(
+    rounds: int = typer.Option(2, min=1, help="runs of each case under each collector policy"),
+    cases: list[str] = typer.Option(list(CASES), help=f"cases to run, of {', '.join(CASES)}"),
+) -> None:
+    """Runs the cases (see the module docstring)."""
+    unknown = sorted(set(cases) - set(CASES))
+    if unknown:
+        raise typer.BadParameter(f"unknown cases {unknown}; known: {', '.join(CASES)}")
+    asyncio.run(main(rounds, cases))
+
+
 if __name__ == "__main__":
-    asyncio.run(main())
+    typer.run(cli)

@@ -104,7 +104,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from ..config import RetrievalSettings
-from ..cpu_pool import yield_to_loop
+from ..cpu_pool import CpuPool, yield_to_loop
 from ..errors import (
     DuplicateMemory,
     EmbeddingIdentityMismatch,
@@ -136,7 +136,7 @@ from ..types import (
     utcnow,
 )
 from .base import MAX_LIST_LIMIT, MAX_RETRIEVE_LIMIT, StoreDecorator, check_retrieve_options, list_pages
-from .user_index import Timeline, UserIndex, UserIndexes, content_key
+from .user_index import IndexEntry, Timeline, UserIndex, UserIndexes, content_key
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..embedding.fallback import CosineCalibration, FallbackModel
@@ -149,10 +149,18 @@ HELD_RECORDS_PER_TURN = 64
 their vector: 2,000 at once held the loop that serves every user ~80 ms,
 ``benchmarks/loop_lag.py``'s consolidation, 2026-12-06)."""
 BUILD_CHARS_PER_TURN = 64_000
-"""Most content (characters) a user's index build reads in one turn of the event loop
-(``_build``: tokenizing, the coverage check and the attributes of each memory, ~0.15 ms a
-kilobyte): a page of ``MAX_LIST_LIMIT`` memories of 16 KB each read at once held the loop that
-serves every user for seconds; 64,000 characters are ~10 ms. At least one memory a turn."""
+"""Most content (characters) a user's index build puts into the index in one turn of the event
+loop (``_put_read``; at least one memory a turn). Reading the texts (tokenizing, the coverage
+check, the time and question rules) runs on the store's build thread; the loop only adds the
+terms to the index. A page of ``MAX_LIST_LIMIT`` memories of 16 KB each read at once on the
+loop held it for seconds; 64,000 characters of distinct words read there held it ~100 ms
+(``benchmarks/loop_lag.py``, the first read of a long-notes user, 2026-12-07)."""
+BUILD_INLINE_CHARS = 2_000
+"""A build's read of fewer characters (a user of a few short memories: most first reads) is
+done on the loop (``_put_read``): at most ~3 ms even for text of distinct words, less than
+handing it to the build thread and back costs the request. Below ``BUILD_CHARS_PER_TURN``: a
+full chunk always goes to the thread, and that await is the build's turn of the loop."""
+assert BUILD_INLINE_CHARS <= BUILD_CHARS_PER_TURN
 _PERIOD_YEARS = 200
 """Most years a period without a year ("in June") is looked for in: the latest ones the
 user's memories cover."""
@@ -437,6 +445,8 @@ class HybridStore(StoreDecorator):
         self.fallback_queries = fallback_queries
         self.fallback_wait_s = fallback_wait_s
         self._on_event = on_event
+        # reads the texts of an index build (``_put_read``); its thread starts on first use
+        self._build_pool = CpuPool(threads=1, name="index-build")
         # per user, the work under way beside the held index (``UserWork``): its build, the
         # fill of its fallback vectors, every fallback task; dropped once nothing is under way
         self._work: dict[str, UserWork] = {}
@@ -580,10 +590,32 @@ class HybridStore(StoreDecorator):
         assert build.task is not None
         return await asyncio.shield(build.task)
 
+    async def _put_read(self, ui: UserIndex, memories: list[Memory]) -> None:
+        """Put ``memories`` (a build's next ``BUILD_CHARS_PER_TURN`` characters) into ``ui``:
+        their texts read (``IndexEntry.of``: tokenizing, the coverage check, the time and
+        question rules) on this store's build thread (``_build_pool``; under
+        ``BUILD_INLINE_CHARS`` in all, on the loop), then put into the index on the loop in one
+        turn (``UserIndex.put_entry``). Raises ``StoreClosed`` once the store is closed. Awaiting the thread gives the loop
+        to every other user meanwhile (the index is not installed yet: writes meanwhile queue
+        in ``ui.building``)."""
+        if self.closed:  # the build thread is shut: refuse as every closed store does
+            raise StoreClosed(f"{self.name} store is closed")
+        if sum(len(m.content) for m in memories) < BUILD_INLINE_CHARS:
+            entries = self._entries(memories)  # less than a thread's round trip costs
+        else:
+            entries = await self._build_pool.run(self._entries, memories)
+        for m, entry in zip(memories, entries, strict=True):
+            ui.put_entry(m, entry)
+
+    def _entries(self, memories: list[Memory]) -> list[IndexEntry]:
+        """``IndexEntry.of`` each of ``memories`` (a worker thread: pure CPU, thread-safe)."""
+        return [IndexEntry.of(m, self._represents(m.content)) for m in memories]
+
     async def _build(self, user_id: str, ui: UserIndex) -> UserIndex:
-        """Fill ``ui`` from ``inner.list`` (pages of ``MAX_LIST_LIMIT``, read
-        ``BUILD_CHARS_PER_TURN`` a loop turn), replay the writes queued meanwhile, and hold it."""
-        read = 0  # characters read since the last loop turn (BUILD_CHARS_PER_TURN)
+        """Fill ``ui`` from ``inner.list`` (pages of ``MAX_LIST_LIMIT``; each
+        ``BUILD_CHARS_PER_TURN`` characters read off the loop and put in one loop turn,
+        ``_put_read``), replay the writes queued meanwhile, and hold it."""
+        read = 0  # characters of the chunk not yet put (BUILD_CHARS_PER_TURN)
         accounted = 0  # writes queued in ui.building that the pages already allow for
 
         def step_back() -> int:
@@ -591,7 +623,7 @@ class HybridStore(StoreDecorator):
             page was asked for that deleted or moved a memory (pages are read newest first by
             offset, and such a write shifts the later rows up), all of them after a scope
             deletion (an unknown number of rows). A row read twice is indexed twice, which
-            changes nothing (``UserIndex.put``); a row skipped would be missing from an index
+            changes nothing (``UserIndex.put_entry``); a row skipped would be missing from an index
             that claims to hold every memory."""
             nonlocal accounted
             since = (ui.building or [])[accounted:]
@@ -600,16 +632,19 @@ class HybridStore(StoreDecorator):
                 return sys.maxsize
             return sum(op in ("add", "remove") for op, _ in since)
 
+        chunk: list[Memory] = []
         async for page in list_pages(self.inner, ListQuery(user_id=user_id, limit=MAX_LIST_LIMIT), step_back):
             ui.unreadable |= bool(page.unreadable)
             for m in page.memories:
                 if m.user_id != user_id:
                     continue
-                if read >= BUILD_CHARS_PER_TURN:
-                    read = 0
-                    await yield_to_loop()  # not installed yet: writes meanwhile queue in ui.building
-                ui.put(m, self._represents(m.content))
+                chunk.append(m)
                 read += len(m.content)
+                if read >= BUILD_CHARS_PER_TURN:
+                    await self._put_read(ui, chunk)
+                    chunk, read = [], 0
+        if chunk:
+            await self._put_read(ui, chunk)
         queued, ui.building = ui.building or [], None
         for op, arg in queued:
             ui.apply(op, arg, self._represents)
@@ -797,11 +832,14 @@ class HybridStore(StoreDecorator):
         return unit_vector(vector)
 
     async def close(self) -> None:
-        """Stop the fallback tasks under way, then close the inner store."""
+        """Stop the fallback tasks under way, then close the inner store and the build thread."""
         for work in list(self._work.values()):
             for task in list(work.background):
                 task.cancel()
-        await self.inner.close()
+        try:
+            await self.inner.close()
+        finally:
+            self._build_pool.close()
 
     # ------------------------------------------------------------------ writes
     @contextlib.contextmanager

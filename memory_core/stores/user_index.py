@@ -66,6 +66,39 @@ def group_of(memory: Memory) -> tuple | None:
     return (memory.conversation_id,)
 
 
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    """What ``UserIndex.put`` reads from one memory's text: its content key, the body the
+    BM25 corpus indexes and that body's terms (``tokenize``), the speaker's terms, whether the
+    body mentions a time (``has_time_expression``) or asks a question (``is_question``), and
+    whether the embedding model represents the content (``represented``, given). Pure CPU on
+    the memory alone, and thread-safe: ``HybridStore._build`` makes the entries of a user's
+    memories on a worker thread, so that the event loop serving every user only puts them
+    into the index (``UserIndex.put_entry``)."""
+
+    key: str
+    body: str
+    tokens: tuple[str, ...]
+    speaker_terms: frozenset[str]
+    temporal: bool
+    asks: bool
+    represented: bool
+
+    @classmethod
+    def of(cls, memory: Memory, represented: bool) -> IndexEntry:
+        """The entry of ``memory`` (its content, metadata speaker); ``represented`` as given."""
+        body, speaker = split_speaker(memory)
+        return cls(
+            key=content_key(memory.content),
+            body=body,
+            tokens=tuple(tokenize(body)),
+            speaker_terms=frozenset(tokenize(speaker)) if speaker else frozenset(),
+            temporal=has_time_expression(body),
+            asks=is_question(body),
+            represented=represented,
+        )
+
+
 @dataclass
 class Timeline:
     """One user's memories ordered by time: within each conversation group (``groups``), and
@@ -180,10 +213,17 @@ class UserIndex:
     def put(self, memory: Memory, represented: bool) -> None:
         """Index (or re-index) ``memory``; ``represented``: the embedding model can represent
         its content (else its cosine means nothing)."""
+        self.put_entry(memory, IndexEntry.of(memory, represented))
+
+    def put_entry(self, memory: Memory, entry: IndexEntry) -> None:
+        """``put`` with what its text gives already read (``entry``: ``IndexEntry.of(memory,
+        represented)``, made on a worker thread by an index build, ``HybridStore._build``):
+        only the index's own structures are changed here."""
         corpus, timeline, held = self.corpus, self.timeline, self.held
         self.version += 1
         old = corpus.attrs(memory.id)
-        key = content_key(memory.content)
+        key = entry.key
+        represented = entry.represented
         if old:
             timeline.remove(old.get("group"), old.get("ts", 0.0), memory.id, old.get("seq", 0))
             seq = old.get("seq", 0)
@@ -197,20 +237,27 @@ class UserIndex:
             self.fallback_pending.pop(memory.id, None)
         elif memory.id not in self.fallback:
             self.fallback_pending[memory.id] = (key, memory.content)
-        body, speaker = split_speaker(memory)
         ts = memory.created_at.timestamp() if memory.created_at else 0.0
         group = group_of(memory)
         attrs = {
             "key": key,
-            "speaker_terms": frozenset(tokenize(speaker)) if speaker else frozenset(),
-            "temporal": has_time_expression(body),
-            "asks": is_question(body),
+            "speaker_terms": entry.speaker_terms,
+            "temporal": entry.temporal,
+            "asks": entry.asks,
             "group": group,
             "ts": ts,
             "seq": seq,
             "represented": represented,
         }
-        corpus.add(memory.id, body, project_id=memory.project_id, type=memory.type, attrs=attrs, state=memory.state)
+        corpus.add(
+            memory.id,
+            entry.body,
+            project_id=memory.project_id,
+            type=memory.type,
+            attrs=attrs,
+            tokens=entry.tokens,
+            state=memory.state,
+        )
         timeline.add(group, ts, memory.id, seq)
         self.by_key.setdefault(key, set()).add(memory.id)
         if self.hold_records:

@@ -312,34 +312,43 @@ async def test_on_each_hybrid_rig_a_loaded_users_pages_are_the_backends(rig):  #
                     ], q
 
 
-async def test_an_index_build_of_long_memories_reads_them_over_many_loop_turns_and_queues_a_write_made_meanwhile(
+async def test_an_index_build_of_long_memories_reads_them_off_the_loop_puts_them_over_many_turns_and_queues_a_write(
     monkeypatch,
 ):
     """A user's index built from 40 memories of 15,000 characters (600,000 to tokenize and
-    index) hands the loop over after at most ``BUILD_CHARS_PER_TURN`` characters (and the
-    memory that crosses it); a memory written during the build is queued for it and is in the
-    index it installs."""
-    from memory_core.stores import hybrid as hybrid_module
+    index): their texts are read (``IndexEntry.of``) on a thread other than the event loop's,
+    the loop puts at most ``BUILD_CHARS_PER_TURN`` characters (and the memory that crosses it)
+    between two turns of another task, and a memory written during the build is queued for it
+    and is in the index it installs."""
+    import threading
+
     from memory_core.stores.hybrid import BUILD_CHARS_PER_TURN
-    from memory_core.stores.user_index import UserIndex
+    from memory_core.stores.user_index import IndexEntry, UserIndex
 
-    between_turns: list[int] = []
-    pending = 0
-    real_put, real_yield = UserIndex.put, hybrid_module.yield_to_loop
+    loop_thread = threading.get_ident()
+    turns = 0  # turns another task of the loop got so far
+    put_in_turn: dict[int, int] = {}  # turn → characters put by the build during it
+    read_on: set[int] = set()  # threads that read the long memories' texts
+    real_put_entry, real_of = UserIndex.put_entry, IndexEntry.of.__func__
 
-    def counting_put(self, memory, represented):
-        nonlocal pending
-        pending += len(memory.content)
-        return real_put(self, memory, represented)
+    def counting_put_entry(self, memory, entry):
+        if memory.id != tid("late"):
+            put_in_turn[turns] = put_in_turn.get(turns, 0) + len(memory.content)
+        return real_put_entry(self, memory, entry)
 
-    async def counting_yield():
-        nonlocal pending
-        between_turns.append(pending)
-        pending = 0
-        await real_yield()
+    def watched_of(cls, memory, represented):
+        if memory.id != tid("late"):
+            read_on.add(threading.get_ident())
+        return real_of(cls, memory, represented)
 
-    monkeypatch.setattr(UserIndex, "put", counting_put)
-    monkeypatch.setattr(hybrid_module, "yield_to_loop", counting_yield)
+    async def other_user():
+        nonlocal turns
+        while True:
+            await asyncio.sleep(0)
+            turns += 1
+
+    monkeypatch.setattr(UserIndex, "put_entry", counting_put_entry)
+    monkeypatch.setattr(IndexEntry, "of", classmethod(watched_of))
     inner = CountingStore(embed=fake_embed, dimension=DIM)
     h = HybridStore(inner, **plain())
     size = 15_000
@@ -350,19 +359,25 @@ async def test_an_index_build_of_long_memories_reads_them_over_many_loop_turns_a
     ]  # fmt: skip
     await inner.store_many(long)  # stored below the hybrid layer: u1 is not loaded
     assert not h.index.has_user("u1")
-    build = asyncio.ensure_future(h.retrieve(RetrieveOptions(user_id="u1", query="otter", hybrid=True)))
-    while not between_turns:  # the build has begun reading
-        await asyncio.sleep(0)
-    await h.store(Memory(id=tid("late"), user_id="u1", content="badgers dig at night", created_at=T0))
-    queued = h._work["u1"].build.building
-    assert queued is not None and ("add", tid("late")) in [(op, getattr(arg, "id", None)) for op, arg in queued]
-    await build
-    pending = 0
+    ticking = asyncio.ensure_future(other_user())
+    try:
+        build = asyncio.ensure_future(h.retrieve(RetrieveOptions(user_id="u1", query="otter", hybrid=True)))
+        while not put_in_turn:  # the build has begun putting
+            await asyncio.sleep(0)
+        await h.store(Memory(id=tid("late"), user_id="u1", content="badgers dig at night", created_at=T0))
+        queued = h._work["u1"].build.building
+        assert queued is not None and ("add", tid("late")) in [(op, getattr(arg, "id", None)) for op, arg in queued]
+        await build
+    finally:
+        ticking.cancel()
     total = sum(len(m.content) for m in long)
-    assert len(between_turns) >= total // (BUILD_CHARS_PER_TURN + size) - 1
-    assert max(between_turns) <= BUILD_CHARS_PER_TURN + size
+    assert sum(put_in_turn.values()) == total
+    assert len(put_in_turn) >= total // (BUILD_CHARS_PER_TURN + size)
+    assert max(put_in_turn.values()) <= BUILD_CHARS_PER_TURN + size
+    assert read_on and loop_thread not in read_on
     found = [s.memory.id for s in await h.retrieve(RetrieveOptions(user_id="u1", query="badgers", hybrid=True))]
     assert h.index.has_user("u1") and tid("late") in found
+    await h.close()
 
 
 @pytest.mark.parametrize("deletion", ["newest", "scope"])
@@ -397,3 +412,32 @@ async def test_a_deletion_during_a_build_of_several_pages_leaves_no_memory_out_o
     assert held == stored
     page = await h.list(ListQuery(user_id="u1", limit=10))
     assert page.total == len(stored)
+
+
+async def test_a_store_closed_during_an_index_build_refuses_it_as_closed():
+    """``close()`` while a user's index is being built (between two chunks of its texts): the
+    build's read is refused with ``StoreClosed`` (503 to a caller, "rerun to resume" to an
+    import), not the build thread's own error of a shut pool."""
+    from memory_core.errors import StoreClosed
+
+    inner = CountingStore(embed=fake_embed, dimension=DIM)
+    h = HybridStore(inner, **plain())
+    long = [
+        Memory(id=tid(f"m{i}"), user_id="u1", content=f"otter {i} " + "lorem ipsum dolor " * 850,
+               created_at=T0 + timedelta(seconds=i))
+        for i in range(40)
+    ]  # fmt: skip
+    await inner.store_many(long)
+    real_list = inner.list
+    closing: list[asyncio.Future] = []
+
+    async def listing(query):
+        page = await real_list(query)
+        if not closing:  # the first page is read: close while its chunks are put
+            closing.append(asyncio.ensure_future(h.close()))
+        return page
+
+    inner.list = listing
+    with pytest.raises(StoreClosed):
+        await h.retrieve(RetrieveOptions(user_id="u1", query="otter", hybrid=True))
+    await closing[0]
