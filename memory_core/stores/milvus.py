@@ -65,9 +65,8 @@ from ._records import (
     decode_rows,
     lifecycle_fields,
     memory_from_fields,
-    newest_first,
-    order_ms,
     record_fields,
+    rows_newest_first,
     to_ms,
 )
 from .base import MemoryStore, candidate_count
@@ -925,10 +924,13 @@ class MilvusStore(MemoryStore):
         self._replace_rows(out)
 
     async def _list(self, user_id, types, project_id, limit, offset, states) -> ListResult:
-        pairs = await self._call(self._query_all, _filter(user_id, types, project_id, states), ["id", "created_at"])
-        return await self._page(
-            newest_first([(order_ms(r.get("created_at")), str(r["id"])) for r in pairs]), offset, limit, user_id
-        )
+        ordered = await self._call(self._ids_newest_first_sync, _filter(user_id, types, project_id, states))
+        return await self._page(ordered, offset, limit, user_id)
+
+    def _ids_newest_first_sync(self, expr: str) -> list[str]:
+        """The ids of the rows matching ``expr``, newest first, read and ordered on the worker
+        thread (ordering a user's 100,000 rows on the loop held it ~75 ms a page)."""
+        return rows_newest_first(self._query_all(expr, ["id", "created_at"]))
 
     async def _scope_ids(self, user_id, types, project_id) -> list[str]:
         rows = await self._call(self._query_all, _filter(user_id, types, project_id), ["id"])

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, StoreUnavailable
 from ..types import ListResult, Memory, MemoryCounts, MemoryState, MemoryType, RetrieveOptions, ScoredMemory
-from ._records import decode_rows, memory_from_fields, newest_first, order_ms, record_fields, to_ms
+from ._records import decode_rows, memory_from_fields, ordered_off_loop, record_fields, rows_newest_first, to_ms
 from .base import MemoryStore, candidate_count
 from .credentials import secret_from_env
 
@@ -295,9 +295,7 @@ class QdrantStore(MemoryStore):
 
     async def _list(self, user_id, types, project_id, limit, offset, states) -> ListResult:
         rows = await self._scroll(qdrant_filter(user_id, types, project_id, states), ["id", "created_at"])
-        return await self._page(
-            newest_first([(order_ms(r.get("created_at")), str(r["id"])) for r in rows]), offset, limit, user_id
-        )
+        return await self._page(await ordered_off_loop(rows_newest_first, rows), offset, limit, user_id)
 
     async def _scope_ids(self, user_id, types, project_id) -> list[str]:
         rows = await self._scroll(qdrant_filter(user_id, types, project_id), ["id"])

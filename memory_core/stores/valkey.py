@@ -57,6 +57,7 @@ from ._records import (
     decode_rows,
     memory_from_fields,
     newest_first,
+    ordered_off_loop,
     record_fields,
     to_ms,
 )
@@ -607,7 +608,9 @@ class ValkeyStore(MemoryStore):
                 total, members = await p.execute()
             page = [_s(m) for m in members]
         else:
-            ordered = newest_first(await self._user_ids_filtered(user_id, types, project_id, states))
+            ordered = await ordered_off_loop(
+                newest_first, await self._user_ids_filtered(user_id, types, project_id, states)
+            )
             total = len(ordered)
             page = ordered[offset : offset + limit]
         return await self._page_records(page, int(total), user_id)
