@@ -29,7 +29,7 @@ import re
 import threading
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -254,6 +254,19 @@ class BM25Corpus:
         and ``states``."""
         doc = self._docs.get(doc_id)
         return doc is not None and _passes(doc, project_id, _set(types), _set(states))
+
+    def scope_test(
+        self, project_id: str | None = None, types: Iterable[Any] | None = None, states: Iterable[Any] | None = None
+    ) -> Callable[[str], bool]:
+        """``passes`` of one scope as a function of the id alone, its wanted sets made once
+        (for a walk over many ids)."""
+        docs, wanted_types, wanted_states = self._docs, _set(types), _set(states)
+
+        def test(doc_id: str) -> bool:
+            doc = docs.get(doc_id)
+            return doc is not None and _passes(doc, project_id, wanted_types, wanted_states)
+
+        return test
 
     def matching(
         self, project_id: str | None = None, types: Iterable[Any] | None = None, states: Iterable[Any] | None = None

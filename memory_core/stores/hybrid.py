@@ -962,9 +962,10 @@ class HybridStore(StoreDecorator):
 
     async def list(self, query: ListQuery) -> ListResult:
         """``MemoryStore.list``; a loaded user's page comes from the held records, without a
-        store call: the ids of the scope and states ordered newest first (``created_at`` in
+        store call: the page's ids of the scope and states newest first (``created_at`` in
         epoch milliseconds as the persistent stores keep it, ``_records.to_ms``, then ``id``,
-        both descending; ``total`` all of them), and the page's records copied
+        both descending; ``total`` all of them), read from the records the index keeps in
+        that order (``UserIndex.newest_first``: nothing sorted at a listing), and the page's records copied
         ``HELD_RECORDS_PER_TURN`` a loop turn, as ``get_many`` copies them. The inner store
         answers for a user not loaded, one whose index build met records it could not read
         (``ListResult.unreadable``: only the store lists them), and one whose index is evicted
@@ -978,12 +979,11 @@ class HybridStore(StoreDecorator):
         ui = self._served(query.user_id)
         if ui is None or ui.unreadable:
             return await self.inner.list(query)
-        ordered = ui.newest_first(query.project_id, query.types, query.states)
-        page = ordered[query.offset : query.offset + query.limit]
+        page, total = ui.newest_first(query.project_id, query.types, query.states, query.offset, query.limit)
         out, copied = await self._held_in_turns(page, query.user_id, ui)
         if copied < len(page):  # evicted meanwhile: the store answers
             return await self.inner.list(query)
-        return ListResult(memories=out, total=len(ordered))
+        return ListResult(memories=out, total=total)
 
     async def same_content(
         self,

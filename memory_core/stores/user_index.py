@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from sortedcontainers import SortedList
 
 from ..retrieval.held_vectors import HeldVectors
 from ..retrieval.lexical import DEFAULT_B, DEFAULT_K1, BM25Corpus, tokenize
@@ -37,7 +38,7 @@ from ..retrieval.questions import is_question
 from ..retrieval.speaker import speaker_and_body
 from ..retrieval.timeparse import has_time_expression
 from ..types import Memory, MemoryState, MemoryType
-from ._records import newest_first, to_ms
+from ._records import to_ms
 
 _MAX_MASKS = 16
 """Most vector masks (``UserIndex.vector_mask``) one user's index keeps, one per scope
@@ -199,7 +200,11 @@ class UserIndex:
     # the corpus's version (each put/remove) and the vector masks made at it (``vector_mask``)
     version: int = 0
     _masks: dict[tuple, tuple[int, int, np.ndarray]] = field(default_factory=dict, repr=False)
-    # the last listing's scope, at which version, and its ids newest first (``newest_first``)
+    # the held records' (created_at ms, id), ascending: listings read them newest first
+    # (``newest_first``) without sorting the user's records at each listing
+    by_time: SortedList = field(default_factory=SortedList, repr=False)
+    # a narrower scope's ids newest first, with the index version and scope they are of
+    # (``newest_first``: a pager's later pages)
     _listing: tuple[tuple, list[str]] | None = field(default=None, repr=False)
 
     @property
@@ -269,6 +274,9 @@ class UserIndex:
                     record.last_accessed = max(
                         record.last_accessed or held_record.last_accessed, held_record.last_accessed
                     )
+            if held_record is not None:
+                self.by_time.discard((to_ms(held_record.created_at) or 0, memory.id))
+            self.by_time.add((to_ms(record.created_at) or 0, memory.id))
             self.records[memory.id] = record
         if not self.hold_vectors:
             return
@@ -288,7 +296,13 @@ class UserIndex:
         self.held.remove(memory_id)
         self.fallback.remove(memory_id)
         self.fallback_pending.pop(memory_id, None)
-        self.records.pop(memory_id, None)
+        self._drop_record(memory_id)
+
+    def _drop_record(self, memory_id: str) -> None:
+        """Drop the held record of ``memory_id`` and its place in ``by_time`` (if held)."""
+        record = self.records.pop(memory_id, None)
+        if record is not None:
+            self.by_time.discard((to_ms(record.created_at) or 0, memory_id))
 
     def remove_where(self, project_id: str | None, types: tuple[MemoryType, ...] | None) -> None:
         """Drop the memories of ``project_id`` (None: any) and ``types`` (None: any; ``()``:
@@ -300,7 +314,7 @@ class UserIndex:
             self.held.remove(memory_id)
             self.fallback.remove(memory_id)
             self.fallback_pending.pop(memory_id, None)
-            self.records.pop(memory_id, None)
+            self._drop_record(memory_id)
         tl = Timeline()
         by_key: dict[str, set[str]] = {}
         for memory_id in self.corpus.ids():
@@ -416,21 +430,48 @@ class UserIndex:
         project_id: str | None,
         types: Iterable[MemoryType] | None,
         states: Iterable[MemoryState] | None,
-    ) -> list[str]:
-        """The ids of the held records of ``project_id`` (None: any project), ``types`` and
-        ``states`` (None or empty: any), newest first as the stores list them: ``created_at``
-        in epoch milliseconds (``_records.to_ms``, as stored; none: 0), then the id, both
-        descending. The last scope's order is kept until the index changes (``version``), so
-        a pager's pages sort once. The caller must not change the list. Empty without held
-        records."""
-        key = (self.version, project_id, tuple(types) if types else None, tuple(states) if states else None)
-        if self._listing is not None and self._listing[0] == key:
-            return self._listing[1]
-        records = self.records
-        matching = self.corpus.matching(project_id, types, states)
-        ids = newest_first([(to_ms(records[i].created_at) or 0, i) for i in matching if i in records])
-        self._listing = (key, ids)
-        return ids
+        offset: int,
+        limit: int,
+    ) -> tuple[list[str], int]:
+        """One page of the ids of the held records of ``project_id`` (None: any project),
+        ``types`` and ``states`` (None or empty: any), newest first as the stores list them
+        (``created_at`` in epoch milliseconds, ``_records.to_ms``, as stored; none: 0; then the
+        id, both descending): (the ``limit`` ids after the first ``offset``, how many there are
+        in all). Nothing is sorted at a listing (ordering a 100,000-memory user's records at
+        each listing held the loop ~100 ms): the records are kept in that order as they are
+        written (``by_time``), the total comes from the corpus's tally per scope, and
+
+        - a page of a scope that holds every record is cut by position (O(log n + limit));
+        - the first page of a narrower scope walks from the newest record until it is full;
+        - a later page of a narrower scope is cut from the scope's ids, listed once by one walk
+          of every record and kept until the index changes (``version``), so a pager's pages
+          cost one walk, not one each.
+
+        ``([], 0)`` without held records."""
+        wanted_types = frozenset(types) if types else None
+        wanted_states = frozenset(states) if states else None
+        if not self.hold_records:
+            return [], 0
+        total = self.corpus.count(project_id, wanted_types, wanted_states)
+        if limit <= 0 or offset >= total:
+            return [], total
+        by_time = self.by_time
+        if total == len(by_time):  # the scope holds every record: cut by position
+            end = len(by_time) - offset
+            return [i for _, i in reversed(by_time[max(end - limit, 0) : end])], total
+        test = self.corpus.scope_test(project_id, wanted_types, wanted_states)
+        if offset == 0:
+            page: list[str] = []
+            for _, memory_id in reversed(by_time):
+                if test(memory_id):
+                    page.append(memory_id)
+                    if len(page) == limit:
+                        break
+            return page, total
+        key = (self.version, project_id, wanted_types, wanted_states)
+        if self._listing is None or self._listing[0] != key:
+            self._listing = (key, [i for _, i in reversed(by_time) if test(i)])
+        return self._listing[1][offset : offset + limit], total
 
     def record(self, memory_id: str) -> Memory | None:
         """A copy of the held record of ``memory_id`` with its held vector (as a list, the

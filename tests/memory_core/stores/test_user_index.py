@@ -376,3 +376,42 @@ async def test_a_search_of_an_empty_scope_still_refuses_a_bad_request():
     with pytest.raises(EmbeddingIdentityMismatch):
         await h.retrieve(opts(embedding=[0.1] * DIM, embedding_identity="model-b", types=facts))
     assert await h.retrieve(opts(embedding=[0.1] * DIM, embedding_identity="model-a", types=facts)) == []
+
+
+def test_a_listing_sorts_nothing_and_a_pager_through_a_narrower_scope_walks_the_records_once(monkeypatch):
+    """``UserIndex.newest_first`` pages (newest first, ties by id descending) without sorting:
+    a scope holding every record is cut by position (no record tested), and a pager through
+    a narrower scope tests each record at most twice (its first page's walk, then one walk
+    for all later pages) until the index changes."""
+    import builtins
+
+    ui = UserIndex(BM25Corpus(), hold_records=True)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    for i in range(300):
+        m = _memory(i, project="p" if i % 3 else None)
+        ui.put(m.model_copy(update={"created_at": t0 + timedelta(seconds=i // 2)}), represented=True)
+    everyone = sorted(((ui.records[i].created_at, i) for i in ui.records), reverse=True)
+    in_p = [i for _, i in everyone if ui.records[i].project_id == "p"]
+
+    tested = 0
+    real_scope_test = ui.corpus.scope_test
+
+    def counting_scope_test(*args):
+        test = real_scope_test(*args)
+
+        def counted(doc_id):
+            nonlocal tested
+            tested += 1
+            return test(doc_id)
+
+        return counted
+
+    monkeypatch.setattr(ui.corpus, "scope_test", counting_scope_test)
+    monkeypatch.setattr(builtins, "sorted", None)  # a listing that sorts fails here
+    assert ui.newest_first(None, None, None, 10, 20) == ([i for _, i in everyone][10:30], 300)
+    assert tested == 0
+    pages = [ui.newest_first("p", None, None, offset, 30) for offset in range(0, 240, 30)]
+    monkeypatch.undo()
+    assert [i for page, _ in pages for i in page] == in_p and {total for _, total in pages} == {200}
+    assert tested <= 2 * len(ui.records)  # a walk per page would test ~1,600
+    assert ui.newest_first("p", None, None, 500, 10) == ([], 200)
