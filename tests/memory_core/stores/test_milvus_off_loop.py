@@ -75,32 +75,3 @@ async def test_an_access_write_retried_with_the_rows_as_read_counts_once(tmp_pat
     finally:
         await store.close()
     assert again.access_count == 1
-
-
-async def test_a_listing_orders_its_rows_off_the_loop(tmp_path, monkeypatch):
-    """A listing reads and orders the user's rows (newest first) on the worker thread: ordering
-    a user's 100,000 rows on the loop held it ~75 ms a page."""
-    from datetime import timedelta
-
-    from memory_core.types import ListQuery
-
-    store = await _opened(tmp_path)
-    try:
-        t0 = now()
-        stored = await store.store_many(
-            [Memory(user_id="u", content=f"note {i}", created_at=t0 + timedelta(seconds=i)) for i in range(12)]
-        )
-        loop_thread = threading.get_ident()
-        ordered_on: list[int] = []
-        real_order = milvus.rows_newest_first
-
-        def recording_order(rows):
-            ordered_on.append(threading.get_ident())
-            return real_order(rows)
-
-        monkeypatch.setattr(milvus, "rows_newest_first", recording_order)
-        page = await store.list(ListQuery(user_id="u", limit=5, offset=2))
-    finally:
-        await store.close()
-    assert ordered_on and loop_thread not in ordered_on
-    assert [m.id for m in page.memories] == [m.id for m in reversed(stored)][2:7] and page.total == 12
