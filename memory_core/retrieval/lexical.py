@@ -251,9 +251,8 @@ class BM25Corpus:
         states: Iterable[Any] | None = None,
     ) -> bool:
         """Whether ``doc_id`` is indexed and matches the optional ``project_id``, ``types``
-        and ``states``."""
-        doc = self._docs.get(doc_id)
-        return doc is not None and _passes(doc, project_id, _set(types), _set(states))
+        and ``states`` (``scope_test`` of that scope)."""
+        return self.scope_test(project_id, types, states)(doc_id)
 
     def scope_test(
         self, project_id: str | None = None, types: Iterable[Any] | None = None, states: Iterable[Any] | None = None
@@ -273,8 +272,8 @@ class BM25Corpus:
     ) -> set[str]:
         """The ids of the documents matching the optional ``project_id``, ``types`` and
         ``states``."""
-        wanted_types, wanted_states = _set(types), _set(states)
-        return {i for i, d in self._docs.items() if _passes(d, project_id, wanted_types, wanted_states)}
+        test = self.scope_test(project_id, types, states)
+        return {i for i in self._docs if test(i)}
 
     def count(
         self, project_id: str | None = None, types: Iterable[Any] | None = None, states: Iterable[Any] | None = None

@@ -595,9 +595,9 @@ class HybridStore(StoreDecorator):
         their texts read (``IndexEntry.of``: tokenizing, the coverage check, the time and
         question rules) on this store's build thread (``_build_pool``; under
         ``BUILD_INLINE_CHARS`` in all, on the loop), then put into the index on the loop in one
-        turn (``UserIndex.put_entry``). Raises ``StoreClosed`` once the store is closed. Awaiting the thread gives the loop
-        to every other user meanwhile (the index is not installed yet: writes meanwhile queue
-        in ``ui.building``)."""
+        turn (``UserIndex.put_entry``). Awaiting the thread gives the loop to every other user
+        meanwhile (the index is not installed yet: writes meanwhile queue in ``ui.building``).
+        Raises ``StoreClosed`` once the store is closed."""
         if self.closed:  # the build thread is shut: refuse as every closed store does
             raise StoreClosed(f"{self.name} store is closed")
         if sum(len(m.content) for m in memories) < BUILD_INLINE_CHARS:
@@ -965,7 +965,8 @@ class HybridStore(StoreDecorator):
         store call: the page's ids of the scope and states newest first (``created_at`` in
         epoch milliseconds as the persistent stores keep it, ``_records.to_ms``, then ``id``,
         both descending; ``total`` all of them), read from the records the index keeps in
-        that order (``UserIndex.newest_first``: nothing sorted at a listing), and the page's records copied
+        that order (``UserIndex.newest_first``: nothing sorted at a listing), and the page's
+        records copied
         ``HELD_RECORDS_PER_TURN`` a loop turn, as ``get_many`` copies them. The inner store
         answers for a user not loaded, one whose index build met records it could not read
         (``ListResult.unreadable``: only the store lists them), and one whose index is evicted

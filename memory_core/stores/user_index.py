@@ -67,6 +67,12 @@ def group_of(memory: Memory) -> tuple | None:
     return (memory.conversation_id,)
 
 
+def _time_key(record: Memory) -> tuple[int, str]:
+    """``record``'s place in ``UserIndex.by_time``: (``created_at`` in epoch ms, as the
+    persistent stores keep it; none: 0, its id)."""
+    return (to_ms(record.created_at) or 0, record.id)
+
+
 @dataclass(frozen=True, slots=True)
 class IndexEntry:
     """What ``UserIndex.put`` reads from one memory's text: its content key, the body the
@@ -275,8 +281,8 @@ class UserIndex:
                         record.last_accessed or held_record.last_accessed, held_record.last_accessed
                     )
             if held_record is not None:
-                self.by_time.discard((to_ms(held_record.created_at) or 0, memory.id))
-            self.by_time.add((to_ms(record.created_at) or 0, memory.id))
+                self.by_time.discard(_time_key(held_record))
+            self.by_time.add(_time_key(record))
             self.records[memory.id] = record
         if not self.hold_vectors:
             return
@@ -302,7 +308,7 @@ class UserIndex:
         """Drop the held record of ``memory_id`` and its place in ``by_time`` (if held)."""
         record = self.records.pop(memory_id, None)
         if record is not None:
-            self.by_time.discard((to_ms(record.created_at) or 0, memory_id))
+            self.by_time.discard(_time_key(record))
 
     def remove_where(self, project_id: str | None, types: tuple[MemoryType, ...] | None) -> None:
         """Drop the memories of ``project_id`` (None: any) and ``types`` (None: any; ``()``:
@@ -409,15 +415,11 @@ class UserIndex:
         if cached is not None and cached[0] == self.version and cached[1] == vectors.version:
             return cached[2]
         corpus = self.corpus
-        wanted_types, wanted_states = key[1], key[2]
+        in_scope = corpus.scope_test(project_id, key[1], key[2])
 
         def keep(memory_id: str) -> bool:
             attrs = corpus.attrs(memory_id)
-            return (
-                attrs is not None
-                and (attrs.get("represented") is False) == fallback
-                and corpus.passes(memory_id, project_id, wanted_types, wanted_states)
-            )
+            return attrs is not None and (attrs.get("represented") is False) == fallback and in_scope(memory_id)
 
         mask = vectors.mask(keep)
         if len(self._masks) >= _MAX_MASKS:
